@@ -1,0 +1,38 @@
+"""launch-bound: one LLM decode step drawn as a CPU lane and a GPU lane.
+
+`streamlit run app.py`. Layout only: the simulator lives in `sim/`, the live probe in
+`gpu_probe/`, and each tab's widgets and charts in `ui/`.
+"""
+import streamlit as st
+
+from ui import buckets_tab, calibrate_tab, probe_tab, quiz, sim_tab, url_params
+
+st.set_page_config(page_title="launch-bound", page_icon="⏱", layout="wide")
+
+# Clean hostile query parameters before any widget reads them.
+url_params.sanitise()
+
+st.title("launch-bound")
+st.caption(
+    "Why a batch-1 decode step leaves the GPU idle, and what kernel fusion and CUDA graphs do about it."
+)
+
+TABS = ("Simulator", "Live GPU probe", "Bucketing", "Calibration", "Check yourself")
+# Bound to the URL and lazy: only the open tab runs, so torch loads only for the probe tabs.
+simulator, probe, bucketing, calibration, check = st.tabs(TABS, key="tab", bind="query-params")
+
+if simulator.open:
+    with simulator:
+        sim_tab.render()
+if probe.open:
+    with probe:
+        probe_tab.render()
+if bucketing.open:
+    with bucketing:
+        buckets_tab.render()
+if calibration.open:
+    with calibration:
+        calibrate_tab.render()
+if check.open:
+    with check:
+        quiz.render()
