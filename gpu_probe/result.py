@@ -1,0 +1,291 @@
+"""The probe's result file: schema, loading with checks, and the shipped H200 run.
+
+Torch-free on purpose: the app shows recorded and uploaded results on machines with
+no GPU and no torch. `load_result` accepts a path, raw bytes, a file-like object or
+an already-parsed dict, and raises `ValueError` with a message that names the bad
+field (`runs[3].step_us_p90: ...`), so the page can show it instead of a traceback.
+
+Layout of the JSON (times in microseconds, sizes in bytes):
+
+    device, torch, cuda, created (ISO 8601), command      strings
+    model: {config: {...}, n_params, weight_bytes, read_bytes?}
+    hbm_copy_GBps        device-to-device copy, bytes read + bytes written per second
+    runs: [{mode, batch, bucket, padded_rows, eager_fallback,
+            step_us_median, step_us_p10, step_us_p90   CUDA-event step time over many steps
+            enqueue_us_median                          host time to enqueue one step, unprofiled
+            kernels_per_step, kernels_per_layer        counted in the profiled step's trace
+            cpu_launch_us, gpu_busy_us, utilisation, bound_by   Timeline.metrics() of that step
+            timeline}]                                 Timeline.to_dict() of the profiled step
+    captures: [{bucket, capture_ms, graph_mem_bytes, ...}]   one per captured graph
+    checks: {name: {passed: bool, detail: str, ...}}         correctness checks of the run
+    errors: [str]        what failed (e.g. out of memory during capture); the rest still holds
+    settings: {...}      buckets, steps, warm-up, context length used
+
+`cpu_launch_us`, `gpu_busy_us`, `utilisation` and `bound_by` come from the profiled
+step's timeline through `Timeline.metrics()`, exactly as the simulator computes them,
+so the readouts always agree with the lanes drawn. The profiler adds some host time
+to each launch; `enqueue_us_median` is the same host cost measured without it.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from sim.timeline import CPU_BOUND, GPU_BOUND, Timeline
+
+MODES = ("eager", "fused", "graph", "fused+graph", "compile")
+GRAPH_MODES = ("graph", "fused+graph", "compile")
+MAX_RESULT_BYTES = 20 * 1024 * 1024
+RECORDED_PATH = Path(__file__).resolve().parent / "recorded" / "h200.json"
+SCHEMA_VERSION = 1
+
+# Sanity limits: anything outside these is a corrupt or hand-made file, not a measurement.
+_MAX_US = 1e7  # 10 s for one decode step
+_MAX_BATCH = 65536
+_MAX_GBPS = 1e5  # 100 TB/s: beyond any memory system today
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeRun:
+    """One (mode, batch) setting: step-time statistics plus one profiled step."""
+
+    mode: str
+    batch: int
+    step_us_median: float
+    step_us_p10: float
+    step_us_p90: float
+    kernels_per_step: int
+    kernels_per_layer: float
+    cpu_launch_us: float
+    gpu_busy_us: float
+    utilisation: float
+    bound_by: str
+    timeline: Timeline
+    bucket: int | None = None  # graph bucket replayed (None: eager, or above the largest bucket)
+    padded_rows: int = 0
+    eager_fallback: bool = False  # a graph mode whose batch exceeded the largest bucket
+    enqueue_us_median: float | None = None
+    launches: int = 0
+
+    def to_dict(self) -> dict:
+        out = {name: getattr(self, name) for name in self.__slots__ if name != "timeline"}
+        out["timeline"] = self.timeline.to_dict()
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeResult:
+    device: str
+    torch: str
+    cuda: str
+    created: str
+    command: str
+    model: dict
+    hbm_copy_GBps: float
+    runs: tuple[ProbeRun, ...]
+    captures: tuple[dict, ...]
+    checks: dict
+    errors: tuple[str, ...] = ()
+    settings: dict = field(default_factory=dict)
+
+    @property
+    def weight_floor_us(self) -> float:
+        """Weight-read floor of one decode step: bytes a step must read / copy bandwidth.
+
+        Uses `read_bytes` (weights a step actually reads: an untied embedding table is
+        only gathered row by row) when the file has it, else all weight bytes.
+        """
+        read = self.model.get("read_bytes") or self.model["weight_bytes"]
+        return float(read) / (self.hbm_copy_GBps * 1e3)
+
+    @property
+    def modes(self) -> tuple[str, ...]:
+        return tuple(m for m in MODES if any(r.mode == m for r in self.runs))
+
+    @property
+    def batches(self) -> tuple[int, ...]:
+        return tuple(sorted({r.batch for r in self.runs}))
+
+    def run(self, mode: str, batch: int) -> ProbeRun | None:
+        return next((r for r in self.runs if r.mode == mode and r.batch == batch), None)
+
+    @property
+    def all_checks_passed(self) -> bool:
+        return all(bool(c.get("passed")) for c in self.checks.values())
+
+    def to_dict(self) -> dict:
+        return {
+            "schema": SCHEMA_VERSION, "device": self.device, "torch": self.torch, "cuda": self.cuda,
+            "created": self.created, "command": self.command, "model": self.model,
+            "hbm_copy_GBps": self.hbm_copy_GBps, "runs": [r.to_dict() for r in self.runs],
+            "captures": list(self.captures), "checks": self.checks, "errors": list(self.errors),
+            "settings": self.settings,
+        }
+
+
+# -- loading -----------------------------------------------------------------
+def load_result(source, timeline_source: str | None = None) -> ProbeResult:
+    """Parse and check a probe result; `ValueError` names the first bad field."""
+    data = _read(source)
+    if not isinstance(data, dict):
+        raise ValueError("result: expected a JSON object at the top level")
+    return _parse(data, timeline_source)
+
+
+def recorded_result() -> ProbeResult:
+    """The shipped H200 run (its timelines are labelled 'recorded')."""
+    return load_result(RECORDED_PATH, timeline_source="recorded")
+
+
+def dump_result(result: ProbeResult | dict, path) -> None:
+    """Write a result as JSON (strict: NaN or infinity raise instead of being written)."""
+    data = result.to_dict() if isinstance(result, ProbeResult) else result
+    text = json.dumps(data, allow_nan=False, separators=(",", ":"))
+    Path(path).write_text(text, encoding="utf-8")
+
+
+def _read(source):
+    if isinstance(source, dict):
+        return source
+    if isinstance(source, (str, Path)):
+        path = Path(source)
+        if not path.is_file():
+            raise ValueError(f"result: no such file {str(path)!r}")
+        if path.stat().st_size > MAX_RESULT_BYTES:
+            raise ValueError(f"result: file is larger than {MAX_RESULT_BYTES // 2**20} MB")
+        raw = path.read_bytes()
+    elif isinstance(source, (bytes, bytearray, memoryview)):
+        raw = bytes(source)
+    elif hasattr(source, "read"):
+        raw = source.read(MAX_RESULT_BYTES + 1)
+        raw = raw.encode() if isinstance(raw, str) else raw
+    else:
+        raise ValueError(f"result: cannot read a {type(source).__name__}")
+    if len(raw) > MAX_RESULT_BYTES:
+        raise ValueError(f"result: file is larger than {MAX_RESULT_BYTES // 2**20} MB")
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"result: not valid JSON ({err})") from None
+
+
+def _parse(d: dict, timeline_source: str | None) -> ProbeResult:
+    strings = {k: _text(d, k) for k in ("device", "torch", "cuda", "created", "command")}
+    try:
+        datetime.fromisoformat(strings["created"].replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError("created: must be an ISO 8601 date and time") from None
+    model = _obj(d, "model")
+    _obj(model, "config", "model.config")
+    _num(model, "n_params", 1, 1e13, "model.n_params", integer=True)
+    _num(model, "weight_bytes", 1, 1e14, "model.weight_bytes", integer=True)
+    if model.get("read_bytes") is not None:
+        _num(model, "read_bytes", 1, 1e14, "model.read_bytes", integer=True)
+    hbm = _num(d, "hbm_copy_GBps", 1e-3, _MAX_GBPS)
+    runs = tuple(_parse_run(r, f"runs[{i}]", timeline_source) for i, r in enumerate(_list(d, "runs")))
+    captures = tuple(_parse_capture(c, f"captures[{i}]") for i, c in enumerate(_list(d, "captures")))
+    checks = _obj(d, "checks")
+    for name, check in checks.items():
+        if not isinstance(check, dict) or not isinstance(check.get("passed"), bool):
+            raise ValueError(f"checks.{name}: expected an object with a true/false 'passed'")
+    errors = d.get("errors", [])
+    if not isinstance(errors, list) or not all(isinstance(e, str) for e in errors):
+        raise ValueError("errors: expected a list of strings")
+    settings = d.get("settings", {})
+    if not isinstance(settings, dict):
+        raise ValueError("settings: expected an object")
+    return ProbeResult(model=model, hbm_copy_GBps=hbm, runs=runs, captures=captures, checks=checks,
+                       errors=tuple(errors), settings=settings, **strings)
+
+
+def _parse_run(r, where: str, timeline_source: str | None) -> ProbeRun:
+    if not isinstance(r, dict):
+        raise ValueError(f"{where}: expected an object")
+    mode = r.get("mode")
+    if mode not in MODES:
+        raise ValueError(f"{where}.mode: must be one of {MODES}, got {mode!r}")
+    batch = int(_num(r, "batch", 1, _MAX_BATCH, f"{where}.batch", integer=True))
+    times = {k: _num(r, k, 0, _MAX_US, f"{where}.{k}")
+             for k in ("step_us_median", "step_us_p10", "step_us_p90", "cpu_launch_us", "gpu_busy_us")}
+    if not times["step_us_p10"] <= times["step_us_median"] * (1 + 1e-9) <= times["step_us_p90"] * (1 + 2e-9):
+        raise ValueError(f"{where}.step_us_median: must lie between step_us_p10 and step_us_p90")
+    if times["step_us_median"] <= 0:
+        raise ValueError(f"{where}.step_us_median: must be positive")
+    kernels = int(_num(r, "kernels_per_step", 1, 1e6, f"{where}.kernels_per_step", integer=True))
+    per_layer = _num(r, "kernels_per_layer", 0, 1e4, f"{where}.kernels_per_layer")
+    util = _num(r, "utilisation", 0, 1 + 1e-6, f"{where}.utilisation")
+    bound = r.get("bound_by")
+    if bound not in (CPU_BOUND, GPU_BOUND):
+        raise ValueError(f"{where}.bound_by: must be {CPU_BOUND!r} or {GPU_BOUND!r}, got {bound!r}")
+    if (times["cpu_launch_us"] > times["gpu_busy_us"]) != (bound == CPU_BOUND):
+        raise ValueError(f"{where}.bound_by: disagrees with cpu_launch_us vs gpu_busy_us")
+    try:
+        timeline = Timeline.from_dict(r.get("timeline"), source=timeline_source)
+    except ValueError as err:
+        msg = str(err)
+        raise ValueError(f"{where}.{msg}" if msg.startswith("timeline") else f"{where}.timeline.{msg}") from None
+    bucket = r.get("bucket")
+    if bucket is not None:
+        bucket = int(_num(r, "bucket", batch, _MAX_BATCH, f"{where}.bucket", integer=True))
+    padded = int(_num(r, "padded_rows", 0, _MAX_BATCH, f"{where}.padded_rows", integer=True)) \
+        if "padded_rows" in r else 0
+    enqueue = r.get("enqueue_us_median")
+    if enqueue is not None:
+        enqueue = _num(r, "enqueue_us_median", 0, _MAX_US, f"{where}.enqueue_us_median")
+    launches = int(_num(r, "launches", 0, 1e6, f"{where}.launches", integer=True)) if "launches" in r else 0
+    return ProbeRun(mode=mode, batch=batch, kernels_per_step=kernels, kernels_per_layer=per_layer,
+                    utilisation=util, bound_by=bound, timeline=timeline, bucket=bucket,
+                    padded_rows=padded, eager_fallback=bool(r.get("eager_fallback", False)),
+                    enqueue_us_median=enqueue, launches=launches, **times)
+
+
+def _parse_capture(c, where: str) -> dict:
+    if not isinstance(c, dict):
+        raise ValueError(f"{where}: expected an object")
+    _num(c, "bucket", 1, _MAX_BATCH, f"{where}.bucket", integer=True)
+    _num(c, "capture_ms", 0, 1e6, f"{where}.capture_ms")
+    _num(c, "graph_mem_bytes", 0, 1e12, f"{where}.graph_mem_bytes", integer=True)
+    return c
+
+
+# -- field helpers: every message names the field --------------------------------
+def _num(d: dict, key: str, lo: float, hi: float, where: str | None = None, integer: bool = False) -> float:
+    where = where or key
+    if key not in d:
+        raise ValueError(f"{where}: missing")
+    v = d[key]
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValueError(f"{where}: expected a number, got {type(v).__name__}")
+    if not math.isfinite(v):
+        raise ValueError(f"{where}: must be a finite number, got {v}")
+    if integer and v != int(v):
+        raise ValueError(f"{where}: must be a whole number, got {v}")
+    if not lo <= v <= hi:
+        raise ValueError(f"{where}: {v:g} is outside the plausible range [{lo:g}, {hi:g}]")
+    return float(v)
+
+
+def _text(d: dict, key: str) -> str:
+    v = d.get(key)
+    if not isinstance(v, str) or not v.strip():
+        raise ValueError(f"{key}: expected a non-empty string")
+    if len(v) > 10_000:
+        raise ValueError(f"{key}: longer than 10,000 characters")
+    return v
+
+
+def _obj(d: dict, key: str, where: str | None = None) -> dict:
+    v = d.get(key)
+    if not isinstance(v, dict):
+        raise ValueError(f"{where or key}: expected an object")
+    return v
+
+
+def _list(d: dict, key: str) -> list:
+    v = d.get(key)
+    if not isinstance(v, list):
+        raise ValueError(f"{key}: expected a list")
+    return v

@@ -1,0 +1,157 @@
+"""The probe's result schema: a valid file loads; every kind of bad value is named."""
+import copy
+import json
+import sys
+
+import pytest
+
+from gpu_probe.result import (MAX_RESULT_BYTES, MODES, ProbeResult, dump_result, load_result)
+from sim.timeline import Timeline
+
+
+def _timeline() -> dict:
+    return Timeline(cpu_start=[0.0, 6.0], cpu_dur=[6.0, 5.0], cpu_names=["cudaLaunchKernel"] * 2,
+                    gpu_start=[7.0, 12.0], gpu_dur=[2.0, 3.0], gpu_names=["k1", "k2"],
+                    launched_by=[0, 1], source="measured").to_dict()
+
+
+def valid_result() -> dict:
+    run = {"mode": "eager", "batch": 1, "bucket": None, "padded_rows": 0, "eager_fallback": False,
+           "step_us_median": 15.0, "step_us_p10": 14.0, "step_us_p90": 17.5, "enqueue_us_median": 10.5,
+           "kernels_per_step": 2, "kernels_per_layer": 1.0, "launches": 2,
+           "cpu_launch_us": 11.0, "gpu_busy_us": 5.0, "utilisation": 5.0 / 15.0,
+           "bound_by": "CPU launch", "timeline": _timeline()}
+    graph_run = dict(copy.deepcopy(run), mode="fused+graph", batch=3, bucket=4, padded_rows=1,
+                     cpu_launch_us=4.0, bound_by="GPU")
+    return {
+        "schema": 1, "device": "NVIDIA H200", "torch": "2.11.0", "cuda": "12.8",
+        "created": "2026-11-30T10:00:00+00:00", "command": "python -m gpu_probe --preset small",
+        "model": {"config": {"name": "small", "n_layers": 32}, "n_params": 477_000_000,
+                  "weight_bytes": 954_000_000, "read_bytes": 888_000_000},
+        "hbm_copy_GBps": 4200.0,
+        "runs": [run, graph_run],
+        "captures": [{"bucket": 4, "capture_ms": 12.5, "graph_mem_bytes": 2_097_152}],
+        "checks": {"graph_vs_eager": {"passed": True, "detail": "13 buckets"}},
+        "errors": [], "settings": {"steps": 100},
+    }
+
+
+def test_valid_result_loads_with_all_fields():
+    res = load_result(valid_result())
+    assert isinstance(res, ProbeResult)
+    assert res.device == "NVIDIA H200" and res.hbm_copy_GBps == 4200.0
+    assert [r.mode for r in res.runs] == ["eager", "fused+graph"]
+    run = res.run("fused+graph", 3)
+    assert run.bucket == 4 and run.padded_rows == 1 and run.bound_by == "GPU"
+    assert run.timeline.metrics().kernels == 2
+    assert res.run("graph", 3) is None
+    # read_bytes / (GB/s * 1e3) gives microseconds.
+    assert res.weight_floor_us == pytest.approx(888_000_000 / 4.2e6)
+    assert res.all_checks_passed and res.modes == ("eager", "fused+graph") and res.batches == (1, 3)
+    assert MODES == ("eager", "fused", "graph", "fused+graph", "compile")
+
+
+def test_round_trip_through_json_file(tmp_path):
+    res = load_result(valid_result())
+    path = tmp_path / "r.json"
+    dump_result(res, path)
+    again = load_result(path)
+    assert again.to_dict() == res.to_dict()
+    assert load_result(path.read_bytes()).runs[0].step_us_p90 == 17.5
+    with open(path, "rb") as fh:
+        assert load_result(fh).command == res.command
+    assert load_result(path, timeline_source="recorded").runs[0].timeline.source == "recorded"
+
+
+@pytest.mark.parametrize("path, value, field", [
+    (("runs", 0, "step_us_median"), float("nan"), "runs[0].step_us_median"),
+    (("runs", 0, "step_us_p10"), -1.0, "runs[0].step_us_p10"),
+    (("runs", 1, "step_us_p90"), 5e9, "runs[1].step_us_p90"),
+    (("runs", 0, "utilisation"), 1.7, "runs[0].utilisation"),
+    (("runs", 0, "mode"), "turbo", "runs[0].mode"),
+    (("runs", 0, "batch"), 0, "runs[0].batch"),
+    (("runs", 0, "batch"), 2.5, "runs[0].batch"),
+    (("runs", 0, "kernels_per_step"), "many", "runs[0].kernels_per_step"),
+    (("runs", 0, "bound_by"), "GPU", "runs[0].bound_by"),  # disagrees with cpu > gpu
+    (("runs", 1, "bucket"), 2, "runs[1].bucket"),  # a bucket smaller than the batch
+    (("hbm_copy_GBps",), 1e9, "hbm_copy_GBps"),
+    (("hbm_copy_GBps",), float("inf"), "hbm_copy_GBps"),
+    (("model", "weight_bytes"), -5, "model.weight_bytes"),
+    (("captures", 0, "capture_ms"), -0.1, "captures[0].capture_ms"),
+    (("captures", 0, "graph_mem_bytes"), float("nan"), "captures[0].graph_mem_bytes"),
+    (("checks", "graph_vs_eager", "passed"), "yes", "checks.graph_vs_eager"),
+    (("created",), "yesterday", "created"),
+    (("device",), "", "device"),
+])
+def test_bad_values_are_rejected_naming_the_field(path, value, field):
+    data = copy.deepcopy(valid_result())
+    target = data
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    with pytest.raises(ValueError) as err:
+        load_result(data)
+    assert str(err.value).startswith(field), str(err.value)
+
+
+def test_median_outside_percentiles_rejected():
+    data = valid_result()
+    data["runs"][0]["step_us_median"] = 20.0  # above p90
+    with pytest.raises(ValueError, match=r"runs\[0\].step_us_median"):
+        load_result(data)
+
+
+def test_missing_and_malformed_timeline_named():
+    data = valid_result()
+    del data["runs"][1]["timeline"]["gpu"]
+    with pytest.raises(ValueError, match=r"runs\[1\].timeline: missing field 'gpu'"):
+        load_result(data)
+    data = valid_result()
+    data["runs"][0]["timeline"]["gpu"]["dur_us"] = [1.0, -2.0]
+    with pytest.raises(ValueError, match=r"runs\[0\].timeline.gpu_dur"):
+        load_result(data)
+
+
+def test_missing_top_level_field_named():
+    for key in ("runs", "model", "captures", "checks", "hbm_copy_GBps", "torch"):
+        data = valid_result()
+        del data[key]
+        with pytest.raises(ValueError, match=f"^{key}"):
+            load_result(data)
+
+
+def test_nan_in_json_text_is_rejected():
+    text = json.dumps(valid_result()).replace('"hbm_copy_GBps": 4200.0', '"hbm_copy_GBps": NaN')
+    with pytest.raises(ValueError, match="hbm_copy_GBps"):
+        load_result(text.encode())
+
+
+def test_size_cap_and_garbage(tmp_path):
+    big = tmp_path / "big.json"
+    big.write_bytes(b" " * (MAX_RESULT_BYTES + 1))
+    with pytest.raises(ValueError, match="larger than 20 MB"):
+        load_result(big)
+    with pytest.raises(ValueError, match="larger than 20 MB"):
+        load_result(b"{" + b" " * MAX_RESULT_BYTES)
+    with pytest.raises(ValueError, match="not valid JSON"):
+        load_result(b"\x89PNG garbage")
+    with pytest.raises(ValueError, match="top level"):
+        load_result(b"[1, 2]")
+    with pytest.raises(ValueError, match="no such file"):
+        load_result(tmp_path / "absent.json")
+
+
+def test_dump_refuses_nan(tmp_path):
+    data = valid_result()
+    data["hbm_copy_GBps"] = float("nan")
+    with pytest.raises(ValueError):
+        dump_result(data, tmp_path / "x.json")
+
+
+def test_result_module_does_not_import_torch():
+    import subprocess
+    code = ("import sys, gpu_probe.result as r; r.load_result(__import__('json').loads(sys.argv[1]));"
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    proc = subprocess.run([sys.executable, "-c", code, json.dumps(valid_result())], capture_output=True,
+                          text=True, cwd=str(__import__('pathlib').Path(__file__).resolve().parents[1]))
+    assert proc.returncode == 0, proc.stderr
