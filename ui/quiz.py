@@ -1,6 +1,205 @@
-"""Placeholder: replaced by its owner."""
+"""The "Check yourself" tab: six questions on the chapter, each answered once.
+
+The first answer is the one that counts (a wrong one teaches more, so it is kept
+and explained, not retried). Answers and the score live in `st.session_state`,
+never in the URL: a shared link opens the questions, not someone else's score.
+Each explanation ends with where on this page the effect can be seen.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
 import streamlit as st
+
+ANSWERS_KEY = "quiz_answers"  # session state: question id -> index of the first option chosen
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    qid: str
+    prompt: str
+    options: tuple[str, ...]
+    answer: int  # index into options
+    explanation: str
+    where: str  # the part of the page that shows it
+
+    def __post_init__(self) -> None:
+        if len(self.options) < 2 or len(set(self.options)) != len(self.options):
+            raise ValueError(f"options: question {self.qid} needs at least two distinct options")
+        if not 0 <= self.answer < len(self.options):
+            raise ValueError(f"answer: question {self.qid} has no option {self.answer}")
+
+
+QUESTIONS: tuple[Question, ...] = (
+    Question(
+        qid="q1",
+        prompt="Capturing a CUDA graph writes down a decode step. What exactly does the recording hold, "
+               "and what does that force on the code around it?",
+        options=(
+            "The Python forward pass, which replay re-traces for whatever shapes arrive.",
+            "Each kernel with its launch arguments, device addresses included, so every replay must find "
+            "its inputs in the very buffers used at capture.",
+            "The input values at capture time, so replays reproduce the captured tokens.",
+            "Only the kernel order; the driver looks the arguments up again at each replay.",
+        ),
+        answer=1,
+        explanation="A graph node is a kernel plus its arguments, and those arguments are raw pointers. "
+                    "Replay reruns the same kernels on the same addresses, so the runner allocates its input "
+                    "ids, positions, block tables and slot mapping once and copies each step's values into "
+                    "them; a tensor allocated afresh inside the captured region would sit somewhere else "
+                    "next step and the graph would read stale memory.",
+        where="Simulator tab → switch on CUDA graphs: the CPU lane shrinks to the input copies and one "
+              "graph launch. Live GPU probe tab → the graph runs' CPU lane shows the same on real hardware.",
+    ),
+    Question(
+        qid="q2",
+        prompt="Engines replay graphs for decode but run prefill eagerly. Why is prefill left out?",
+        options=(
+            "Prefill kernels allocate the KV cache, and allocation is not allowed in a graph.",
+            "Graph replay is slower than eager launching once matmuls get large.",
+            "A prompt can be almost any length, so there is no small set of shapes to capture; and prefill "
+            "is compute-bound, so its launch cost already hides behind the arithmetic.",
+            "Prefill runs on the CPU while decode runs on the GPU.",
+        ),
+        answer=2,
+        explanation="A graph is only valid for the shapes it was captured with. Decode has one new token per "
+                    "request, so a handful of batch sizes covers it; prefill's token count ranges over "
+                    "thousands of values. Nothing is lost: with hundreds of tokens per kernel the GPU work "
+                    "dwarfs the few microseconds each launch costs.",
+        where="Simulator tab → with both toggles off, drag Batch size up to 256: more rows per kernel "
+              "fill the GPU lane and \"Bound by\" turns to GPU, just as a long prompt would.",
+    ),
+    Question(
+        qid="q3",
+        prompt="Continuous batching changes the batch size every step, yet a graph has fixed shapes. "
+               "How do engines keep replaying graphs, and what do they pay for it?",
+        options=(
+            "They capture a fresh graph whenever the batch size changes; the price is one capture per step.",
+            "They capture once at the largest batch and always run that; it is free because the GPU idles anyway.",
+            "Graphs accept a dynamic batch dimension, so nothing is paid.",
+            "They capture one graph per bucket (1, 2, 4, 8, 16, 24, 32, …) and pad each batch up to the "
+            "next bucket: the padded rows are wasted work, and every bucket pins its own graph memory.",
+        ),
+        answer=3,
+        explanation="Bucketing trades a little compute for the launch saving: a batch of 33 runs in the "
+                    "48 bucket, so 15 rows compute garbage that is thrown away. Finer buckets waste less "
+                    "padding but each captured graph keeps its own static buffers and pool, so the layout "
+                    "is a trade between padding waste and pinned memory.",
+        where="Bucketing tab → compare the layouts' padding waste against their graph memory. Simulator "
+              "tab → set Batch size to 33 with CUDA graphs on and read the bucket and padded rows.",
+    ),
+    Question(
+        qid="q4",
+        prompt="The padding rows of a bucket run the same kernels as real requests, including the KV-cache "
+               "write. Why must their block table point at a scratch block (or their slot be -1)?",
+        options=(
+            "Otherwise a dummy row writes its garbage keys and values into a real request's cache block; the "
+            "output stays plausible and the damage appears only at some batch sizes.",
+            "Otherwise the replay fails with an out-of-bounds error.",
+            "It saves memory bandwidth; the results would be the same either way.",
+            "It zeroes the dummy rows' logits so the sampler skips them.",
+        ),
+        answer=0,
+        explanation="Nothing crashes: attention writes to whatever block the dummy row's table names, and if "
+                    "that is a live request's block its cache is silently overwritten. vLLM gives padded "
+                    "rows slot -1 (the write kernel skips them), SGLang points them at a reserved slot 0. "
+                    "The bug is intermittent, depends on the batch size and yields believable text, which is "
+                    "why it needs an explicit check (a canary over the real blocks).",
+        where="Bucketing tab → the padding demo: pad into real blocks and the canary check reports the "
+              "corrupted block; pad into the scratch block and it stays clean.",
+    ),
+    Question(
+        qid="q5",
+        prompt="When does launch overhead stop mattering, even with neither fusion nor graphs?",
+        options=(
+            "Never: it is a fixed share of every step.",
+            "When the kernels of a step take longer than the CPU needs to submit them, as at large "
+            "batch sizes: the launches then hide behind the GPU work.",
+            "As soon as the model has more than 32 layers.",
+            "Only when the GPU is replaced by a faster one.",
+        ),
+        answer=1,
+        explanation="Launch cost is a fixed amount of CPU time per kernel, while kernel time grows with the "
+                    "batch. At batch 1 the kernels finish before the next launch arrives; at a large batch "
+                    "each kernel runs long enough to cover the next launch, the bubbles close and the step "
+                    "is GPU-bound. That is why graphs pay most in low-latency, low-concurrency serving. "
+                    "(A faster GPU makes it worse: the kernels shrink and the launches do not.)",
+        where="Simulator tab → drag Batch size to 128 with both toggles off: the gaps in the GPU lane close "
+              "on their own and GPU utilisation climbs.",
+    ),
+    Question(
+        qid="q6",
+        prompt="A step spends 2.1 ms of CPU time on launches and 0.9 ms of GPU time on kernels. "
+               "Why does it take about 2.1 ms rather than 3.0 ms?",
+        options=(
+            "The CPU waits for each kernel to finish, so the GPU time is already inside the 2.1 ms.",
+            "Only the first launches are drawn, so the rest of the time is missing.",
+            "The 0.9 ms of kernels is counted in the launch cost.",
+            "The lanes overlap: the GPU runs one kernel while the CPU builds the next launch, so the step "
+            "lasts as long as the slower lane.",
+        ),
+        answer=3,
+        explanation="Launches are asynchronous: the host queues work and moves on. The step is the larger "
+                    "of the two lanes plus a little start-up, never their sum, so shrinking the smaller one "
+                    "changes nothing. Here the GPU is idle more than half the time, waiting for the CPU.",
+        where="Simulator tab → compare Step time with CPU launch and GPU time at batch 1, then turn on "
+              "Kernel fusion and CUDA graphs: Step time follows whichever is larger, and \"Bound by\" "
+              "flips from CPU launch to GPU.",
+    ),
+)
+
+
+def answers() -> dict[str, int]:
+    """This session's first answers, question id -> option index."""
+    return st.session_state.setdefault(ANSWERS_KEY, {})
+
+
+def score() -> tuple[int, int]:
+    """(correct, answered) for this session."""
+    given = answers()
+    correct = sum(1 for q in QUESTIONS if given.get(q.qid) == q.answer)
+    return correct, len([q for q in QUESTIONS if q.qid in given])
+
+
+def _record(question: Question) -> None:
+    # on_change callback: keep only the first answer to each question.
+    choice = st.session_state.get(f"quiz_{question.qid}")
+    if choice is not None and question.qid not in answers():
+        answers()[question.qid] = question.options.index(choice)
+
+
+def _reset() -> None:
+    st.session_state[ANSWERS_KEY] = {}
+    for q in QUESTIONS:
+        st.session_state.pop(f"quiz_{q.qid}", None)
+
+
+def _render_question(number: int, q: Question) -> None:
+    st.markdown(f"**Question {number} of {len(QUESTIONS)}.** {q.prompt}")
+    chosen = answers().get(q.qid)
+    if chosen is None:
+        st.radio(
+            f"Question {number}", q.options, index=None, key=f"quiz_{q.qid}",
+            label_visibility="collapsed", on_change=_record, args=(q,),
+        )
+        return
+    for i, option in enumerate(q.options):
+        mark = "✅" if i == q.answer else ("❌" if i == chosen else "▫️")
+        st.markdown(f"{mark} {option}" + (" *(your answer)*" if i == chosen else ""))
+    verdict = st.success if chosen == q.answer else st.error
+    verdict(("Right. " if chosen == q.answer else "Not quite. ") + q.explanation)
+    st.info(f"**See it on this page:** {q.where}")
 
 
 def render() -> None:
-    st.info("Coming soon.")
+    st.subheader("Check yourself")
+    st.caption("Answer before you look. Your first answer counts; a wrong one comes with the explanation "
+               "and the part of the page to go back to. The score is kept for this session only.")
+    correct, answered = score()
+    st.metric("Score", f"{correct}/{len(QUESTIONS)}",
+              help=f"{answered} of {len(QUESTIONS)} answered in this session", width="content")
+    for number, q in enumerate(QUESTIONS, start=1):
+        st.divider()
+        _render_question(number, q)
+    if answered:
+        st.button("Start over", key="quiz_reset", on_click=_reset)
