@@ -1,0 +1,123 @@
+"""The probe decoder's shape: a frozen, validated dataclass and two presets.
+
+"tiny" exists for the CPU tests (fp32, seconds under Triton's interpreter); "small" is the
+GPU default, large enough to be realistic (about 0.48 B parameters, 0.95 GB of bf16
+weights) and small enough that a batch-1 decode step is launch-bound when run eagerly.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeModelConfig:
+    name: str
+    n_layers: int
+    hidden: int
+    n_heads: int
+    n_kv_heads: int
+    ffn: int
+    vocab: int
+    dtype: str = "bfloat16"
+    # Paged KV cache: tokens per block, the longest sequence a block table can address,
+    # and how many tokens of (random) context the measurement pretends were prefilled.
+    block_size: int = 16
+    max_context: int = 640
+    prefill_len: int = 512
+    # Sizes the KV pool: enough blocks for max_batch sequences of max_context tokens.
+    max_batch: int = 256
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-5
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for field_name in ("n_layers", "hidden", "n_heads", "n_kv_heads", "ffn", "vocab",
+                           "block_size", "max_context", "prefill_len", "max_batch"):
+            value = getattr(self, field_name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{field_name} must be a positive integer, got {value!r}")
+        if self.hidden % self.n_heads:
+            raise ValueError(f"hidden ({self.hidden}) must be divisible by n_heads ({self.n_heads})")
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(f"n_kv_heads ({self.n_kv_heads}) must divide n_heads ({self.n_heads})")
+        head_dim = self.hidden // self.n_heads
+        # RoPE rotates pairs (d, d + head_dim/2); the kernels load each half as a power-of-two tile.
+        if head_dim % 2 or head_dim & (head_dim - 1):
+            raise ValueError(f"hidden / n_heads (head_dim {head_dim}) must be a power of two >= 2")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if self.prefill_len >= self.max_context:
+            raise ValueError(f"prefill_len ({self.prefill_len}) must be below max_context ({self.max_context})")
+        if not (self.rope_theta > 0 and math.isfinite(self.rope_theta)):
+            raise ValueError(f"rope_theta must be a positive number, got {self.rope_theta!r}")
+        if not (0 < self.norm_eps < 1):
+            raise ValueError(f"norm_eps must be in (0, 1), got {self.norm_eps!r}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.n_heads
+
+    @property
+    def q_size(self) -> int:
+        return self.n_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        return self.n_kv_heads * self.head_dim
+
+    @property
+    def max_blocks_per_seq(self) -> int:
+        """Width of a block table: blocks needed to address max_context tokens."""
+        return -(-self.max_context // self.block_size)
+
+    @property
+    def num_blocks(self) -> int:
+        """KV pool size: every sequence of a full batch at max_context, plus the scratch block."""
+        return 1 + self.max_batch * self.max_blocks_per_seq
+
+    @property
+    def n_params(self) -> int:
+        per_layer = (self.hidden * (self.q_size + 2 * self.kv_size)  # q, k, v
+                     + self.q_size * self.hidden  # o
+                     + 3 * self.hidden * self.ffn  # gate, up, down
+                     + 2 * self.hidden)  # two RMSNorm weights
+        return self.n_layers * per_layer + 2 * self.vocab * self.hidden + self.hidden
+
+    @property
+    def bytes_per_el(self) -> int:
+        return 4 if self.dtype == "float32" else 2
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes one decode step must read at least once: every weight (embedding: one row, ignored)."""
+        return (self.n_params - self.vocab * self.hidden) * self.bytes_per_el
+
+    def kv_cache_bytes(self, num_blocks: int | None = None) -> int:
+        blocks = self.num_blocks if num_blocks is None else num_blocks
+        return self.n_layers * 2 * blocks * self.block_size * self.kv_size * self.bytes_per_el
+
+    def to_dict(self) -> dict:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
+PRESETS: dict[str, ProbeModelConfig] = {
+    # Two layers, GQA (2 query heads per KV head), an FFN width that is not a tile multiple
+    # and a 4-token block so short test sequences still span several blocks.
+    "tiny": ProbeModelConfig(name="tiny", n_layers=2, hidden=64, n_heads=4, n_kv_heads=2, ffn=172,
+                             vocab=256, dtype="float32", block_size=4, max_context=64, prefill_len=12,
+                             max_batch=8),
+    # The issue's GPU default: a Llama-shaped 0.48 B model; 512 tokens of context, 128 to spare.
+    "small": ProbeModelConfig(name="small", n_layers=32, hidden=1024, n_heads=16, n_kv_heads=16, ffn=2816,
+                              vocab=32000, dtype="bfloat16"),
+}
+DEFAULT_PRESET = "small"
+
+
+def get_config(name: str, **overrides) -> ProbeModelConfig:
+    """A preset by name, optionally with fields replaced (validated again)."""
+    if name not in PRESETS:
+        raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {name!r}")
+    return replace(PRESETS[name], **overrides) if overrides else PRESETS[name]
