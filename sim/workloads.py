@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-MAX_BATCH = 4096  # largest batch size a workload may hold
+MAX_BATCH = 1024  # largest batch size a workload may hold (the optimiser is O(m²) in distinct sizes)
 MAX_CSV_BYTES = 1_000_000
 MAX_CSV_ROWS = 10_000
 KINDS = ("uniform", "geometric", "poisson", "csv")

@@ -59,7 +59,7 @@ def test_csv_parses_a_histogram():
         ("batch,count\n1,2\nx,3\n", "row 3, field batch"),
         ("batch,count\n1,2.5\n", "row 2, field count"),
         ("batch,count\n0,5\n", "row 2: batch must be between 1"),
-        ("batch,count\n99999,5\n", "between 1 and 4096"),
+        ("batch,count\n99999,5\n", "between 1 and 1024"),
         ("batch,count\n1,-1\n", "row 2: count must not be negative"),
         ("batch,count\n1,0\n2,0\n", "at least one batch size needs a positive count"),
         ("batch,count\n1,2\n1,3\n", "row 3: batch 1 already appeared on row 2"),

@@ -1,0 +1,252 @@
+"""Bucket layouts compared for one model, GPU and workload: padding, eager fallback, time, memory.
+
+Used by the page's Bucketing tab and by `python -m sim buckets`, so both show the same
+table. Times come from the simulator's per-kernel model (`sim.schedule.sweep`): a padded
+step runs every kernel at the bucket's rows, so the time lost to padding is the step's GPU
+time at the bucket minus that at the real batch; a batch above the largest bucket runs
+eager, and costs the eager step minus the graph step it would have had.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim import buckets as bk
+from sim.config import PRESETS, HardwareConfig, ModelConfig
+from sim.kernels import kernel_arrays
+from sim.schedule import sweep
+from sim.workloads import Workload, uniform
+
+MIB = 1024 * 1024
+COMPARE_DEFAULT = ("powers of two", "chapter", "dense")  # the chapter's "Run it locally" comparison
+OPTIMAL_NAME = "optimal under budget"
+
+
+@dataclass(frozen=True, eq=False)
+class MeasuredGraphMemory:
+    """Pinned memory per graph interpolated from a probe's captures (bucket -> bytes).
+
+    Same interface as `sim.buckets.GraphMemoryModel`: `breakdown(buckets)["total"]` is the sum
+    over the layout's graphs, linear between measured buckets and extrapolated along the end
+    segments beyond them.
+    """
+
+    buckets: np.ndarray
+    bytes_per_graph: np.ndarray
+    source: str = "measured"
+
+    @classmethod
+    def from_captures(cls, captures, source: str = "measured") -> "MeasuredGraphMemory":
+        points = {}
+        for c in captures:
+            points[int(c["bucket"])] = float(c["graph_mem_bytes"])
+        if len(points) < 2:
+            raise ValueError("captures: need graph memory measured at two or more buckets")
+        sizes = np.array(sorted(points), dtype=np.float64)
+        return cls(sizes, np.array([points[int(s)] for s in sizes]), source)
+
+    def per_graph_bytes(self, sizes) -> np.ndarray:
+        x = np.asarray(sizes, dtype=np.float64)
+        xs, ys = self.buckets, self.bytes_per_graph
+        inside = np.interp(x, xs, ys)
+        low = ys[0] + (x - xs[0]) * (ys[1] - ys[0]) / (xs[1] - xs[0])
+        high = ys[-1] + (x - xs[-1]) * (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
+        out = np.where(x < xs[0], low, np.where(x > xs[-1], high, inside))
+        return np.maximum(out, 0.0)
+
+    def breakdown(self, buckets) -> dict[str, float]:
+        total = float(self.per_graph_bytes(np.unique(np.asarray(buckets))).sum())
+        return {"static": 0.0, "nodes": 0.0, "pool": 0.0, "total": total}
+
+
+@dataclass(frozen=True, slots=True)
+class LayoutStats:
+    name: str
+    buckets: tuple[int, ...]
+    padded_rows: float  # expected dummy rows per step
+    waste_pct: float  # share of rows computed on graphs that are padding
+    padding_gpu_us: float  # expected GPU time per step spent on dummy rows
+    eager_sizes: int  # occurring batch sizes above the largest bucket
+    eager_share: float  # share of steps that run eager
+    eager_cost_us: float  # expected extra time per step from running those eager
+    step_us: float  # expected step time over the workload
+    memory_bytes: float  # pinned graph memory
+    fits_budget: bool | None  # None when no budget was given
+
+    @property
+    def graphs(self) -> int:
+        return len(self.buckets)
+
+
+@dataclass(frozen=True, eq=False)
+class TimeModel:
+    """Per-size step times for one model, GPU and fusion setting (index = batch size)."""
+
+    graph_step_us: np.ndarray  # a graph captured at exactly this size
+    graph_busy_us: np.ndarray  # GPU busy time of that step
+    eager_step_us: np.ndarray  # no graph at all
+
+
+def time_model(model: ModelConfig, hw: HardwareConfig, max_size: int, fusion: bool = False) -> TimeModel:
+    """Step times at every size 1..max_size, from the simulator's vectorised sweep."""
+    sizes = np.arange(1, int(max_size) + 1)
+    sw = sweep(model, hw, sizes, buckets=tuple(int(s) for s in sizes))  # every size is its own bucket
+    pad = np.array([np.nan])  # index 0 is no batch size
+    graph, eager = sw[(fusion, True)], sw[(fusion, False)]
+    return TimeModel(np.concatenate((pad, graph.step_us)), np.concatenate((pad, graph.gpu_busy_us)),
+                     np.concatenate((pad, eager.step_us)))
+
+
+def memory_model(model: ModelConfig, fusion: bool = False, **kwargs) -> bk.GraphMemoryModel:
+    nodes = len(kernel_arrays(model, bool(fusion))[3])
+    return bk.GraphMemoryModel.for_model(model, nodes, **kwargs)
+
+
+def analyse(name: str, buckets, workload: Workload, times: TimeModel, memory, budget_bytes=None) -> LayoutStats:
+    sizes, w = workload.batch_sizes, workload.weights
+    lay = tuple(int(b) for b in np.unique(np.asarray(buckets)))
+    chosen = bk.bucket_sizes_for(lay, sizes)
+    covered = chosen > 0
+    pad = np.where(covered, chosen - sizes, 0)
+    rows_on_graphs = float(np.dot(w[covered], chosen[covered]))
+    step = np.where(covered, times.graph_step_us[np.where(covered, chosen, 1)], times.eager_step_us[sizes])
+    lost = np.where(covered, times.graph_busy_us[np.where(covered, chosen, 1)] - times.graph_busy_us[sizes], 0.0)
+    eager_extra = np.where(covered, 0.0, times.eager_step_us[sizes] - times.graph_step_us[sizes])
+    memory_bytes = float(memory.breakdown(lay)["total"])
+    return LayoutStats(
+        name=name, buckets=lay, padded_rows=float(np.dot(w, pad)),
+        waste_pct=100.0 * float(np.dot(w, pad)) / rows_on_graphs if rows_on_graphs > 0 else 0.0,
+        padding_gpu_us=float(np.dot(w, lost)), eager_sizes=int(np.count_nonzero(~covered & (w > 0))),
+        eager_share=float(w[~covered].sum()), eager_cost_us=float(np.dot(w, eager_extra)),
+        step_us=float(np.dot(w, step)), memory_bytes=memory_bytes,
+        fits_budget=None if budget_bytes is None else memory_bytes <= budget_bytes,
+    )
+
+
+def optimise(workload: Workload, times: TimeModel, memory, budget_bytes: float | None, max_buckets: int = 64,
+             objective: str = "time"):
+    """The exact optimum under the budget: least expected step time ("time") or padded rows ("rows").
+
+    Returns the layout, or None when not even one graph fits the budget.
+    """
+    sizes, w = workload.batch_sizes, workload.weights
+    cost = times.graph_step_us[sizes] if objective == "time" else None
+    budget = np.inf if budget_bytes is None else budget_bytes
+    found = bk.best_layout_under_budget(sizes, w, lambda lay: memory.breakdown(lay)["total"], budget,
+                                        max_buckets, cost=cost)
+    return None if found is None else found[0]
+
+
+def compare(model: ModelConfig, hw: HardwareConfig, layouts: dict, workload: Workload, fusion: bool = False,
+            memory=None, budget_bytes=None, max_buckets: int = 64, objective: str = "time") -> list[LayoutStats]:
+    """Stats for each named layout, then the optimiser's layout under the budget (if any fits)."""
+    top = max([workload.batch_sizes.max()] + [max(lay) for lay in layouts.values()])
+    times = time_model(model, hw, int(top), fusion)
+    memory = memory or memory_model(model, fusion)
+    rows = [analyse(name, lay, workload, times, memory, budget_bytes) for name, lay in layouts.items()]
+    best = optimise(workload, times, memory, budget_bytes, max_buckets, objective)
+    if best is not None:
+        rows.append(analyse(OPTIMAL_NAME, best, workload, times, memory, budget_bytes))
+    return rows
+
+
+def table_rows(stats: list[LayoutStats]) -> list[dict]:
+    """The comparison as plain rows (the page's table, its CSV download and the CLI print these)."""
+    out = []
+    for s in stats:
+        row = {
+            "layout": s.name, "graphs": s.graphs, "largest": s.buckets[-1],
+            "padded rows/step": round(s.padded_rows, 2), "padding waste %": round(s.waste_pct, 1),
+            "GPU µs lost to padding": round(s.padding_gpu_us, 1), "eager sizes": s.eager_sizes,
+            "eager steps %": round(100 * s.eager_share, 1), "eager cost µs": round(s.eager_cost_us, 1),
+            "step µs": round(s.step_us, 1), "graph MiB": round(s.memory_bytes / MIB, 1),
+        }
+        if s.fits_budget is not None:
+            row["fits budget"] = "yes" if s.fits_budget else "no"
+        row["buckets"] = bk.format_layout(s.buckets)
+        out.append(row)
+    return out
+
+
+def format_table(rows: list[dict]) -> str:
+    if not rows:
+        return "(no layouts)"
+    columns = list(rows[0])
+    cells = [[str(r.get(c, "")) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.ljust(widths[i]) if i in (0, len(columns) - 1) else c.rjust(widths[i])
+                       for i, c in enumerate(columns))]
+    for row in cells:
+        lines.append("  ".join(v.ljust(widths[i]) if i in (0, len(columns) - 1) else v.rjust(widths[i])
+                               for i, v in enumerate(row)))
+    return "\n".join(lines)
+
+
+def format_layout_comparison(model: ModelConfig, hw: HardwareConfig, max_batch: int, budget_mib=None,
+                             names=COMPARE_DEFAULT, workload: Workload | None = None, fusion: bool = False) -> str:
+    """Padding waste against pinned graph memory for a few layouts, as printable text."""
+    workload = workload or uniform(int(max_batch))
+    layouts = {name: bk.layout(name, int(max_batch)) for name in names}
+    budget = None if budget_mib is None else float(budget_mib) * MIB
+    stats = compare(model, hw, layouts, workload, fusion=fusion, budget_bytes=budget)
+    head = (f"Bucket layouts for {model.name} on {hw.name}, workload {workload.name} "
+            f"({'fused' if fusion else 'unfused'} kernels; graph memory modelled per graph)")
+    if budget is not None:
+        head += f"\nMemory budget {budget_mib:g} MiB"
+        if not any(s.name == OPTIMAL_NAME for s in stats):
+            head += ": not even one graph fits"
+    return head + "\n" + format_table(table_rows(stats))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sim buckets",
+                                     description="Compare CUDA-graph bucket layouts: padding waste, eager "
+                                                 "fallback, step time and pinned graph memory.")
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="chapter")
+    parser.add_argument("--max-batch", type=int, default=256, help="largest batch the engine runs (1-1024)")
+    parser.add_argument("--budget-mib", type=float, default=None, help="graph memory budget for the optimiser")
+    parser.add_argument("--layouts", default=",".join(bk.LAYOUTS),
+                        help=f"comma-separated layout names from: {', '.join(bk.LAYOUTS)}")
+    parser.add_argument("--custom", default=None, help='an extra layout, e.g. "1,2,4,8,32,128,256"')
+    parser.add_argument("--workload", choices=("uniform", "geometric", "poisson"), default="uniform")
+    parser.add_argument("--mean", type=float, default=16.0, help="mean batch of a geometric/Poisson workload")
+    parser.add_argument("--csv", default=None, help="a batch,count histogram CSV to use as the workload")
+    parser.add_argument("--fusion", action="store_true", help="fused kernels (4 per layer instead of 11)")
+    args = parser.parse_args(argv)
+    try:
+        from sim import workloads as wl
+
+        if not 1 <= args.max_batch <= wl.MAX_BATCH:
+            raise ValueError(f"--max-batch must be from 1 to {wl.MAX_BATCH}")
+        if args.budget_mib is not None and not 0 <= args.budget_mib <= 1e7:
+            raise ValueError("--budget-mib must be from 0 to 10,000,000")
+        names = [n.strip() for n in args.layouts.split(",") if n.strip()]
+        layouts = {n: bk.layout(n, args.max_batch) for n in names}
+        if args.custom:
+            layouts["custom"] = bk.parse_layout(args.custom)
+        if args.csv:
+            with open(args.csv, "rb") as fh:
+                workload = wl.parse_histogram_csv(fh.read(wl.MAX_CSV_BYTES + 1), name=args.csv)
+        elif args.workload == "uniform":
+            workload = wl.uniform(args.max_batch)
+        else:
+            workload = getattr(wl, args.workload)(args.mean, args.max_batch)
+        preset = PRESETS[args.preset]
+        budget = None if args.budget_mib is None else args.budget_mib * MIB
+        stats = compare(preset.model, preset.hardware, layouts, workload, fusion=args.fusion, budget_bytes=budget)
+    except (ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"{preset.title}; workload: {workload.name} (mean batch {workload.mean:.1f})")
+    if budget is not None:
+        print(f"Graph memory budget: {args.budget_mib:g} MiB"
+              + ("" if any(s.name == OPTIMAL_NAME for s in stats) else " (not even one graph fits)"))
+    print(format_table(table_rows(stats)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,153 @@
+"""Layout comparison: time lost to padding, eager fallback, graph memory, the budget form and the CLI."""
+import numpy as np
+import pytest
+
+from sim import bucket_report as br
+from sim import buckets as bk
+from sim.config import PRESETS
+from sim.schedule import StepSettings, simulate_step
+from sim.workloads import Workload, geometric, uniform
+
+PRESET = PRESETS["chapter"]
+MODEL, HW = PRESET.model, PRESET.hardware
+
+
+@pytest.fixture(scope="module")
+def times():
+    return br.time_model(MODEL, HW, 300)
+
+
+def test_time_model_agrees_with_simulate_step(times):
+    for batch in (1, 24, 200):
+        graph = simulate_step(MODEL, HW, StepSettings(batch=batch, graphs=True, buckets=(batch,)))
+        eager = simulate_step(MODEL, HW, StepSettings(batch=batch))
+        assert times.graph_step_us[batch] == pytest.approx(graph.metrics.step_us)
+        assert times.graph_busy_us[batch] == pytest.approx(graph.metrics.gpu_busy_us)
+        assert times.eager_step_us[batch] == pytest.approx(eager.metrics.step_us)
+
+
+def test_analyse_by_hand(times):
+    wl = Workload("two sizes", [3, 300], [3, 1])
+    memory = br.memory_model(MODEL)
+    s = br.analyse("x", (4, 8), wl, times, memory, budget_bytes=1e12)
+    # Batch 3 pads one row into bucket 4 (3 of 4 steps); batch 300 runs eager.
+    assert s.padded_rows == pytest.approx(0.75)
+    assert s.waste_pct == pytest.approx(25.0)
+    assert s.padding_gpu_us == pytest.approx(0.75 * (times.graph_busy_us[4] - times.graph_busy_us[3]))
+    assert s.eager_sizes == 1 and s.eager_share == pytest.approx(0.25)
+    assert s.eager_cost_us == pytest.approx(0.25 * (times.eager_step_us[300] - times.graph_step_us[300]))
+    assert s.eager_cost_us > 0  # the chapter's model is launch-bound: eager is slower
+    assert s.step_us == pytest.approx(0.75 * times.graph_step_us[4] + 0.25 * times.eager_step_us[300])
+    assert s.graphs == 2 and s.fits_budget is True
+    assert s.memory_bytes == pytest.approx(bk.graph_memory_bytes((4, 8), memory), abs=1)
+
+
+def test_graph_memory_model_by_hand():
+    m = bk.GraphMemoryModel(static_bytes_per_row=100, pool_bytes_per_row=1000, nodes_per_graph=10, node_bytes=5)
+    parts = m.breakdown((1, 4, 8))
+    assert parts["static"] == 100 * 13  # each graph pins its own static rows
+    assert parts["nodes"] == 3 * 10 * 5
+    assert parts["pool"] == 1000 * 8  # one shared pool, sized by the largest graph
+    shared = bk.GraphMemoryModel(100, 1000, 10, 5, static_per_graph=False)
+    assert shared.breakdown((1, 4, 8))["static"] == 100 * 8
+    assert bk.graph_memory_bytes((1, 4, 8), m) == 1300 + 150 + 8000
+    with pytest.raises(ValueError, match="nodes_per_graph"):
+        bk.GraphMemoryModel(1, 1, 0)
+
+
+def test_memory_model_for_a_preset_counts_kernels():
+    unfused, fused = br.memory_model(MODEL, False), br.memory_model(MODEL, True)
+    assert unfused.nodes_per_graph == 32 * 11 + 4
+    assert fused.nodes_per_graph == 32 * 4 + 4
+    # More graphs pin more memory; the dense layout is the most expensive.
+    sizes = {name: bk.graph_memory_bytes(bk.layout(name, 256), unfused) for name in bk.LAYOUTS}
+    assert sizes["dense"] == max(sizes.values()) and sizes["powers of two"] == min(sizes.values())
+
+
+def test_measured_memory_interpolates_and_extrapolates():
+    measured = br.MeasuredGraphMemory.from_captures(
+        [{"bucket": 1, "graph_mem_bytes": 100}, {"bucket": 5, "graph_mem_bytes": 500}, {"bucket": 9, "graph_mem_bytes": 700}]
+    )
+    assert list(measured.per_graph_bytes([1, 3, 7, 13])) == [100, 300, 600, 900]
+    assert measured.breakdown((1, 5))["total"] == 600
+    with pytest.raises(ValueError, match="two or more"):
+        br.MeasuredGraphMemory.from_captures([{"bucket": 1, "graph_mem_bytes": 1}])
+
+
+@pytest.mark.parametrize("budget_mib", [3, 30, 60, 200, 10_000])
+def test_budget_form_respects_the_budget(times, budget_mib):
+    wl = geometric(12, 256)
+    memory = br.memory_model(MODEL)
+    layout = br.optimise(wl, times, memory, budget_mib * br.MIB, max_buckets=64, objective="rows")
+    if layout is None:
+        assert memory.breakdown((wl.batch_sizes.max(),))["total"] > budget_mib * br.MIB
+        return
+    assert memory.breakdown(layout)["total"] <= budget_mib * br.MIB
+    assert layout[-1] == 256 and len(layout) <= 64
+    # No layout from the exact per-count optima that fits the budget pads less.
+    fitting = [c for lay, c in bk.optimal_layouts(wl.batch_sizes, wl.weights, 64)
+               if memory.breakdown(lay)["total"] <= budget_mib * br.MIB]
+    assert bk.padding_waste(layout, wl.batch_sizes, wl.weights) == pytest.approx(min(fitting))
+
+
+def test_more_budget_never_hurts(times):
+    wl = uniform(256)
+    memory = br.memory_model(MODEL)
+    steps = []
+    for mib in (20, 50, 100, 400):
+        layout = br.optimise(wl, times, memory, mib * br.MIB)
+        steps.append(br.analyse("o", layout, wl, times, memory).step_us)
+    assert all(b <= a + 1e-9 for a, b in zip(steps, steps[1:]))
+    assert steps[-1] < steps[0]
+
+
+def test_compare_adds_the_optimum_and_beats_presets():
+    wl = geometric(16, 256)
+    layouts = {n: bk.layout(n, 256) for n in ("chapter", "powers of two")}
+    stats = br.compare(MODEL, HW, layouts, wl, budget_bytes=200 * br.MIB)
+    names = [s.name for s in stats]
+    assert names == ["chapter", "powers of two", br.OPTIMAL_NAME]
+    best = stats[-1]
+    assert best.fits_budget and best.step_us <= min(s.step_us for s in stats[:2] if s.fits_budget)
+    rows = br.table_rows(stats)
+    assert rows[0]["layout"] == "chapter" and rows[0]["graphs"] == 13 and rows[0]["fits budget"] == "yes"
+
+
+def test_format_layout_comparison_has_the_chapters_three_layouts():
+    text = br.format_layout_comparison(MODEL, HW, max_batch=256)
+    for name in ("powers of two", "chapter", "dense", "graph MiB", "padding waste %"):
+        assert name in text
+    assert br.OPTIMAL_NAME in text  # no budget: the optimum over up to 64 graphs
+    assert "Memory budget 512 MiB" in br.format_layout_comparison(MODEL, HW, 256, budget_mib=512)
+
+
+def test_cli_prints_the_table(capsys):
+    assert br.main(["--max-batch", "256", "--budget-mib", "512"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert "Graph memory budget: 512 MiB" in out
+    dense = next(line for line in lines if line.startswith("dense"))
+    assert " 256 " in dense and " no " in dense  # 256 graphs do not fit 512 MiB
+    assert any(line.startswith(br.OPTIMAL_NAME) for line in lines)
+    for name in bk.LAYOUTS:
+        assert any(line.startswith(name) for line in lines)
+
+
+def test_cli_rejects_bad_input(capsys, tmp_path):
+    assert br.main(["--custom", "1,2,x"]) == 2
+    assert "item 3" in capsys.readouterr().err
+    assert br.main(["--max-batch", "0"]) == 2
+    bad = tmp_path / "h.csv"
+    bad.write_text("batch,count\n1,-3\n")
+    assert br.main(["--csv", str(bad)]) == 2
+    assert "row 2" in capsys.readouterr().err
+
+
+def test_cli_with_a_csv_workload(capsys, tmp_path):
+    good = tmp_path / "h.csv"
+    good.write_text("batch,count\n1,50\n7,30\n40,20\n")
+    assert br.main(["--csv", str(good), "--layouts", "chapter", "--max-batch", "64"]) == 0
+    out = capsys.readouterr().out
+    assert "mean batch 10.6" in out
+    optimum = next(line for line in out.splitlines() if line.startswith(br.OPTIMAL_NAME))
+    assert optimum.rstrip().endswith("1, 7, 40")  # three sizes, three graphs, no padding
