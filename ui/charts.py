@@ -1,0 +1,293 @@
+"""Plotly figures for the simulator and the probe pages.
+
+Every figure here draws a `sim.timeline.Timeline` (or numbers derived from one), so
+a simulated step and a measured step go through the same code and can be overlaid.
+
+Lanes are horizontal bars on a linear microsecond axis (`base` = start, `x` =
+duration), one trace per kind of interval. `px.timeline` is avoided on purpose: it
+forces a date axis. Past a few thousand bars the browser slows down, so a whole
+long step switches to one WebGL line-segment trace per kind.
+"""
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+
+from sim.timeline import StepMetrics, Timeline
+
+# How many launches the lanes show unless the whole step is asked for (the chapter shows 18).
+FIRST_LAUNCHES = 18
+# Above this many bars in one figure, draw segments with Scattergl instead of Bar.
+MAX_BARS = 5000
+
+CPU_COLOUR = "#e07b39"  # CPU building and submitting a launch
+GPU_COLOUR = "#3a76b0"  # GPU executing a kernel
+IDLE_COLOUR = "rgba(150, 150, 150, 0.35)"  # GPU waiting: the bubbles
+STEP_COLOUR = "#222222"
+
+KINDS = ("CPU launch", "GPU kernel", "idle")
+COMBOS = ((False, False), (True, False), (False, True), (True, True))
+
+
+def combo_title(fusion: bool, graphs: bool) -> str:
+    """Short name of one toggle combination, as the sweep chart and tables label it."""
+    if fusion and graphs:
+        return "fusion + graphs"
+    if fusion:
+        return "fusion"
+    if graphs:
+        return "graphs"
+    return "unoptimised"
+
+
+# -- lanes ---------------------------------------------------------------------
+def _lane_names(timeline: Timeline, other: Timeline | None) -> tuple[str, str]:
+    """'CPU'/'GPU' alone; with an overlay each pair is tagged with where it came from."""
+    if other is None:
+        return "CPU", "GPU"
+    tag = timeline.source
+    if other.source == timeline.source:
+        # Two steps of the same kind (e.g. two simulations): their labels tell them apart.
+        tag = timeline.label or f"{timeline.source} ({id(timeline) % 1000})"
+    return f"CPU · {tag}", f"GPU · {tag}"
+
+
+def _intervals(timeline: Timeline, cpu_lane: str, gpu_lane: str) -> dict[str, tuple]:
+    """kind -> (lane, start, duration, names) for the three kinds of interval."""
+    idle_start, idle_dur = timeline.idle_intervals()
+    return {
+        "CPU launch": (cpu_lane, timeline.cpu_start, timeline.cpu_dur, timeline.cpu_names),
+        "GPU kernel": (gpu_lane, timeline.gpu_start, timeline.gpu_dur, timeline.gpu_names),
+        "idle": (gpu_lane, idle_start, idle_dur, ("idle",) * len(idle_start)),
+    }
+
+
+def _hover(kind: str) -> str:
+    return (
+        "<b>%{customdata[0]}</b><br>start %{customdata[1]:,.2f} µs"
+        "<br>duration %{customdata[2]:,.2f} µs<extra>" + kind + "</extra>"
+    )
+
+
+def _style(kind: str, faded: bool) -> dict:
+    colour = {"CPU launch": CPU_COLOUR, "GPU kernel": GPU_COLOUR, "idle": IDLE_COLOUR}[kind]
+    return {"colour": colour, "opacity": 0.55 if faded and kind != "idle" else 1.0}
+
+
+def _bar_trace(kind, lane, start, dur, names, legend_name, faded) -> dict:
+    style = _style(kind, faded)
+    marker = {"color": style["colour"], "line": {"width": 0}}
+    if kind == "idle":
+        # Hatched, like the dashed bubbles in the chapter's diagram.
+        marker["pattern"] = {"shape": "/", "fgcolor": "rgba(110, 110, 110, 0.6)", "size": 6}
+    return {
+        "type": "bar",
+        "orientation": "h",
+        "base": start,
+        "x": dur,
+        "y": np.full(len(start), lane, dtype=object),
+        "name": legend_name,
+        "marker": marker,
+        "opacity": style["opacity"],
+        "width": 0.62,
+        "customdata": _custom(names, start, dur),
+        "hovertemplate": _hover(kind),
+        "textposition": "none",
+    }
+
+
+def _custom(names, start, dur) -> np.ndarray:
+    custom = np.empty((len(start), 3), dtype=object)
+    custom[:, 0], custom[:, 1], custom[:, 2] = names, start, dur
+    return custom
+
+
+def _segment_trace(kind, lane, start, dur, names, legend_name, faded) -> dict:
+    # One polyline with a break (None) after each interval: thousands of bars as one WebGL draw.
+    n = len(start)
+    xs = np.empty(3 * n, dtype=object)
+    xs[0::3], xs[1::3], xs[2::3] = start, start + dur, None
+    ys = np.empty(3 * n, dtype=object)
+    ys[0::3], ys[1::3], ys[2::3] = lane, lane, None
+    custom = np.empty((3 * n, 3), dtype=object)
+    per_interval = _custom(names, start, dur)
+    custom[0::3], custom[1::3] = per_interval, per_interval
+    style = _style(kind, faded)
+    return {
+        "type": "scattergl",
+        "x": xs,
+        "y": ys,
+        "mode": "lines",
+        "name": legend_name,
+        "line": {"color": style["colour"], "width": 16},
+        "opacity": style["opacity"],
+        "customdata": custom,
+        "hovertemplate": _hover(kind),
+        "connectgaps": False,
+    }
+
+
+def lanes_figure(
+    timeline: Timeline,
+    overlay: Timeline | None = None,
+    *,
+    whole_step: bool = False,
+    first: int = FIRST_LAUNCHES,
+    title: str | None = None,
+    max_bars: int = MAX_BARS,
+) -> go.Figure:
+    """CPU and GPU lanes of one step; `overlay` adds two more lanes for a second step.
+
+    By default only the first `first` launches are drawn (the chapter's view), which is
+    where the bubbles are visible; `whole_step=True` draws everything.
+    """
+    shown = [timeline] + ([overlay] if overlay is not None else [])
+    if not whole_step:
+        shown = [t.first_launches(first) for t in shown]
+    lanes: list[str] = []
+    groups = []
+    for i, step in enumerate(shown):
+        other = shown[1 - i] if len(shown) == 2 else None
+        cpu_lane, gpu_lane = _lane_names(step, other)
+        lanes += [cpu_lane, gpu_lane]
+        groups.append((step, cpu_lane, gpu_lane, i == 1))
+
+    total_bars = sum(
+        len(s.cpu_start) + 2 * len(s.gpu_start) + 1 for s, *_ in groups
+    )  # kernels + launches + at most one gap per kernel
+    make_trace = _segment_trace if total_bars > max_bars else _bar_trace
+
+    traces = []
+    for step, cpu_lane, gpu_lane, faded in groups:
+        suffix = f" · {cpu_lane.split(' · ', 1)[1]}" if overlay is not None else ""
+        for kind, (lane, start, dur, names) in _intervals(step, cpu_lane, gpu_lane).items():
+            traces.append(make_trace(kind, lane, start, dur, names, kind + suffix, faded))
+
+    layout = {
+        "barmode": "overlay",
+        "height": 150 + 55 * len(lanes),
+        "margin": {"l": 10, "r": 10, "t": 40 if title else 10, "b": 40},
+        "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
+        "dragmode": "zoom",
+        "hovermode": "closest",
+        "xaxis": {"type": "linear", "title": {"text": "µs from the start of the step"},
+                  "rangemode": "tozero", "showgrid": True, "zeroline": False},
+        # Lanes read top to bottom: CPU above GPU, the overlay's pair below. Zoom is along time only.
+        "yaxis": {"type": "category", "categoryorder": "array", "categoryarray": lanes,
+                  "autorange": "reversed", "fixedrange": True},
+    }
+    if title:
+        layout["title"] = {"text": title}
+    return _figure(traces, layout)
+
+
+def _figure(traces: list[dict], layout: dict) -> go.Figure:
+    # One constructor call validates everything once; add_trace/update_* re-validate each
+    # time and cost several times more, which matters on a page that redraws per slider move.
+    return go.Figure({"data": traces, "layout": layout})
+
+
+# -- where the time goes ----------------------------------------------------------
+def time_split_figure(metrics: StepMetrics) -> go.Figure:
+    """CPU launch cost and GPU execution side by side, with the step time marked."""
+    names = ["CPU launch cost", "GPU execution"]
+    values = [metrics.cpu_launch_us, metrics.gpu_busy_us]
+    top = max(values + [metrics.step_us]) * 1.2
+    bar = {
+        "type": "bar", "orientation": "h", "y": names, "x": values,
+        "marker": {"color": [CPU_COLOUR, GPU_COLOUR]},
+        "text": [format_us(v) for v in values], "textposition": "outside", "cliponaxis": False,
+        "hovertemplate": "%{y}: %{x:,.1f} µs<extra></extra>", "showlegend": False,
+    }
+    layout = {
+        "height": 180, "margin": {"l": 10, "r": 10, "t": 30, "b": 40}, "bargap": 0.35,
+        "xaxis": {"type": "linear", "title": {"text": "µs per step"}, "range": [0, top]},
+        "yaxis": {"autorange": "reversed", "fixedrange": True},
+        # Step time as a dotted line: it sits on the longer bar, not at the sum of both.
+        "shapes": [{"type": "line", "xref": "x", "yref": "paper", "x0": metrics.step_us,
+                    "x1": metrics.step_us, "y0": 0, "y1": 1,
+                    "line": {"dash": "dot", "color": STEP_COLOUR, "width": 1.5}}],
+        "annotations": [{"xref": "x", "yref": "paper", "x": metrics.step_us, "y": 1, "yanchor": "bottom",
+                         "text": f"step {format_us(metrics.step_us)}", "showarrow": False}],
+    }
+    return _figure([bar], layout)
+
+
+def format_us(us: float) -> str:
+    """Microseconds as people read them: '850 µs', '12.3 µs', '1.73 ms'."""
+    if us >= 1000:
+        return f"{us / 1000:.2f} ms"
+    if us >= 100:
+        return f"{us:.0f} µs"
+    return f"{us:.1f} µs"
+
+
+# -- batch sweep -------------------------------------------------------------------
+_GRID = {  # (x domain, y domain) of the four panels, in COMBOS order
+    0: ((0.0, 0.48), (0.56, 1.0)),
+    1: ((0.52, 1.0), (0.56, 1.0)),
+    2: ((0.0, 0.48), (0.0, 0.44)),
+    3: ((0.52, 1.0), (0.0, 0.44)),
+}
+_SWEEP_LINES = (("step_us", "step time", STEP_COLOUR, "solid", 2.5),
+                ("cpu_launch_us", "CPU launch time", CPU_COLOUR, "dash", 2),
+                ("gpu_busy_us", "GPU time", GPU_COLOUR, "dot", 2.5))
+
+
+def sweep_figure(sweep, *, current: tuple[bool, bool] | None = None, batch: int | None = None) -> go.Figure:
+    """Step, CPU launch and GPU time against batch (log x), one panel per toggle combination.
+
+    `sweep` is a `sim.schedule.Sweep` (or anything shaped like it): `.batches`, `sweep[(fusion,
+    graphs)]` with arrays `step_us`, `cpu_launch_us`, `gpu_busy_us` aligned with the batches,
+    and `.crossover[(fusion, graphs)]`, the first GPU-bound batch or None. The panel of
+    `current` marks `batch`.
+    """
+    x = np.asarray(sweep.batches)
+    crossover = sweep.crossover
+    series = {combo: sweep[combo] for combo in COMBOS}
+    top = max(float(np.max(getattr(series[c], k))) for c in COMBOS for k, *_ in _SWEEP_LINES) * 1.08
+    traces, shapes, annotations, layout = [], [], [], {}
+    for i, combo in enumerate(COMBOS):
+        xa, ya = ("x", "y") if i == 0 else (f"x{i + 1}", f"y{i + 1}")
+        x_dom, y_dom = _GRID[i]
+        layout["xaxis" if i == 0 else f"xaxis{i + 1}"] = {
+            "type": "log", "domain": list(x_dom), "anchor": ya, "matches": None if i == 0 else "x",
+            "title": {"text": "batch size (log scale)" if i >= 2 else ""}, "showticklabels": i >= 2,
+        }
+        layout["yaxis" if i == 0 else f"yaxis{i + 1}"] = {
+            "type": "linear", "domain": list(y_dom), "anchor": xa, "range": [0, top],
+            "matches": None if i == 0 else "y", "showticklabels": i % 2 == 0,
+            "title": {"text": "µs per step" if i % 2 == 0 else ""},
+        }
+        name = combo_title(*combo)
+        annotations.append({
+            "xref": "paper", "yref": "paper", "x": sum(x_dom) / 2, "y": y_dom[1], "yanchor": "bottom",
+            "showarrow": False, "font": {"size": 13},
+            "text": f"<b>{name} (current)</b>" if combo == current else name,
+        })
+        data = series[combo]
+        for key, label, colour, dash, width in _SWEEP_LINES:
+            traces.append({
+                "type": "scatter", "mode": "lines", "x": x, "y": np.asarray(getattr(data, key), dtype=float),
+                "xaxis": xa, "yaxis": ya, "name": label, "legendgroup": key, "showlegend": i == 0,
+                "line": {"color": colour, "dash": dash, "width": width},
+                "hovertemplate": f"batch %{{x}}: {label} %{{y:,.0f}} µs<extra>{name}</extra>",
+            })
+        marks = []
+        cross = crossover.get(combo)
+        if cross is not None:
+            marks.append((cross, "#2a9d55", "dot", f"GPU-bound from {cross}", 0.97))
+        if batch is not None and combo == current:
+            marks.append((batch, "#b03a3a", "solid", f"batch {batch}", 0.80))
+        for where, colour, dash, text, height in marks:
+            shapes.append({"type": "line", "xref": xa, "yref": f"{ya} domain", "x0": where, "x1": where,
+                           "y0": 0, "y1": 1, "line": {"color": colour, "dash": dash, "width": 1.5}})
+            annotations.append({"xref": xa, "yref": f"{ya} domain", "x": float(np.log10(where)), "y": height,
+                                "text": text, "showarrow": False, "xanchor": "left", "xshift": 3,
+                                "font": {"size": 11, "color": colour}})
+    layout.update({
+        "height": 560, "margin": {"l": 10, "r": 10, "t": 70, "b": 40}, "hovermode": "x unified",
+        "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.07, "x": 0},
+        "shapes": shapes, "annotations": annotations,
+    })
+    return _figure(traces, layout)
