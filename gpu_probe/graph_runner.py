@@ -1,0 +1,302 @@
+"""Bucketed CUDA-graph capture and replay of the decode step, with the padding checks.
+
+After nano-vllm's `capture_cudagraph`: static input buffers allocated once at the largest
+bucket, one graph per bucket captured largest first into one shared memory pool, replay
+at the smallest bucket that fits, eager above the largest. A graph records addresses, not
+values, so every step copies its real rows into the same buffers and the padded rows must
+be made harmless: they get a block table full of the scratch block, a slot inside it and a
+context of one token, so they read and write only scratch memory.
+
+`pad_rows_to="real"` is the chapter's bug on purpose: padded rows are aimed at the first
+block of the batch's first sequence (as if the scratch block had never been reserved), so
+they overwrite that sequence's cached first token at exactly the batch sizes that need
+padding. `check_padding` (before replay) and the KV canary (after) catch it and raise
+`PaddingCorruption`.
+
+`use_graphs=False` runs the same bookkeeping eagerly over the static buffers: the CPU
+version the tests and the page's padding demo use.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from gpu_probe.kv_cache import PAD_SLOT, SCRATCH_BLOCK
+
+DEFAULT_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)  # the chapter's
+PAD_POLICIES = ("scratch", "real")
+INPUT_NAMES = ("input_ids", "positions", "block_tables", "slot_mapping", "context_lens")
+CHECKS = (False, True, "before", "after", "both")
+# Above this many bytes of real KV the canary keeps per-slot checksums instead of a full copy.
+EXACT_CANARY_BYTES = 512 * 2**20
+
+
+class PaddingCorruption(AssertionError):
+    """Padded rows aimed at, or wrote into, a real sequence's KV blocks."""
+
+    def __init__(self, message: str, kind: str, batch: int, bucket: int, slots: tuple[int, ...] = ()):
+        super().__init__(message)
+        self.kind, self.batch, self.bucket, self.slots = kind, batch, bucket, slots
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeBatch:
+    """The five decode inputs for `size` real rows (all on the model's device)."""
+
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    block_tables: torch.Tensor
+    slot_mapping: torch.Tensor
+    context_lens: torch.Tensor
+
+    @property
+    def size(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    def head(self, n: int) -> "DecodeBatch":
+        """The first n rows (the same sequences, so smaller batches reuse one allocation)."""
+        if not 1 <= n <= self.size:
+            raise ValueError(f"n must be in [1, {self.size}], got {n}")
+        return DecodeBatch(*(getattr(self, name)[:n] for name in INPUT_NAMES))
+
+    def as_dict(self) -> dict[str, torch.Tensor]:
+        return {name: getattr(self, name) for name in INPUT_NAMES}
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureStats:
+    bucket: int
+    capture_ms: float  # torch.cuda.graph(...) block: capture + instantiate (after one warm-up step)
+    warmup_ms: float  # the eager step before capture (Triton compiles, cuBLAS handles)
+    graph_mem_bytes: int  # drop in free device memory across the capture (pool growth + graph exec)
+    pool_bytes: int  # growth of the caching allocator's reserved memory (the shared pool)
+
+    def to_dict(self) -> dict:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
+def bucket_for(batch: int, buckets) -> int | None:
+    """Smallest bucket >= batch; None above the largest (that batch runs eagerly)."""
+    return next((b for b in buckets if b >= batch), None)
+
+
+def validate_buckets(buckets) -> tuple[int, ...]:
+    try:
+        values = [int(b) for b in buckets]
+    except (TypeError, ValueError):
+        raise ValueError(f"buckets must be positive integers, got {buckets!r}") from None
+    if not values or any(v < 1 for v in values) or any(v != b for v, b in zip(values, buckets)):
+        raise ValueError(f"buckets must be a non-empty list of positive integers, got {list(buckets)!r}")
+    return tuple(sorted(set(values)))
+
+
+def make_batch(model, n: int, seed: int = 0, context: int | None = None) -> DecodeBatch:
+    """n fresh sequences of `context` cached tokens (default: the preset's prefill) re-decoding
+    their last token: repeatable steps that always write the same slots."""
+    cache, cfg = model.kv_cache, model.cfg
+    seq_ids = [cache.add_sequence(context or cfg.prefill_len) for _ in range(n)]
+    inputs = cache.decode_inputs(seq_ids, advance=False)
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, cfg.vocab, (n,), generator=gen).to(model.device)
+    return DecodeBatch(input_ids=ids, **inputs)
+
+
+class GraphRunner:
+    def __init__(self, model, kv_cache=None, buckets=DEFAULT_BUCKETS, use_graphs: bool = True,
+                 pad_rows_to: str = "scratch", progress=None):
+        if pad_rows_to not in PAD_POLICIES:
+            raise ValueError(f"pad_rows_to must be one of {PAD_POLICIES}, got {pad_rows_to!r}")
+        self.model, self.kv_cache = model, kv_cache if kv_cache is not None else model.kv_cache
+        self.buckets = validate_buckets(buckets)
+        self.max_bucket = self.buckets[-1]
+        self.use_graphs, self.pad_rows_to = bool(use_graphs), pad_rows_to
+        if self.use_graphs and model.device.type != "cuda":
+            raise ValueError("use_graphs=True needs the model on a CUDA device")
+        self.block_size = self.kv_cache.block_size
+        self.scratch_slot = SCRATCH_BLOCK * self.block_size
+        dev, width, big = model.device, self.kv_cache.max_blocks_per_seq, self.max_bucket
+        # Allocated once at the largest bucket; every graph reads views of these addresses.
+        self.static = {
+            "input_ids": torch.zeros(big, dtype=torch.long, device=dev),
+            "positions": torch.zeros(big, dtype=torch.long, device=dev),
+            "block_tables": torch.full((big, width), SCRATCH_BLOCK, dtype=torch.int32, device=dev),
+            "slot_mapping": torch.full((big,), self.scratch_slot, dtype=torch.long, device=dev),
+            "context_lens": torch.ones(big, dtype=torch.int32, device=dev),
+        }
+        self._dirty = 0  # rows [0, _dirty) may hold a previous batch's real rows
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.outputs: dict[int, torch.Tensor] = {}
+        self.captures: list[CaptureStats] = []
+        self.pool = None
+        self.last_bucket: int | None = None
+        self.last_eager_fallback = False
+        if self.use_graphs:
+            self.capture_all(progress)
+
+    @property
+    def static_buffer_bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.static.values())
+
+    def views(self, bucket: int) -> dict[str, torch.Tensor]:
+        return {name: buf[:bucket] for name, buf in self.static.items()}
+
+    # ---- capture -------------------------------------------------------------------------------
+    @torch.no_grad()
+    def capture_all(self, progress=None) -> list[CaptureStats]:
+        """Capture every bucket, largest first, so smaller graphs reuse the pool's blocks."""
+        self._reset_padding(self.max_bucket)  # warm-up and capture write only to scratch
+        for bucket in reversed(self.buckets):
+            if progress:
+                progress(f"capturing bucket {bucket}")
+            self.captures.append(self._capture(bucket))
+        self.captures.sort(key=lambda c: c.bucket)
+        return self.captures
+
+    def _capture(self, bucket: int) -> CaptureStats:
+        views = self.views(bucket)
+        t0 = time.perf_counter()
+        self.model(**views)
+        torch.cuda.synchronize()
+        warmup_ms = (time.perf_counter() - t0) * 1e3
+        torch.cuda.empty_cache()  # so the free-memory delta sees only what the capture takes
+        free0, reserved0 = torch.cuda.mem_get_info()[0], torch.cuda.memory_reserved()
+        graph = torch.cuda.CUDAGraph()
+        t0 = time.perf_counter()
+        with torch.cuda.graph(graph, pool=self.pool):
+            out = self.model(**views)
+        torch.cuda.synchronize()
+        capture_ms = (time.perf_counter() - t0) * 1e3
+        free1, reserved1 = torch.cuda.mem_get_info()[0], torch.cuda.memory_reserved()
+        if self.pool is None:
+            self.pool = graph.pool()
+        self.graphs[bucket], self.outputs[bucket] = graph, out
+        return CaptureStats(bucket=bucket, capture_ms=capture_ms, warmup_ms=warmup_ms,
+                            graph_mem_bytes=max(free0 - free1, 0), pool_bytes=max(reserved1 - reserved0, 0))
+
+    # ---- replay --------------------------------------------------------------------------------
+    @torch.no_grad()
+    def run(self, batch: DecodeBatch, check=False) -> torch.Tensor:
+        """Logits of the real rows. A view of the graph's output: valid until the next run.
+
+        check: True/"both" checks the padded rows before replay and the KV canary after it;
+        "before" or "after" one of them; False nothing (the timing path).
+        """
+        if check not in CHECKS:
+            raise ValueError(f"check must be one of {CHECKS}, got {check!r}")
+        n = batch.size
+        bucket = bucket_for(n, self.buckets)
+        self.last_bucket, self.last_eager_fallback = bucket, bucket is None
+        if bucket is None:
+            return self.model(**batch.as_dict())
+        self.load(batch, bucket)
+        if check in (True, "both", "before"):
+            self.check_padding(n, bucket)
+        canary = self._canary_before(n) if check in (True, "both", "after") else None
+        if self.use_graphs:
+            self.graphs[bucket].replay()
+            out = self.outputs[bucket]
+        else:
+            out = self.model(**self.views(bucket))
+        if canary is not None:
+            self._canary_after(canary, n, bucket)
+        return out[:n]
+
+    def load(self, batch: DecodeBatch, bucket: int) -> None:
+        """Copy the real rows into the static buffers and make rows [n, bucket) padding."""
+        n = batch.size
+        for name in INPUT_NAMES:
+            self.static[name][:n].copy_(getattr(batch, name), non_blocking=True)
+        if self.pad_rows_to == "real":
+            if bucket > n:
+                # The bug: padding aimed at a real sequence's first block (slot 0 of it).
+                victim = self.static["block_tables"][0, 0]
+                self.static["block_tables"][n:bucket] = victim
+                self.static["slot_mapping"][n:bucket] = victim.long() * self.block_size
+                self.static["positions"][n:bucket] = 0
+                self.static["context_lens"][n:bucket] = 1
+            self._dirty = max(self._dirty, bucket)
+        else:
+            if self._dirty > n:
+                # Rows a previous, larger batch left behind would write into its sequences' blocks.
+                self._reset_padding(self._dirty, start=n)
+            self._dirty = n
+
+    def _reset_padding(self, stop: int, start: int = 0) -> None:
+        s = self.static
+        s["input_ids"][start:stop] = 0
+        s["positions"][start:stop] = 0
+        s["block_tables"][start:stop] = SCRATCH_BLOCK
+        s["slot_mapping"][start:stop] = self.scratch_slot
+        s["context_lens"][start:stop] = 1
+        self._dirty = min(self._dirty, start)
+
+    # ---- the assertion that catches the padding bug ----------------------------------------------
+    def check_padding(self, n: int, bucket: int) -> None:
+        """Padded rows [n, bucket) of the loaded buffers may reference the scratch block only."""
+        tables = self.static["block_tables"][n:bucket].cpu()
+        slots = self.static["slot_mapping"][n:bucket].cpu()
+        lens = self.static["context_lens"][n:bucket].cpu()
+        bad_rows = torch.nonzero((tables != SCRATCH_BLOCK).any(1)).flatten().tolist()
+        if bad_rows:
+            row = bad_rows[0]
+            block = int(tables[row][tables[row] != SCRATCH_BLOCK][0])
+            raise PaddingCorruption(
+                f"batch {n} padded to {bucket}: {len(bad_rows)} padded row(s) have a block table pointing at "
+                f"real block {block} (first: row {n + row}); they must point at scratch block {SCRATCH_BLOCK}",
+                kind="block_table", batch=n, bucket=bucket)
+        in_scratch = (slots == PAD_SLOT) | ((slots // self.block_size) == SCRATCH_BLOCK)
+        if not bool(in_scratch.all()):
+            bad = slots[~in_scratch].tolist()
+            raise PaddingCorruption(
+                f"batch {n} padded to {bucket}: padded rows would write KV slot(s) {bad[:4]} outside the "
+                f"scratch block", kind="slot_mapping", batch=n, bucket=bucket, slots=tuple(bad))
+        if bool((lens > self.block_size).any()) or bool((lens < 1).any()):
+            raise PaddingCorruption(f"batch {n} padded to {bucket}: padded rows must attend over 1..{self.block_size} "
+                                    f"scratch tokens", kind="context_lens", batch=n, bucket=bucket)
+
+    def _real_slots(self, n: int) -> torch.Tensor:
+        """Every slot of every block the real rows own, minus the slots this step writes."""
+        tables = self.static["block_tables"][:n].cpu()
+        lens = self.static["context_lens"][:n].cpu()
+        written = set(self.static["slot_mapping"][:n].cpu().tolist())
+        blocks = set()
+        for row in range(n):
+            used = -(-int(lens[row]) // self.block_size)
+            blocks.update(int(b) for b in tables[row, :used])
+        blocks.discard(SCRATCH_BLOCK)
+        slots = [b * self.block_size + o for b in sorted(blocks) for o in range(self.block_size)]
+        return torch.tensor([s for s in slots if s not in written], dtype=torch.long, device=self.model.device)
+
+    def _flat_kv(self) -> torch.Tensor:
+        kv = self.kv_cache.kv  # [layer, K|V, block, slot_in_block, kv_head, head_dim]
+        return kv.view(kv.shape[0], 2, kv.shape[2] * kv.shape[3], -1)
+
+    def _canary_before(self, n: int):
+        slots = self._real_slots(n)
+        flat = self._flat_kv()
+        nbytes = flat.shape[0] * 2 * len(slots) * flat.shape[-1] * flat.element_size()
+        if nbytes <= EXACT_CANARY_BYTES:
+            return slots, "exact", flat[:, :, slots].clone()
+        return slots, "checksum", self._checksums(slots)
+
+    def _checksums(self, slots: torch.Tensor) -> torch.Tensor:
+        """Per-slot sums of the raw bit patterns, one layer at a time (no full copy of the cache)."""
+        flat = self._flat_kv()
+        bits = {2: torch.int16, 4: torch.int32, 8: torch.int64}[flat.element_size()]
+        return torch.stack([flat[layer].view(bits).sum(-1, dtype=torch.int64)[:, slots]
+                            for layer in range(flat.shape[0])])
+
+    def _canary_after(self, canary, n: int, bucket: int) -> None:
+        slots, kind, before = canary
+        if kind == "exact":
+            changed = (self._flat_kv()[:, :, slots] != before).any(-1).any(0).any(0)
+        else:
+            changed = (self._checksums(slots) != before).any(0).any(0)
+        if bool(changed.any()):
+            hit = slots[changed].tolist()
+            raise PaddingCorruption(
+                f"batch {n} padded to {bucket}: KV canary changed at {len(hit)} slot(s) of real sequences that "
+                f"this step was not meant to write (first: block {hit[0] // self.block_size}, "
+                f"offset {hit[0] % self.block_size})", kind="canary", batch=n, bucket=bucket, slots=tuple(hit))

@@ -1,0 +1,133 @@
+"""Graph runner bookkeeping on the CPU (tiny model, use_graphs=False): buckets, padding, the bug."""
+import pytest
+import torch
+
+from gpu_probe.config import get_config
+from gpu_probe.graph_runner import (DEFAULT_BUCKETS, GraphRunner, PaddingCorruption, bucket_for, make_batch,
+                                    validate_buckets)
+from gpu_probe.kv_cache import SCRATCH_BLOCK
+from gpu_probe.model import ProbeModel
+
+MAX_ROWS = 256
+
+
+@pytest.fixture(scope="module")
+def setup():
+    cfg = get_config("tiny")
+    blocks_per_seq = -(-cfg.prefill_len // cfg.block_size)
+    model = ProbeModel(cfg, num_blocks=1 + MAX_ROWS * blocks_per_seq)
+    model.kv_cache.fill_random_(seed=1)
+    batch = make_batch(model, MAX_ROWS, seed=2)
+    return model, batch
+
+
+def test_bucket_choice_matches_the_chapter():
+    assert DEFAULT_BUCKETS == (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+    from sim.config import CHAPTER_BUCKETS
+    assert DEFAULT_BUCKETS == tuple(CHAPTER_BUCKETS)
+    assert [bucket_for(n, DEFAULT_BUCKETS) for n in (1, 2, 3, 5, 17, 25, 33, 49, 65, 97, 129, 193, 256)] == \
+        [1, 2, 4, 8, 24, 32, 48, 64, 96, 128, 192, 256, 256]
+    assert bucket_for(257, DEFAULT_BUCKETS) is None
+    assert validate_buckets([8, 1, 4, 4]) == (1, 4, 8)
+    for bad in ([], [0, 2], [1.5], ["x"], [-4]):
+        with pytest.raises(ValueError, match="buckets"):
+            validate_buckets(bad)
+
+
+def test_padding_points_at_scratch_and_outputs_match_eager(setup):
+    model, batch = setup
+    runner = GraphRunner(model, buckets=(1, 4, 8), use_graphs=False)
+    small = batch.head(3)
+    out = runner.run(small, check=True)
+    assert out.shape == (3, model.cfg.vocab) and runner.last_bucket == 4
+    padded = runner.views(4)
+    assert padded["block_tables"][3].eq(SCRATCH_BLOCK).all()
+    assert int(padded["slot_mapping"][3]) // model.cfg.block_size == SCRATCH_BLOCK
+    assert int(padded["context_lens"][3]) == 1
+    assert torch.equal(padded["slot_mapping"][:3], small.slot_mapping)
+    ref = model(**small.as_dict())
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_stale_rows_of_a_larger_batch_are_reset(setup):
+    model, batch = setup
+    runner = GraphRunner(model, buckets=(8,), use_graphs=False)
+    runner.run(batch.head(8))
+    runner.run(batch.head(2), check="before")  # rows 2..7 held real sequences a step ago
+    assert runner.views(8)["block_tables"][2:].eq(SCRATCH_BLOCK).all()
+
+
+def test_above_largest_bucket_runs_eager(setup):
+    model, batch = setup
+    runner = GraphRunner(model, buckets=(1, 2), use_graphs=False)
+    out = runner.run(batch.head(5))
+    assert out.shape[0] == 5 and runner.last_eager_fallback and runner.last_bucket is None
+
+
+def test_bug_fires_exactly_where_padding_is_needed(setup):
+    model, batch = setup
+    runner = GraphRunner(model, buckets=DEFAULT_BUCKETS, use_graphs=False, pad_rows_to="real")
+    fired = set()
+    for n in range(1, MAX_ROWS + 1):
+        try:
+            runner.run(batch.head(n), check="before")
+        except PaddingCorruption as err:
+            assert err.kind == "block_table" and err.batch == n and err.bucket == bucket_for(n, DEFAULT_BUCKETS)
+            fired.add(n)
+    assert fired == set(range(1, MAX_ROWS + 1)) - set(DEFAULT_BUCKETS)
+
+
+def test_canary_catches_the_write_and_the_output_changes(setup):
+    model, batch = setup
+    cache = model.kv_cache
+    saved = cache.kv.clone()
+    try:
+        runner = GraphRunner(model, buckets=(4,), use_graphs=False, pad_rows_to="real")
+        small = batch.head(3)
+        with pytest.raises(PaddingCorruption) as err:
+            runner.run(small, check="after")
+        assert err.value.kind == "canary"
+        victim_slot = int(small.block_tables[0, 0]) * model.cfg.block_size
+        assert victim_slot in err.value.slots
+        # What a user would see: sequence 0 now attends over a garbage first token.
+        corrupted = model(**small.as_dict()).clone()
+        cache.kv.copy_(saved)
+        clean = model(**small.as_dict())
+        assert not torch.allclose(corrupted[0], clean[0])
+        torch.testing.assert_close(corrupted[1:], clean[1:])  # the others are untouched
+    finally:
+        cache.kv.copy_(saved)
+
+
+def test_safe_padding_never_fires(setup):
+    model, batch = setup
+    saved = model.kv_cache.kv.clone()
+    runner = GraphRunner(model, buckets=DEFAULT_BUCKETS, use_graphs=False)
+    for n in list(range(1, 70)) + [95, 96, 97, 127, 129, 191, 193, 255, 256]:
+        runner.run(batch.head(n), check=True)
+    # Only the slots the real rows were meant to write may change (re-written with the same token).
+    written = torch.zeros(model.kv_cache.kv[0, 0].flatten(0, 1).shape[0], dtype=torch.bool)
+    written[batch.slot_mapping] = True
+    written[: model.cfg.block_size] = True  # the scratch block
+    flat_now = model.kv_cache.kv.flatten(2, 3)
+    flat_then = saved.flatten(2, 3)
+    assert torch.equal(flat_now[:, :, ~written], flat_then[:, :, ~written])
+
+
+def test_safe_padding_check_before_every_size(setup):
+    model, batch = setup
+    runner = GraphRunner(model, buckets=DEFAULT_BUCKETS, use_graphs=False)
+    for n in range(1, MAX_ROWS + 1):
+        bucket = bucket_for(n, DEFAULT_BUCKETS)
+        runner.load(batch.head(n), bucket)
+        runner.check_padding(n, bucket)
+
+
+def test_invalid_arguments(setup):
+    model, _ = setup
+    with pytest.raises(ValueError, match="pad_rows_to"):
+        GraphRunner(model, use_graphs=False, pad_rows_to="zeros")
+    with pytest.raises(ValueError, match="CUDA"):
+        GraphRunner(model, use_graphs=True)
+    with pytest.raises(ValueError, match="check"):
+        GraphRunner(model, buckets=(1,), use_graphs=False).run(setup[1].head(1), check="sometimes")
