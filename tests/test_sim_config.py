@@ -1,0 +1,81 @@
+"""Configs validate at construction and name the bad field; presets carry the chapter's figures."""
+import math
+
+import pytest
+
+from sim.config import (BATCH_RANGE, CHAPTER_BUCKETS, DEFAULT_PRESET, LAYERS_RANGE, PRESETS, HardwareConfig,
+                        ModelConfig, bucket_for)
+from sim.schedule import StepSettings
+
+CHAPTER = PRESETS["chapter"]
+
+
+def test_presets_and_ranges():
+    assert set(PRESETS) == {"chapter", "llama3-8b-h100", "probe-0.5b-h200"}
+    assert DEFAULT_PRESET == "chapter"
+    assert BATCH_RANGE == (1, 512) and LAYERS_RANGE == (1, 128)
+    assert CHAPTER.model.n_layers == 32 and CHAPTER.hardware.eager_launch_us == 6.0
+    llama = PRESETS["llama3-8b-h100"].model
+    assert (llama.hidden, llama.n_heads, llama.n_kv_heads, llama.ffn, llama.vocab) == (4096, 32, 8, 14336, 128256)
+    assert 7.5e9 < llama.n_params < 8.5e9
+    probe = PRESETS["probe-0.5b-h200"].model
+    assert probe.n_layers == 32 and 0.4e9 < probe.n_params < 0.6e9
+    for preset in PRESETS.values():
+        assert preset.key in PRESETS and preset.note.strip()
+
+
+def test_derived_dims():
+    m = CHAPTER.model
+    assert m.head_dim == 128 and m.q_dim == 2048 and m.kv_dim == 512
+    assert m.with_layers(4).n_layers == 4 and m.with_layers(4).hidden == m.hidden
+
+
+@pytest.mark.parametrize("field, value", [
+    ("n_layers", 0), ("n_layers", True), ("n_layers", 2.5), ("hidden", -8), ("ffn", 0), ("vocab", 0),
+    ("bytes_per_el", 0), ("bytes_per_el", math.nan), ("context_len", 0), ("n_heads", 3), ("n_kv_heads", 5),
+])
+def test_model_validation_names_the_field(field, value):
+    kwargs = dict(name="m", n_layers=2, hidden=64, n_heads=4, n_kv_heads=2, ffn=128, vocab=100)
+    kwargs[field] = value
+    with pytest.raises(ValueError, match=f"ModelConfig.{field}"):
+        ModelConfig(**kwargs)
+
+
+def test_with_layers_validates():
+    with pytest.raises(ValueError, match="n_layers"):
+        CHAPTER.model.with_layers(0)
+
+
+@pytest.mark.parametrize("field, value", [
+    ("hbm_GBps", 0), ("matrix_TFLOPs", -1), ("min_kernel_us", -0.5), ("eager_launch_us", 0),
+    ("graph_launch_us", math.inf), ("graph_node_gap_us", math.nan), ("hbm_GBps", "fast"),
+])
+def test_hardware_validation_names_the_field(field, value):
+    kwargs = dict(name="gpu", hbm_GBps=1000.0, matrix_TFLOPs=100.0, min_kernel_us=2.0, eager_launch_us=6.0,
+                  graph_launch_us=10.0, graph_node_gap_us=0.2)
+    kwargs[field] = value
+    with pytest.raises(ValueError, match=f"HardwareConfig.{field}"):
+        HardwareConfig(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    (dict(batch=0), "batch"), (dict(batch=1.5), "batch"), (dict(batch=10**6), "batch"),
+    (dict(fusion="yes"), "fusion"), (dict(graphs=1), "graphs"), (dict(buckets=(0, 2)), "buckets"),
+    (dict(buckets=("a",)), "buckets"),
+])
+def test_step_settings_validation_names_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=f"StepSettings.{field}"):
+        StepSettings(**kwargs)
+
+
+def test_step_settings_sorts_buckets():
+    assert StepSettings(buckets=[8, 2, 4, 2]).buckets == (2, 4, 8)
+
+
+@pytest.mark.parametrize("batch, bucket", [(1, 1), (3, 4), (17, 24), (33, 48), (256, 256), (257, None)])
+def test_bucket_for(batch, bucket):
+    assert bucket_for(batch, CHAPTER_BUCKETS) == bucket
+
+
+def test_bucket_for_empty_layout():
+    assert bucket_for(1, ()) is None

@@ -1,0 +1,157 @@
+"""The schedule of one step: invariants, the chapter's figures, buckets, and the vectorised sweep."""
+import numpy as np
+import pytest
+
+from sim.config import CHAPTER_BUCKETS, PRESETS, HardwareConfig, ModelConfig
+from sim.kernels import kernel_times_us, step_kernels
+from sim.schedule import COMBOS, StepSettings, simulate_step, sweep
+from sim.timeline import CPU_BOUND, GPU_BOUND
+
+CHAPTER = PRESETS["chapter"]
+
+
+def chapter_step(batch=1, fusion=False, graphs=False, **kw):
+    return simulate_step(CHAPTER.model, CHAPTER.hardware, StepSettings(batch, fusion, graphs, **kw))
+
+
+@pytest.mark.parametrize("key", sorted(PRESETS))
+@pytest.mark.parametrize("n_layers", [1, 32, 128])
+def test_invariants(key, n_layers):
+    preset = PRESETS[key]
+    model = preset.model.with_layers(n_layers)
+    for batch in (1, 7, 64, 300, 512):
+        for fusion, graphs in COMBOS:
+            step = simulate_step(model, preset.hardware, StepSettings(batch, fusion, graphs))
+            m, tl = step.metrics, step.timeline
+            assert m.idle_us == pytest.approx(m.step_us - m.gpu_busy_us)
+            assert 0 < m.utilisation <= 1
+            assert m.step_us >= m.cpu_launch_us - 1e-9 and m.step_us >= m.gpu_busy_us - 1e-9
+            assert m.kernels == (4 if fusion else 11) * n_layers + 4
+            assert np.all(tl.launched_by >= 0)
+            assert np.all(tl.gpu_start[1:] >= tl.gpu_end[:-1])  # one stream: kernels never overlap
+            # A kernel never starts before the host call that submitted it has finished.
+            assert np.all(tl.gpu_start >= tl.cpu_end[tl.launched_by] - 1e-9)
+            if graphs and batch <= CHAPTER_BUCKETS[-1]:
+                assert m.launches == 1 and not step.eager_fallback
+            else:
+                assert m.launches == m.kernels
+            assert step.speedup == pytest.approx(step.baseline.step_us / m.step_us)
+
+
+def test_eager_schedule_matches_a_step_by_step_reference():
+    model = ModelConfig("tiny", n_layers=2, hidden=256, n_heads=4, n_kv_heads=2, ffn=512, vocab=1000)
+    hw = HardwareConfig("toy", hbm_GBps=50.0, matrix_TFLOPs=10.0, min_kernel_us=1.0, eager_launch_us=3.0,
+                        graph_launch_us=5.0, graph_node_gap_us=0.5)
+    tl = simulate_step(model, hw, StepSettings(batch=4)).timeline
+    dur = kernel_times_us(step_kernels(model, False), hw, [4])[0]
+    assert len(set(np.round(dur, 6))) > 2  # a mix of long and short kernels, so both cases occur
+    end = -np.inf
+    for i, d in enumerate(dur):
+        start = max((i + 1) * hw.eager_launch_us, end + hw.graph_node_gap_us)
+        assert tl.gpu_start[i] == pytest.approx(start)
+        assert tl.cpu_start[i] == pytest.approx(i * hw.eager_launch_us)
+        end = start + d
+    # Graph replay: one host call, then the nodes back to back with the node gap.
+    g = simulate_step(model, hw, StepSettings(batch=4, graphs=True)).timeline
+    assert g.cpu_dur.tolist() == [5.0]
+    expected = 5.0 + np.concatenate(([0.0], np.cumsum(dur + 0.5)[:-1]))
+    np.testing.assert_allclose(g.gpu_start, expected)
+
+
+def test_chapter_batch1_is_launch_bound_at_half_utilisation():
+    step = chapter_step()
+    m = step.metrics
+    layer_launches = sum(name.startswith("launch L") for name in step.timeline.cpu_names)
+    assert layer_launches == 352
+    assert layer_launches * 6.0 == pytest.approx(2112.0)  # the chapter's "2.1 ms"
+    assert m.launches == 356 and 2050 <= m.cpu_launch_us <= 2200
+    assert m.bound_by == CPU_BOUND
+    assert 0.4 <= m.utilisation <= 0.6
+    assert 900 <= m.gpu_busy_us <= 1200  # kernels of "a few microseconds" each
+    assert 2 <= m.gpu_busy_us / m.kernels <= 4
+    assert step.speedup == 1.0 and step.baseline == m
+
+
+def test_fusion_then_graphs_move_the_bottleneck_to_the_gpu():
+    off, fused, graphs, both = (chapter_step(fusion=f, graphs=g) for f, g in COMBOS)
+    assert fused.metrics.cpu_launch_us < off.metrics.cpu_launch_us
+    assert fused.metrics.step_us < off.metrics.step_us
+    assert graphs.metrics.bound_by == GPU_BOUND and both.metrics.bound_by == GPU_BOUND
+    assert both.metrics.launches == 1 and both.metrics.utilisation > 0.9
+    assert both.speedup > 2.5 and both.speedup > fused.speedup > 1
+
+
+def test_batch_128_closes_the_gaps_on_its_own():
+    m = chapter_step(batch=128).metrics
+    assert m.bound_by == GPU_BOUND and m.utilisation > 0.95
+
+
+def test_bucket_padding():
+    step = chapter_step(batch=17, graphs=True)
+    assert (step.bucket, step.padded_rows, step.eager_fallback) == (24, 7, False)
+    at_bucket = chapter_step(batch=24, graphs=True)
+    np.testing.assert_allclose(step.timeline.gpu_dur, at_bucket.timeline.gpu_dur)
+    assert step.metrics.step_us == pytest.approx(at_bucket.metrics.step_us)
+    assert step.metrics.gpu_busy_us > chapter_step(batch=17).metrics.gpu_busy_us  # padding costs GPU time
+    exact = chapter_step(batch=24, graphs=True)
+    assert exact.padded_rows == 0
+
+
+def test_eager_fallback_above_the_largest_bucket():
+    step = chapter_step(batch=257, graphs=True)
+    assert step.eager_fallback and step.bucket is None and step.padded_rows == 0
+    assert step.metrics.launches == 356
+    assert step.metrics.step_us == pytest.approx(chapter_step(batch=257).metrics.step_us)
+    custom = chapter_step(batch=3, graphs=True, buckets=(4,))
+    assert custom.bucket == 4 and custom.padded_rows == 1
+    none = chapter_step(batch=1, graphs=True, buckets=())
+    assert none.eager_fallback and none.metrics.launches == 356
+    assert not chapter_step(batch=300).eager_fallback  # graphs off is not a fallback
+
+
+@pytest.mark.parametrize("key", sorted(PRESETS))
+def test_sweep_matches_simulate_step(key):
+    preset = PRESETS[key]
+    rng = np.random.default_rng(7)
+    batches = np.unique(np.concatenate(([1, 2, 24, 25, 256, 257, 512], rng.integers(1, 513, 12))))
+    for n_layers in (1, 32):
+        model = preset.model.with_layers(n_layers)
+        sw = sweep(model, preset.hardware, batches)
+        assert sw.batches.tolist() == batches.tolist()
+        for combo in COMBOS:
+            for i, b in enumerate(batches):
+                m = simulate_step(model, preset.hardware, StepSettings(int(b), *combo)).metrics
+                s = sw[combo]
+                assert s.step_us[i] == pytest.approx(m.step_us, rel=1e-9)
+                assert s.cpu_launch_us[i] == pytest.approx(m.cpu_launch_us, rel=1e-9)
+                assert s.gpu_busy_us[i] == pytest.approx(m.gpu_busy_us, rel=1e-9)
+                assert s.utilisation[i] == pytest.approx(m.utilisation, rel=1e-9)
+                assert s.bound_by[i] == m.bound_by
+                assert sw.step_us[combo][i] == s.step_us[i]
+
+
+@pytest.mark.parametrize("key", sorted(PRESETS))
+def test_step_and_gpu_time_monotone_in_batch(key):
+    preset = PRESETS[key]
+    for n_layers in (1, 32, 128):
+        sw = sweep(preset.model.with_layers(n_layers), preset.hardware, np.arange(1, 513))
+        for combo in COMBOS:
+            assert np.all(np.diff(sw[combo].step_us) >= -1e-9), (n_layers, combo)
+            assert np.all(np.diff(sw[combo].gpu_busy_us) >= -1e-9), (n_layers, combo)
+
+
+def test_crossover():
+    sw = sweep(CHAPTER.model, CHAPTER.hardware, np.arange(1, 513))
+    x = sw.crossover
+    assert 16 < x[(False, False)] < 128  # launch-bound at small batch, GPU-bound well before 128
+    assert x[(False, True)] == 1 and x[(True, True)] == 1
+    b = x[(False, False)]
+    assert sw[(False, False)].bound_by[b - 2] == CPU_BOUND and sw[(False, False)].bound_by[b - 1] == GPU_BOUND
+    small = sweep(CHAPTER.model, CHAPTER.hardware, [1, 2, 4])
+    assert small.crossover[(False, False)] is None
+
+
+@pytest.mark.parametrize("batches", [[], [0, 1], [1.5], [[1, 2]], [10**6]])
+def test_sweep_rejects_bad_batches(batches):
+    with pytest.raises(ValueError, match="batches"):
+        sweep(CHAPTER.model, CHAPTER.hardware, batches)
