@@ -117,6 +117,10 @@ def _layer_ops(m: ModelConfig, fusion: bool) -> list[tuple[str, float, float, fl
     ]
 
 
+_MODEL_BEFORE = MODEL_LEVEL[:1]
+_MODEL_AFTER = MODEL_LEVEL[1:]
+
+
 def _model_ops(m: ModelConfig) -> tuple[list, list]:
     h, v = m.hidden, m.vocab
     before = [("embedding", 0, 2 * h, 0, 0)]  # gathers one row per token: weights not read whole
@@ -149,16 +153,24 @@ def _step_kernels(model: ModelConfig, fusion: bool) -> tuple[KernelSpec, ...]:
     return tuple(specs)
 
 
+@lru_cache(maxsize=16)
+def kernel_names(n_layers: int, fusion: bool) -> tuple[str, ...]:
+    """Names of every kernel of a step in launch order (they depend on nothing else)."""
+    before, after = list(_MODEL_BEFORE), list(_MODEL_AFTER)
+    layer = [f.kernel for f in FUSIONS] if fusion else [op for f in FUSIONS for op in f.merges]
+    return tuple(before + [f"L{i} {op}" for i in range(n_layers) for op in layer] + after)
+
+
 @lru_cache(maxsize=64)
 def kernel_arrays(model: ModelConfig, fusion: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple]:
-    """(weight bytes, bytes per row, FLOPs per row, names) as arrays, cached per model."""
-    specs = _step_kernels(model, bool(fusion))
-    weight = np.array([k.weight_bytes for k in specs])
-    per_row = np.array([k.act_bytes_per_row + k.kv_bytes_per_row for k in specs])
-    flops = np.array([k.flops_per_row for k in specs])
-    for arr in (weight, per_row, flops):
+    """(weight bytes, bytes per row, FLOPs per row, names) over the whole step, cached per model."""
+    before, layer, after = kernel_groups(model, bool(fusion))
+    arrays = []
+    for i in range(3):
+        arr = np.concatenate((before[i], np.tile(layer[i], model.n_layers), after[i]))
         arr.setflags(write=False)
-    return weight, per_row, flops, tuple(k.name for k in specs)
+        arrays.append(arr)
+    return (*arrays, kernel_names(model.n_layers, bool(fusion)))
 
 
 @lru_cache(maxsize=64)

@@ -13,12 +13,13 @@ start_i = C_i + max_{j≤i}(submit_j - C_j), a cumulative max along the kernel a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
 from sim.config import (CHAPTER_BUCKETS, MAX_SIM_BATCH, HardwareConfig, ModelConfig, bucket_for,
                         check_buckets)
-from sim.kernels import kernel_arrays, kernel_groups, roofline_us
+from sim.kernels import kernel_arrays, kernel_groups, kernel_names, roofline_us
 from sim.timeline import CPU_BOUND, GPU_BOUND, StepMetrics, Timeline
 
 COMBOS = ((False, False), (True, False), (False, True), (True, True))  # (fusion, graphs)
@@ -78,6 +79,11 @@ class SimulatedStep:
         return self.baseline.step_us / self.metrics.step_us
 
 
+@lru_cache(maxsize=16)
+def _launch_names(n_layers: int, fusion: bool) -> tuple[str, ...]:
+    return tuple(f"launch {k}" for k in kernel_names(n_layers, fusion))
+
+
 def _timeline(model, hw, batch, fusion, graphs, buckets, label_prefix="") -> tuple[Timeline, int | None]:
     weight, per_row, flops, names = kernel_arrays(model, fusion)
     rows, use_graph, bucket, submit = _plan(hw, len(names), batch, graphs, buckets)
@@ -91,7 +97,7 @@ def _timeline(model, hw, batch, fusion, graphs, buckets, label_prefix="") -> tup
     else:
         cpu_start = np.arange(n) * hw.eager_launch_us
         cpu_dur = np.full(n, hw.eager_launch_us)
-        cpu_names = tuple(f"launch {k}" for k in names)
+        cpu_names = _launch_names(model.n_layers, fusion)
         launched_by = np.arange(n)
     mode = COMBO_LABELS[(fusion, use_graph)]
     label = f"{label_prefix}{model.name} · batch {batch} · {mode}"

@@ -86,3 +86,16 @@ def test_compute_bound_at_huge_batch():
     lm_head = [k for k in step_kernels(CHAPTER.model, False) if k.name == "lm_head"]
     t = kernel_times_us(lm_head, hw, [8192])[0, 0]
     assert t == pytest.approx(8192 * 2 * 32000 * 2048 / 700e6)
+
+
+@pytest.mark.parametrize("fusion", [False, True])
+def test_cached_arrays_match_the_kernel_list(fusion):
+    from sim.kernels import kernel_arrays
+
+    model = PRESETS["probe-0.5b-h200"].model.with_layers(3)
+    specs = step_kernels(model, fusion)
+    weight, per_row, flops, names = kernel_arrays(model, fusion)
+    assert names == tuple(k.name for k in specs)
+    np.testing.assert_allclose(weight, [k.weight_bytes for k in specs])
+    np.testing.assert_allclose(per_row, [k.act_bytes_per_row + k.kv_bytes_per_row for k in specs])
+    np.testing.assert_allclose(flops, [k.flops_per_row for k in specs])
