@@ -54,6 +54,8 @@ def format_sweep_table(model: ModelConfig, hw: HardwareConfig, batches=POWERS_OF
         for combo in COMBOS:
             s = dense[combo]
             bound = "CPU" if s.cpu_launch_us[row] > s.gpu_busy_us[row] else "GPU"
+            if combo[1] and s.launches[row] > 1:
+                bound += "*"  # graphs asked for, batch above the largest bucket: ran eagerly
             cells.append(f" {s.step_us[row]:>9.1f} {bound:<5} {s.utilisation[row] * 100:>3.0f}% │")
         tag = " ◀ launch-bound" if dense[(False, False)].cpu_launch_us[row] > \
             dense[(False, False)].gpu_busy_us[row] else ""
@@ -61,7 +63,9 @@ def format_sweep_table(model: ModelConfig, hw: HardwareConfig, batches=POWERS_OF
     lines.append("")
     lines += _wrap("bound: CPU = the host's launches take longer than the kernels, so the GPU waits "
                    "(◀ launch-bound with both toggles off); GPU = the kernels take longer. "
-                   "util = GPU busy time / step time.")
+                   "util = GPU busy time / step time."
+                   + (f" * above the largest bucket ({max(buckets)}) the graph columns run eagerly."
+                      if buckets and shown[-1] > max(buckets) else ""))
     lines += _wrap("Crossover (smallest batch from which the step stays GPU-bound, dense sweep 1.."
                    f"{shown[-1]}): " + ", ".join(f"{_combo_name(c)} {_fmt_x(crossover[c])}" for c in COMBOS) + ".")
     lines += _wrap(_batch1_line(model, hw))

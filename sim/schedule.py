@@ -43,6 +43,8 @@ class StepSettings:
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise ValueError(f"StepSettings.{name}: must be True or False, got {getattr(self, name)!r}")
         object.__setattr__(self, "batch", int(self.batch))
+        object.__setattr__(self, "fusion", bool(self.fusion))
+        object.__setattr__(self, "graphs", bool(self.graphs))
         object.__setattr__(self, "buckets", check_buckets(self.buckets, "StepSettings.buckets"))
 
 
