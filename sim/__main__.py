@@ -33,7 +33,8 @@ def _batches(text: str) -> tuple[int, ...]:
     try:
         values = tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--batches must be comma-separated integers, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"--batches must be comma-separated integers, got {text!r}") from None
     if not values or min(values) < 1 or max(values) > 4096:
         raise argparse.ArgumentTypeError("--batches: each batch must be from 1 to 4096")
     return values
@@ -54,7 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"override the preset's layer count ({LAYERS_RANGE[0]}-{LAYERS_RANGE[1]})")
     parser.add_argument("--batches", type=_batches, default=POWERS_OF_TWO,
                         help="comma-separated batch sizes for the sweep table (default: 1,2,4,...,512)")
-    parser.add_argument("--note", action="store_true", help="also print why the preset's figures are what they are")
+    parser.add_argument("--note", action="store_true",
+                        help="also print why the preset's figures are what they are")
     return parser
 
 

@@ -67,7 +67,8 @@ def format_sweep_table(model: ModelConfig, hw: HardwareConfig, batches=POWERS_OF
                    + (f" * above the largest bucket ({max(buckets)}) the graph columns run eagerly."
                       if buckets and shown[-1] > max(buckets) else ""))
     lines += _wrap("Crossover (smallest batch from which the step stays GPU-bound, dense sweep 1.."
-                   f"{shown[-1]}): " + ", ".join(f"{_combo_name(c)} {_fmt_x(crossover[c])}" for c in COMBOS) + ".")
+                   f"{shown[-1]}): "
+                   + ", ".join(f"{_combo_name(c)} {_fmt_x(crossover[c])}" for c in COMBOS) + ".")
     lines += _wrap(_batch1_line(model, hw))
     return "\n".join(lines)
 
@@ -143,5 +144,6 @@ def format_bucket_section(model: ModelConfig, hw: HardwareConfig, max_batch: int
 
 def full_report(model: ModelConfig, hw: HardwareConfig, title: str = "", batches=POWERS_OF_TWO) -> str:
     parts = [title] if title else []
-    parts += [format_sweep_table(model, hw, batches), format_fusion_table(model), format_bucket_section(model, hw)]
+    parts += [format_sweep_table(model, hw, batches), format_fusion_table(model),
+              format_bucket_section(model, hw)]
     return "\n\n".join(parts) + "\n"

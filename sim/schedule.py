@@ -55,7 +55,7 @@ def _gpu_starts(dur: np.ndarray, submit: np.ndarray, gap: float) -> np.ndarray:
 
 
 def _plan(hw: HardwareConfig, n_kernels: int, batch: int, graphs: bool, buckets) -> tuple:
-    """(rows the GPU runs, uses a graph, bucket, submit time per kernel, host intervals)."""
+    """(rows the GPU runs, whether a graph replays, the bucket or None, when each kernel is submitted)."""
     bucket = bucket_for(batch, buckets) if graphs else None
     if bucket is not None:
         submit = np.zeros(n_kernels)
@@ -86,7 +86,7 @@ def _launch_names(n_layers: int, fusion: bool) -> tuple[str, ...]:
     return tuple(f"launch {k}" for k in kernel_names(n_layers, fusion))
 
 
-def _timeline(model, hw, batch, fusion, graphs, buckets, label_prefix="") -> tuple[Timeline, int | None]:
+def _timeline(model, hw, batch, fusion, graphs, buckets) -> tuple[Timeline, int | None]:
     weight, per_row, flops, names = kernel_arrays(model, fusion)
     rows, use_graph, bucket, submit = _plan(hw, len(names), batch, graphs, buckets)
     dur = roofline_us(weight, per_row, flops, hw, [rows])[0]
@@ -102,14 +102,17 @@ def _timeline(model, hw, batch, fusion, graphs, buckets, label_prefix="") -> tup
         cpu_names = _launch_names(model.n_layers, fusion)
         launched_by = np.arange(n)
     mode = COMBO_LABELS[(fusion, use_graph)]
-    label = f"{label_prefix}{model.name} · batch {batch} · {mode}"
+    label = f"{model.name} · batch {batch} · {mode}"
+    if use_graph and bucket > batch:
+        label += f" (padded to bucket {bucket})"
     if graphs and not use_graph:
         label += " (above the largest bucket: eager)"
     return Timeline(cpu_start, cpu_dur, cpu_names, start, dur, names, launched_by=launched_by,
                     source="simulated", label=label), bucket
 
 
-def simulate_step(model: ModelConfig, hw: HardwareConfig, settings: StepSettings | None = None) -> SimulatedStep:
+def simulate_step(model: ModelConfig, hw: HardwareConfig,
+                  settings: StepSettings | None = None) -> SimulatedStep:
     """One decode step as a timeline, its metrics, and the unoptimised step it is compared with."""
     s = settings or StepSettings()
     timeline, bucket = _timeline(model, hw, s.batch, s.fusion, s.graphs, s.buckets)

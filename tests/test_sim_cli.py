@@ -52,7 +52,8 @@ def test_help_lists_options_and_subcommands(capsys):
         assert word in out
 
 
-@pytest.mark.parametrize("command, module", [("buckets", "sim.bucket_report"), ("calibrate", "sim.calibrate")])
+@pytest.mark.parametrize("command, module",
+                         [("buckets", "sim.bucket_report"), ("calibrate", "sim.calibrate")])
 def test_subcommands_dispatch(command, module, monkeypatch):
     seen = []
     fake = types.ModuleType(module)

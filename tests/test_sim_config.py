@@ -16,7 +16,8 @@ def test_presets_and_ranges():
     assert BATCH_RANGE == (1, 512) and LAYERS_RANGE == (1, 128)
     assert CHAPTER.model.n_layers == 32 and CHAPTER.hardware.eager_launch_us == 6.0
     llama = PRESETS["llama3-8b-h100"].model
-    assert (llama.hidden, llama.n_heads, llama.n_kv_heads, llama.ffn, llama.vocab) == (4096, 32, 8, 14336, 128256)
+    dims = (llama.hidden, llama.n_heads, llama.n_kv_heads, llama.ffn, llama.vocab)
+    assert dims == (4096, 32, 8, 14336, 128256)
     assert 7.5e9 < llama.n_params < 8.5e9
     probe = PRESETS["probe-0.5b-h200"].model
     assert probe.n_layers == 32 and 0.4e9 < probe.n_params < 0.6e9
