@@ -1,0 +1,186 @@
+"""Each fused Triton kernel against its plain-PyTorch reference.
+
+CPU: tiny fp32 shapes through Triton's interpreter (conftest sets TRITON_INTERPRET=1).
+CUDA (marked): bf16 at the small preset's shapes, fresh random inputs, ||out - ref|| / ||ref|| < 1e-2,
+the small model's fused step against its unfused step, and a captured fused step against eager.
+"""
+import math
+
+import pytest
+import torch
+
+from gpu_probe.kernels import (fused_linear, fused_linear_reference, merge_splits_reference,
+                               paged_decode_attention, paged_decode_attention_reference)
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    assert torch.isfinite(out).all(), "non-finite output"
+    return ((out.float() - ref.float()).norm() / ref.float().norm()).item()
+
+
+def make_attention_case(batch, n_heads, n_kv_heads, head_dim, block_size, context_lens, dtype, device, seed):
+    gen = torch.Generator(device=device).manual_seed(seed)
+    max_blocks = max(-(-n // block_size) for n in context_lens)
+    num_blocks = 1 + batch * max_blocks
+    k_cache = torch.randn(num_blocks, block_size, n_kv_heads, head_dim, generator=gen, device=device).to(dtype)
+    v_cache = torch.randn(num_blocks, block_size, n_kv_heads, head_dim, generator=gen, device=device).to(dtype)
+    # Each sequence gets its blocks from a shuffled pool (never block 0, the scratch block).
+    pool = (torch.randperm(num_blocks - 1, generator=torch.Generator().manual_seed(seed)) + 1).tolist()
+    tables = torch.zeros(batch, max_blocks, dtype=torch.int32)
+    slots = []
+    for row, n in enumerate(context_lens):
+        need = -(-n // block_size)
+        tables[row, :need] = torch.tensor([pool.pop() for _ in range(need)], dtype=torch.int32)
+        slots.append(int(tables[row, (n - 1) // block_size]) * block_size + (n - 1) % block_size)
+    qkv = torch.randn(batch, (n_heads + 2 * n_kv_heads) * head_dim, generator=gen, device=device).to(dtype)
+    positions = torch.tensor(context_lens, device=device) - 1
+    angles = torch.arange(1024, dtype=torch.float64)[:, None] / (10000 ** (torch.arange(head_dim // 2) / (head_dim // 2)))
+    cos, sin = angles.cos().float().to(device), angles.sin().float().to(device)
+    return dict(qkv=qkv, positions=positions, block_tables=tables.to(device),
+                slot_mapping=torch.tensor(slots, device=device), context_lens=torch.tensor(context_lens, dtype=torch.int32,
+                                                                                         device=device),
+                k_cache=k_cache, v_cache=v_cache, cos=cos, sin=sin, n_heads=n_heads, n_kv_heads=n_kv_heads)
+
+
+def check_attention(case, n_splits, tol):
+    kernel_k, kernel_v = case["k_cache"].clone(), case["v_cache"].clone()
+    partial, lse = paged_decode_attention(**{**case, "k_cache": kernel_k, "v_cache": kernel_v}, n_splits=n_splits)
+    ref = paged_decode_attention_reference(**case)  # writes case's caches
+    assert partial.shape[1] == n_splits
+    assert rel_err(merge_splits_reference(partial, lse), ref) < tol
+    # The cache write: the new token's slots get the rotated k and v, nothing else is touched.
+    written = case["slot_mapping"][case["slot_mapping"] >= 0]
+    flat = lambda c: c.view(-1, *c.shape[2:])  # noqa: E731
+    others = torch.ones(flat(kernel_k).shape[0], dtype=torch.bool, device=kernel_k.device)
+    others[written] = False
+    assert torch.equal(flat(kernel_k)[others], flat(case["k_cache"])[others])
+    assert torch.equal(flat(kernel_v)[others], flat(case["v_cache"])[others])
+    assert rel_err(flat(kernel_k)[written], flat(case["k_cache"])[written]) < tol
+    assert torch.equal(flat(kernel_v)[written], flat(case["v_cache"])[written])
+
+
+# ---- CPU, through the interpreter ----------------------------------------------------------------
+@pytest.mark.parametrize("m, n, k", [(1, 40, 64), (3, 20, 36)])
+@pytest.mark.parametrize("variant", ["plain", "norm", "residual", "swiglu"])
+def test_fused_linear_matches_reference_on_cpu(m, n, k, variant):
+    gen = torch.Generator().manual_seed(m * 100 + n)
+    x = torch.randn(m, k, generator=gen)
+    weight = torch.randn(2 * n if variant == "swiglu" else n, k, generator=gen)
+    kwargs = {"plain": {}, "norm": {"rms_eps": 1e-5}, "residual": {"residual": torch.randn(m, n, generator=gen)},
+              "swiglu": {"rms_eps": 1e-5, "swiglu": True}}[variant]
+    out = fused_linear(x, weight, **kwargs)
+    assert out.shape == (m, n)
+    assert rel_err(out, fused_linear_reference(x, weight, **kwargs)) < 1e-5
+
+
+def test_split_merge_prologue_matches_reference_on_cpu():
+    gen = torch.Generator().manual_seed(1)
+    partial = torch.randn(2, 3, 4 * 16, generator=gen)
+    lse = 4 * torch.randn(2, 3, 4, generator=gen)
+    lse[0, 1] = -1.0e30  # an empty split carries no weight
+    weight, residual = torch.randn(24, 64, generator=gen), torch.randn(2, 24, generator=gen)
+    out = fused_linear(partial, weight, residual=residual, split_lse=lse)
+    assert rel_err(out, fused_linear_reference(partial, weight, residual=residual, split_lse=lse)) < 1e-5
+
+
+@pytest.mark.parametrize("n_splits", [1, 3])
+def test_paged_attention_matches_reference_on_cpu(n_splits):
+    # GQA (4 query heads on 2 KV heads), a fresh sequence (context 1) and one over several blocks.
+    case = make_attention_case(2, 4, 2, 16, 4, [1, 11], torch.float32, "cpu", seed=n_splits)
+    check_attention(case, n_splits, 1e-5)
+
+
+def test_paged_attention_skips_the_write_for_pad_slot_on_cpu():
+    case = make_attention_case(1, 2, 1, 8, 4, [6], torch.float32, "cpu", seed=7)
+    case["slot_mapping"][0] = -1
+    before = case["k_cache"].clone()
+    paged_decode_attention(**case, n_splits=1)
+    assert torch.equal(before, case["k_cache"])
+
+
+# ---- CUDA, bf16 at the small preset's shapes ------------------------------------------------------
+cuda = pytest.mark.cuda
+
+
+@cuda
+@pytest.mark.parametrize("m", [1, 7, 64, 256])
+@pytest.mark.parametrize("variant, n, k", [("norm", 3072, 1024), ("swiglu", 2816, 1024), ("merge", 1024, 1024),
+                                           ("residual", 1024, 2816)])
+def test_fused_linear_matches_reference_on_cuda(m, variant, n, k):
+    gen = torch.Generator(device="cuda").manual_seed(m + n)
+    bf16 = torch.bfloat16
+    weight = (torch.randn(2 * n if variant == "swiglu" else n, k, generator=gen, device="cuda") / math.sqrt(k)).to(bf16)
+    kwargs = {}
+    if variant == "merge":
+        x = torch.randn(m, 16, k, generator=gen, device="cuda")
+        kwargs = {"split_lse": 3 * torch.randn(m, 16, 16, generator=gen, device="cuda"),
+                  "residual": torch.randn(m, n, generator=gen, device="cuda").to(bf16)}
+    else:
+        x = (3 * torch.randn(m, k, generator=gen, device="cuda")).to(bf16)
+        if variant == "residual":
+            kwargs = {"residual": torch.randn(m, n, generator=gen, device="cuda").to(bf16)}
+        else:
+            kwargs = {"rms_eps": 1e-5, "swiglu": variant == "swiglu"}
+    out = fused_linear(x, weight, **kwargs)
+    assert rel_err(out, fused_linear_reference(x, weight, **kwargs)) < 1e-2
+
+
+@cuda
+def test_lm_head_gemv_matches_reference_on_cuda():
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    x = torch.randn(1, 1024, generator=gen, device="cuda").to(torch.bfloat16)
+    weight = (torch.randn(32000, 1024, generator=gen, device="cuda") / 32).to(torch.bfloat16)
+    out = fused_linear(x, weight, rms_eps=1e-5)
+    assert rel_err(out, fused_linear_reference(x, weight, rms_eps=1e-5)) < 1e-2
+
+
+@cuda
+@pytest.mark.parametrize("batch, n_heads, n_kv_heads, n_splits",
+                         [(1, 16, 16, 16), (3, 16, 16, 4), (64, 16, 16, 1), (5, 32, 8, 2)])
+def test_paged_attention_matches_reference_on_cuda(batch, n_heads, n_kv_heads, n_splits):
+    lens = torch.randint(1, 600, (batch,), generator=torch.Generator().manual_seed(batch)).tolist()
+    lens[0] = 512
+    case = make_attention_case(batch, n_heads, n_kv_heads, 64, 16, lens, torch.bfloat16, "cuda", seed=batch)
+    check_attention(case, n_splits, 1e-2)
+
+
+@cuda
+def test_small_model_fused_step_equals_unfused_on_cuda():
+    from gpu_probe.model import ProbeModel
+
+    model = ProbeModel("small", device="cuda", num_blocks=1 + 4 * 40)
+    cache = model.kv_cache.fill_random_(1)
+    seqs = [cache.add_sequence(n) for n in (512, 100, 0, 300)]
+    inputs = cache.decode_inputs(seqs)
+    ids = torch.tensor([1, 2, 3, 4], device="cuda")
+    before = cache.kv.clone()
+    unfused = model.unfused_forward(ids, **inputs)
+    cache.kv.copy_(before)
+    fused = model.fused_forward(ids, **inputs)
+    assert rel_err(fused, unfused) < 3e-2
+    assert (fused.argmax(-1) == unfused.argmax(-1)).all()
+
+
+@cuda
+def test_captured_fused_step_replays_like_eager_on_cuda():
+    from gpu_probe.kv_cache import pad_decode_inputs
+    from gpu_probe.model import ProbeModel
+
+    model = ProbeModel("small", device="cuda", num_blocks=1 + 8 * 40, fused=True)
+    cache = model.kv_cache.fill_random_(2)
+    seqs = [cache.add_sequence(n) for n in (500, 37, 260)]
+    inputs = pad_decode_inputs(cache.decode_inputs(seqs), 8, torch.tensor([5, 6, 7], device="cuda"), 16)
+    before = cache.kv.clone()
+    eager = model(**inputs)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        model(**inputs)  # warm-up off the default stream, as capture requires
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = model(**inputs)
+    cache.kv.copy_(before)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(static_out[:3], eager[:3])

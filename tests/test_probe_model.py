@@ -1,0 +1,206 @@
+"""The probe decoder on CPU (tiny preset, fp32): config, paged-cache bookkeeping, decode semantics,
+scratch-block safety, and fused (Triton interpreter) == unfused on the same weights."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from gpu_probe.config import PRESETS, ProbeModelConfig, get_config
+from gpu_probe.kv_cache import PAD_SLOT, SCRATCH_BLOCK, PagedKVCache, pad_decode_inputs
+from gpu_probe.model import FUSED_KERNELS_PER_LAYER, ProbeModel, fusion_report, rms_norm, rotate_half
+
+
+@pytest.fixture(scope="module")
+def model():
+    return ProbeModel("tiny")
+
+
+# ---- config --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("field, value", [("n_layers", 0), ("hidden", -4), ("n_kv_heads", 3), ("dtype", "int8"),
+                                          ("prefill_len", 64), ("block_size", 2.5), ("vocab", True)])
+def test_config_rejects_bad_field_by_name(field, value):
+    with pytest.raises(ValueError, match=field):
+        get_config("tiny", **{field: value})
+
+
+def test_config_rejects_non_power_of_two_head_dim():
+    with pytest.raises(ValueError, match="head_dim"):
+        ProbeModelConfig(name="x", n_layers=1, hidden=48, n_heads=2, n_kv_heads=1, ffn=8, vocab=8)
+
+
+def test_presets_have_the_issue_shapes():
+    small = PRESETS["small"]
+    assert (small.n_layers, small.hidden, small.n_heads, small.ffn, small.vocab, small.dtype) == \
+        (32, 1024, 16, 2816, 32000, "bfloat16")
+    assert 0.47e9 < small.n_params < 0.49e9
+    assert small.max_blocks_per_seq == 40 and small.num_blocks == 1 + 256 * 40
+    with pytest.raises(ValueError, match="preset"):
+        get_config("huge")
+
+
+def test_tiny_model_counts_its_parameters(model):
+    assert model.n_params == model.cfg.n_params
+    assert model.weight_bytes == (model.cfg.n_params - 256 * 64) * 4
+
+
+# ---- paged KV bookkeeping ------------------------------------------------------------------------
+def test_allocator_never_hands_out_the_scratch_block_and_reuses_freed_blocks():
+    cache = PagedKVCache(get_config("tiny"), num_blocks=6)
+    a = cache.add_sequence(5)  # 2 blocks of 4
+    b = cache.add_sequence(8)  # 2 blocks
+    assert SCRATCH_BLOCK not in cache.block_table(a) + cache.block_table(b)
+    assert sorted(cache.block_table(a) + cache.block_table(b)) == [1, 2, 3, 4]
+    slot = cache.append_slot(a)  # token 5 -> second block, offset 1
+    assert slot == cache.block_table(a)[1] * 4 + 1 and cache.length(a) == 6
+    cache.append_slot(b)  # token 8 needs a third block: the last free one
+    assert len(cache.block_table(b)) == 3 and cache.free_blocks == 0
+    with pytest.raises(RuntimeError, match="exhausted"):
+        cache.add_sequence(1)
+    freed = cache.block_table(a)
+    cache.free(a)
+    c = cache.add_sequence(8)
+    assert sorted(cache.block_table(c)) == sorted(freed)
+
+
+def test_decode_inputs_point_at_the_new_token():
+    cache = PagedKVCache(get_config("tiny"))
+    ids = [cache.add_sequence(n) for n in (0, 7, 4)]
+    inputs = cache.decode_inputs(ids)
+    assert inputs["positions"].tolist() == [0, 7, 4]
+    assert inputs["context_lens"].tolist() == [1, 8, 5]
+    assert inputs["block_tables"].shape == (3, cache.max_blocks_per_seq)
+    for row, seq in enumerate(ids):
+        table = inputs["block_tables"][row].tolist()
+        pos = inputs["positions"][row].item()
+        assert inputs["slot_mapping"][row].item() == table[pos // 4] * 4 + pos % 4
+        assert table[len(cache.block_table(seq)):] == [SCRATCH_BLOCK] * (len(table) - len(cache.block_table(seq)))
+    again = cache.decode_inputs(ids, advance=False)
+    assert torch.equal(again["slot_mapping"], inputs["slot_mapping"])
+
+
+# ---- semantics -----------------------------------------------------------------------------------
+def naive_full_sequence_logits(model, tokens):
+    """Textbook causal decoder over the whole sequence (no cache): logits at every position."""
+    cfg = model.cfg
+    n = len(tokens)
+    h = F.embedding(torch.tensor(tokens), model.tok_embeddings)
+    pos = torch.arange(n)
+    cos, sin = model.rope_cos_full[pos][:, None], model.rope_sin_full[pos][:, None]
+    causal = torch.ones(n, n, dtype=torch.bool).tril()
+    for layer in model.layers:
+        x = rms_norm(h, layer.attn_norm, cfg.norm_eps)
+        q = (x @ layer.wq.t()).view(n, cfg.n_heads, cfg.head_dim)
+        k = (x @ layer.wk.t()).view(n, cfg.n_kv_heads, cfg.head_dim)
+        v = (x @ layer.wv.t()).view(n, cfg.n_kv_heads, cfg.head_dim)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        group = cfg.n_heads // cfg.n_kv_heads
+        k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+        scores = torch.einsum("qhd,khd->hqk", q, k) / math.sqrt(cfg.head_dim)
+        probs = scores.masked_fill(~causal, float("-inf")).softmax(-1)
+        h = h + torch.einsum("hqk,khd->qhd", probs, v).reshape(n, -1) @ layer.wo.t()
+        x = rms_norm(h, layer.ffn_norm, cfg.norm_eps)
+        h = h + (F.silu(x @ layer.w_gate.t()) * (x @ layer.w_up.t())) @ layer.w_down.t()
+    return rms_norm(h, model.final_norm, cfg.norm_eps) @ model.lm_head.t()
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_token_by_token_decode_equals_full_sequence_attention(fused):
+    model = ProbeModel("tiny", num_blocks=12)
+    model.kv_cache.fill_random_(3)  # garbage everywhere: the decode must only read what it wrote
+    tokens = [5, 17, 200, 3, 99]  # 5 tokens over 2 blocks of 4 (a block boundary is crossed)
+    seq = model.kv_cache.add_sequence(0)
+    expected = naive_full_sequence_logits(model, tokens)
+    forward = model.fused_forward if fused else model.unfused_forward
+    for step, token in enumerate(tokens):
+        inputs = model.kv_cache.decode_inputs([seq])
+        logits = forward(torch.tensor([token]), **inputs)
+        torch.testing.assert_close(logits[0], expected[step], rtol=1e-4, atol=1e-4)
+
+
+def _real_blocks_except(cache, kv_before, written_slots):
+    """Whether every slot outside the scratch block, except written_slots, is unchanged."""
+    flat_before = kv_before.view(kv_before.shape[0], 2, -1, *kv_before.shape[-2:])
+    flat_after = cache.kv.view_as(flat_before)
+    changed = (flat_before != flat_after).flatten(3).any(-1).any(0).any(0)  # per slot
+    changed[SCRATCH_BLOCK * cache.block_size:(SCRATCH_BLOCK + 1) * cache.block_size] = False
+    return set(torch.nonzero(changed).flatten().tolist()) <= set(written_slots)
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_padded_rows_write_only_the_scratch_block(fused):
+    model = ProbeModel("tiny")
+    cache = model.kv_cache.fill_random_(4)
+    seqs = [cache.add_sequence(n) for n in (6, 9)]
+    real = cache.decode_inputs(seqs)
+    padded = pad_decode_inputs(real, 5, torch.tensor([1, 2]), cache.block_size)
+    padded["slot_mapping"][-1] = PAD_SLOT  # vLLM's convention is harmless too
+    before = cache.kv.clone()
+    forward = model.fused_forward if fused else model.unfused_forward
+    logits = forward(**padded)
+    assert _real_blocks_except(cache, before, real["slot_mapping"].tolist())
+    # The real rows' results are those of the unpadded batch.
+    cache.kv.copy_(before)
+    alone = forward(torch.tensor([1, 2]), **real)
+    torch.testing.assert_close(logits[:2], alone, rtol=1e-5, atol=1e-5)
+
+
+def test_a_padded_row_aimed_at_a_real_block_corrupts_it(model):
+    """The chapter's bug, seen from the model: a padded row's write lands in a real sequence."""
+    model.kv_cache.fill_random_(5)
+    seq = model.kv_cache.add_sequence(6)
+    real = model.kv_cache.decode_inputs([seq])
+    victim_slot = model.kv_cache.slot_of(seq, 2)
+    bad = pad_decode_inputs(real, 2, torch.tensor([7]), 4)
+    bad["slot_mapping"][1] = victim_slot
+    before = model.kv_cache.kv.clone()
+    model.unfused_forward(**bad)
+    assert not _real_blocks_except(model.kv_cache, before, real["slot_mapping"].tolist())
+    model.kv_cache.free(seq)
+
+
+def test_fused_equals_unfused_on_a_ragged_batch(model):
+    cache = model.kv_cache.fill_random_(6)
+    seqs = [cache.add_sequence(n) for n in (0, 3, 13, 8)]
+    ids = torch.tensor([9, 8, 7, 6])
+    inputs = cache.decode_inputs(seqs)
+    before = cache.kv.clone()
+    unfused = model.unfused_forward(ids, **inputs)
+    after_unfused = cache.kv.clone()
+    cache.kv.copy_(before)
+    fused = model.fused_forward(ids, **inputs)
+    torch.testing.assert_close(fused, unfused, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(cache.kv, after_unfused, rtol=1e-5, atol=1e-5)
+    for seq in seqs:
+        cache.free(seq)
+
+
+def test_model_forward_follows_the_fused_flag():
+    model = ProbeModel("tiny", num_blocks=8)
+    seq = model.kv_cache.add_sequence(2)
+    inputs = model.kv_cache.decode_inputs([seq], advance=True)
+    a = model(torch.tensor([1]), **inputs)
+    model.fused = True
+    b = model(torch.tensor([1]), **inputs)
+    torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    assert model.attention_splits(1) > 1  # batch 1 on "4 SMs" uses the split path
+
+
+def test_fusion_report_counts_what_each_kernel_merged():
+    rows = fusion_report()
+    assert len(rows) == FUSED_KERNELS_PER_LAYER == 5
+    by_kernel = {row["kernel"]: row for row in rows}
+    assert by_kernel["paged_attention"]["ops_merged"] == 8
+    assert by_kernel["rmsnorm_gate_up_swiglu"]["intermediates_removed"] == 7
+    assert all(row["intermediates_removed"] >= 1 for row in rows)
+
+
+def test_unfused_forward_traces_without_graph_breaks(model):
+    """torch.compile(fullgraph=True) needs one graph: no .item(), no data-dependent Python branches."""
+    import torch._dynamo
+
+    seq = model.kv_cache.add_sequence(3)
+    inputs = model.kv_cache.decode_inputs([seq])
+    explanation = torch._dynamo.explain(model.unfused_forward)(torch.tensor([4]), **inputs)
+    model.kv_cache.free(seq)
+    assert explanation.graph_break_count == 0 and explanation.graph_count == 1
