@@ -27,30 +27,38 @@ OPTIMAL_NAME = "optimal under budget"
 
 @dataclass(frozen=True, eq=False)
 class MeasuredGraphMemory:
-    """Pinned memory per graph interpolated from a probe's captures (bucket -> bytes).
+    """Pinned graph memory from a probe's captures, in the same form as `GraphMemoryModel`.
 
-    Same interface as `sim.buckets.GraphMemoryModel`: `breakdown(buckets)["total"]` is the sum
-    over the layout's graphs, linear between measured buckets and extrapolated along the end
-    segments beyond them.
+    Each capture reports `graph_mem_bytes` (the drop in free device memory across it) and,
+    where known, `pool_bytes` (how much the shared pool grew). Captured largest first, the
+    pool grows mostly at the first (largest) graph, so the two parts are treated apart: per
+    graph, the non-pool bytes, linear in the bucket size between measured buckets and
+    extrapolated along the end segments; once per layout, the pool, scaled by the layout's
+    largest bucket from the pool measured at the probe's largest bucket.
     """
 
     buckets: np.ndarray
-    bytes_per_graph: np.ndarray
+    graph_bytes: np.ndarray  # per graph, the pool's growth taken out
+    pool_bytes_per_row: float
     source: str = "measured"
 
     @classmethod
     def from_captures(cls, captures, source: str = "measured") -> "MeasuredGraphMemory":
-        points = {}
+        points: dict[int, tuple[float, float]] = {}
         for c in captures:
-            points[int(c["bucket"])] = float(c["graph_mem_bytes"])
+            total = float(c["graph_mem_bytes"])
+            pool = min(float(c.get("pool_bytes", 0.0) or 0.0), total)
+            points[int(c["bucket"])] = (total - pool, pool)
         if len(points) < 2:
             raise ValueError("captures: need graph memory measured at two or more buckets")
         sizes = np.array(sorted(points), dtype=np.float64)
-        return cls(sizes, np.array([points[int(s)] for s in sizes]), source)
+        graph = np.array([points[int(s)][0] for s in sizes])
+        pool_total = sum(p for _, p in points.values())
+        return cls(sizes, graph, pool_total / sizes[-1], source)
 
     def per_graph_bytes(self, sizes) -> np.ndarray:
         x = np.asarray(sizes, dtype=np.float64)
-        xs, ys = self.buckets, self.bytes_per_graph
+        xs, ys = self.buckets, self.graph_bytes
         inside = np.interp(x, xs, ys)
         low = ys[0] + (x - xs[0]) * (ys[1] - ys[0]) / (xs[1] - xs[0])
         high = ys[-1] + (x - xs[-1]) * (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
@@ -58,8 +66,10 @@ class MeasuredGraphMemory:
         return np.maximum(out, 0.0)
 
     def breakdown(self, buckets) -> dict[str, float]:
-        total = float(self.per_graph_bytes(np.unique(np.asarray(buckets))).sum())
-        return {"static": 0.0, "nodes": 0.0, "pool": 0.0, "total": total}
+        sizes = np.unique(np.asarray(buckets))
+        graphs = float(self.per_graph_bytes(sizes).sum())
+        pool = self.pool_bytes_per_row * float(sizes[-1])
+        return {"static": 0.0, "nodes": graphs, "pool": pool, "total": graphs + pool}
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ import numpy as np
 MAX_BUCKET_SIZE = 4096
 MAX_LAYOUT_LEN = 1024
 MAX_LAYOUT_TEXT = 20_000
+MAX_DP_SIZES = 2048  # the optimiser holds a few m×m float arrays: 2048² × 8 B = 32 MiB each
 
 CHAPTER_LAYOUT = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 
@@ -238,6 +239,8 @@ def optimal_layouts(batch_sizes, weights, max_buckets: int, cost=None) -> list[t
         raise ValueError("cost: must not decrease as the batch size grows")
     keep = (w > 0) | (np.arange(uniq.size) == uniq.size - 1)
     uniq, w, values = uniq[keep], w[keep], values[keep]
+    if uniq.size > MAX_DP_SIZES:
+        raise ValueError(f"batch_sizes: at most {MAX_DP_SIZES} distinct sizes can be optimised, got {uniq.size}")
     k_max = min(int(max_buckets), uniq.size)
     f, parent = _dp_tables(uniq, w, values, k_max)
     total_w = w.sum()

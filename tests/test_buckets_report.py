@@ -74,6 +74,20 @@ def test_measured_memory_interpolates_and_extrapolates():
         br.MeasuredGraphMemory.from_captures([{"bucket": 1, "graph_mem_bytes": 1}])
 
 
+def test_measured_memory_separates_the_shared_pool():
+    # Captured largest first: the pool grows at bucket 8 (800 bytes), the graphs cost 10 + 2/row.
+    captures = [{"bucket": 8, "graph_mem_bytes": 826, "pool_bytes": 800},
+                {"bucket": 4, "graph_mem_bytes": 18, "pool_bytes": 0},
+                {"bucket": 2, "graph_mem_bytes": 14, "pool_bytes": 0}]
+    measured = br.MeasuredGraphMemory.from_captures(captures)
+    parts = measured.breakdown((2, 4, 8))
+    assert parts["nodes"] == pytest.approx(14 + 18 + 26)
+    assert parts["pool"] == pytest.approx(800)
+    assert parts["total"] == pytest.approx(sum(c["graph_mem_bytes"] for c in captures))
+    # A layout topping out at 4 needs only half the pool (100 bytes per row).
+    assert measured.breakdown((2, 4))["pool"] == pytest.approx(400)
+
+
 @pytest.mark.parametrize("budget_mib", [3, 30, 60, 200, 10_000])
 def test_budget_form_respects_the_budget(times, budget_mib):
     wl = geometric(12, 256)
