@@ -192,11 +192,12 @@ def time_split_figure(metrics: StepMetrics) -> go.Figure:
     """CPU launch cost and GPU execution side by side, with the step time marked."""
     names = ["CPU launch cost", "GPU execution"]
     values = [metrics.cpu_launch_us, metrics.gpu_busy_us]
-    top = max(values + [metrics.step_us]) * 1.2
+    top = max(values + [metrics.step_us]) * 1.12
     bar = {
         "type": "bar", "orientation": "h", "y": names, "x": values,
         "marker": {"color": [CPU_COLOUR, GPU_COLOUR]},
-        "text": [format_us(v) for v in values], "textposition": "outside", "cliponaxis": False,
+        "text": [format_us(v) for v in values], "textposition": "inside", "insidetextanchor": "end",
+        "textfont": {"color": "white"},
         "hovertemplate": "%{y}: %{x:,.1f} µs<extra></extra>", "showlegend": False,
     }
     layout = {
@@ -245,7 +246,11 @@ def sweep_figure(sweep, *, current: tuple[bool, bool] | None = None, batch: int 
     x = np.asarray(sweep.batches)
     crossover = sweep.crossover
     series = {combo: sweep[combo] for combo in COMBOS}
-    top = max(float(np.max(getattr(series[c], k))) for c in COMBOS for k, *_ in _SWEEP_LINES) * 1.08
+    # Log time axis: launch costs (µs) and long-batch kernels (ms) both stay readable.
+    values = np.concatenate([np.asarray(getattr(series[c], k), float) for c in COMBOS for k, *_ in _SWEEP_LINES])
+    values = values[values > 0]
+    y_range = [float(np.log10(values.min() * 0.7)), float(np.log10(values.max() * 1.4))]
+    ticks = [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096) if x.min() <= b <= x.max()]
     traces, shapes, annotations, layout = [], [], [], {}
     for i, combo in enumerate(COMBOS):
         xa, ya = ("x", "y") if i == 0 else (f"x{i + 1}", f"y{i + 1}")
@@ -253,11 +258,12 @@ def sweep_figure(sweep, *, current: tuple[bool, bool] | None = None, batch: int 
         layout["xaxis" if i == 0 else f"xaxis{i + 1}"] = {
             "type": "log", "domain": list(x_dom), "anchor": ya, "matches": None if i == 0 else "x",
             "title": {"text": "batch size (log scale)" if i >= 2 else ""}, "showticklabels": i >= 2,
+            "tickvals": ticks,
         }
         layout["yaxis" if i == 0 else f"yaxis{i + 1}"] = {
-            "type": "linear", "domain": list(y_dom), "anchor": xa, "range": [0, top],
+            "type": "log", "domain": list(y_dom), "anchor": xa, "range": y_range, "dtick": 1,
             "matches": None if i == 0 else "y", "showticklabels": i % 2 == 0,
-            "title": {"text": "µs per step" if i % 2 == 0 else ""},
+            "title": {"text": "µs per step (log scale)" if i % 2 == 0 else ""},
         }
         name = combo_title(*combo)
         annotations.append({

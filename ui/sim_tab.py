@@ -1,6 +1,300 @@
-"""Placeholder: replaced by its owner."""
+"""The "Simulator" tab: one decode step as CPU and GPU lanes, with the chapter's controls.
+
+Every control is bound to the URL (keys and ranges in `SIM_PARAMS`, which the URL
+sanitiser reads before any widget does). Simulations and sweeps are cached on their
+(hashable, frozen) configs, so a slider move reruns only what changed plus the charts.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
 import streamlit as st
+
+from sim.config import (BATCH_RANGE, CHAPTER_BUCKETS, DEFAULT_PRESET, LAYERS_RANGE, PRESETS, HardwareConfig,
+                        ModelConfig)
+from sim.kernels import FUSED_PER_LAYER, MODEL_LEVEL, UNFUSED_PER_LAYER, fusion_table, step_kernels
+from sim.schedule import SimulatedStep, StepSettings, Sweep, simulate_step, sweep
+from ui.charts import FIRST_LAUNCHES, combo_title, format_us, lanes_figure, sweep_figure
+from ui.common import regime_explanation, show_readouts, show_time_split
+
+# (URL key, label, HardwareConfig field, widget min, widget max, step, number format)
+HARDWARE_INPUTS = (
+    ("launch_us", "CPU µs per eager launch", "eager_launch_us", 0.0, 1000.0, 0.5, "%.2f"),
+    ("graph_launch_us", "CPU µs per graph launch", "graph_launch_us", 0.0, 10000.0, 1.0, "%.1f"),
+    ("node_gap_us", "µs gap between graph nodes", "graph_node_gap_us", 0.0, 100.0, 0.1, "%.2f"),
+    ("hbm_GBps", "HBM GB/s", "hbm_GBps", 0.0, 20000.0, 100.0, "%.0f"),
+    ("tflops", "Matrix TFLOP/s", "matrix_TFLOPs", 0.0, 10000.0, 10.0, "%.0f"),
+    ("min_kernel_us", "Minimum kernel µs", "min_kernel_us", 0.0, 1000.0, 0.5, "%.2f"),
+)
+# The widgets accept 0 so that a typed or linked 0 gets a clear warning; the simulator
+# needs these strictly positive, so they are raised to this floor.
+POSITIVE_FLOORS = {"launch_us": 0.1, "graph_launch_us": 0.1, "hbm_GBps": 1.0, "tflops": 0.1}
+
+SWEEP_BATCHES = np.arange(BATCH_RANGE[0], BATCH_RANGE[1] + 1)
+
+# URL key -> (kind, min, max) or (kind, options). Read by ui.url_params before any widget.
+# The preset selectbox shows titles, and Streamlit puts the shown string in the URL, so
+# its options are the titles; PRESET_BY_URL_VALUE also maps the short keys to presets.
+SIM_PARAMS: dict[str, tuple] = {
+    "preset": ("choice", tuple(p.title for p in PRESETS.values())),
+    "batch": ("int", *BATCH_RANGE),
+    "fusion": ("bool", (False, True)),
+    "graphs": ("bool", (False, True)),
+    "layers": ("int", *LAYERS_RANGE),
+    "whole_step": ("bool", (False, True)),
+    **{key: ("float", low, high) for key, _, _, low, high, _, _ in HARDWARE_INPUTS},
+}
+PRESET_BY_URL_VALUE = {**{p.title: k for k, p in PRESETS.items()}, **{k: k for k in PRESETS}}
+DEFAULTS = {"preset": DEFAULT_PRESET, "batch": 1, "fusion": False, "graphs": False, "layers": 32,
+            "whole_step": False}
+
+
+# -- cached computations -------------------------------------------------------------
+@st.cache_data(max_entries=512, show_spinner=False)
+def simulated(model: ModelConfig, hw: HardwareConfig, batch: int, fusion: bool, graphs: bool) -> SimulatedStep:
+    return simulate_step(model, hw, StepSettings(batch=batch, fusion=fusion, graphs=graphs))
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def swept(model: ModelConfig, hw: HardwareConfig) -> Sweep:
+    return sweep(model, hw, SWEEP_BATCHES)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def sweep_csv(model: ModelConfig, hw: HardwareConfig) -> str:
+    result = swept(model, hw)
+    header = ["batch"]
+    columns = [result.batches]
+    for combo, series in result.series.items():
+        name = combo_title(*combo).replace(" + ", "_").replace(" ", "_")
+        for field in ("step_us", "cpu_launch_us", "gpu_busy_us", "utilisation"):
+            header.append(f"{name}_{field}")
+            columns.append(getattr(series, field))
+    rows = np.column_stack(columns)
+    lines = [",".join(header)]
+    lines += [",".join([str(int(r[0]))] + [f"{v:.4f}" for v in r[1:]]) for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def fusion_rows(model: ModelConfig) -> list[dict]:
+    rows = []
+    for row in fusion_table(model):
+        rows.append({
+            "Fused kernel": row["fused_kernel"],
+            "Replaces": " + ".join(row["merges"]),
+            "Launches saved / layer": row["launches_saved_per_layer"],
+            "Stays on chip": "; ".join(row["kept_on_chip"]) or "—",
+            "Bytes saved / token / layer": int(round(row["bytes_saved_per_token"])),
+            "Why it can merge": row["why"],
+        })
+    return rows
+
+
+# -- settings ------------------------------------------------------------------------
+def _apply_preset() -> None:
+    """A new preset brings its own hardware figures: overwrite the Advanced inputs."""
+    preset = PRESETS[PRESET_BY_URL_VALUE.get(st.session_state.get("preset"), DEFAULT_PRESET)]
+    for key, _, field, *_ in HARDWARE_INPUTS:
+        st.session_state[key] = float(getattr(preset.hardware, field))
+
+
+def _finite_or(value, fallback: float) -> float:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return fallback
+    return value if math.isfinite(value) else fallback
+
+
+def checked_hardware(base: HardwareConfig, values: dict, n_kernels: int) -> tuple[HardwareConfig, list[str]]:
+    """The Advanced figures made consistent, and a sentence for each one that had to change."""
+    warnings, fixed = [], {}
+    labels = {key: label for key, label, *_ in HARDWARE_INPUTS}
+    for key, label, field, low, high, _, _ in HARDWARE_INPUTS:
+        preset_value = float(getattr(base, field))
+        value = _finite_or(values.get(key, preset_value), preset_value)
+        floor = POSITIVE_FLOORS.get(key, low)
+        if value < floor:
+            warnings.append(f"{label} must be above 0 (got {value:g}); using {floor:g}.")
+            value = floor
+        elif value > high:
+            warnings.append(f"{label} is at most {high:g} here (got {value:g}); using {high:g}.")
+            value = high
+        fixed[field] = value
+    eager_step_us = n_kernels * fixed["eager_launch_us"]
+    if fixed["graph_launch_us"] > eager_step_us:
+        warnings.append(
+            f"{labels['graph_launch_us']} ({fixed['graph_launch_us']:g}) is more than launching the whole "
+            f"step eagerly ({n_kernels} × {fixed['eager_launch_us']:g} µs = {eager_step_us:g} µs); no engine "
+            f"would capture a graph then. Using {eager_step_us:g} µs."
+        )
+        fixed["graph_launch_us"] = eager_step_us
+    return replace(base, **fixed), warnings
+
+
+def _controls() -> tuple:
+    """Draw the controls; return (preset, model, hardware, batch, fusion, graphs, notices)."""
+    preset_key = st.selectbox(
+        "Preset", tuple(PRESETS), index=tuple(PRESETS).index(DEFAULT_PRESET), key="preset",
+        bind="query-params", format_func=lambda k: PRESETS[k].title, on_change=_apply_preset,
+        help="A model shape and a GPU + host. Changing it resets the Advanced figures to its own.",
+    )
+    preset_key = PRESET_BY_URL_VALUE.get(preset_key, DEFAULT_PRESET)
+    preset = PRESETS[preset_key]
+    batch_col, layers_col, fusion_col, graphs_col = st.columns([3, 3, 1.2, 1.2], vertical_alignment="center")
+    batch = batch_col.slider("Batch size", *BATCH_RANGE, value=DEFAULTS["batch"], key="batch",
+                             bind="query-params",
+                             help="Sequences decoded together in this step; each adds activation and "
+                                  "KV-cache reads, while the weights are read once for all of them.")
+    layers = layers_col.slider("Layers", *LAYERS_RANGE, value=DEFAULTS["layers"], key="layers",
+                               bind="query-params",
+                               help=f"Each layer launches {UNFUSED_PER_LAYER} kernels unfused, "
+                                    f"{FUSED_PER_LAYER} fused.")
+    fusion = fusion_col.toggle("Kernel fusion", value=False, key="fusion", bind="query-params",
+                               help=f"{UNFUSED_PER_LAYER} kernels per layer become {FUSED_PER_LAYER}.")
+    graphs = graphs_col.toggle("CUDA graphs", value=False, key="graphs", bind="query-params",
+                               help="Replay the captured step with one CPU call; the batch is padded "
+                                    "up to the nearest captured size.")
+    values = {}
+    with st.expander("Advanced: hardware figures"):
+        st.caption(f"Defaults are the preset's: {preset.hardware.name}.")
+        columns = st.columns(3)
+        for i, (key, label, field, low, high, step, fmt) in enumerate(HARDWARE_INPUTS):
+            values[key] = columns[i % 3].number_input(
+                label, min_value=low, max_value=high, value=float(getattr(preset.hardware, field)),
+                step=step, format=fmt, key=key, bind="query-params")
+        with st.popover("Where the preset's figures come from"):
+            st.text(preset.note)
+    notices = []
+    batch = _clamped_int(batch, BATCH_RANGE, "Batch size", notices)
+    layers = _clamped_int(layers, LAYERS_RANGE, "Layers", notices)
+    model = preset.model.with_layers(layers)
+    n_kernels = len(step_kernels(model, bool(fusion)))
+    hardware, hw_notices = checked_hardware(preset.hardware, values, n_kernels)
+    return preset, model, hardware, batch, bool(fusion), bool(graphs), notices + hw_notices
+
+
+def _clamped_int(value, bounds: tuple[int, int], label: str, notices: list[str]) -> int:
+    low, high = bounds
+    try:
+        number = int(value)
+    except (TypeError, ValueError, OverflowError):
+        notices.append(f"{label}: {value!r} is not a whole number; using {low}.")
+        return low
+    if not low <= number <= high:
+        clamped = min(max(number, low), high)
+        notices.append(f"{label} must be from {low} to {high} (got {number}); using {clamped}.")
+        return clamped
+    return number
+
+
+# -- page ----------------------------------------------------------------------------
+def _bucket_note(step: SimulatedStep) -> str | None:
+    if not step.settings.graphs:
+        return None
+    largest = max(step.settings.buckets)
+    if step.eager_fallback:
+        return (f"CUDA graphs: batch {step.settings.batch} is above the largest captured bucket ({largest}), "
+                "so this step falls back to eager launches, one per kernel.")
+    if step.padded_rows:
+        return (f"CUDA graphs: batch {step.settings.batch} replays the graph captured for {step.bucket}; "
+                f"{step.padded_rows} of its {step.bucket} rows are padding (harmless dummy rows the GPU "
+                "still computes).")
+    return f"CUDA graphs: batch {step.settings.batch} is a captured bucket, so no rows are padding."
 
 
 def render() -> None:
-    st.info("Coming soon.")
+    try:
+        preset, model, hw, batch, fusion, graphs, notices = _controls()
+        for notice in notices:
+            st.warning(notice, icon="⚠️")
+        step = simulated(model, hw, batch, fusion, graphs)
+    except ValueError as err:  # a config the simulator rejects: say which field, keep the page
+        st.error(f"These settings cannot be simulated: {err}")
+        return
+    _step_view(step)
+    _sweep_view(model, hw, batch, fusion, graphs)
+    _fusion_view(model)
+
+
+def _step_view(step: SimulatedStep) -> None:
+    metrics = step.metrics
+    show_readouts(metrics, step.speedup)
+    note = _bucket_note(step)
+    if note:
+        st.info(note, icon="🧩")
+
+    whole = st.session_state.get("whole_step", DEFAULTS["whole_step"])
+    graph_replay = metrics.launches == 1 and metrics.kernels > 1
+    shown = "kernels" if graph_replay else "kernel launches"
+    title_col, toggle_col = st.columns([4, 1.4], vertical_alignment="bottom")
+    title_col.subheader("The whole step" if whole else f"First {FIRST_LAUNCHES} {shown}")
+    whole = toggle_col.toggle("Show the whole step", value=DEFAULTS["whole_step"], key="whole_step",
+                              bind="query-params")
+    st.plotly_chart(lanes_figure(step.timeline, whole_step=whole), width="stretch", key="sim_lanes",
+                    config={"displaylogo": False, "scrollZoom": True})
+    st.caption("Orange: the CPU building and submitting a launch. Blue: the GPU executing the kernel. "
+               "Hatched grey: the GPU idle, waiting for work. Drag to zoom into a stretch of time, "
+               "double-click to zoom back out; hover a bar for its name, start and duration.")
+
+    split_col, regime_col = st.columns(2, gap="large")
+    with split_col:
+        st.subheader("Where the time goes")
+        show_time_split(metrics, key="sim_time_split")
+    with regime_col:
+        name, text = regime_explanation(metrics)
+        st.subheader("What this means")
+        st.markdown(text)
+
+    timeline = step.timeline
+    file_stem = f"launch-bound-{step.model.name}-b{step.settings.batch}-{'fused' if step.settings.fusion else 'unfused'}-{'graphs' if step.settings.graphs else 'eager'}"
+    try:
+        from sim.chrome_trace import to_chrome_trace_json
+    except ImportError:  # the exporter ships separately; without it the page just lacks the button
+        to_chrome_trace_json = None
+    if to_chrome_trace_json is not None:
+        st.download_button(
+            "Download this step as a Chrome trace (open in Perfetto)",
+            data=lambda: to_chrome_trace_json(timeline),  # built only when clicked
+            file_name=f"{file_stem}.json", mime="application/json", on_click="ignore",
+            icon=":material/download:", key="sim_trace_download",
+        )
+
+
+def _sweep_view(model: ModelConfig, hw: HardwareConfig, batch: int, fusion: bool, graphs: bool) -> None:
+    st.subheader("Batch sweep: where launches stop mattering")
+    result = swept(model, hw)
+    st.plotly_chart(sweep_figure(result, current=(fusion, graphs), batch=batch), width="stretch",
+                    key="sim_sweep", config={"displaylogo": False})
+    crossings = []
+    for combo, cross in result.crossover.items():
+        where = f"from batch {cross}" if cross is not None else f"not within 1–{BATCH_RANGE[1]}"
+        crossings.append(f"{combo_title(*combo)}: GPU-bound {where}")
+    st.caption(
+        "Step time is the solid line, CPU launch time dashed, GPU time dotted. Left of the green "
+        "line the step is launch-bound; right of it the kernels are long enough to hide the launches. "
+        + "; ".join(crossings) + f". CUDA graphs are captured for {', '.join(map(str, CHAPTER_BUCKETS))}: "
+        "between buckets the batch is padded up (the steps in the curves), and above the largest one "
+        "the step runs eagerly again."
+    )
+    st.download_button(
+        "Download the sweep as CSV", data=lambda: sweep_csv(model, hw),
+        file_name=f"launch-bound-sweep-{model.name}-{model.n_layers}L.csv", mime="text/csv",
+        on_click="ignore", icon=":material/download:", key="sim_sweep_download",
+    )
+
+
+def _fusion_view(model: ModelConfig) -> None:
+    st.subheader(f"Kernel fusion: {UNFUSED_PER_LAYER} → {FUSED_PER_LAYER} kernels per layer")
+    unfused = len(step_kernels(model, False))
+    fused = len(step_kernels(model, True))
+    st.dataframe(fusion_rows(model), hide_index=True, width="stretch")
+    st.caption(
+        f"With {model.n_layers} layers: {unfused} kernels per step unfused, {fused} fused. Both counts "
+        f"include the {len(MODEL_LEVEL)} kernels outside the layers ({', '.join(MODEL_LEVEL)}). Bytes "
+        "saved are intermediate tensors that no longer travel to HBM and back, per token and layer; "
+        "multiply by the batch for one step."
+    )

@@ -1,0 +1,201 @@
+"""The Simulator tab driven through Streamlit's AppTest: controls move the readouts they should."""
+import base64
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from sim.config import PRESETS
+from sim.schedule import StepSettings, simulate_step
+from ui.charts import format_us
+from ui.common import READOUT_LABELS
+from ui.sim_tab import HARDWARE_INPUTS, SIM_PARAMS
+
+APP = str(Path(__file__).resolve().parents[1] / "app.py")
+CHAPTER = PRESETS["chapter"]
+
+
+def fresh() -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def readouts(at: AppTest) -> dict[str, str]:
+    return {m.label: m.value for m in at.metric if m.label in READOUT_LABELS}
+
+
+def lanes_spec(at: AppTest) -> dict:
+    return json.loads(at.get("plotly_chart")[0].proto.spec)
+
+
+def values(array) -> np.ndarray:
+    """A trace array from a chart spec; plotly sends numeric arrays as base64 ('bdata')."""
+    if isinstance(array, dict) and "bdata" in array:
+        return np.frombuffer(base64.b64decode(array["bdata"]), dtype=array["dtype"])
+    return np.asarray(array)
+
+
+def warnings(at: AppTest) -> list[str]:
+    return [w.value for w in at.warning]
+
+
+@pytest.fixture(scope="module")
+def start() -> AppTest:
+    return fresh()
+
+
+def test_opens_on_the_chapter_step_launch_bound(start):
+    at = start
+    expected = simulate_step(CHAPTER.model, CHAPTER.hardware, StepSettings()).metrics
+    assert readouts(at) == {
+        "Kernels / step": str(expected.kernels),
+        "Step time": format_us(expected.step_us),
+        "Bound by": "CPU launch",
+        "vs unoptimised": "1.00×",
+        "GPU utilisation": f"{expected.utilisation * 100:.0f}%",
+    }
+    assert 0.4 <= expected.utilisation <= 0.6  # the chapter's "nearly half idle"
+    assert at.slider(key="batch").value == 1 and at.slider(key="layers").value == 32
+    assert at.toggle(key="fusion").value is False and at.toggle(key="graphs").value is False
+    assert at.selectbox(key="preset").value == "chapter"
+    assert not warnings(at) and not at.error
+
+
+def test_default_lanes_show_the_first_18_launches_with_idle_gaps(start):
+    traces = {t["name"]: t for t in lanes_spec(start)["data"]}
+    assert set(traces) == {"CPU launch", "GPU kernel", "idle"}
+    assert len(values(traces["CPU launch"]["x"])) == 18
+    assert len(values(traces["idle"]["x"])) >= 17  # a bubble before nearly every kernel
+    assert "Where the time goes" in [h.value for h in start.subheader]
+
+
+def test_whole_step_toggle_draws_every_kernel():
+    at = fresh()
+    at.toggle(key="whole_step").set_value(True).run()
+    traces = {t["name"]: t for t in lanes_spec(at)["data"]}
+    assert len(values(traces["GPU kernel"]["x"])) == int(readouts(at)["Kernels / step"])
+
+
+def test_fusion_cuts_kernels_and_speeds_up_the_step():
+    at = fresh()
+    before = readouts(at)
+    at.toggle(key="fusion").set_value(True).run()
+    after = readouts(at)
+    assert int(after["Kernels / step"]) < int(before["Kernels / step"])
+    assert float(after["vs unoptimised"].rstrip("×")) > 1.5
+
+
+def test_fusion_and_graphs_make_the_step_gpu_bound():
+    at = fresh()
+    at.toggle(key="fusion").set_value(True)
+    at.toggle(key="graphs").set_value(True).run()
+    values = readouts(at)
+    assert values["Bound by"] == "GPU"
+    assert float(values["GPU utilisation"].rstrip("%")) > 90
+    assert any("no rows are padding" in i.value for i in at.info)
+
+
+def test_graphs_pad_the_batch_to_its_bucket_and_fall_back_above_the_largest():
+    at = fresh()
+    at.toggle(key="graphs").set_value(True)
+    at.slider(key="batch").set_value(5).run()
+    assert any("captured for 8" in i.value and "3 of its 8 rows are padding" in i.value for i in at.info)
+    at.slider(key="batch").set_value(300).run()
+    assert any("falls back to eager" in i.value for i in at.info)
+    assert readouts(at)["vs unoptimised"] == "1.00×"  # eager above the buckets: same as unoptimised
+
+
+def test_batch_128_closes_the_gaps_without_any_toggle():
+    at = fresh()
+    at.slider(key="batch").set_value(128).run()
+    values = readouts(at)
+    assert values["Bound by"] == "GPU"
+    assert values["Kernels / step"] == readouts(fresh())["Kernels / step"]
+
+
+def test_layers_scale_the_kernel_count():
+    at = fresh()
+    at.slider(key="layers").set_value(1).run()
+    one = int(readouts(at)["Kernels / step"])
+    at.slider(key="layers").set_value(2).run()
+    assert int(readouts(at)["Kernels / step"]) - one == 11  # eleven unfused kernels per layer
+
+
+def test_launch_cost_moves_step_time():
+    at = fresh()
+    before = readouts(at)["Step time"]
+    at.number_input(key="launch_us").set_value(12.0).run()
+    assert readouts(at)["Step time"] != before
+    assert readouts(at)["Bound by"] == "CPU launch"
+
+
+def test_changing_the_preset_resets_the_hardware_figures():
+    at = fresh()
+    at.number_input(key="hbm_GBps").set_value(1000.0).run()
+    at.selectbox(key="preset").set_value("probe-0.5b-h200").run()
+    assert not at.exception
+    probe = PRESETS["probe-0.5b-h200"].hardware
+    assert at.number_input(key="hbm_GBps").value == probe.hbm_GBps
+    assert at.number_input(key="tflops").value == probe.matrix_TFLOPs
+    expected = simulate_step(PRESETS["probe-0.5b-h200"].model, probe, StepSettings()).metrics
+    assert readouts(at)["Step time"] == format_us(expected.step_us)
+
+
+def test_zero_bandwidth_and_costly_graph_launch_warn_and_are_clamped():
+    at = fresh()
+    at.number_input(key="hbm_GBps").set_value(0.0).run()
+    assert not at.exception
+    assert any("HBM GB/s must be above 0" in w for w in warnings(at))
+    at = fresh()
+    at.toggle(key="graphs").set_value(True)
+    at.number_input(key="graph_launch_us").set_value(10000.0).run()
+    assert any("more than launching the whole step eagerly" in w for w in warnings(at))
+    # Clamped to the eager step's whole launch time (kernels × 6 µs).
+    eager = simulate_step(CHAPTER.model, CHAPTER.hardware, StepSettings()).metrics
+    clamped = replace(CHAPTER.hardware, graph_launch_us=eager.kernels * CHAPTER.hardware.eager_launch_us)
+    expected = simulate_step(CHAPTER.model, clamped, StepSettings(graphs=True)).metrics
+    assert readouts(at)["Step time"] == format_us(expected.step_us)
+
+
+EXTREMES = [("batch", 1), ("batch", 512), ("layers", 1), ("layers", 128),
+            *[(key, SIM_PARAMS[key][1]) for key, *_ in HARDWARE_INPUTS],
+            *[(key, SIM_PARAMS[key][2]) for key, *_ in HARDWARE_INPUTS]]
+
+
+@pytest.mark.parametrize("toggles", [(False, False), (True, True)], ids=["eager", "fused+graphs"])
+def test_no_exception_at_control_extremes(toggles):
+    at = fresh()
+    at.toggle(key="fusion").set_value(toggles[0])
+    at.toggle(key="graphs").set_value(toggles[1])
+    for key, value in EXTREMES:
+        widget = at.slider(key=key) if key in ("batch", "layers") else at.number_input(key=key)
+        default = widget.value
+        widget.set_value(value).run()
+        assert not at.exception, (key, value, at.exception)
+        assert not at.error, (key, value)
+        assert set(readouts(at)) == set(READOUT_LABELS), (key, value)
+        widget.set_value(default)
+
+
+@pytest.mark.parametrize("preset", list(PRESETS))
+def test_every_preset_draws_at_both_batch_extremes(preset):
+    at = fresh()
+    at.selectbox(key="preset").set_value(preset).run()
+    for batch in (512, 1):
+        at.slider(key="batch").set_value(batch).run()
+        assert not at.exception, at.exception
+        assert len(at.get("plotly_chart")) == 3
+    assert readouts(at)["Bound by"] in ("CPU launch", "GPU")
+
+
+def test_sim_params_cover_every_bound_widget():
+    assert set(SIM_PARAMS) == {"preset", "batch", "fusion", "graphs", "layers", "whole_step",
+                               "launch_us", "graph_launch_us", "node_gap_us", "hbm_GBps", "tflops",
+                               "min_kernel_us"}
+    assert SIM_PARAMS["batch"] == ("int", 1, 512) and SIM_PARAMS["layers"] == ("int", 1, 128)

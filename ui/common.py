@@ -1,0 +1,102 @@
+"""Page pieces shared by the simulator and probe tabs: readouts, regime text, time split.
+
+The readout labels are part of the product (tests and the README refer to them), so
+they live here once and every tab shows a step with the same five metrics.
+"""
+from __future__ import annotations
+
+import streamlit as st
+
+from sim.timeline import StepMetrics, regime
+from ui.charts import format_us, time_split_figure
+
+KERNELS_LABEL = "Kernels / step"
+STEP_LABEL = "Step time"
+BOUND_LABEL = "Bound by"
+SPEEDUP_LABEL = "vs unoptimised"
+UTILISATION_LABEL = "GPU utilisation"
+READOUT_LABELS = (KERNELS_LABEL, STEP_LABEL, BOUND_LABEL, SPEEDUP_LABEL, UTILISATION_LABEL)
+
+
+def format_speedup(speedup: float | None) -> str:
+    """'3.20×'; '—' when there is nothing to compare with."""
+    if speedup is None:
+        return "—"
+    return f"{speedup:.2f}×" if speedup < 10 else f"{speedup:.1f}×"
+
+
+def format_utilisation(utilisation: float) -> str:
+    return f"{utilisation * 100:.0f}%"
+
+
+def show_readouts(metrics: StepMetrics, speedup: float | None, *, speedup_help: str | None = None) -> None:
+    """The five headline numbers of one step, in one row of `st.metric`s."""
+    kernels, step, bound, versus, util = st.columns(5)
+    kernels.metric(KERNELS_LABEL, f"{metrics.kernels:,}",
+                   help=f"{metrics.launches:,} CPU launch call(s) submit them.")
+    step.metric(STEP_LABEL, format_us(metrics.step_us),
+                help="From the first CPU launch to the end of the last kernel: one decode token.")
+    bound.metric(BOUND_LABEL, metrics.bound_by,
+                 help="Whichever side needs longer: the CPU building and submitting launches, "
+                      "or the GPU executing kernels.")
+    versus.metric(SPEEDUP_LABEL, format_speedup(speedup),
+                  help=speedup_help or "Step time with fusion and graphs off (same model and batch) "
+                                       "divided by this step time.")
+    util.metric(UTILISATION_LABEL, format_utilisation(metrics.utilisation),
+                help="Share of the step in which a kernel is running; the rest is idle bubbles.")
+
+
+def regime_explanation(metrics: StepMetrics) -> tuple[str, str]:
+    """(regime, a few sentences on what it means and what would help) for this step."""
+    name = regime(metrics)
+    cpu, gpu = format_us(metrics.cpu_launch_us), format_us(metrics.gpu_busy_us)
+    idle = format_us(metrics.idle_us)
+    if name == "CPU-bound" and metrics.launches == 1:
+        text = (
+            f"**Launch-bound, even with one launch.** Submitting the replay costs the host {cpu}, more "
+            f"than the {gpu} the kernels need, so the GPU waits for the submission. With figures like "
+            "these, a cheaper replay (fewer input copies before it) or more work per step is what helps."
+        )
+    elif name == "CPU-bound":
+        text = (
+            f"**Launch-bound.** The host needs {cpu} to prepare and submit {_launches(metrics.launches)}, "
+            f"but the kernels need only {gpu} on the GPU. Each kernel is done before the "
+            f"next one has been submitted, so the GPU lane is full of gaps: {idle} of this step is the "
+            "GPU waiting for the CPU. A faster GPU would not shorten the step at all. What helps is "
+            "fewer launches (fusion) or a cheaper way to submit them (one CUDA graph launch per step)."
+        )
+    elif name == "GPU-bound":
+        text = (
+            f"**GPU-bound.** Launches are queued faster than kernels finish ({cpu} of CPU work against "
+            f"{gpu} of kernels), so the GPU runs kernel after kernel with almost no gaps. The step now "
+            "costs what the kernels cost, mostly streaming weights and KV cache from HBM. Shaving more "
+            "launch overhead buys nothing here. Moving fewer bytes does (smaller weights, a shorter KV "
+            "cache), and because the weights are read once for the whole batch, more sequences per step "
+            "raise tokens per second even though each step takes longer."
+        )
+    else:
+        text = (
+            f"**Balanced.** CPU launch work ({cpu}) and GPU work ({gpu}) are within about 15 % of "
+            "each other. Neither side can hide the other, so small delays on either one open gaps, "
+            "and shrinking only one of them moves the step time by little before the other takes over."
+        )
+    return name, text
+
+
+def _launches(n: int) -> str:
+    return "one graph launch" if n == 1 else f"{n:,} launches"
+
+
+OVERLAP_SENTENCE = (
+    "The two sides run at the same time: while the GPU executes one kernel, the CPU is already "
+    "building the next launch. A step therefore lasts about as long as the slower side (plus the "
+    "short stretch where the other one is starting or finishing), not the two added together, "
+    "and only shrinking the slower side makes it faster."
+)
+
+
+def show_time_split(metrics: StepMetrics, *, key: str | None = None) -> None:
+    """'Where the time goes': CPU launch cost against GPU execution, and why they do not add."""
+    st.plotly_chart(time_split_figure(metrics), width="stretch", key=key,
+                    config={"displaylogo": False})
+    st.caption(OVERLAP_SENTENCE)
