@@ -1,6 +1,204 @@
-"""Placeholder: replaced by its owner."""
+"""The "Calibration" tab: fit the simulator to a probe run and check its predictions.
+
+The fit and the leave-one-out predictions come from `sim.calibrate` (the same code as
+`python -m sim calibrate`, so the page and the CLI print the same median error). A
+calibration is cached per result for every session: it takes a second or two.
+"""
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
 import streamlit as st
+
+from gpu_probe.result import MODES
+from sim.calibrate import FIT_MODES, NAMES, PARAMS, Calibration, calibrate, calibrated_preset, missing_effects
+from sim.config import Preset
+from ui.charts import format_us, lanes_figure
+from ui.probe_tab import available_results, run_picker, upload_widget
+
+CALIBRATE_PARAMS: dict[str, tuple] = {
+    "cal_mode": ("choice", MODES),
+    "cal_batch": ("int", 1, 65536),
+    "cal_whole": ("bool",),
+}
+GOAL, STRETCH = 0.10, 0.05
+MODE_COLOURS = {"eager": "#d1495b", "fused": "#edae49", "graph": "#00798c", "fused+graph": "#30638e",
+                "compile": "#7a7a7a"}
+LOO_LABEL = "Median step-time error (leave-one-out)"
+
+
+def result_key(result) -> str:
+    """A short id of a result's content, for caching its calibration across sessions."""
+    digest = hashlib.sha1()
+    for r in result.runs:
+        digest.update(f"{r.mode}|{r.batch}|{r.step_us_median}|{r.cpu_launch_us}|{r.gpu_busy_us}|"
+                      f"{r.kernels_per_step}|{r.enqueue_us_median}".encode())
+    return f"{result.device}|{result.created}|{digest.hexdigest()[:16]}"
+
+
+@st.cache_resource(max_entries=8, show_spinner="Fitting the simulator to the run…")
+def calibration_for(key: str, _result) -> Calibration:
+    return calibrate(_result)
+
+
+def calibration_of(result) -> Calibration:
+    return calibration_for(result_key(result), result)
+
+
+def calibrated_presets() -> dict[str, Preset]:
+    """Presets fitted to the runs this session can see (recorded first), for the simulator's picker."""
+    out = {}
+    for result, _ in available_results().values():
+        try:
+            preset = calibrated_preset(result, calibration_of(result))
+        except ValueError:
+            continue
+        out[preset.key] = preset
+    return out
+
+
+def probe_sim_step(result, mode: str, batch: int):
+    """(simulated Timeline, title) of a measured setting from the calibrated simulator; (None, why) if none."""
+    try:
+        cal = calibration_of(result)
+    except ValueError as err:
+        return None, f"The simulator cannot be fitted to this run: {err}"
+    index = next((i for i, p in enumerate(cal.points) if p.mode == mode and p.batch == batch), None)
+    if index is None:
+        return None, "This setting was not measured."
+    note = " (compile is drawn as fused + graphs)" if mode == "compile" else ""
+    return cal.timeline(index), f"calibrated to this run, same kernel count{note}"
+
+
+# -- charts -----------------------------------------------------------------------
+_PANELS = (("step", "Step time (µs)", 0), ("cpu", "CPU launch time (µs)", 1), ("busy", "GPU busy time (µs)", 2),
+           ("util", "GPU utilisation (%)", None))
+
+
+def predicted_vs_measured_figure(cal: Calibration):
+    import plotly.graph_objects as go
+
+    measured, predicted = cal.measured(), cal.predicted
+    util_m, util_p = 100 * measured[:, 2] / measured[:, 0], 100 * predicted[:, 2] / predicted[:, 0]
+    traces, layout = [], {"height": 620, "margin": {"l": 10, "r": 10, "t": 40, "b": 10},
+                          "legend": {"orientation": "h", "y": 1.06, "x": 0}}
+    domains = (((0, 0.46), (0.56, 1)), ((0.54, 1), (0.56, 1)), ((0, 0.46), (0, 0.44)), ((0.54, 1), (0, 0.44)))
+    for k, ((name, title, col), (xd, yd)) in enumerate(zip(_PANELS, domains), start=1):
+        x = measured[:, col] if col is not None else util_m
+        y = predicted[:, col] if col is not None else util_p
+        axis = "" if k == 1 else str(k)
+        log = col is not None
+        lo, hi = (min(x.min(), y.min()) * 0.8, max(x.max(), y.max()) * 1.25) if log else (0, 105)
+        diag = [lo, hi]
+        traces.append({"type": "scatter", "x": diag, "y": diag, "mode": "lines", "xaxis": f"x{axis}",
+                       "yaxis": f"y{axis}", "line": {"color": "#999", "dash": "dot"}, "showlegend": False,
+                       "hoverinfo": "skip"})
+        for mode, colour in MODE_COLOURS.items():
+            idx = [i for i, p in enumerate(cal.points) if p.mode == mode]
+            if not idx:
+                continue
+            traces.append({
+                "type": "scatter", "mode": "markers+text", "x": x[idx].tolist(), "y": y[idx].tolist(),
+                "text": [str(cal.points[i].batch) for i in idx], "textposition": "top center",
+                "name": mode, "legendgroup": mode, "showlegend": k == 1, "xaxis": f"x{axis}", "yaxis": f"y{axis}",
+                "marker": {"color": colour, "size": 9}, "textfont": {"size": 9},
+                "hovertemplate": f"{mode} · batch %{{text}}<br>measured %{{x:,.1f}}<br>"
+                                 "predicted %{y:,.1f}<extra></extra>"})
+        kind = "log" if log else "linear"
+        layout[f"xaxis{axis}"] = {"domain": list(xd), "type": kind, "anchor": f"y{axis}",
+                                  "title": {"text": f"measured {title}"}}
+        layout[f"yaxis{axis}"] = {"domain": list(yd), "type": kind, "anchor": f"x{axis}",
+                                  "title": {"text": "predicted"}}
+        if not log:
+            layout[f"xaxis{axis}"]["range"] = layout[f"yaxis{axis}"]["range"] = [0, 105]
+    return go.Figure({"data": traces, "layout": layout})
+
+
+# -- page -------------------------------------------------------------------------
+def _pick():
+    upload_widget("cal_upload", "cal_run")
+    options = available_results()
+    if not options:
+        st.warning("No probe run to calibrate against: the recorded run is missing and nothing was uploaded.")
+        return None
+    label = run_picker("Probe run to fit", options, "cal_run",
+                       "The recorded run, or one you uploaded or measured in this session.")
+    return options[label][0]
+
+
+def _params_view(cal: Calibration) -> None:
+    rows = [{"parameter": p.name, "fitted": float(f"{cal.params[p.name]:.4g}"), "unit": p.unit,
+             "what it is": p.what, "constrained by the runs": cal.fitted[p.name]} for p in PARAMS]
+    st.dataframe(rows, hide_index=True, width="stretch")
+    st.caption("Fitted by bounded least squares (Levenberg-Marquardt on the logarithms, projected onto the "
+               "bounds) to the logarithm of every run's step, CPU launch and GPU busy time; step time "
+               "weighs twice as much. The simulator runs each point with the measured kernel count.")
+
+
+def _headline(cal: Calibration) -> None:
+    in_goal = [p.in_fit for p in cal.points]
+    fit_err = float(np.median(np.abs(cal.errors()[in_goal, 0])))
+    loo = cal.median_loo_error
+    a, b, c = st.columns(3)
+    a.metric(LOO_LABEL, f"{100 * loo:.1f}%",
+             help="Each run predicted by a fit that never saw it, then the median of |predicted / measured - 1|.")
+    b.metric("Median step-time error (fit)", f"{100 * fit_err:.1f}%")
+    c.metric("Runs fitted", f"{sum(in_goal)}", help=f"Modes {', '.join(FIT_MODES)}; compile is shown, not fitted.")
+    verdict = ("meets the 5 % stretch goal" if loo <= STRETCH else "meets the 10 % goal" if loo <= GOAL
+               else "misses the 10 % goal")
+    (st.success if loo <= GOAL else st.warning)(f"Leave-one-out, the calibrated simulator {verdict}.")
+    for text in missing_effects(cal, GOAL):
+        st.warning(text)
+
+
+def _table(cal: Calibration) -> None:
+    rows = cal.rows()
+    fmt = {k: st.column_config.NumberColumn(format="%.1f") for k in rows[0] if k.endswith(("(µs)", "%", "(points)"))}
+    st.dataframe(rows, hide_index=True, width="stretch", column_config=fmt)
+    csv = ",".join(rows[0]) + "\n" + "\n".join(",".join(str(v) for v in r.values()) for r in rows) + "\n"
+    st.download_button("Download the table as CSV", data=csv, file_name="calibration.csv", mime="text/csv",
+                       on_click="ignore", icon=":material/download:", key="cal_csv")
+
+
+def _overlay(cal: Calibration, result) -> None:
+    modes = tuple(m for m in MODES if any(p.mode == m for p in cal.points))
+    mode_col, batch_col, whole_col = st.columns([2, 2, 1.2], vertical_alignment="bottom")
+    mode = mode_col.selectbox("Mode", modes, key="cal_mode", bind="query-params")
+    batches = tuple(sorted({p.batch for p in cal.points if p.mode == mode}))
+    batch = batch_col.selectbox("Batch size", batches, key="cal_batch", bind="query-params")
+    whole = whole_col.toggle("Show the whole step", key="cal_whole", bind="query-params")
+    index = next(i for i, p in enumerate(cal.points) if p.mode == mode and p.batch == batch)
+    measured, simulated = result.run(mode, batch).timeline, cal.timeline(index)
+    st.plotly_chart(lanes_figure(measured, overlay=simulated, whole_step=whole), width="stretch",
+                    key="cal_lanes", config={"displaylogo": False, "scrollZoom": True})
+    m, s = measured.metrics(), simulated.metrics()
+    st.caption(f"Top: the profiled step ({m.kernels} kernels, {format_us(m.step_us)}); bottom: the calibrated "
+               f"simulator ({s.kernels} kernels, {format_us(s.step_us)}). The profiled step runs slower than the "
+               "median step the fit uses, because the profiler adds host time to every launch.")
 
 
 def render() -> None:
-    st.info("Coming soon.")
+    st.subheader("Calibrate the simulator to a measured run")
+    st.caption("Fit the simulator's launch costs, node gap and roofline to a probe run, then check how well it "
+               "predicts each run, including runs it was not fitted to.")
+    result = _pick()
+    if result is None:
+        return
+    try:
+        cal = calibration_of(result)
+    except ValueError as err:
+        st.error(f"This run cannot be calibrated: {err}")
+        return
+    _headline(cal)
+    st.markdown("**Fitted parameters**")
+    _params_view(cal)
+    st.markdown("**Predicted vs measured**")
+    st.plotly_chart(predicted_vs_measured_figure(cal), width="stretch", key="cal_scatter",
+                    config={"displaylogo": False})
+    _table(cal)
+    st.markdown("**Simulated over measured lanes**")
+    _overlay(cal, result)
+    preset = calibrated_preset(result, cal)
+    st.markdown(f"**As a simulator preset: “{preset.title}”**")
+    st.caption(preset.note)

@@ -1,0 +1,123 @@
+"""The "Live GPU probe" tab without CUDA: the recorded run, uploads, and every control's extremes."""
+import json
+from pathlib import Path
+
+import pytest
+import streamlit as st
+from streamlit.testing.v1 import AppTest
+
+import gpu_probe.result as probe_result
+from sim.calibrate import synthetic_result
+from sim.config import PRESETS
+from ui.common import READOUT_LABELS
+
+APP = str(Path(__file__).resolve().parents[1] / "app.py")
+PARAMS = dict(eager_launch_us=7.0, fused_launch_us=18.0, graph_launch_us=25.0, graph_node_gap_us=0.8,
+              hbm_GBps=3600.0, matrix_TFLOPs=600.0, min_kernel_us=2.5, kv_traffic_unfused=4.0,
+              kv_traffic_fused=1.2)
+MODEL = PRESETS["probe-0.5b-h200"].model.with_layers(4)  # small: the page logic is the same
+
+
+def fake_run(device="NVIDIA Test GPU", noise=0.02) -> dict:
+    data = synthetic_result(PARAMS, MODEL, extra_kernels={"eager": 100, "graph": 103, "fused": 4, "fused+graph": 6},
+                            noise=noise, device=device, modes=("eager", "fused", "graph", "fused+graph"))
+    data["checks"] = {"graph_vs_eager": {"passed": True, "detail": "4 buckets"},
+                      "kv_canary": {"passed": False, "detail": "block 7 changed"}}
+    data["captures"] = [{"bucket": b, "capture_ms": 40.0, "graph_mem_bytes": 3 * 2**20} for b in (1, 8, 64, 256)]
+    return data
+
+
+@pytest.fixture()
+def recorded(monkeypatch):
+    res = probe_result.load_result(fake_run(), timeline_source="recorded")
+    monkeypatch.setattr(probe_result, "recorded_result", lambda: res)
+    st.cache_resource.clear()
+    st.cache_data.clear()
+    yield res
+    st.cache_resource.clear()
+
+
+def probe_page(**params) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.query_params["tab"] = "Live GPU probe"
+    for key, value in params.items():
+        at.query_params[key] = value
+    return at.run()
+
+
+def metrics(at) -> dict:
+    return {m.label: m.value for m in at.metric}
+
+
+def test_recorded_run_is_shown_and_labelled(recorded):
+    at = probe_page()
+    assert not at.exception
+    info = " ".join(i.body for i in at.info)
+    assert "Recorded run" in info and "NVIDIA Test GPU" in info and "30 Nov 2026" in info
+    shown = metrics(at)
+    assert all(label in shown for label in READOUT_LABELS)
+    eager1 = recorded.run("eager", 1)
+    assert shown["Kernels / step"] == f"{eager1.kernels_per_step:,}"
+    assert shown["Bound by"] == "CPU launch" and shown["vs unoptimised"] == "1.00×"
+    assert shown["HBM copy bandwidth"] == "3,600 GB/s"
+    charts = at.get("plotly_chart")
+    assert len(charts) == 2  # measured lanes beside the simulator's
+    measured = json.loads(charts[0].proto.spec)
+    assert any(t.get("name") == "GPU kernel" for t in measured["data"])
+    tables = [df.value for df in at.dataframe]
+    modes = next(t for t in tables if "mode" in t.columns)
+    assert list(modes["mode"]) == ["eager", "fused", "graph", "fused+graph"]
+    assert modes["step median (µs)"].iloc[0] == pytest.approx(eager1.step_us_median)
+    checks = next(t for t in tables if "check" in t.columns)
+    assert list(checks["passed"]) == [True, False]
+    assert any("Some checks failed" in e.body for e in at.error)
+    assert at.download_button  # the Chrome-trace export
+
+
+def test_bad_upload_names_the_problem_and_keeps_the_page(recorded):
+    at = probe_page()
+    bad = fake_run()
+    bad["runs"][2]["step_us_p90"] = -1
+    at.file_uploader(key="pr_upload").set_value(("mine.json", json.dumps(bad).encode(), "application/json"))
+    at.run()
+    assert not at.exception
+    errors = " ".join(e.body for e in at.error)
+    assert "mine.json" in errors and "runs[2].step_us_p90" in errors
+    assert "Recorded run" in " ".join(i.body for i in at.info)
+    assert all(label in metrics(at) for label in READOUT_LABELS)
+    at.file_uploader(key="pr_upload").set_value(("junk.json", b"\x00not json", "application/json"))
+    at.run()
+    assert not at.exception and any("junk.json" in e.body and "JSON" in e.body for e in at.error)
+
+
+def test_a_good_upload_is_shown_as_uploaded(recorded):
+    at = probe_page()
+    mine = fake_run(device="My RTX 4090", noise=0.0)
+    at.file_uploader(key="pr_upload").set_value(("mine.json", json.dumps(mine).encode(), "application/json"))
+    at.run()
+    assert not at.exception
+    assert at.selectbox(key="pr_run").value.startswith("uploaded: mine.json (My RTX 4090")
+    assert any("Uploaded run" in i.body and "My RTX 4090" in i.body for i in at.info)
+
+
+@pytest.mark.parametrize("mode,batch,whole", [("fused+graph", 256, "true"), ("graph", 1, "false"),
+                                              ("compile", 99999, "true"), ("nonsense", -5, "maybe")])
+def test_controls_at_their_extremes(recorded, mode, batch, whole):
+    at = probe_page(pr_mode=mode, pr_batch=str(batch), pr_whole=whole)
+    assert not at.exception
+    assert at.selectbox(key="pr_mode").value in recorded.modes
+    assert at.selectbox(key="pr_batch").value in recorded.batches
+    assert len(at.get("plotly_chart")) == 2
+
+
+def test_without_a_recorded_run_the_page_asks_for_a_file(monkeypatch):
+    def missing():
+        raise ValueError("result: no such file 'gpu_probe/recorded/h200.json'")
+
+    monkeypatch.setattr(probe_result, "recorded_result", missing)
+    st.cache_resource.clear()
+    at = probe_page()
+    assert not at.exception
+    assert any("No recorded run" in w.body for w in at.warning)
+    assert at.file_uploader(key="pr_upload") is not None
+    st.cache_resource.clear()
