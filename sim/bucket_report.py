@@ -23,6 +23,7 @@ from sim.workloads import Workload, uniform
 MIB = 1024 * 1024
 COMPARE_DEFAULT = ("powers of two", "chapter", "dense")  # the chapter's "Run it locally" comparison
 OPTIMAL_NAME = "optimal under budget"
+OPTIMAL_UNBOUNDED = "optimal, no budget"
 
 
 @dataclass(frozen=True, eq=False)
@@ -89,6 +90,10 @@ class LayoutStats:
     @property
     def graphs(self) -> int:
         return len(self.buckets)
+
+    @property
+    def is_optimum(self) -> bool:
+        return self.name in (OPTIMAL_NAME, OPTIMAL_UNBOUNDED)
 
 
 @dataclass(frozen=True, eq=False)
@@ -159,7 +164,8 @@ def compare(model: ModelConfig, hw: HardwareConfig, layouts: dict, workload: Wor
     rows = [analyse(name, lay, workload, times, memory, budget_bytes) for name, lay in layouts.items()]
     best = optimise(workload, times, memory, budget_bytes, max_buckets, objective)
     if best is not None:
-        rows.append(analyse(OPTIMAL_NAME, best, workload, times, memory, budget_bytes))
+        name = OPTIMAL_UNBOUNDED if budget_bytes is None else OPTIMAL_NAME
+        rows.append(analyse(name, best, workload, times, memory, budget_bytes))
     return rows
 
 
@@ -206,7 +212,7 @@ def format_layout_comparison(model: ModelConfig, hw: HardwareConfig, max_batch: 
             f"({'fused' if fusion else 'unfused'} kernels; graph memory modelled per graph)")
     if budget is not None:
         head += f"\nMemory budget {budget_mib:g} MiB"
-        if not any(s.name == OPTIMAL_NAME for s in stats):
+        if not any(s.is_optimum for s in stats):
             head += ": not even one graph fits"
     return head + "\n" + format_table(table_rows(stats))
 
@@ -253,7 +259,7 @@ def main(argv=None) -> int:
     print(f"{preset.title}; workload: {workload.name} (mean batch {workload.mean:.1f})")
     if budget is not None:
         print(f"Graph memory budget: {args.budget_mib:g} MiB"
-              + ("" if any(s.name == OPTIMAL_NAME for s in stats) else " (not even one graph fits)"))
+              + ("" if any(s.is_optimum for s in stats) else " (not even one graph fits)"))
     print(format_table(table_rows(stats)))
     return 0
 

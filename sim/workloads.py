@@ -19,6 +19,7 @@ import numpy as np
 MAX_BATCH = 1024  # largest batch size a workload may hold (the optimiser is O(m²) in distinct sizes)
 MAX_CSV_BYTES = 1_000_000
 MAX_CSV_ROWS = 10_000
+TAIL_CUTOFF = 1e-12  # generated workloads drop sizes rarer than this share of steps
 KINDS = ("uniform", "geometric", "poisson", "csv")
 _INTEGER = re.compile(r"-?[0-9]+")
 
@@ -87,8 +88,18 @@ def geometric(mean: float, max_batch: int) -> Workload:
     p = 1.0 / float(mean)
     # In log space so a long tail never underflows to an all-zero vector.
     log_w = (n - 1) * math.log1p(-p) if p < 1 else np.where(n == 1, 0.0, -np.inf)
+    return Workload(f"geometric, mean ≈ {mean:g}", n, _trim(log_w))
+
+
+def _trim(log_w: np.ndarray) -> np.ndarray:
+    """Weights from log-weights, with sizes rarer than one step in 10¹² set to exactly 0.
+
+    A step that happens once in a trillion is not a batch size the server sees: left in, it
+    would count as an eager fallback size and tie the optimiser to a graph for it.
+    """
     w = np.exp(log_w - np.max(log_w))
-    return Workload(f"geometric, mean ≈ {mean:g}", n, w)
+    w[w < TAIL_CUTOFF * w.sum()] = 0.0
+    return w
 
 
 def poisson(mean: float, max_batch: int) -> Workload:
@@ -98,8 +109,7 @@ def poisson(mean: float, max_batch: int) -> Workload:
     n = np.arange(1, int(max_batch) + 1)
     log_factorial = np.cumsum(np.log(n))
     log_w = n * math.log(float(mean)) - log_factorial
-    w = np.exp(log_w - np.max(log_w))
-    return Workload(f"Poisson, mean {mean:g}", n, w)
+    return Workload(f"Poisson, mean {mean:g}", n, _trim(log_w))
 
 
 def parse_histogram_csv(data, name: str = "uploaded histogram") -> Workload:

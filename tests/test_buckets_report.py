@@ -131,7 +131,7 @@ def test_format_layout_comparison_has_the_chapters_three_layouts():
     text = br.format_layout_comparison(MODEL, HW, max_batch=256)
     for name in ("powers of two", "chapter", "dense", "graph MiB", "padding waste %"):
         assert name in text
-    assert br.OPTIMAL_NAME in text  # no budget: the optimum over up to 64 graphs
+    assert br.OPTIMAL_UNBOUNDED in text  # no budget: the optimum over up to 64 graphs
     assert "Memory budget 512 MiB" in br.format_layout_comparison(MODEL, HW, 256, budget_mib=512)
 
 
@@ -163,5 +163,5 @@ def test_cli_with_a_csv_workload(capsys, tmp_path):
     assert br.main(["--csv", str(good), "--layouts", "chapter", "--max-batch", "64"]) == 0
     out = capsys.readouterr().out
     assert "mean batch 10.6" in out
-    optimum = next(line for line in out.splitlines() if line.startswith(br.OPTIMAL_NAME))
+    optimum = next(line for line in out.splitlines() if line.startswith(br.OPTIMAL_UNBOUNDED))
     assert optimum.rstrip().endswith("1, 7, 40")  # three sizes, three graphs, no padding

@@ -172,7 +172,7 @@ def tradeoff_figure(stats: list, budget_mib: float) -> go.Figure:
     """Each layout as a point: pinned graph memory against expected step time, the budget as a line."""
     fig = go.Figure()
     for i, s in enumerate(stats):
-        optimum = s.name == br.OPTIMAL_NAME
+        optimum = s.is_optimum
         fig.add_trace(go.Scatter(
             x=[s.memory_bytes / br.MIB], y=[s.step_us], mode="markers+text", name=s.name, text=[s.name],
             textposition="top center", marker=dict(size=14 if optimum else 10, symbol="star" if optimum else "circle",
@@ -196,11 +196,11 @@ def _csv(rows: list[dict]) -> str:
 
 
 def _optimum_summary(stats: list, budget_mib: float) -> None:
-    best = next((s for s in stats if s.name == br.OPTIMAL_NAME), None)
+    best = next((s for s in stats if s.is_optimum), None)
     if best is None:
         st.warning(f"Not even one graph fits in {budget_mib:g} MiB: every step would run eager. Raise the budget.")
         return
-    fitting = [s for s in stats if s.name != br.OPTIMAL_NAME and s.fits_budget]
+    fitting = [s for s in stats if not s.is_optimum and s.fits_budget]
     a, b, c, d = st.columns(4)
     a.metric("Optimal layout", f"{best.graphs} graphs", help=bk.format_layout(best.buckets, limit=40))
     b.metric("Expected step time", f"{best.step_us:,.1f} µs")
@@ -247,7 +247,7 @@ def _layouts_view() -> None:
                         tuple(float(x) for x in workload.weights), workload.name, float(budget), int(max_graphs),
                         objective, captures)
     _optimum_summary(stats, budget)
-    optimum = next((s.buckets for s in stats if s.name == br.OPTIMAL_NAME), None)
+    optimum = next((s.buckets for s in stats if s.is_optimum), None)
     st.markdown("**Padding at each batch size** (ticks on the axis: the buckets; shaded: no graph, eager)")
     st.plotly_chart(padding_figure(layouts, workload, max_batch, optimum), width="stretch", key="bk_padding_chart")
     rows = br.table_rows(stats)
