@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import torch
 
 from gpu_probe.kv_cache import PAD_SLOT, SCRATCH_BLOCK
+from gpu_probe.result import DEFAULT_BUCKETS  # the chapter's 1, 2, 4, 8, 16, 24, ..., 256
 
-DEFAULT_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)  # the chapter's
 PAD_POLICIES = ("scratch", "real")
 INPUT_NAMES = ("input_ids", "positions", "block_tables", "slot_mapping", "context_lens")
 CHECKS = (False, True, "before", "after", "both")
@@ -112,6 +112,8 @@ class GraphRunner:
         self.buckets = validate_buckets(buckets)
         self.max_bucket = self.buckets[-1]
         self.use_graphs, self.pad_rows_to = bool(use_graphs), pad_rows_to
+        # The variant (fused or not) is fixed at capture; eager paths must run the same one.
+        self.fused = bool(getattr(model, "fused", False))
         if self.use_graphs and model.device.type != "cuda":
             raise ValueError("use_graphs=True needs the model on a CUDA device")
         self.block_size = self.kv_cache.block_size
@@ -157,7 +159,7 @@ class GraphRunner:
     def _capture(self, bucket: int) -> CaptureStats:
         views = self.views(bucket)
         t0 = time.perf_counter()
-        self.model(**views)
+        self.eager(**views)
         torch.cuda.synchronize()
         warmup_ms = (time.perf_counter() - t0) * 1e3
         torch.cuda.empty_cache()  # so the free-memory delta sees only what the capture takes
@@ -165,7 +167,7 @@ class GraphRunner:
         graph = torch.cuda.CUDAGraph()
         t0 = time.perf_counter()
         with torch.cuda.graph(graph, pool=self.pool):
-            out = self.model(**views)
+            out = self.eager(**views)
         torch.cuda.synchronize()
         capture_ms = (time.perf_counter() - t0) * 1e3
         free1, reserved1 = torch.cuda.mem_get_info()[0], torch.cuda.memory_reserved()
@@ -189,7 +191,7 @@ class GraphRunner:
         bucket = bucket_for(n, self.buckets)
         self.last_bucket, self.last_eager_fallback = bucket, bucket is None
         if bucket is None:
-            return self.model(**batch.as_dict())
+            return self.eager(**batch.as_dict())
         self.load(batch, bucket)
         if check in (True, "both", "before"):
             self.check_padding(n, bucket)
@@ -198,10 +200,15 @@ class GraphRunner:
             self.graphs[bucket].replay()
             out = self.outputs[bucket]
         else:
-            out = self.model(**self.views(bucket))
+            out = self.eager(**self.views(bucket))
         if canary is not None:
             self._canary_after(canary, n, bucket)
         return out[:n]
+
+    def eager(self, **inputs) -> torch.Tensor:
+        if hasattr(self.model, "fused"):
+            self.model.fused = self.fused
+        return self.model(**inputs)
 
     def load(self, batch: DecodeBatch, bucket: int) -> None:
         """Copy the real rows into the static buffers and make rows [n, bucket) padding."""

@@ -13,12 +13,16 @@ MAX_ROWS = 256
 
 @pytest.fixture(scope="module")
 def setup():
+    # Tiny ops on a shared 2-core box: more threads only spin against each other (30x slower here).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     cfg = get_config("tiny")
     blocks_per_seq = -(-cfg.prefill_len // cfg.block_size)
     model = ProbeModel(cfg, num_blocks=1 + MAX_ROWS * blocks_per_seq)
     model.kv_cache.fill_random_(seed=1)
     batch = make_batch(model, MAX_ROWS, seed=2)
-    return model, batch
+    yield model, batch
+    torch.set_num_threads(threads)
 
 
 def test_bucket_choice_matches_the_chapter():
@@ -131,3 +135,23 @@ def test_invalid_arguments(setup):
         GraphRunner(model, use_graphs=True)
     with pytest.raises(ValueError, match="check"):
         GraphRunner(model, buckets=(1,), use_graphs=False).run(setup[1].head(1), check="sometimes")
+
+
+def test_run_checks_pass_on_cpu_and_catch_the_bug(setup):
+    from gpu_probe.measure import check_graph_vs_eager, check_padding_assertion
+    model, batch = setup
+    runner = GraphRunner(model, buckets=(1, 2, 4, 8, 16, 24), use_graphs=False)
+    checks = check_graph_vs_eager(runner, model, batch)
+    assert checks["graph_vs_eager"]["passed"] and checks["kv_canary"]["passed"]
+    assert [b["batch"] for b in checks["graph_vs_eager"]["buckets"]] == [1, 2, 3, 5, 9, 17]
+    saved = model.kv_cache.kv.clone()
+    pad = check_padding_assertion(runner, batch)["padding_assertion"]
+    assert pad["passed"], pad["detail"]
+    assert pad["sizes_needing_padding"] == 24 - 6 and pad["fired_with_bug"] == 18
+    assert pad["fired_with_fix"] == 0 and pad["canary_fired"] == [3, 7, 15, 23]
+    # The bug's damage was undone: only the real rows' own slots and the scratch block differ.
+    written = torch.zeros(model.kv_cache.kv[0, 0].flatten(0, 1).shape[0], dtype=torch.bool)
+    written[batch.slot_mapping] = True
+    written[: model.cfg.block_size] = True
+    assert torch.equal(model.kv_cache.kv.flatten(2, 3)[:, :, ~written], saved.flatten(2, 3)[:, :, ~written])
+    assert runner.pad_rows_to == "scratch"

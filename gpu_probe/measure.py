@@ -1,0 +1,200 @@
+"""Timing, profiling and the correctness checks of one probe run (CUDA).
+
+- `time_steps`: CUDA-event step time over many steps after warm-up. Each step starts on an
+  idle GPU (synchronize between steps, as a decode loop that samples on the host does), so
+  the time is the step's latency: host submission and GPU execution overlapped, whichever
+  is longer. The host time to enqueue (return from the step call) is timed alongside.
+- `profile_step`: one step under torch.profiler (after one profiled warm-up step), exported
+  as a Chrome trace and parsed by `gpu_probe.trace` into a Timeline.
+- `hbm_copy_GBps`: a large device-to-device copy, bytes read plus bytes written.
+- checks: graph == eager per bucket, the KV canary, the padding assertion with the bug on
+  and off, fused == unfused.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from gpu_probe.graph_runner import GraphRunner, PaddingCorruption, bucket_for
+from gpu_probe.trace import STEP_ANNOTATION, TraceStep, kernels_per_layer, parse_step
+
+
+def hbm_copy_GBps(nbytes: int = 2 * 2**30, iters: int = 20) -> float:
+    """Copy bandwidth counting bytes read + bytes written, median over `iters` copies."""
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_(0, 255)
+    dst = torch.empty_like(src)
+    times = []
+    for i in range(iters + 3):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dst.copy_(src)
+        end.record()
+        end.synchronize()
+        if i >= 3:
+            times.append(start.elapsed_time(end) / 1e3)
+    del src, dst
+    torch.cuda.empty_cache()
+    return 2 * nbytes / float(np.median(times)) / 1e9
+
+
+def time_steps(step, steps: int = 100, warmup: int = 10) -> dict:
+    """Median/p10/p90 step time (CUDA events) and median host enqueue time, in µs."""
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    events, enqueue = [], []
+    for _ in range(steps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        t0 = time.perf_counter()
+        step()
+        enqueue.append((time.perf_counter() - t0) * 1e6)
+        end.record()
+        torch.cuda.synchronize()
+        events.append((start, end))
+    step_us = np.array([s.elapsed_time(e) * 1e3 for s, e in events])
+    p10, med, p90 = np.percentile(step_us, [10, 50, 90])
+    return {"step_us_median": float(med), "step_us_p10": float(p10), "step_us_p90": float(p90),
+            "enqueue_us_median": float(np.median(enqueue))}
+
+
+def profile_step(step, label: str, trace_path: str | os.PathLike | None = None) -> TraceStep:
+    """Profile one step (plus a profiled warm-up step) and parse its timeline.
+
+    The trace is written to `trace_path` (kept so it opens in Perfetto) or to a temporary file.
+    """
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    keep = trace_path is not None
+    path = Path(trace_path) if keep else Path(tempfile.mkstemp(suffix=".json")[1])
+    try:
+        schedule = torch.profiler.schedule(wait=0, warmup=1, active=1, repeat=1)
+        with torch.profiler.profile(activities=activities, schedule=schedule,
+                                    on_trace_ready=lambda p: p.export_chrome_trace(str(path))) as prof:
+            for _ in range(2):
+                with torch.profiler.record_function(STEP_ANNOTATION):
+                    step()
+                    torch.cuda.synchronize()
+                prof.step()
+        return parse_step(path, label=label)
+    finally:
+        if not keep:
+            path.unlink(missing_ok=True)
+
+
+def run_record(mode: str, batch: int, timing: dict, traced: TraceStep, n_layers: int,
+               bucket: int | None = None, eager_fallback: bool = False) -> dict:
+    """One entry of the result's `runs` (see gpu_probe.result for the fields)."""
+    m = traced.timeline.metrics()
+    per_layer, exact = kernels_per_layer(traced.kernel_names, n_layers)
+    return {
+        "mode": mode, "batch": batch, "bucket": bucket,
+        "padded_rows": (bucket - batch) if bucket else 0, "eager_fallback": eager_fallback,
+        **timing,
+        "kernels_per_step": traced.kernels_per_step, "kernels_per_layer": per_layer,
+        "kernels_per_layer_exact": exact, "launches": traced.launches, "graph_launches": traced.graph_launches,
+        "cpu_launch_us": m.cpu_launch_us, "gpu_busy_us": m.gpu_busy_us, "utilisation": m.utilisation,
+        "bound_by": m.bound_by, "idle_us": m.idle_us, "timeline": traced.timeline.to_dict(),
+    }
+
+
+# ---- correctness checks ------------------------------------------------------------------------
+def _rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.double(), b.double()
+    return float((a - b).norm() / b.norm().clamp_min(1e-30))
+
+
+def check_graph_vs_eager(runner: GraphRunner, model, batch, tolerance: float = 2e-2) -> dict:
+    """Per bucket: replayed graph == eager step on the same padded inputs (bit-exact), the real
+    rows close to an unpadded eager step, and the KV canary quiet (check="both")."""
+    per_bucket, passed, canary = [], True, True
+    with torch.no_grad():
+        previous = 0
+        for bucket in runner.buckets:
+            n = min(previous + 1, bucket)  # the most padding this bucket ever sees
+            previous = bucket
+            rows = batch.head(n)
+            runner.load(rows, bucket)
+            eager_padded = runner.eager(**runner.views(bucket))[:n].clone()
+            try:
+                graph_out = runner.run(rows, check="both").clone()
+                quiet = True
+            except PaddingCorruption:
+                graph_out, quiet = runner.outputs[bucket][:n].clone(), False
+            eager = runner.eager(**rows.as_dict())
+            exact = bool(torch.equal(graph_out, eager_padded))
+            err = _rel_err(graph_out, eager)
+            ok = exact and err <= tolerance and quiet
+            passed, canary = passed and ok, canary and quiet
+            per_bucket.append({"bucket": bucket, "batch": n, "bit_exact_vs_padded_eager": exact,
+                               "rel_err_vs_unpadded_eager": err, "kv_canary_quiet": quiet, "passed": ok})
+    detail = (f"{sum(r['passed'] for r in per_bucket)}/{len(per_bucket)} buckets: graph replay bit-exact with an "
+              f"eager step on the same padded inputs, real rows within {tolerance:g} of an unpadded eager step")
+    return {"graph_vs_eager": {"passed": passed, "detail": detail, "buckets": per_bucket},
+            "kv_canary": {"passed": canary, "detail": "real sequences' KV blocks unchanged by every replay "
+                          "except the slots they were meant to write"}}
+
+
+def check_padding_assertion(runner: GraphRunner, batch, canary_sizes=None) -> dict:
+    """With the bug on, the assertion fires for exactly the sizes that need padding; off, never.
+
+    Restores the cache afterwards (the bug really overwrites a sequence's first token)."""
+    sizes = range(1, runner.max_bucket + 1)
+    need = {n for n in sizes if bucket_for(n, runner.buckets) != n}
+    # The bug writes only into the first block of the batch's first sequence: save just that block.
+    victim = int(batch.block_tables[0, 0])
+    saved_policy, saved_block = runner.pad_rows_to, runner.kv_cache.kv[:, :, victim].clone()
+    fired_bug, fired_safe, canary_hits = set(), set(), set()
+    try:
+        for policy, fired in (("real", fired_bug), ("scratch", fired_safe)):
+            runner.pad_rows_to = policy
+            for n in sizes:
+                try:
+                    runner.run(batch.head(n), check="before")
+                except PaddingCorruption:
+                    fired.add(n)
+        runner.pad_rows_to = "real"
+        canary_sizes = sorted(canary_sizes or {b - 1 for b in runner.buckets if b > 1})
+        for n in canary_sizes:
+            try:
+                runner.run(batch.head(n), check="after")
+            except PaddingCorruption as err:
+                if err.kind == "canary":
+                    canary_hits.add(n)
+            runner.kv_cache.kv[:, :, victim] = saved_block
+    finally:
+        runner.pad_rows_to = saved_policy
+        runner.kv_cache.kv[:, :, victim] = saved_block
+        runner.load(batch.head(runner.max_bucket), runner.max_bucket)  # leave no buggy rows behind
+    canary_ok = canary_hits == {n for n in canary_sizes if n in need}
+    passed = fired_bug == need and not fired_safe and canary_ok
+    return {"padding_assertion": {
+        "passed": passed,
+        "detail": f"bug on: fired for {len(fired_bug)} of the {len(need)} batch sizes in 1..{runner.max_bucket} that "
+                  f"need padding and {len(fired_bug - need)} others; bug off: fired {len(fired_safe)} times; "
+                  f"KV canary caught the write at {len(canary_hits)}/{len(canary_sizes)} padded sizes",
+        "sizes_needing_padding": len(need), "fired_with_bug": len(fired_bug & need),
+        "fired_without_padding": len(fired_bug - need), "fired_with_fix": len(fired_safe),
+        "canary_sizes": canary_sizes, "canary_fired": sorted(canary_hits)}}
+
+
+def check_fused_vs_unfused(model, batch, sizes=(1, 8), tolerance: float = 2e-2) -> dict:
+    errs = {}
+    saved = model.fused
+    with torch.no_grad():
+        for n in sizes:
+            if n > batch.size:
+                continue
+            rows = batch.head(n).as_dict()
+            model.fused = False
+            ref = model(**rows).clone()
+            model.fused = True
+            errs[n] = _rel_err(model(**rows), ref)
+    model.fused = saved
+    passed = all(e <= tolerance for e in errs.values()) and bool(errs)
+    return {"fused_vs_unfused": {"passed": passed, "rel_err": {str(k): v for k, v in errs.items()},
+                                 "detail": f"fused logits within {tolerance:g} (relative) of the unfused ones"}}
