@@ -209,7 +209,12 @@ def _optimum_summary(stats: list, budget_mib: float) -> None:
         rival = min(fitting, key=lambda s: s.step_us)
         gain = rival.step_us - best.step_us
         d.metric("Gain vs best preset within budget", f"{gain:,.1f} µs/step",
-                 delta=f"{100 * gain / rival.step_us:.1f}% faster than {rival.name}", delta_color="normal")
+                 delta=f"{100 * gain / rival.step_us:+.1f}% vs {rival.name}", delta_color="normal",
+                 help="Expected step time of the fastest chosen layout that fits the budget minus the "
+                      "optimum's; positive means the optimum is faster.")
+        if gain < 0:
+            st.caption(f"{rival.name} uses {rival.graphs} graphs, more than the optimiser may use: raise "
+                       "\"Most graphs the optimiser may use\" to let it match or beat that.")
     else:
         d.metric("Gain vs best preset within budget", "—", help="No chosen layout fits the budget.")
     st.caption(f"Optimal buckets: {bk.format_layout(best.buckets, limit=40)}")
