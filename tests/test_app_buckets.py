@@ -137,3 +137,18 @@ def test_padding_demo_shows_the_bug_only_at_padded_sizes():
     _assert_clean(at)
     assert _metrics(at)["Batch sizes with wrong output"] == "0 of 32"
     assert any("no real sequence's output changed" in s.value for s in at.success)
+
+
+def test_the_layouts_view_never_loads_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys; from streamlit.testing.v1 import AppTest; "
+            "import ui.buckets_tab, sim.bucket_report; "
+            "at = AppTest.from_string('from ui import buckets_tab; buckets_tab.render()', default_timeout=120); "
+            "at.run(); assert not at.exception, at.exception; "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         cwd=Path(APP).parent)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "False"
