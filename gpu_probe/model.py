@@ -4,7 +4,7 @@ Same weights, two forwards (after gpt-fast's model.py and nano-vllm's layers):
 - unfused: plain PyTorch, one logical op at a time (the eager baseline, and what
   torch.compile(mode="reduce-overhead", fullgraph=True) gets to optimise: no graph breaks,
   no host syncs, the KV cache a registered buffer);
-- fused: five Triton kernels per layer (see FUSIONS and gpu_probe/kernels/).
+- fused: five Triton kernels per layer, six at small batch (see FUSIONS and gpu_probe/kernels/).
 
 Randomly initialised from cfg.seed; nothing is downloaded.
 """
@@ -32,13 +32,14 @@ FUSIONS: tuple[dict, ...] = (
      "merges": ["RoPE(q)", "RoPE(k)", "K/V write into the paged cache", "block-table gather",
                 "QK^T", "mask", "softmax", "PV"],
      "how": "rotates q and the new k in registers, writes k/v at slot_mapping, online softmax over "
-            "the blocks the table lists (split over the context at small batch)",
+            "the blocks the table lists on tensor cores; at small batch the context is split over "
+            "several programs and one small extra kernel merges the splits",
      "intermediates_removed": ["rotated q", "rotated k", "cos/sin gathers", "gathered K", "gathered V",
                                "scores", "probabilities"]},
-    {"kernel": "merge_o_proj_residual", "where": "kernels/linear.py",
-     "merges": ["merge of attention splits", "o_proj", "residual add"],
-     "how": "split partials combined by their log-sum-exp in the GEMM prologue, residual added in the epilogue",
-     "intermediates_removed": ["attention output", "o_proj output"]},
+    {"kernel": "o_proj_residual", "where": "kernels/linear.py",
+     "merges": ["o_proj", "residual add"],
+     "how": "residual added in the GEMM epilogue",
+     "intermediates_removed": ["o_proj output"]},
     {"kernel": "rmsnorm_gate_up_swiglu", "where": "kernels/linear.py",
      "merges": ["RMSNorm", "gate_proj", "up_proj", "SiLU", "multiply"],
      "how": "packed gate/up weight (norm folded in), two accumulators, silu(gate) * up in the epilogue",
@@ -48,7 +49,7 @@ FUSIONS: tuple[dict, ...] = (
      "how": "residual added in the GEMM epilogue",
      "intermediates_removed": ["down output"]},
 )
-FUSED_KERNELS_PER_LAYER = len(FUSIONS)
+FUSED_KERNELS_PER_LAYER = len(FUSIONS)  # plus the split-merge kernel at small batch: see kernels_per_layer()
 
 
 def fusion_report() -> list[dict]:
@@ -175,11 +176,17 @@ class ProbeModel(nn.Module):
         folded = self.lm_head.float() * self.final_norm.float()[None, :]
         self.register_buffer("lm_head_folded", folded.to(self.dtype).contiguous(), persistent=False)
 
+    def kernels_per_layer(self, batch: int, fused: bool = True) -> int | None:
+        """Kernels one layer launches in the fused variant (None: unfused, count it with the profiler)."""
+        if not fused:
+            return None
+        return FUSED_KERNELS_PER_LAYER + (1 if self.attention_splits(batch) > 1 else 0)
+
     def attention_splits(self, batch: int) -> int:
         """How many context splits the fused attention uses at this batch (static per batch size).
 
         At small batch one program per (sequence, KV head) would leave most SMs idle, so the
-        context is cut into splits that are merged in the o_proj prologue.
+        context is cut into splits, merged by one small extra kernel.
         """
         programs = batch * self.cfg.n_kv_heads
         target = 2 * self.num_sms
@@ -246,10 +253,10 @@ class ProbeModel(nn.Module):
         for index, layer in enumerate(self.layers):
             qkv = fused_linear(h, layer.w_qkv_folded, rms_eps=cfg.norm_eps)
             k_cache, v_cache = self.kv_cache.layer(index)
-            partial, lse = paged_decode_attention(qkv, positions, block_tables, slot_mapping, context_lens,
-                                                  k_cache, v_cache, self.rope_cos, self.rope_sin,
-                                                  cfg.n_heads, cfg.n_kv_heads, splits)
-            h = fused_linear(partial, layer.wo, residual=h, split_lse=lse)
+            attn = paged_decode_attention(qkv, positions, block_tables, slot_mapping, context_lens,
+                                          k_cache, v_cache, self.rope_cos, self.rope_sin,
+                                          cfg.n_heads, cfg.n_kv_heads, splits)
+            h = fused_linear(attn, layer.wo, residual=h)
             act = fused_linear(h, layer.w_gate_up_folded, rms_eps=cfg.norm_eps, swiglu=True)
             h = fused_linear(act, layer.w_down, residual=h)
         return fused_linear(h, self.lm_head_folded, rms_eps=cfg.norm_eps)

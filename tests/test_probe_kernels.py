@@ -9,8 +9,8 @@ import math
 import pytest
 import torch
 
-from gpu_probe.kernels import (fused_linear, fused_linear_reference, merge_splits_reference,
-                               paged_decode_attention, paged_decode_attention_reference)
+from gpu_probe.kernels import (fused_linear, fused_linear_reference, paged_decode_attention,
+                               paged_decode_attention_reference)
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -44,10 +44,10 @@ def make_attention_case(batch, n_heads, n_kv_heads, head_dim, block_size, contex
 
 def check_attention(case, n_splits, tol):
     kernel_k, kernel_v = case["k_cache"].clone(), case["v_cache"].clone()
-    partial, lse = paged_decode_attention(**{**case, "k_cache": kernel_k, "v_cache": kernel_v}, n_splits=n_splits)
+    out = paged_decode_attention(**{**case, "k_cache": kernel_k, "v_cache": kernel_v}, n_splits=n_splits)
     ref = paged_decode_attention_reference(**case)  # writes case's caches
-    assert partial.shape[1] == n_splits
-    assert rel_err(merge_splits_reference(partial, lse), ref) < tol
+    assert out.shape == ref.shape and out.dtype == case["qkv"].dtype
+    assert rel_err(out, ref) < tol
     # The cache write: the new token's slots get the rotated k and v, nothing else is touched.
     written = case["slot_mapping"][case["slot_mapping"] >= 0]
     flat = lambda c: c.view(-1, *c.shape[2:])  # noqa: E731
@@ -73,21 +73,16 @@ def test_fused_linear_matches_reference_on_cpu(m, n, k, variant):
     assert rel_err(out, fused_linear_reference(x, weight, **kwargs)) < 1e-5
 
 
-def test_split_merge_prologue_matches_reference_on_cpu():
-    gen = torch.Generator().manual_seed(1)
-    partial = torch.randn(2, 3, 4 * 16, generator=gen)
-    lse = 4 * torch.randn(2, 3, 4, generator=gen)
-    lse[0, 1] = -1.0e30  # an empty split carries no weight
-    weight, residual = torch.randn(24, 64, generator=gen), torch.randn(2, 24, generator=gen)
-    out = fused_linear(partial, weight, residual=residual, split_lse=lse)
-    assert rel_err(out, fused_linear_reference(partial, weight, residual=residual, split_lse=lse)) < 1e-5
-
-
-@pytest.mark.parametrize("n_splits", [1, 3])
-def test_paged_attention_matches_reference_on_cpu(n_splits):
-    # GQA (4 query heads on 2 KV heads), a fresh sequence (context 1) and one over several blocks.
-    case = make_attention_case(2, 4, 2, 16, 4, [1, 11], torch.float32, "cpu", seed=n_splits)
-    check_attention(case, n_splits, 1e-5)
+@pytest.mark.parametrize("n_splits, block_n", [(1, 16), (3, 16)])
+def test_paged_attention_matches_reference_on_cpu(n_splits, block_n):
+    # GQA (4 query heads on 2 KV heads), a fresh sequence (context 1) and one over several blocks
+    # and tiles (the second split of 3 is empty: 44 cached tokens in 16-token tiles).
+    case = make_attention_case(2, 4, 2, 16, 4, [1, 45], torch.float32, "cpu", seed=n_splits)
+    kernel_k, kernel_v = case["k_cache"].clone(), case["v_cache"].clone()
+    out = paged_decode_attention(**{**case, "k_cache": kernel_k, "v_cache": kernel_v}, n_splits=n_splits,
+                                 block_n=block_n)
+    ref = paged_decode_attention_reference(**case)
+    assert rel_err(out, ref) < 1e-5 and torch.equal(kernel_v, case["v_cache"])
 
 
 def test_paged_attention_skips_the_write_for_pad_slot_on_cpu():
@@ -104,23 +99,17 @@ cuda = pytest.mark.cuda
 
 @cuda
 @pytest.mark.parametrize("m", [1, 7, 64, 256])
-@pytest.mark.parametrize("variant, n, k", [("norm", 3072, 1024), ("swiglu", 2816, 1024), ("merge", 1024, 1024),
+@pytest.mark.parametrize("variant, n, k", [("norm", 3072, 1024), ("swiglu", 2816, 1024), ("residual", 1024, 1024),
                                            ("residual", 1024, 2816)])
 def test_fused_linear_matches_reference_on_cuda(m, variant, n, k):
     gen = torch.Generator(device="cuda").manual_seed(m + n)
     bf16 = torch.bfloat16
     weight = (torch.randn(2 * n if variant == "swiglu" else n, k, generator=gen, device="cuda") / math.sqrt(k)).to(bf16)
-    kwargs = {}
-    if variant == "merge":
-        x = torch.randn(m, 16, k, generator=gen, device="cuda")
-        kwargs = {"split_lse": 3 * torch.randn(m, 16, 16, generator=gen, device="cuda"),
-                  "residual": torch.randn(m, n, generator=gen, device="cuda").to(bf16)}
+    x = (3 * torch.randn(m, k, generator=gen, device="cuda")).to(bf16)
+    if variant == "residual":
+        kwargs = {"residual": torch.randn(m, n, generator=gen, device="cuda").to(bf16)}
     else:
-        x = (3 * torch.randn(m, k, generator=gen, device="cuda")).to(bf16)
-        if variant == "residual":
-            kwargs = {"residual": torch.randn(m, n, generator=gen, device="cuda").to(bf16)}
-        else:
-            kwargs = {"rms_eps": 1e-5, "swiglu": variant == "swiglu"}
+        kwargs = {"rms_eps": 1e-5, "swiglu": variant == "swiglu"}
     out = fused_linear(x, weight, **kwargs)
     assert rel_err(out, fused_linear_reference(x, weight, **kwargs)) < 1e-2
 
@@ -157,8 +146,8 @@ def test_small_model_fused_step_equals_unfused_on_cuda():
     unfused = model.unfused_forward(ids, **inputs)
     cache.kv.copy_(before)
     fused = model.fused_forward(ids, **inputs)
+    # Random weights give near-tied logits, so compare values, not argmaxes (which bf16 noise flips).
     assert rel_err(fused, unfused) < 3e-2
-    assert (fused.argmax(-1) == unfused.argmax(-1)).all()
 
 
 @cuda

@@ -183,7 +183,9 @@ def test_model_forward_follows_the_fused_flag():
     model.fused = True
     b = model(torch.tensor([1]), **inputs)
     torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
-    assert model.attention_splits(1) > 1  # batch 1 on "4 SMs" uses the split path
+    assert model.attention_splits(1) > 1  # batch 1 on "2 SMs" uses the split path (+1 merge kernel)
+    assert model.kernels_per_layer(1) == FUSED_KERNELS_PER_LAYER + 1
+    assert model.kernels_per_layer(8) == FUSED_KERNELS_PER_LAYER and model.kernels_per_layer(8, fused=False) is None
 
 
 def test_fusion_report_counts_what_each_kernel_merged():
@@ -192,6 +194,7 @@ def test_fusion_report_counts_what_each_kernel_merged():
     by_kernel = {row["kernel"]: row for row in rows}
     assert by_kernel["paged_attention"]["ops_merged"] == 8
     assert by_kernel["rmsnorm_gate_up_swiglu"]["intermediates_removed"] == 7
+    assert by_kernel["o_proj_residual"]["merges"] == "o_proj + residual add"
     assert all(row["intermediates_removed"] >= 1 for row in rows)
 
 

@@ -83,14 +83,22 @@ def count_kernels(fn) -> int:
                and "memcpy" not in e.name.lower() and "memset" not in e.name.lower())
 
 
-SWEEP_CONFIGS = {  # (BLOCK_N, BLOCK_K, num_warps, num_stages), by batch
-    1: [(16, 128, 4, 4), (16, 256, 4, 3), (32, 128, 4, 4), (32, 256, 8, 3), (64, 128, 4, 4), (64, 256, 8, 3),
-        (16, 512, 4, 2), (32, 64, 2, 6)],
-    64: [(64, 64, 4, 4), (128, 64, 8, 3), (64, 128, 4, 3), (128, 64, 4, 4)],
+SWEEP_CONFIGS = {  # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages), by batch
+    1: [(16, 16, 128, 4, 4), (16, 32, 128, 4, 4), (16, 32, 256, 4, 3), (16, 64, 128, 4, 4), (16, 128, 128, 4, 4)],
+    64: [(64, 64, 64, 4, 4), (64, 128, 64, 4, 3), (32, 64, 128, 4, 4), (32, 32, 128, 4, 4), (16, 32, 128, 4, 4)],
 }
 
 
-def sweep_linear(rows: list, splits_at_1: int) -> None:
+def gpu_warm(ms: float = 200.0) -> None:
+    """Keep the GPU busy for a while so clocks are up before timing (compiles leave it idle)."""
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    start = time.perf_counter()
+    while (time.perf_counter() - start) * 1000 < ms:
+        a @ a
+        torch.cuda.synchronize()
+
+
+def sweep_linear(rows: list) -> None:
     import triton.testing
 
     from gpu_probe.kernels.linear import _tile_config, fused_linear
@@ -98,39 +106,59 @@ def sweep_linear(rows: list, splits_at_1: int) -> None:
     bf16 = torch.bfloat16
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     shapes = {"qkv+norm": (3072, 1024, "norm"), "gate_up+swiglu": (2816, 1024, "swiglu"),
-              "o+merge+res": (1024, 1024, "merge"), "down+res": (1024, 2816, "res"), "lm_head+norm": (32000, 1024, "norm")}
+              "o+res": (1024, 1024, "res"), "down+res": (1024, 2816, "res"), "lm_head+norm": (32000, 1024, "norm")}
+    cases = []
     for m, configs in SWEEP_CONFIGS.items():
         for name, (n, k, kind) in shapes.items():
             w = torch.randn(2 * n if kind == "swiglu" else n, k, device="cuda").to(bf16)
             x = torch.randn(m, k, device="cuda").to(bf16)
             kwargs = {"norm": dict(rms_eps=1e-5), "swiglu": dict(rms_eps=1e-5, swiglu=True),
-                      "res": dict(residual=torch.randn(m, n, device="cuda").to(bf16))}.get(kind, {})
-            xin = x
-            if kind == "merge":
-                splits = splits_at_1 if m == 1 else 1
-                xin = torch.randn(m, splits, k, device="cuda")
-                kwargs = dict(residual=torch.randn(m, n, device="cuda").to(bf16),
-                              split_lse=torch.randn(m, splits, 16, device="cuda"))
-            cublas = triton.testing.do_bench(lambda: x @ w.t(), warmup=5, rep=20, return_mode="median") * 1000
-            default = _tile_config(m, n, k, kind == "swiglu", sms)
-            results = []
-            for bn, bk, warps, stages in configs:
-                cfg = dict(BLOCK_M=default["BLOCK_M"], BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages)
+                      "res": dict(residual=torch.randn(m, n, device="cuda").to(bf16))}[kind]
+            cfgs = [dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=wp, num_stages=st)
+                    for bm, bn, bk, wp, st in configs]
+            ok = []
+            for cfg in cfgs + [None]:  # compile everything first, time afterwards with warm clocks
                 try:
-                    us = triton.testing.do_bench(lambda: fused_linear(xin, w, config=cfg, **kwargs),
-                                                 warmup=3, rep=10, return_mode="median") * 1000
-                except Exception as exc:  # out of shared memory / registers
+                    fused_linear(x, w, config=cfg, **kwargs)
+                    ok.append(cfg)
+                except Exception as exc:
                     print(f"  skip {cfg}: {type(exc).__name__}", flush=True)
-                    continue
-                results.append((us, (bn, bk, warps, stages)))
-            results.sort(key=lambda r: r[0])
-            default_us = triton.testing.do_bench(lambda: fused_linear(xin, w, **kwargs), warmup=5, rep=20,
-                                                 return_mode="median") * 1000
-            gbps = w.numel() * 2 / default_us / 1e3
-            rows.append(f"linear M={m:<3} {name:<15} cuBLAS {cublas:6.1f} us | default {default_us:6.1f} us "
-                        f"({gbps:5.0f} GB/s) n{default['BLOCK_N']} k{default['BLOCK_K']} | "
-                        + " ".join(f"{u:.1f}us{c}" for u, c in results[:3]))
-            print(rows[-1], flush=True)
+            cases.append((m, name, n, k, kind, w, x, kwargs, ok))
+    torch.cuda.synchronize()
+    gpu_warm()
+    for m, name, n, k, kind, w, x, kwargs, ok in cases:
+        bench = lambda fn: triton.testing.do_bench(fn, warmup=10, rep=30, return_mode="median") * 1000  # noqa: E731
+        cublas = bench(lambda: x @ w.t())
+        default = _tile_config(m, n, k, kind == "swiglu", sms)
+        default_us = bench(lambda: fused_linear(x, w, **kwargs))
+        results = sorted((bench(lambda: fused_linear(x, w, config=cfg, **kwargs)), tuple(cfg.values()))
+                         for cfg in ok if cfg is not None)
+        gbps = w.numel() * 2 / default_us / 1e3
+        rows.append(f"linear M={m:<3} {name:<15} cuBLAS {cublas:5.1f} | default {default_us:5.1f} us "
+                    f"({gbps:5.0f} GB/s) {tuple(default.values())} | "
+                    + " ".join(f"{u:.1f}{c}" for u, c in results[:3]))
+        print(rows[-1], flush=True)
+
+
+def kernel_breakdown(replay, label: str, rows: list) -> None:
+    """GPU time per kernel name within one graph replay (profiler), and busy vs wall time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    replay()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        replay()
+        torch.cuda.synchronize()
+    stats = []
+    for row in prof.key_averages():
+        total = getattr(row, "self_device_time_total", None) or getattr(row, "self_cuda_time_total", 0)
+        if total > 0:
+            stats.append((total, row.count, row.key[:60]))
+    stats.sort(reverse=True)
+    busy = sum(t for t, _, _ in stats)
+    rows.append(f"{label}: kernels busy {busy:.0f} us; " + "; ".join(
+        f"{name} x{count} {t / count:.1f}us" for t, count, name in stats[:7]))
+    print(rows[-1], flush=True)
 
 
 def sweep_attention(rows: list, model: ProbeModel) -> None:
@@ -146,15 +174,19 @@ def sweep_attention(rows: list, model: ProbeModel) -> None:
         args = (qkv, inputs["positions"], inputs["block_tables"], inputs["slot_mapping"], inputs["context_lens"],
                 k_cache, v_cache, model.rope_cos, model.rope_sin, cfg.n_heads, cfg.n_kv_heads)
         out = []
-        for splits in ((2, 4, 8, 16, 32) if batch == 1 else (1, 2)):
-            for block_n in (16, 32, 64, 128):
-                us = triton.testing.do_bench(lambda: paged_decode_attention(*args, splits, block_n), warmup=3, rep=10,
-                                             return_mode="median") * 1000
-                out.append((us, splits, block_n))
+        variants = [(s, n) for s in ((4, 8, 16, 32) if batch == 1 else (1, 2, 4)) for n in (16, 32, 64)]
+        for splits, block_n in variants:
+            paged_decode_attention(*args, splits, block_n)  # compile first
+        gpu_warm()
+        for splits, block_n in variants:
+            us = triton.testing.do_bench(lambda: paged_decode_attention(*args, splits, block_n), warmup=10, rep=30,
+                                         return_mode="median") * 1000
+            out.append((us, splits, block_n))
+        kv_bytes = 2 * batch * cfg.prefill_len * cfg.kv_size * 2
         out.sort()
         chosen = model.attention_splits(batch)
-        rows.append(f"attention B={batch:<3} default splits={chosen}: "
-                    f"{[f'{u:.1f}us s={s} n={n}' for u, s, n in out[:4]]}")
+        rows.append(f"attention B={batch:<3} default splits={chosen} (KV {kv_bytes / 1e6:.0f} MB): "
+                    f"{[f'{u:.1f}us s={s} n={n}' for u, s, n in out[:5]]}")
         print(rows[-1], flush=True)
 
 
@@ -178,7 +210,7 @@ def main(argv=None) -> int:
     print(f"device {torch.cuda.get_device_name()} torch {torch.__version__} HBM copy {bandwidth:.0f} GB/s; "
           f"weights {model.weight_bytes / 1e9:.3f} GB -> floor {floor_us:.0f} us", flush=True)
 
-    table, record = [], {"hbm_copy_GBps": bandwidth, "weight_floor_us": floor_us, "steps": []}
+    table, breakdown, record = [], [], {"hbm_copy_GBps": bandwidth, "weight_floor_us": floor_us, "steps": []}
     two_layer = ProbeModel(get_config("small", n_layers=2), device="cuda", num_blocks=1 + 2 * max_b * cfg.max_blocks_per_seq)
     two_layer.kv_cache.fill_random_(2)
     for batch in args.batches:
@@ -196,6 +228,7 @@ def main(argv=None) -> int:
             torch.cuda.synchronize()
             graph = capture(step)
             graph_us = cuda_time_us(graph.replay, 200)
+            kernel_breakdown(graph.replay, f"{'fused' if fused else 'unfused'} graph B={batch}", breakdown)
             k32 = count_kernels(step)
             k2 = count_kernels(lambda: (two_layer.fused_forward if fused else two_layer.unfused_forward)(**small_inputs))
             per_layer = (k32 - k2) / 30
@@ -209,7 +242,7 @@ def main(argv=None) -> int:
             print(table[-1], flush=True)
             del graph
     if args.sweep:
-        sweep_linear(table, model.attention_splits(1))
+        sweep_linear(table)
         sweep_attention(table, model)
     if args.compile:
         from torch._dynamo.utils import counters
@@ -233,6 +266,8 @@ def main(argv=None) -> int:
         json.dump(record, fh, indent=1)
     print("\n==== summary (H200 check of gpu_probe model) ====")
     print(f"HBM {bandwidth:.0f} GB/s, weight floor {floor_us:.0f} us")
+    for line in breakdown:
+        print(line)
     for line in table:
         print(line)
     return 0

@@ -1,8 +1,8 @@
 """Decode attention over a paged KV cache, with RoPE and the K/V cache write folded in.
 
 One program per (sequence, KV head, context split). It reads q, k, v of the new token straight
-from the packed QKV output, rotates q and k in registers (rotate-half RoPE: the two halves of
-head_dim are held as separate tiles), and
+from the packed QKV output, rotates q and k in registers (rotate-half RoPE: x*cos + sign*x[swapped
+halves]*sin, the swapped copy loaded with permuted offsets), and
 
 - the last split's program writes the rotated k and v at slot_mapping (skipped for slot < 0)
   and counts the new token itself, from registers;
@@ -10,9 +10,10 @@ head_dim are held as separate tiles), and
   [0, context_len - 1), gathering them through the block table, for all query heads of its
   KV head at once (GQA: K/V are read once per group).
 
-Output: per split, the normalised partial output [B, S, heads*D] (fp32) and its log2-sum-exp
-[B, S, heads]; gpu_probe.kernels.linear merges the splits in the o_proj prologue. At batch >=
-~2 * SMs / kv_heads there is a single split and the merge is the identity.
+QK^T and PV run on tensor cores (tl.dot), the query heads of a group padded to 16 rows. With
+one split the program writes the attention output directly; with S > 1 splits it writes a
+normalised fp32 partial and its log2-sum-exp, and a tiny second kernel merges the S partials
+(at batch >= ~2 * SMs / kv_heads one split suffices, so that kernel is only launched at small batch).
 """
 from __future__ import annotations
 
@@ -31,53 +32,48 @@ def _paged_attention_kernel(qkv_ptr, pos_ptr, table_ptr, slot_ptr, ctx_ptr, k_pt
                             out_ptr, lse_ptr,
                             stride_qkv, stride_table, stride_slot, max_pos, n_splits, qk_scale,
                             N_HEADS: tl.constexpr, N_KV_HEADS: tl.constexpr, GROUP: tl.constexpr,
-                            GROUP_P2: tl.constexpr, HALF: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-                            BLOCK_N: tl.constexpr):
+                            ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+                            BLOCK_N: tl.constexpr, IEEE: tl.constexpr):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
-    HEAD_DIM: tl.constexpr = 2 * HALF
-    g = tl.arange(0, GROUP_P2)
+    HALF: tl.constexpr = HEAD_DIM // 2
+    g = tl.arange(0, ROWS)  # query heads of this KV head, padded to a tensor-core tile
     mask_g = g < GROUP
     heads = kv_head * GROUP + g
-    d = tl.arange(0, HALF)
+    d = tl.arange(0, HEAD_DIM)
+    d_swap = (d + HALF) % HEAD_DIM  # rotate_half(x)[d] = sign[d] * x[d_swap]
+    sign = tl.where(d < HALF, -1.0, 1.0)
 
     pos = tl.minimum(tl.maximum(tl.load(pos_ptr + seq), 0), max_pos)
-    cos = tl.load(cos_ptr + pos * HALF + d)
-    sin = tl.load(sin_ptr + pos * HALF + d)
+    cos = tl.load(cos_ptr + pos * HALF + d % HALF)
+    sin = tl.load(sin_ptr + pos * HALF + d % HALF) * sign
     row = qkv_ptr + seq * stride_qkv
-    q_lo = tl.load(row + heads[:, None] * HEAD_DIM + d[None, :], mask=mask_g[:, None], other=0.0).to(tl.float32)
-    q_hi = tl.load(row + heads[:, None] * HEAD_DIM + HALF + d[None, :], mask=mask_g[:, None], other=0.0).to(tl.float32)
-    # Rotate and fold the softmax scale (in log2 units) into q once.
-    q_rot_lo = (q_lo * cos[None, :] - q_hi * sin[None, :]) * qk_scale
-    q_rot_hi = (q_hi * cos[None, :] + q_lo * sin[None, :]) * qk_scale
+    q = tl.load(row + heads[:, None] * HEAD_DIM + d[None, :], mask=mask_g[:, None], other=0.0).to(tl.float32)
+    q_sw = tl.load(row + heads[:, None] * HEAD_DIM + d_swap[None, :], mask=mask_g[:, None], other=0.0).to(tl.float32)
+    # Rotate, and fold the softmax scale (in log2 units) into q once.
+    q_rot = (q * cos[None, :] + q_sw * sin[None, :]) * qk_scale
 
     k_row = row + (N_HEADS + kv_head) * HEAD_DIM
     v_row = row + (N_HEADS + N_KV_HEADS + kv_head) * HEAD_DIM
-    k_lo = tl.load(k_row + d).to(tl.float32)
-    k_hi = tl.load(k_row + HALF + d).to(tl.float32)
-    k_rot_lo = k_lo * cos - k_hi * sin
-    k_rot_hi = k_hi * cos + k_lo * sin
-    v_lo = tl.load(v_row + d).to(tl.float32)
-    v_hi = tl.load(v_row + HALF + d).to(tl.float32)
+    k_new = tl.load(k_row + d).to(tl.float32) * cos + tl.load(k_row + d_swap).to(tl.float32) * sin
+    v_new = tl.load(v_row + d).to(tl.float32)
 
-    # The new token belongs to the last split: it is written to the cache and scored from registers.
+    # The new token belongs to the last split: written to the cache, and scored from registers.
     is_last = split == n_splits - 1
     slot = tl.load(slot_ptr + seq).to(tl.int64)
-    write = is_last & (slot >= 0) & (d < HALF)
+    write = is_last & (slot >= 0) & (d < HEAD_DIM)
     head_off = kv_head * HEAD_DIM
-    tl.store(k_ptr + slot * stride_slot + head_off + d, k_rot_lo.to(k_ptr.dtype.element_ty), mask=write)
-    tl.store(k_ptr + slot * stride_slot + head_off + HALF + d, k_rot_hi.to(k_ptr.dtype.element_ty), mask=write)
-    tl.store(v_ptr + slot * stride_slot + head_off + d, v_lo.to(v_ptr.dtype.element_ty), mask=write)
-    tl.store(v_ptr + slot * stride_slot + head_off + HALF + d, v_hi.to(v_ptr.dtype.element_ty), mask=write)
+    tl.store(k_ptr + slot * stride_slot + head_off + d, k_new.to(k_ptr.dtype.element_ty), mask=write)
+    tl.store(v_ptr + slot * stride_slot + head_off + d, v_new.to(v_ptr.dtype.element_ty), mask=write)
 
-    score_new = tl.sum(q_rot_lo * k_rot_lo[None, :] + q_rot_hi * k_rot_hi[None, :], axis=1)  # [GROUP_P2]
+    score_new = tl.sum(q_rot * k_new[None, :], axis=1)  # [ROWS]
     run_max = tl.where(is_last, score_new, NEG_BIG)
-    run_sum = tl.where(is_last, 1.0, 0.0) + tl.zeros((GROUP_P2,), dtype=tl.float32)
-    acc_lo = tl.where(is_last, 1.0, 0.0) * v_lo[None, :] + tl.zeros((GROUP_P2, HALF), dtype=tl.float32)
-    acc_hi = tl.where(is_last, 1.0, 0.0) * v_hi[None, :] + tl.zeros((GROUP_P2, HALF), dtype=tl.float32)
+    run_sum = tl.where(is_last, 1.0, 0.0) + tl.zeros((ROWS,), dtype=tl.float32)
+    acc = tl.where(is_last, 1.0, 0.0) * v_new[None, :] + tl.zeros((ROWS, HEAD_DIM), dtype=tl.float32)
+    q_dot = q_rot.to(k_ptr.dtype.element_ty)
 
-    # This split's share of the cached tokens, in whole BLOCK_N tiles.
+    # This split's share of the cached tokens [0, context_len - 1), in whole BLOCK_N tiles.
     n_cached = tl.load(ctx_ptr + seq) - 1
     share = tl.cdiv(tl.cdiv(n_cached, n_splits), BLOCK_N) * BLOCK_N
     lo = split * share
@@ -87,54 +83,83 @@ def _paged_attention_kernel(qkv_ptr, pos_ptr, table_ptr, slot_ptr, ctx_ptr, k_pt
         mask_t = t < hi
         block = tl.load(table_ptr + seq * stride_table + t // BLOCK_SIZE, mask=mask_t, other=0).to(tl.int64)
         addr = (block * BLOCK_SIZE + t % BLOCK_SIZE) * stride_slot + head_off
-        kc_lo = tl.load(k_ptr + addr[:, None] + d[None, :], mask=mask_t[:, None], other=0.0).to(tl.float32)
-        kc_hi = tl.load(k_ptr + addr[:, None] + HALF + d[None, :], mask=mask_t[:, None], other=0.0).to(tl.float32)
-        vc_lo = tl.load(v_ptr + addr[:, None] + d[None, :], mask=mask_t[:, None], other=0.0).to(tl.float32)
-        vc_hi = tl.load(v_ptr + addr[:, None] + HALF + d[None, :], mask=mask_t[:, None], other=0.0).to(tl.float32)
-        scores = (tl.sum(q_rot_lo[:, None, :] * kc_lo[None, :, :], axis=2)
-                  + tl.sum(q_rot_hi[:, None, :] * kc_hi[None, :, :], axis=2))  # [GROUP_P2, BLOCK_N]
+        keys = tl.load(k_ptr + addr[:, None] + d[None, :], mask=mask_t[:, None], other=0.0)
+        values = tl.load(v_ptr + addr[:, None] + d[None, :], mask=mask_t[:, None], other=0.0)
+        if IEEE:
+            scores = tl.dot(q_dot, tl.trans(keys), input_precision="ieee")
+        else:
+            scores = tl.dot(q_dot, tl.trans(keys))  # [ROWS, BLOCK_N], fp32
         scores = tl.where(mask_t[None, :], scores, NEG_BIG)
         new_max = tl.maximum(run_max, tl.max(scores, axis=1))
         alpha = tl.exp2(run_max - new_max)
         p = tl.where(mask_t[None, :], tl.exp2(scores - new_max[:, None]), 0.0)
         run_sum = run_sum * alpha + tl.sum(p, axis=1)
-        acc_lo = acc_lo * alpha[:, None] + tl.sum(p[:, :, None] * vc_lo[None, :, :], axis=1)
-        acc_hi = acc_hi * alpha[:, None] + tl.sum(p[:, :, None] * vc_hi[None, :, :], axis=1)
+        if IEEE:
+            acc = acc * alpha[:, None] + tl.dot(p, values, input_precision="ieee")
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p.to(values.dtype), values)
         run_max = new_max
 
     has_any = run_sum > 0
     norm = tl.where(has_any, run_sum, 1.0)
-    lse = tl.where(has_any, run_max + tl.log2(norm), NEG_BIG)
     out_row = out_ptr + (seq * n_splits + split) * (N_HEADS * HEAD_DIM)
-    tl.store(out_row + heads[:, None] * HEAD_DIM + d[None, :], acc_lo / norm[:, None], mask=mask_g[:, None])
-    tl.store(out_row + heads[:, None] * HEAD_DIM + HALF + d[None, :], acc_hi / norm[:, None], mask=mask_g[:, None])
-    tl.store(lse_ptr + (seq * n_splits + split) * N_HEADS + heads, lse, mask=mask_g)
+    tl.store(out_row + heads[:, None] * HEAD_DIM + d[None, :], (acc / norm[:, None]).to(out_ptr.dtype.element_ty),
+             mask=mask_g[:, None])
+    tl.store(lse_ptr + (seq * n_splits + split) * N_HEADS + heads, tl.where(has_any, run_max + tl.log2(norm), NEG_BIG),
+             mask=mask_g)
+
+
+@triton.jit
+def _merge_splits_kernel(part_ptr, lse_ptr, out_ptr, n_splits,
+                         N_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, SPLITS_P2: tl.constexpr):
+    """out[seq, head] = sum_s 2^(lse_s - lse) * part_s: one program per (sequence, head)."""
+    seq = tl.program_id(0)
+    head = tl.program_id(1)
+    s = tl.arange(0, SPLITS_P2)
+    d = tl.arange(0, HEAD_DIM)
+    mask_s = s < n_splits
+    lse = tl.load(lse_ptr + (seq * n_splits + s) * N_HEADS + head, mask=mask_s, other=NEG_BIG)
+    weights = tl.exp2(lse - tl.max(lse, axis=0))
+    weights = tl.where(mask_s, weights, 0.0)
+    part = tl.load(part_ptr + ((seq * n_splits + s[:, None]) * N_HEADS + head) * HEAD_DIM + d[None, :],
+                   mask=mask_s[:, None], other=0.0)
+    merged = tl.sum(part * weights[:, None], axis=0) / tl.sum(weights, axis=0)
+    tl.store(out_ptr + (seq * N_HEADS + head) * HEAD_DIM + d, merged.to(out_ptr.dtype.element_ty))
 
 
 def paged_decode_attention(qkv: torch.Tensor, positions: torch.Tensor, block_tables: torch.Tensor,
                            slot_mapping: torch.Tensor, context_lens: torch.Tensor, k_cache: torch.Tensor,
                            v_cache: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_heads: int,
-                           n_kv_heads: int, n_splits: int = 1, block_n: int | None = None
-                           ) -> tuple[torch.Tensor, torch.Tensor]:
-    """RoPE + paged K/V write + split decode attention; returns (partial [B, S, H*D] fp32, lse [B, S, H])."""
+                           n_kv_heads: int, n_splits: int = 1, block_n: int | None = None) -> torch.Tensor:
+    """RoPE + paged K/V write + decode attention; returns [B, n_heads * head_dim] in qkv's dtype.
+
+    n_splits > 1 splits each sequence's context over that many programs (one extra, small
+    kernel merges them); n_splits = 1 writes the output directly.
+    """
     batch = qkv.shape[0]
     num_blocks, block_size, kv_heads, head_dim = k_cache.shape
     assert kv_heads == n_kv_heads and qkv.shape[1] == (n_heads + 2 * n_kv_heads) * head_dim
     assert k_cache.stride(0) == block_size * k_cache.stride(1) and k_cache.stride(1) == kv_heads * head_dim
     assert v_cache.stride() == k_cache.stride() and qkv.stride(1) == 1 and block_tables.stride(1) == 1
-    partial = torch.empty((batch, n_splits, n_heads * head_dim), dtype=torch.float32, device=qkv.device)
+    out = torch.empty((batch, n_heads * head_dim), dtype=qkv.dtype, device=qkv.device)
+    if n_splits > 1:
+        partial = torch.empty((batch, n_splits, n_heads * head_dim), dtype=torch.float32, device=qkv.device)
+    else:
+        partial = out
     lse = torch.empty((batch, n_splits, n_heads), dtype=torch.float32, device=qkv.device)
     group = n_heads // n_kv_heads
     if block_n is None:
         block_n = 32 if n_splits > 1 else 64
-    grid = (batch, n_kv_heads, n_splits)
-    _paged_attention_kernel[grid](
+    _paged_attention_kernel[(batch, n_kv_heads, n_splits)](
         qkv, positions, block_tables, slot_mapping, context_lens, k_cache, v_cache, cos, sin, partial, lse,
         qkv.stride(0), block_tables.stride(0), k_cache.stride(1), cos.shape[0] - 1, n_splits,
         LOG2E / math.sqrt(head_dim),
-        N_HEADS=n_heads, N_KV_HEADS=n_kv_heads, GROUP=group, GROUP_P2=triton.next_power_of_2(group),
-        HALF=head_dim // 2, BLOCK_SIZE=block_size, BLOCK_N=block_n, num_warps=4)
-    return partial, lse
+        N_HEADS=n_heads, N_KV_HEADS=n_kv_heads, GROUP=group, ROWS=max(16, triton.next_power_of_2(group)),
+        HEAD_DIM=head_dim, BLOCK_SIZE=block_size, BLOCK_N=block_n, IEEE=qkv.dtype == torch.float32, num_warps=4)
+    if n_splits > 1:
+        _merge_splits_kernel[(batch, n_heads)](partial, lse, out, n_splits, N_HEADS=n_heads, HEAD_DIM=head_dim,
+                                               SPLITS_P2=triton.next_power_of_2(n_splits))
+    return out
 
 
 def paged_decode_attention_reference(qkv, positions, block_tables, slot_mapping, context_lens, k_cache, v_cache,
