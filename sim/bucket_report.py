@@ -169,8 +169,11 @@ def compare(model: ModelConfig, hw: HardwareConfig, layouts: dict, workload: Wor
     return rows
 
 
-def table_rows(stats: list[LayoutStats]) -> list[dict]:
-    """The comparison as plain rows (the page's table, its CSV download and the CLI print these)."""
+def table_rows(stats: list[LayoutStats], full_buckets: bool = False) -> list[dict]:
+    """The comparison as plain rows (the page's table, its CSV download and the CLI print these).
+
+    `full_buckets` lists every bucket (for the CSV) instead of an abbreviated list.
+    """
     out = []
     for s in stats:
         row = {
@@ -182,7 +185,7 @@ def table_rows(stats: list[LayoutStats]) -> list[dict]:
         }
         if s.fits_budget is not None:
             row["fits budget"] = "yes" if s.fits_budget else "no"
-        row["buckets"] = bk.format_layout(s.buckets)
+        row["buckets"] = " ".join(map(str, s.buckets)) if full_buckets else bk.format_layout(s.buckets)
         out.append(row)
     return out
 

@@ -125,6 +125,9 @@ def test_compare_adds_the_optimum_and_beats_presets():
     assert best.fits_budget and best.step_us <= min(s.step_us for s in stats[:2] if s.fits_budget)
     rows = br.table_rows(stats)
     assert rows[0]["layout"] == "chapter" and rows[0]["graphs"] == 13 and rows[0]["fits budget"] == "yes"
+    full = br.table_rows(stats, full_buckets=True)
+    assert full[0]["buckets"] == "1 2 4 8 16 24 32 48 64 96 128 192 256"
+    assert "…" in rows[0]["buckets"]
 
 
 def test_format_layout_comparison_has_the_chapters_three_layouts():

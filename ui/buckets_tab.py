@@ -257,7 +257,7 @@ def _layouts_view() -> None:
     st.plotly_chart(padding_figure(layouts, workload, max_batch, optimum), width="stretch", key="bk_padding_chart")
     rows = br.table_rows(stats)
     st.dataframe(rows, width="stretch", hide_index=True)
-    st.download_button("Download the comparison (CSV)", _csv(rows), file_name="bucket_layouts.csv",
+    st.download_button("Download the comparison (CSV)", _csv(br.table_rows(stats, full_buckets=True)), file_name="bucket_layouts.csv",
                        mime="text/csv", on_click="ignore", key="bk_download")
     st.markdown("**Step time against pinned graph memory**")
     st.plotly_chart(tradeoff_figure(stats, budget), width="stretch", key="bk_tradeoff_chart")
