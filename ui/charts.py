@@ -20,8 +20,11 @@ FIRST_LAUNCHES = 18
 # Above this many bars in one figure, draw segments with Scattergl instead of Bar.
 MAX_BARS = 5000
 
-CPU_COLOUR = "#e07b39"  # CPU building and submitting a launch
-GPU_COLOUR = "#3a76b0"  # GPU executing a kernel
+# Bar colours are very slightly transparent on purpose: Plotly widens fully opaque bars
+# to at least one pixel, so a whole step of sub-pixel kernels would paint the GPU lane
+# solid and hide the bubbles; translucent bars are rounded instead, keeping the density.
+CPU_COLOUR = "rgba(224, 123, 57, 0.97)"  # CPU building and submitting a launch
+GPU_COLOUR = "rgba(58, 118, 176, 0.97)"  # GPU executing a kernel
 IDLE_COLOUR = "rgba(150, 150, 150, 0.35)"  # GPU waiting: the bubbles
 STEP_COLOUR = "#222222"
 

@@ -210,7 +210,7 @@ def render() -> None:
     try:
         preset, model, hw, batch, fusion, graphs, notices = _controls()
         for notice in notices:
-            st.warning(notice, icon="⚠️")
+            st.warning(notice, icon=":material/warning:")
         step = simulated(model, hw, batch, fusion, graphs)
     except ValueError as err:  # a config the simulator rejects: say which field, keep the page
         st.error(f"These settings cannot be simulated: {err}")
@@ -225,15 +225,16 @@ def _step_view(step: SimulatedStep) -> None:
     show_readouts(metrics, step.speedup)
     note = _bucket_note(step)
     if note:
-        st.info(note, icon="🧩")
+        st.info(note, icon=":material/info:")
 
-    whole = st.session_state.get("whole_step", DEFAULTS["whole_step"])
     graph_replay = metrics.launches == 1 and metrics.kernels > 1
     shown = "kernels" if graph_replay else "kernel launches"
     title_col, toggle_col = st.columns([4, 1.4], vertical_alignment="bottom")
-    title_col.subheader("The whole step" if whole else f"First {FIRST_LAUNCHES} {shown}")
+    # The toggle is created first so the title follows it (also on a first load from the URL).
     whole = toggle_col.toggle("Show the whole step", value=DEFAULTS["whole_step"], key="whole_step",
                               bind="query-params")
+    title_col.subheader(f"The whole step: {metrics.kernels:,} kernels" if whole
+                        else f"First {FIRST_LAUNCHES} {shown}")
     st.plotly_chart(lanes_figure(step.timeline, whole_step=whole), width="stretch", key="sim_lanes",
                     config={"displaylogo": False, "scrollZoom": True})
     st.caption("Orange: the CPU building and submitting a launch. Blue: the GPU executing the kernel. "
