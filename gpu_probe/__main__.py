@@ -54,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
 
     command = "python -m gpu_probe " + shlex.join(argv)
     data = run_probe(args.preset, args.batch, args.modes, buckets=args.buckets, steps=args.steps,
-                     warmup=args.warmup, trace_dir=args.trace_dir, progress=main_progress, command=command)
+                     warmup=args.warmup, trace_dir=args.trace_dir, progress=main_progress, command=command,
+                     checkpoint=lambda partial: dump_result(partial, args.out))  # survives a kill mid-run
     try:
         result = load_result(data)
         dump_result(result, args.out)

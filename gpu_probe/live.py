@@ -66,7 +66,8 @@ def measure(preset: str = "small", batches=DEFAULT_BATCHES, modes=MODES, progres
 
 
 def run_probe(preset: str = "small", batches=DEFAULT_BATCHES, modes=MODES, buckets=None, steps: int = 100,
-              warmup: int = 10, trace_dir=None, progress=None, command: str = "") -> dict:
+              warmup: int = 10, trace_dir=None, progress=None, command: str = "", checkpoint=None) -> dict:
+    """The whole probe as a result dict (see gpu_probe.result); `checkpoint(out)` after each run."""
     import torch
 
     from gpu_probe import measure as m
@@ -93,10 +94,22 @@ def run_probe(preset: str = "small", batches=DEFAULT_BATCHES, modes=MODES, bucke
         "errors": errors, "settings": {**req, "context_len": cfg.prefill_len, "num_blocks": 1 + rows * blocks_per_seq},
     }
 
-    def oom(where: str, err: Exception) -> None:
-        errors.append(f"{where}: CUDA out of memory ({str(err).splitlines()[0][:200]})")
+    def failed(where: str, err: Exception) -> None:
+        # Recorded, and the run goes on: what was gathered so far is still written.
+        first = (str(err).splitlines() or [""])[0][:200]
+        if isinstance(err, torch.cuda.OutOfMemoryError):
+            errors.append(f"{where}: CUDA out of memory ({first})")
+            torch.cuda.empty_cache()
+        else:
+            errors.append(f"{where}: {type(err).__name__}: {first}")
         say(errors[-1])
-        torch.cuda.empty_cache()
+
+    def check(name: str, fn, *args) -> None:
+        try:
+            out["checks"].update(fn(*args))
+        except Exception as err:  # noqa: BLE001 - a broken check is a failed check, not a lost run
+            failed(f"check {name}", err)
+            out["checks"][name] = {"passed": False, "detail": f"raised {type(err).__name__}"}
 
     say("measuring HBM copy bandwidth")
     out["hbm_copy_GBps"] = m.hbm_copy_GBps()
@@ -106,8 +119,8 @@ def run_probe(preset: str = "small", batches=DEFAULT_BATCHES, modes=MODES, bucke
             model = ProbeModel(cfg, device="cuda", num_blocks=out["settings"]["num_blocks"])
             model.kv_cache.fill_random_(seed=cfg.seed + 1)
             batch = make_batch(model, rows, seed=cfg.seed + 2)
-    except torch.cuda.OutOfMemoryError as err:
-        oom(f"building the model and a KV pool for {rows} sequences", err)
+    except Exception as err:  # noqa: BLE001
+        failed(f"building the model and a KV pool for {rows} sequences", err)
         out["model"] = {"config": cfg.to_dict(), "n_params": cfg.n_params,
                         "weight_bytes": cfg.n_params * cfg.bytes_per_el, "read_bytes": cfg.weight_bytes}
         return out
@@ -115,7 +128,7 @@ def run_probe(preset: str = "small", batches=DEFAULT_BATCHES, modes=MODES, bucke
     out["model"] = {"config": cfg.to_dict(), "n_params": sum(p.numel() for p in params),
                     "weight_bytes": sum(p.numel() * p.element_size() for p in params),
                     "read_bytes": model.weight_bytes, "fusions": model.fusion_report()}
-    out["checks"].update(m.check_fused_vs_unfused(model, batch))
+    check("fused_vs_unfused", m.check_fused_vs_unfused, model, batch)
 
     runners = {}
     for mode, fused in (("graph", False), ("fused+graph", True)):
@@ -125,20 +138,24 @@ def run_probe(preset: str = "small", batches=DEFAULT_BATCHES, modes=MODES, bucke
         model.fused = fused
         try:
             runner = GraphRunner(model, buckets=req["buckets"], progress=lambda s, v=variant: say(f"{v}: {s}"))
-        except torch.cuda.OutOfMemoryError as err:
-            oom(f"capturing {variant} graphs", err)
+        except Exception as err:  # noqa: BLE001
+            failed(f"capturing {variant} graphs", err)
             continue
         runners[mode] = runner
         out["captures"] += [dict(c.to_dict(), variant=variant) for c in runner.captures]
         say(f"{variant}: checking graph == eager and the KV canary for {len(runner.buckets)} buckets")
-        for name, check in m.check_graph_vs_eager(runner, model, batch).items():
-            merged = out["checks"].setdefault(name, {"passed": True, "detail": check["detail"]})
-            merged["passed"] = merged["passed"] and check["passed"]
-            merged[variant] = check
+        try:
+            for name, result in m.check_graph_vs_eager(runner, model, batch).items():
+                merged = out["checks"].setdefault(name, {"passed": True, "detail": result["detail"]})
+                merged["passed"] = merged["passed"] and result["passed"]
+                merged[variant] = result
+        except Exception as err:  # noqa: BLE001
+            failed(f"check graph_vs_eager ({variant})", err)
+            out["checks"]["graph_vs_eager"] = {"passed": False, "detail": f"raised {type(err).__name__}"}
     if runners:
         runner = runners.get("fused+graph") or runners["graph"]
         say("checking the padding assertion with the bug on and off")
-        out["checks"].update(m.check_padding_assertion(runner, batch))
+        check("padding_assertion", m.check_padding_assertion, runner, batch)
         out["settings"]["static_buffer_bytes"] = runner.static_buffer_bytes
 
     peer = None
@@ -159,8 +176,8 @@ def run_probe(preset: str = "small", batches=DEFAULT_BATCHES, modes=MODES, bucke
                 say(f"compile: compiling for batch {n}")
                 try:
                     peer.warm(rows_n)
-                except torch.cuda.OutOfMemoryError as err:
-                    oom(f"compile at batch {n}", err)
+                except Exception as err:  # noqa: BLE001
+                    failed(f"compile at batch {n}", err)
                     continue
                 step = lambda rows_n=rows_n: peer(rows_n)  # noqa: E731
             else:
@@ -177,13 +194,18 @@ def run_probe(preset: str = "small", batches=DEFAULT_BATCHES, modes=MODES, bucke
                     timing = m.time_steps(step, steps=req["steps"], warmup=req["warmup"])
                     traced = m.profile_step(step, label=f"{mode} · batch {n}",
                                             trace_path=trace_dir / slug if trace_dir else None)
-            except torch.cuda.OutOfMemoryError as err:
-                oom(f"{mode} at batch {n}", err)
+            except Exception as err:  # noqa: BLE001
+                failed(f"{mode} at batch {n}", err)
                 continue
             out["runs"].append(m.run_record(mode, n, timing, traced, cfg.n_layers, bucket, fallback))
+            if checkpoint:
+                try:
+                    checkpoint(out)
+                except (OSError, ValueError) as err:
+                    say(f"could not save the partial result ({err})")
     if peer is not None:
         seen = [r["graph_launches"] > 0 for r in out["runs"] if r["mode"] == "compile"]
-        out["checks"].update(peer.check(all(seen) if seen else None))
+        check("compile_cudagraphs", peer.check, all(seen) if seen else None)
     return out
 
 
