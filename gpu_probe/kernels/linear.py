@@ -12,6 +12,8 @@ costs nothing extra because the step is bound by reading W.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -66,6 +68,7 @@ def _fused_linear_kernel(a_ptr, w_ptr, out_ptr, res_ptr,
              mask=mask_out)
 
 
+@functools.lru_cache(maxsize=None)  # host time matters in eager mode: one launch is already ~50 us of Python
 def _tile_config(m: int, n: int, k: int, swiglu: bool, num_sms: int) -> dict:
     """Tiles by shape (no autotuning: deterministic, and nothing to tune inside a graph capture).
 
@@ -112,7 +115,7 @@ def fused_linear(x: torch.Tensor, weight: torch.Tensor, *, rms_eps: float | None
     n_out = weight.shape[0] // 2 if swiglu else weight.shape[0]
     assert x.stride(1) == 1 and weight.stride(1) == 1 and weight.shape[1] == k
     out = torch.empty((m, n_out), dtype=weight.dtype, device=weight.device)
-    cfg = config or _tile_config(m, n_out, k, swiglu, _num_sms(weight.device))
+    cfg = config or _tile_config(m, n_out, k, swiglu, _num_sms(weight.device))  # shared: never mutate
     grid = (triton.cdiv(n_out, cfg["BLOCK_N"]), triton.cdiv(m, cfg["BLOCK_M"]))
     res = residual if residual is not None else out
     _fused_linear_kernel[grid](
