@@ -1,0 +1,113 @@
+"""How fast the page answers a slider move, measured in Chromium.
+
+    python bench/interaction_speed.py [--changes 20]
+
+Starts `streamlit run app.py`, opens the Simulator tab in headless Chromium, focuses
+the "Batch size" slider and presses ArrowRight/ArrowLeft `--changes` times (each
+press is a new batch value: nothing is served from a previous identical run).
+For each press the clock starts in the page at the keydown event and stops at the
+last DOM change it caused in the lanes chart or the readouts (the app's script has
+finished and nothing has changed for a quiet period), measured with the page's
+`performance.now()` so that Playwright's own round trips are not counted.
+
+Prints the median and p90 in ms; the goal is a median of at most 300 ms on a
+2-core machine.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "browser"))
+import harness  # noqa: E402
+
+GOAL_MEDIAN_MS = 300.0
+QUIET_MS = 150  # no further change for this long after the run ends: the redraw is complete
+
+# Arms a one-shot measurement: keydown starts the clock, mutations inside the lanes chart and the
+# metric row move the end mark, and the result resolves once the script is idle and the page quiet.
+MEASURE_JS = """([quietMs]) => { window.__lbMeasure = new Promise((resolve) => {
+  const app = document.querySelector('[data-testid=stApp]');
+  const watched = [document.querySelector('[data-testid=stPlotlyChart]'),
+                   ...document.querySelectorAll('[data-testid=stMetric]')].filter(Boolean);
+  let start = null, last = null, ran = false;
+  const onKey = () => { if (start === null) start = performance.now(); };
+  document.addEventListener('keydown', onKey, {capture: true, once: true});
+  const changes = new MutationObserver(() => { if (start !== null) last = performance.now(); });
+  for (const el of watched) changes.observe(el, {subtree: true, childList: true, attributes: true,
+                                                 characterData: true});
+  const state = new MutationObserver((records) => {
+    for (const r of records) if (r.oldValue === 'running') ran = true;
+  });
+  state.observe(app, {attributes: true, attributeOldValue: true, attributeFilter: ['data-test-script-state']});
+  const poll = () => {
+    const now = performance.now();
+    const idle = app.getAttribute('data-test-script-state') === 'notRunning';
+    if (ran && idle && last !== null && now - last >= quietMs) {
+      changes.disconnect(); state.disconnect();
+      resolve(last - start);
+    } else if (start !== null && now - start > 30000) {
+      changes.disconnect(); state.disconnect();
+      resolve(null);
+    } else {
+      setTimeout(poll, 10);
+    }
+  };
+  poll();
+}); }"""
+
+
+def measure(base: str, changes: int, warmup: int = 3) -> list[float]:
+    timings = []
+    with harness.chromium() as browser:
+        page = browser.new_context(viewport=harness.VIEWPORT).new_page()
+        harness.open_app(page, base, wait_for="[data-testid=stPlotlyChart]")
+        page.wait_for_timeout(1000)
+        slider = harness.slider_input(page, "Batch size")
+        slider.focus()
+        for i in range(warmup + changes):
+            # Up for the first half, down for the second: every value is new to this session.
+            key = "ArrowRight" if i < (warmup + changes + 1) // 2 + 2 else "ArrowLeft"
+            page.evaluate(MEASURE_JS, [QUIET_MS])
+            page.keyboard.press(key)
+            elapsed = page.evaluate("() => window.__lbMeasure")
+            if i >= warmup and elapsed is not None:
+                timings.append(float(elapsed))
+    return timings
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--changes", type=int, default=20, help="slider changes to time (default 20)")
+    args = parser.parse_args(argv)
+    missing = harness.missing_requirements()
+    if missing:
+        print(f"cannot run: {missing}")
+        return 2
+    started = time.monotonic()
+    with harness.app_server() as base:
+        timings = measure(base, args.changes)
+    if not timings:
+        print("no change was redrawn within 30 s")
+        return 1
+    median, p90 = statistics.median(timings), percentile(timings, 0.9)
+    print(f"slider change -> redrawn chart/readouts, {len(timings)} changes in Chromium "
+          f"({time.monotonic() - started:.0f} s total)")
+    print(f"median {median:.0f} ms   p90 {p90:.0f} ms   min {min(timings):.0f} ms   max {max(timings):.0f} ms")
+    print(f"goal: median <= {GOAL_MEDIAN_MS:.0f} ms -> {'met' if median <= GOAL_MEDIAN_MS else 'NOT met'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,230 @@
+"""Start the app for real and drive Debian's Chromium with Playwright.
+
+Shared by the browser tests (`tests/browser/`), the interaction benchmark
+(`bench/interaction_speed.py`) and the README screenshot (`tools/screenshot.py`),
+so all three see the app exactly as a visitor does.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = os.environ.get("LAUNCH_BOUND_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = (
+    "--no-sandbox", "--headless", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+)
+VIEWPORT = {"width": 1400, "height": 1000}
+STARTUP_TIMEOUT_S = 90
+IDLE_TIMEOUT_MS = 60_000
+
+
+def missing_requirements() -> str | None:
+    """Why the browser tests cannot run here, or None if they can."""
+    if not Path(CHROMIUM).exists():
+        return f"{CHROMIUM} not found (apt-get install -y chromium)"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "playwright is not installed (pip install -r requirements-dev.txt)"
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def app_server(log_path: Path | None = None):
+    """`streamlit run app.py` on a free port; yields the base URL, stops the server afterwards."""
+    port = free_port()
+    log = open(log_path, "wb") if log_path else subprocess.DEVNULL
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
+         "--server.port", str(port), "--server.address", "127.0.0.1",
+         "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"],
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"streamlit exited with code {proc.returncode} before it was healthy")
+            try:
+                with urllib.request.urlopen(f"{base}/_stcore/health", timeout=2) as reply:
+                    if reply.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"streamlit was not healthy within {STARTUP_TIMEOUT_S} s")
+            time.sleep(0.25)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if log is not subprocess.DEVNULL:
+            log.close()
+
+
+@contextmanager
+def chromium():
+    """A headless Chromium (Debian's, never a Playwright download)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=list(CHROMIUM_ARGS), headless=True)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def wait_idle(page, timeout_ms: int = IDLE_TIMEOUT_MS) -> None:
+    """Wait until the app is connected and its script has finished running."""
+    page.wait_for_selector("[data-testid=stApp][data-test-connection-state=CONNECTED]"
+                           "[data-test-script-state=notRunning]", timeout=timeout_ms)
+
+
+def open_app(page, base: str, query: str = "", wait_for: str | None = None) -> None:
+    """Load the app (optionally with a query string) and wait for the first run to finish."""
+    page.goto(f"{base}/{('?' + query.lstrip('?')) if query else ''}")
+    page.wait_for_selector("[data-testid=stApp]")
+    wait_idle(page)
+    if wait_for:
+        page.wait_for_selector(wait_for, timeout=IDLE_TIMEOUT_MS)
+
+
+def metric_value(page, label: str) -> str:
+    """The shown value of the `st.metric` with this label (first match on the page)."""
+    metric = page.locator("[data-testid=stMetric]").filter(
+        has=page.locator("[data-testid=stMetricLabel]", has_text=label)).first
+    return metric.locator("[data-testid=stMetricValue]").inner_text().strip()
+
+
+def slider_thumb(page, label: str):
+    slider = page.locator("[data-testid=stSlider]").filter(has_text=label).first
+    return slider.locator("[role=slider]")
+
+
+def toggle(page, label: str):
+    """The checkbox input behind the `st.toggle` with this label."""
+    return page.locator("[data-testid=stCheckbox]").filter(has_text=label).first
+
+
+def query_params(page) -> dict[str, str]:
+    from urllib.parse import parse_qsl, urlsplit
+
+    return dict(parse_qsl(urlsplit(page.url).query, keep_blank_values=True))
+
+
+def slider_input(page, label: str):
+    """The (visually hidden) range input of the `st.slider` with this label: focus it for the keyboard."""
+    return page.locator("[data-testid=stSlider]").filter(has_text=label).first.locator("input[type=range]")
+
+
+def slider_value(page, label: str) -> int:
+    return int(float(slider_input(page, label).get_attribute("aria-valuetext")))
+
+
+def drag_slider(page, label: str, fraction: float) -> None:
+    """Drag the slider's thumb with the mouse to `fraction` (0..1) of its track."""
+    slider = page.locator("[data-testid=stSlider]").filter(has_text=label).first
+    thumb = slider.locator("[data-testid=stSliderThumbValue]").locator("..")
+    track = thumb.locator("..")
+    thumb_box, track_box = thumb.bounding_box(), track.bounding_box()
+    y = thumb_box["y"] + thumb_box["height"] / 2
+    page.mouse.move(thumb_box["x"] + thumb_box["width"] / 2, y)
+    page.mouse.down()
+    target = track_box["x"] + fraction * track_box["width"]
+    page.mouse.move(target, y, steps=8)
+    page.mouse.up()
+
+
+def toggle_state(page, label: str) -> bool:
+    return toggle(page, label).locator("input[role=switch]").is_checked()
+
+
+def click_toggle(page, label: str) -> None:
+    toggle(page, label).locator("label").first.click()
+
+
+# In the page: the traces of the n-th Plotly chart as name -> (bars, summed bar lengths).
+LANES_JS = """(index) => {
+  const charts = document.querySelectorAll('[data-testid=stPlotlyChart] .js-plotly-plot');
+  const gd = charts[index];
+  if (!gd || !gd._fullData) return null;
+  const out = {};
+  for (const t of gd._fullData) {
+    const x = Array.from(t.x || []);
+    if (t.type === 'bar') {
+      out[t.name] = [x.length, x.reduce((a, b) => a + Number(b), 0)];
+    } else {  // scattergl segments: start, end, null per interval
+      let n = 0, total = 0;
+      for (let i = 0; i + 1 < x.length; i += 3) { n += 1; total += Number(x[i + 1]) - Number(x[i]); }
+      out[t.name] = [n, total];
+    }
+  }
+  return out;
+}"""
+
+
+def lanes(page, index: int = 0) -> dict[str, tuple[int, float]]:
+    """name -> (bars, total µs) for each trace of the index-th chart on the page (the lanes come first)."""
+    return {k: (int(v[0]), float(v[1])) for k, v in (page.evaluate(LANES_JS, index) or {}).items()}
+
+
+# Notes in window.__lbRan whether the app's script has been running since it was armed. The
+# attribute can go running -> notRunning within one task, so old values count too.
+_ARM_JS = """() => {
+  const app = document.querySelector('[data-testid=stApp]');
+  window.__lbRan = false;
+  if (window.__lbObserver) window.__lbObserver.disconnect();
+  window.__lbObserver = new MutationObserver((records) => {
+    for (const r of records) {
+      if (r.oldValue === 'running' || app.getAttribute('data-test-script-state') === 'running') window.__lbRan = true;
+    }
+  });
+  window.__lbObserver.observe(app, {attributes: true, attributeOldValue: true,
+                                    attributeFilter: ['data-test-script-state']});
+}"""
+
+
+def rerun_after(page, action, timeout_ms: int = IDLE_TIMEOUT_MS) -> None:
+    """Do `action` (a click, a key press, a drag) and wait for the rerun it causes to finish."""
+    page.evaluate(_ARM_JS)
+    action()
+    page.wait_for_function("() => window.__lbRan === true", timeout=timeout_ms)
+    wait_idle(page, timeout_ms)
+
+
+def eventually(check, timeout_s: float = 10.0, interval_s: float = 0.1):
+    """Retry `check()` until it returns a truthy value (charts finish drawing a moment after the run)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            value = check()
+            if value:
+                return value
+            error = None
+        except AssertionError as err:
+            error = err
+        if time.monotonic() > deadline:
+            if error:
+                raise error
+            raise AssertionError(f"condition still false after {timeout_s} s")
+        time.sleep(interval_s)

@@ -1,0 +1,108 @@
+"""The Simulator tab in Chromium: slider by mouse and keyboard, both toggles, readouts and lanes."""
+from __future__ import annotations
+
+import pytest
+from harness import (click_toggle, drag_slider, eventually, lanes, metric_value, open_app, query_params,
+                     rerun_after, slider_input, slider_value, toggle_state)
+
+from sim.config import DEFAULT_PRESET, PRESETS
+from sim.schedule import StepSettings, simulate_step
+from ui.charts import format_us
+
+pytestmark = pytest.mark.browser
+CHART = "[data-testid=stPlotlyChart]"
+
+
+def expected(batch: int, fusion: bool = False, graphs: bool = False):
+    """The simulator's own answer for the default preset, to hold the page's readouts against."""
+    preset = PRESETS[DEFAULT_PRESET]
+    return simulate_step(preset.model, preset.hardware, StepSettings(batch=batch, fusion=fusion, graphs=graphs))
+
+
+def readouts(page) -> dict[str, str]:
+    return {label: metric_value(page, label) for label in ("Kernels / step", "Step time", "Bound by")}
+
+
+def assert_readouts_match(page, step) -> None:
+    eventually(lambda: readouts(page) == {
+        "Kernels / step": f"{step.metrics.kernels:,}",
+        "Step time": format_us(step.metrics.step_us),
+        "Bound by": step.metrics.bound_by,
+    })
+
+
+def test_batch_1_both_off_is_launch_bound_with_bubbles(page, app_url):
+    open_app(page, app_url, wait_for=CHART)
+    assert slider_value(page, "Batch size") == 1
+    assert not toggle_state(page, "Kernel fusion") and not toggle_state(page, "CUDA graphs")
+    assert metric_value(page, "Bound by") == "CPU launch"
+    assert_readouts_match(page, expected(1))
+    drawn = eventually(lambda: lanes(page))
+    # First 18 launches: 18 CPU bars, 18 kernels, and a bubble before each kernel.
+    assert drawn["CPU launch"][0] == 18 and drawn["GPU kernel"][0] == 18
+    assert drawn["idle"][0] >= 17 and drawn["idle"][1] > drawn["GPU kernel"][1]
+    assert query_params(page) == {}  # defaults keep the link clean
+
+
+def test_keyboard_moves_the_batch_slider(page, app_url):
+    open_app(page, app_url, wait_for=CHART)
+    before = eventually(lambda: lanes(page))
+    handle = slider_input(page, "Batch size")
+    handle.focus()
+    for _ in range(2):
+        rerun_after(page, lambda: page.keyboard.press("ArrowRight"))
+    assert slider_value(page, "Batch size") == 3
+    assert_readouts_match(page, expected(3))
+    assert query_params(page)["batch"] == "3"
+
+    rerun_after(page, lambda: page.keyboard.press("End"))
+    assert slider_value(page, "Batch size") == 512
+    assert query_params(page)["batch"] == "512"
+    assert_readouts_match(page, expected(512))
+    assert metric_value(page, "Bound by") == "GPU"
+    # The kernels grew long enough to hide the launches: far less idle, far more kernel time.
+    after = eventually(lambda: (d := lanes(page)) and d["GPU kernel"][1] > 10 * before["GPU kernel"][1] and d)
+    assert after["idle"][1] < before["idle"][1]
+
+    rerun_after(page, lambda: page.keyboard.press("Home"))
+    assert slider_value(page, "Batch size") == 1
+    assert metric_value(page, "Bound by") == "CPU launch"
+    assert "batch" not in query_params(page)
+
+
+def test_mouse_drag_moves_the_batch_slider(page, app_url):
+    open_app(page, app_url, wait_for=CHART)
+    before = eventually(lambda: lanes(page))
+    rerun_after(page, lambda: drag_slider(page, "Batch size", 0.25))
+    batch = slider_value(page, "Batch size")
+    assert 100 <= batch <= 160, batch  # a quarter of the way along 1..512
+    assert query_params(page)["batch"] == str(batch)
+    step = expected(batch)
+    assert_readouts_match(page, step)
+    after = eventually(lambda: (d := lanes(page)) and d["GPU kernel"][1] > before["GPU kernel"][1] and d)
+    first = step.timeline.first_launches(18)
+    assert after["GPU kernel"][1] == pytest.approx(float(first.gpu_dur.sum()), rel=1e-6)
+    assert after["idle"][1] < before["idle"][1]
+
+
+def test_fusion_then_graphs_moves_the_bottleneck_to_the_gpu(page, app_url):
+    open_app(page, app_url, wait_for=CHART)
+    rerun_after(page, lambda: click_toggle(page, "Kernel fusion"))
+    assert toggle_state(page, "Kernel fusion")
+    assert_readouts_match(page, expected(1, fusion=True))
+    assert query_params(page) == {"fusion": "true"}
+
+    rerun_after(page, lambda: click_toggle(page, "CUDA graphs"))
+    assert toggle_state(page, "CUDA graphs")
+    both = expected(1, fusion=True, graphs=True)
+    assert both.metrics.bound_by == "GPU"
+    assert_readouts_match(page, both)
+    assert query_params(page) == {"fusion": "true", "graphs": "true"}
+    # One graph launch on the CPU lane; the GPU lane runs back to back with almost no bubbles.
+    drawn = eventually(lambda: (d := lanes(page)) and d["CPU launch"][0] == 1 and d)
+    assert drawn["idle"][1] < 0.2 * drawn["GPU kernel"][1]
+
+    rerun_after(page, lambda: click_toggle(page, "Kernel fusion"))
+    rerun_after(page, lambda: click_toggle(page, "CUDA graphs"))
+    assert metric_value(page, "Bound by") == "CPU launch"
+    assert query_params(page) == {}
