@@ -95,6 +95,7 @@ class Point:
     cpu_us: float  # unprofiled host enqueue time where recorded, else the profiled step's
     busy_us: float
     in_fit: bool
+    utilisation: float = 1.0  # of the profiled step (busy over its own step time)
 
 
 def points_from_result(result) -> list[Point]:
@@ -105,7 +106,7 @@ def points_from_result(result) -> list[Point]:
         cpu = run.enqueue_us_median if run.enqueue_us_median else run.cpu_launch_us
         points.append(Point(run.mode, run.batch, int(rows), run.mode in FUSED_MODES, graphs,
                             run.kernels_per_step, run.step_us_median, max(cpu, 1e-3),
-                            max(run.gpu_busy_us, 1e-3), run.mode in FIT_MODES))
+                            max(run.gpu_busy_us, 1e-3), run.mode in FIT_MODES, run.utilisation))
     return points
 
 
@@ -294,7 +295,7 @@ class Calibration:
         """One table row per measured point: measured, predicted, error (%), leave-one-out."""
         out = []
         for i, (p, pred, err, loo) in enumerate(zip(self.points, self.predicted, self.errors(), self.loo_errors())):
-            busy_meas, busy_pred = p.busy_us / p.step_us, pred[2] / pred[0]
+            busy_meas, busy_pred = p.utilisation, pred[2] / pred[0]
             out.append({
                 "mode": p.mode, "batch": p.batch, "kernels": p.kernels, "in fit": p.in_fit,
                 "step measured (µs)": p.step_us, "step predicted (µs)": pred[0], "step error %": 100 * err[0],

@@ -80,7 +80,8 @@ def predicted_vs_measured_figure(cal: Calibration):
     import plotly.graph_objects as go
 
     measured, predicted = cal.measured(), cal.predicted
-    util_m, util_p = 100 * measured[:, 2] / measured[:, 0], 100 * predicted[:, 2] / predicted[:, 0]
+    util_m = 100 * np.array([p.utilisation for p in cal.points])  # the profiled step's own
+    util_p = 100 * predicted[:, 2] / predicted[:, 0]
     traces, layout = [], {"height": 620, "margin": {"l": 10, "r": 10, "t": 40, "b": 10},
                           "legend": {"orientation": "h", "y": 1.06, "x": 0}}
     domains = (((0, 0.46), (0.56, 1)), ((0.54, 1), (0.56, 1)), ((0, 0.46), (0, 0.44)), ((0.54, 1), (0, 0.44)))
@@ -106,10 +107,11 @@ def predicted_vs_measured_figure(cal: Calibration):
                 "hovertemplate": f"{mode} · batch %{{text}}<br>measured %{{x:,.1f}}<br>"
                                  "predicted %{y:,.1f}<extra></extra>"})
         kind = "log" if log else "linear"
+        ticks = {"dtick": 1} if log else {}  # powers of ten only: the 2s and 5s in between crowd the axis
         layout[f"xaxis{axis}"] = {"domain": list(xd), "type": kind, "anchor": f"y{axis}",
-                                  "title": {"text": f"measured {title}"}}
+                                  "title": {"text": f"measured {title}"}, **ticks}
         layout[f"yaxis{axis}"] = {"domain": list(yd), "type": kind, "anchor": f"x{axis}",
-                                  "title": {"text": "predicted"}}
+                                  "title": {"text": "predicted"}, **ticks}
         if not log:
             layout[f"xaxis{axis}"]["range"] = layout[f"yaxis{axis}"]["range"] = [0, 105]
     return go.Figure({"data": traces, "layout": layout})
@@ -155,7 +157,7 @@ def _headline(cal: Calibration) -> None:
 def _table(cal: Calibration) -> None:
     rows = cal.rows()
     fmt = {k: st.column_config.NumberColumn(format="%.1f") for k in rows[0] if k.endswith(("(µs)", "%", "(points)"))}
-    st.dataframe(rows, hide_index=True, width="stretch", column_config=fmt)
+    st.dataframe(rows, hide_index=True, width="stretch", column_config=fmt, height=36 * (len(rows) + 1) + 4)
     csv = ",".join(rows[0]) + "\n" + "\n".join(",".join(str(v) for v in r.values()) for r in rows) + "\n"
     st.download_button("Download the table as CSV", data=csv, file_name="calibration.csv", mime="text/csv",
                        on_click="ignore", icon=":material/download:", key="cal_csv")

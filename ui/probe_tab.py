@@ -74,7 +74,7 @@ def upload_widget(key: str, select_key: str) -> None:
     try:
         result = _parse_upload(file.getvalue())
     except ValueError as err:
-        st.error(f"**{file.name}** is not a usable probe result: {err}", icon="🚫")
+        st.error(f"**{file.name}** is not a usable probe result: {err}", icon=":material/error:")
         return
     label = f"uploaded: {file.name} ({describe(result)})"
     if label not in session_results():
@@ -253,7 +253,7 @@ def _run_facts(result) -> None:
             st.dataframe([{"bucket": c["bucket"], "variant": c.get("variant", ""),
                            "capture (ms)": round(float(c["capture_ms"]), 1),
                            "graph memory (MiB)": round(c["graph_mem_bytes"] / 2**20, 2)} for c in result.captures],
-                         hide_index=True, width="stretch", height=240)
+                         hide_index=True, width="stretch", height="auto" if len(result.captures) <= 8 else 320)
             total = sum(float(c["capture_ms"]) for c in result.captures)
             st.caption(f"{len(result.captures)} graphs captured in {total / 1000:.2f} s in all.")
         else:
@@ -280,9 +280,9 @@ def render() -> None:
         return
     if source == "recorded":
         st.info(f"**Recorded run** on {describe(result)} (torch {result.torch}, CUDA {result.cuda}), shipped "
-                f"with the app. Made with `{result.command}`.", icon="📼")
+                f"with the app. Made with `{result.command}`.", icon=":material/history:")
     elif source == "uploaded":
-        st.info(f"**Uploaded run** on {describe(result)}.", icon="📄")
+        st.info(f"**Uploaded run** on {describe(result)}.", icon=":material/upload_file:")
     if not result.runs:
         st.warning("This result holds no measured runs.")
         return
@@ -294,7 +294,8 @@ def render() -> None:
     whole = whole_col.toggle("Show the whole step", key="pr_whole", bind="query-params")
     run = result.run(mode, batch) or next(r for r in result.runs if r.mode == mode)
     _readouts(result, run)
-    st.subheader("The whole step" if whole else f"First {FIRST_LAUNCHES} launches")
+    graph_replay = run.timeline.metrics().launches == 1
+    st.subheader("The whole step" if whole else f"First {FIRST_LAUNCHES} {'kernels' if graph_replay else 'launches'}")
     _lanes(result, run, source, whole)
     st.subheader(f"All modes at batch {run.batch}")
     _modes_table(result, run.batch)
