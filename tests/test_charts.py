@@ -115,6 +115,22 @@ def test_overlay_of_two_steps_from_one_source_uses_their_labels():
     fig = lanes_figure(eager_step(10, label="batch 1"), overlay=eager_step(10, label="batch 8"))
     assert list(fig.layout.yaxis.categoryarray) == [
         "CPU · batch 1", "GPU · batch 1", "CPU · batch 8", "GPU · batch 8"]
+    unlabelled = lanes_figure(eager_step(10), overlay=eager_step(10))
+    assert list(unlabelled.layout.yaxis.categoryarray) == [
+        "CPU · simulated 1", "GPU · simulated 1", "CPU · simulated 2", "GPU · simulated 2"]
+
+
+def test_measured_steps_with_overlapping_or_empty_kernels_still_draw():
+    step = Timeline([0, 5, 30], [4, 3, 2], ["a", "b", "c"], [3, 4, 4.5, 40], [5, 0, 1, 2],
+                    ["k1", "k2", "k3", "k4"], source="measured")  # no launched_by: unknown launcher
+    for whole in (False, True):
+        fig = lanes_figure(step, whole_step=whole)
+        gpu = traces_by_name(fig)["GPU kernel"]
+        assert len(gpu.x) == 4
+        idle = traces_by_name(fig)["idle"]
+        # Busy blocks merge where kernels overlap: idle is [0, 3] and [8, 40].
+        np.testing.assert_allclose(np.asarray(idle.base, float), [0, 8])
+        np.testing.assert_allclose(idle.x, [3, 32])
 
 
 def test_long_steps_switch_to_webgl_segments_with_the_same_intervals():

@@ -44,15 +44,17 @@ def combo_title(fusion: bool, graphs: bool) -> str:
 
 
 # -- lanes ---------------------------------------------------------------------
-def _lane_names(timeline: Timeline, other: Timeline | None) -> tuple[str, str]:
-    """'CPU'/'GPU' alone; with an overlay each pair is tagged with where it came from."""
-    if other is None:
-        return "CPU", "GPU"
-    tag = timeline.source
-    if other.source == timeline.source:
+def _lane_names(steps: list[Timeline]) -> list[tuple[str, str]]:
+    """('CPU', 'GPU') for one step; with an overlay each pair is tagged with where it came from."""
+    if len(steps) == 1:
+        return [("CPU", "GPU")]
+    tags = [step.source for step in steps]
+    if tags[0] == tags[1]:
         # Two steps of the same kind (e.g. two simulations): their labels tell them apart.
-        tag = timeline.label or f"{timeline.source} ({id(timeline) % 1000})"
-    return f"CPU · {tag}", f"GPU · {tag}"
+        labels = [step.label for step in steps]
+        distinct = all(labels) and labels[0] != labels[1]
+        tags = labels if distinct else [f"{tag} {i + 1}" for i, tag in enumerate(tags)]
+    return [(f"CPU · {tag}", f"GPU · {tag}") for tag in tags]
 
 
 def _intervals(timeline: Timeline, cpu_lane: str, gpu_lane: str) -> dict[str, tuple]:
@@ -149,9 +151,7 @@ def lanes_figure(
         shown = [t.first_launches(first) for t in shown]
     lanes: list[str] = []
     groups = []
-    for i, step in enumerate(shown):
-        other = shown[1 - i] if len(shown) == 2 else None
-        cpu_lane, gpu_lane = _lane_names(step, other)
+    for i, (step, (cpu_lane, gpu_lane)) in enumerate(zip(shown, _lane_names(shown))):
         lanes += [cpu_lane, gpu_lane]
         groups.append((step, cpu_lane, gpu_lane, i == 1))
 

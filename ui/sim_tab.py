@@ -159,8 +159,9 @@ def _controls() -> tuple:
                                help="Replay the captured step with one CPU call; the batch is padded "
                                     "up to the nearest captured size.")
     values = {}
-    with st.expander("Advanced: hardware figures"):
-        st.caption(f"Defaults are the preset's: {preset.hardware.name}.")
+    with st.expander("Advanced"):
+        st.caption(f"Hardware figures. Defaults are the preset's ({preset.hardware.name}); changing "
+                   "the preset resets them.")
         columns = st.columns(3)
         for i, (key, label, field, low, high, step, fmt) in enumerate(HARDWARE_INPUTS):
             values[key] = columns[i % 3].number_input(
@@ -206,7 +207,18 @@ def _bucket_note(step: SimulatedStep) -> str | None:
     return f"CUDA graphs: batch {step.settings.batch} is a captured bucket, so no rows are padding."
 
 
+INTRO = (
+    "One decode step of the model as two lanes: the CPU building and submitting each kernel launch, "
+    "and the GPU running the kernels. **Try this:** at batch 1 with both toggles off, the GPU lane is "
+    "striped with idle gaps and the step is bound by CPU launches. Switch on *Kernel fusion* (fewer, "
+    "bigger kernels), then *CUDA graphs* (one submission for the whole step), and the bottleneck moves "
+    "to the GPU. Then switch both off again and slide the batch up to 128: the kernels grow until they "
+    "hide the launches by themselves."
+)
+
+
 def render() -> None:
+    st.markdown(INTRO)
     try:
         preset, model, hw, batch, fusion, graphs, notices = _controls()
         for notice in notices:
