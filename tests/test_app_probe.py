@@ -121,3 +121,49 @@ def test_without_a_recorded_run_the_page_asks_for_a_file(monkeypatch):
     assert any("No recorded run" in w.body for w in at.warning)
     assert at.file_uploader(key="pr_upload") is not None
     st.cache_resource.clear()
+
+
+@pytest.fixture()
+def stub_gpu(recorded, monkeypatch):
+    """Pretend CUDA is present; `measure` returns a canned run (the real path runs on the H200)."""
+    import gpu_probe.live as live
+
+    calls = []
+
+    def fake_measure(preset, batches, modes, progress):
+        for message in ("measuring HBM copy bandwidth", "unfused: capturing bucket 8", "eager: timing batch 1"):
+            progress(message)
+        calls.append((preset, tuple(batches), tuple(modes)))
+        if getattr(fake_measure, "fail", None):
+            raise fake_measure.fail
+        return probe_result.load_result(fake_run(device="Live Stub GPU"))
+
+    monkeypatch.setattr(live, "cuda_available", lambda: True)
+    monkeypatch.setattr(live, "measure", fake_measure)
+    return fake_measure, calls
+
+
+def test_measure_on_this_gpu_runs_once_and_is_shared(stub_gpu):
+    _, calls = stub_gpu
+    at = probe_page(pr_live="true")
+    assert not at.exception
+    assert calls == [("small", (1, 8, 64, 256), probe_result.MODES)]
+    assert any("Measured live" in i.body and "Live Stub GPU" in i.body for i in at.info)
+    assert at.status[0].proto.label == "Measured on this GPU"
+    assert metrics(at)["Kernels / step"]
+    at.run()
+    again = probe_page(pr_live="true")  # another session: the cached measurement, not a new one
+    assert not again.exception and len(calls) == 1
+
+
+def test_out_of_memory_while_measuring_is_a_clear_message(stub_gpu):
+    fake_measure, _ = stub_gpu
+
+    class OutOfMemoryError(RuntimeError):
+        pass
+
+    fake_measure.fail = OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    at = probe_page(pr_live="true")
+    assert not at.exception
+    assert any("ran out of memory" in e.body for e in at.error)
+    assert any("Recorded run" in i.body for i in at.info)  # the page carries on with the recorded run

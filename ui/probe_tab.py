@@ -110,11 +110,11 @@ def _phase(message: str) -> str:
     return "Warming up…"
 
 
-def measure_live(batches=LIVE_BATCHES):
+def measure_live(batches=None):
     from gpu_probe import live  # imports torch
 
     store = _live_store()
-    key = tuple(batches)
+    key = tuple(batches or LIVE_BATCHES)
     with st.status("Waiting for the GPU (another session may be measuring)…", expanded=True) as status:
         with store["lock"]:
             if key not in store["results"]:
@@ -122,7 +122,7 @@ def measure_live(batches=LIVE_BATCHES):
                     status.update(label=_phase(message))
                     status.write(message)
                 try:
-                    store["results"][key] = live.measure("small", batches=batches, modes=MODES, progress=progress)
+                    store["results"][key] = live.measure("small", batches=key, modes=MODES, progress=progress)
                 except Exception as err:  # noqa: BLE001 - the page must say what happened, not trace back
                     if "out of memory" in str(err).lower() or type(err).__name__ == "OutOfMemoryError":
                         status.update(label="Out of GPU memory", state="error")
@@ -281,6 +281,9 @@ def render() -> None:
     if source == "recorded":
         st.info(f"**Recorded run** on {describe(result)} (torch {result.torch}, CUDA {result.cuda}), shipped "
                 f"with the app. Made with `{result.command}`.", icon=":material/history:")
+    elif source == "live":
+        st.info(f"**Measured live** on this GPU: {describe(result)} (torch {result.torch}, CUDA {result.cuda}).",
+                icon=":material/bolt:")
     elif source == "uploaded":
         st.info(f"**Uploaded run** on {describe(result)}.", icon=":material/upload_file:")
     if not result.runs:
