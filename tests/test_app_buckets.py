@@ -87,6 +87,10 @@ def test_bad_custom_list_warns_and_the_rest_still_works(app):
     _assert_clean(at)
     assert any("item 3" in w.value and "banana" in w.value for w in at.warning)
     assert "custom" not in list(at.dataframe[0].value["layout"])
+    # A link typed into the list is quoted as text, never rendered as a link.
+    at = at.text_input(key="bk_custom").input("1, [x](http://e.com)").run()
+    (warning,) = [w.value for w in at.warning]
+    assert "item 2" in warning and "](http" not in warning and "http://" not in warning
     at = at.text_input(key="bk_custom").input("[3, 1, 7]").run()
     assert "custom" in list(at.dataframe[0].value["layout"])
     assert not at.warning

@@ -32,6 +32,7 @@ VIEWS = ("Layouts", "Padding-corruption demo")
 MAX_BATCH_RANGE = (1, 512)
 BUDGET_RANGE = (0, 4096)  # MiB
 GRAPHS_RANGE = (1, 128)
+CUSTOM_MAX_CHARS = 4000  # room for every size up to 512 typed out, short enough for a link
 
 BUCKET_PARAMS: dict[str, tuple] = {
     "bk_view": ("choice", VIEWS),
@@ -40,7 +41,7 @@ BUCKET_PARAMS: dict[str, tuple] = {
     "bk_max_batch": ("int", *MAX_BATCH_RANGE),
     **{key: ("bool",) for key in LAYOUT_KEYS.values()},
     "bk_custom_on": ("bool",),
-    "bk_custom": ("text", bk.MAX_LAYOUT_TEXT),  # free text: parse_layout checks it in the page
+    "bk_custom": ("text", CUSTOM_MAX_CHARS),  # free text: parse_layout checks it in the page
     "bk_workload": ("choice", WORKLOADS),
     "bk_mean": ("float", 1, MAX_BATCH_RANGE[1]),
     "bk_budget": ("int", *BUDGET_RANGE),
@@ -52,6 +53,14 @@ BUCKET_PARAMS: dict[str, tuple] = {
 
 COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
 OPTIMUM_COLOUR = "#d62728"
+
+
+_MARKDOWN_SPECIALS = "\\`*_{}[]()<>#+-.!|~$:"
+
+
+def plain(text: str) -> str:
+    """Text shown through st.warning/st.error without markdown: no links, no formatting from a user's input."""
+    return "".join("\\" + ch if ch in _MARKDOWN_SPECIALS else ch for ch in str(text))
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
@@ -93,7 +102,7 @@ def _workload(max_batch: int) -> wl.Workload:
         try:
             return wl.parse_histogram_csv(upload.getvalue()[: wl.MAX_CSV_BYTES + 1], name=upload.name[:60])
         except ValueError as err:
-            st.error(f"That CSV cannot be used: {err}. Showing a uniform workload instead.")
+            st.error(f"That CSV cannot be used: {plain(err)}. Showing a uniform workload instead.")
             return wl.uniform(max_batch)
     if kind == "uniform":
         return wl.uniform(max_batch)
@@ -118,11 +127,11 @@ def _controls() -> tuple[dict, int]:
             chosen[name] = bk.layout(name, max_batch)
     if cols[-1].checkbox("custom", value=False, key="bk_custom_on", bind="query-params"):
         text = st.text_input("Custom bucket list", value=DEFAULT_CUSTOM, key="bk_custom", bind="query-params",
-                             max_chars=bk.MAX_LAYOUT_TEXT, help="Positive whole numbers, separated by commas.")
+                             max_chars=CUSTOM_MAX_CHARS, help="Positive whole numbers, separated by commas.")
         try:
             chosen[CUSTOM] = bk.parse_layout(text)
         except ValueError as err:
-            st.warning(f"Custom bucket list ignored: {err}.")
+            st.warning(f"Custom bucket list ignored: {plain(err)}.")
     return chosen, max_batch
 
 
