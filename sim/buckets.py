@@ -333,8 +333,10 @@ def best_layout_under_budget(batch_sizes, weights, memory_bytes, budget_bytes: f
     For every bucket count k ≤ max_buckets take the exact optimum (`optimal_layouts`, by padded
     rows or by `cost`, e.g. GPU time per step at each size), keep those whose pinned memory
     `memory_bytes(layout)` fits `budget_bytes`, and return the best as (layout, expected cost);
-    None when not even one graph fits. With memory rising with the graph count this is the
-    most buckets that fit the budget.
+    None when not even one graph fits. Memory rises with the graph count, so this is the most
+    buckets that fit the budget, each count's layout exact. What it does not do is trade, within
+    one count, padding for smaller buckets' static buffers: a count whose optimum just misses
+    the budget is dropped rather than bent to fit.
     """
     best = None
     for lay, expected in optimal_layouts(batch_sizes, weights, max_buckets, cost):
