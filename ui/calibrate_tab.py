@@ -147,6 +147,13 @@ def _headline(cal: Calibration) -> None:
              help="Each run predicted by a fit that never saw it, then the median of |predicted / measured - 1|.")
     b.metric("Median step-time error (fit)", f"{100 * fit_err:.1f}%")
     c.metric("Runs fitted", f"{sum(in_goal)}", help=f"Modes {', '.join(FIT_MODES)}; compile is shown, not fitted.")
+    per_mode = [{"mode": m, "median |error|, fit %": 100 * float(np.median(np.abs(
+                     [e for p, e in zip(cal.points, cal.errors()[:, 0]) if p.mode == m]))),
+                 "median |error|, leave-one-out %": 100 * cal.mode_loo_error(m)}
+                for m in FIT_MODES if any(p.mode == m for p in cal.points)]
+    st.dataframe(per_mode, hide_index=True, column_config={
+        k: st.column_config.NumberColumn(format="%.1f") for k in ("median |error|, fit %",
+                                                                  "median |error|, leave-one-out %")})
     verdict = ("meets the 5 % stretch goal" if loo <= STRETCH else "meets the 10 % goal" if loo <= GOAL
                else "misses the 10 % goal")
     (st.success if loo <= GOAL else st.warning)(f"Leave-one-out, the calibrated simulator {verdict}.")
