@@ -86,3 +86,13 @@ def test_overlay_controls_at_their_extremes(recorded, mode, batch, whole):
     assert not at.exception
     assert at.selectbox(key="cal_mode").value in recorded.modes
     assert at.selectbox(key="cal_batch").value in recorded.batches
+
+
+def test_calibrated_presets_for_the_simulator_tab(recorded):
+    from ui.calibrate_tab import calibrated_presets
+
+    presets = calibrated_presets()
+    assert [p.title for p in presets.values()] == ["probe decoder on Test GPU"]
+    preset = next(iter(presets.values()))
+    assert preset.model.n_layers == 4
+    assert preset.hardware.eager_launch_us == pytest.approx(calibrate(recorded).params["eager_launch_us"], rel=1e-3)
