@@ -287,12 +287,13 @@ def sweep_figure(sweep, *, current: tuple[bool, bool] | None = None, batch: int 
         if cross is not None:
             marks.append((cross, "#2a9d55", "dot", f"GPU-bound from {cross}", 0.97))
         if batch is not None and combo == current:
-            marks.append((batch, "#b03a3a", "solid", f"batch {batch}", 0.80))
+            marks.append((batch, "#b03a3a", "solid", f"batch {batch}", 0.04))
         for where, colour, dash, text, height in marks:
             shapes.append({"type": "line", "xref": xa, "yref": f"{ya} domain", "x0": where, "x1": where,
                            "y0": 0, "y1": 1, "line": {"color": colour, "dash": dash, "width": 1.5}})
             annotations.append({"xref": xa, "yref": f"{ya} domain", "x": float(np.log10(where)), "y": height,
                                 "text": text, "showarrow": False, "xanchor": "left", "xshift": 3,
+                                "yanchor": "bottom" if height < 0.5 else "top",
                                 "font": {"size": 11, "color": colour}})
     layout.update({
         "height": 560, "margin": {"l": 10, "r": 10, "t": 70, "b": 40}, "hovermode": "x unified",

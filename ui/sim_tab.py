@@ -88,7 +88,6 @@ def fusion_rows(model: ModelConfig) -> list[dict]:
             "Launches saved / layer": row["launches_saved_per_layer"],
             "Stays on chip": "; ".join(row["kept_on_chip"]) or "—",
             "Bytes saved / token / layer": int(round(row["bytes_saved_per_token"])),
-            "Why it can merge": row["why"],
         })
     return rows
 
@@ -305,6 +304,7 @@ def _fusion_view(model: ModelConfig) -> None:
     unfused = len(step_kernels(model, False))
     fused = len(step_kernels(model, True))
     st.dataframe(fusion_rows(model), hide_index=True, width="stretch")
+    st.markdown("\n".join(f"- **{row['fused_kernel']}**: {row['why']}" for row in fusion_table(model)))
     st.caption(
         f"With {model.n_layers} layers: {unfused} kernels per step unfused, {fused} fused. Both counts "
         f"include the {len(MODEL_LEVEL)} kernels outside the layers ({', '.join(MODEL_LEVEL)}). Bytes "
