@@ -234,12 +234,17 @@ def main(argv=None) -> int:
     parser.add_argument("--mean", type=float, default=16.0, help="mean batch of a geometric/Poisson workload")
     parser.add_argument("--csv", default=None, help="a batch,count histogram CSV to use as the workload")
     parser.add_argument("--fusion", action="store_true", help="fused kernels (4 per layer instead of 11)")
+    parser.add_argument("--max-graphs", type=int, default=64, help="most graphs the optimiser may use (1-128)")
+    parser.add_argument("--objective", choices=("time", "rows"), default="time",
+                        help="optimise expected step time or expected padded rows")
     args = parser.parse_args(argv)
     try:
         from sim import workloads as wl
 
         if not 1 <= args.max_batch <= wl.MAX_BATCH:
             raise ValueError(f"--max-batch must be from 1 to {wl.MAX_BATCH}")
+        if not 1 <= args.max_graphs <= 128:
+            raise ValueError("--max-graphs must be from 1 to 128")
         if args.budget_mib is not None and not 0 <= args.budget_mib <= 1e7:
             raise ValueError("--budget-mib must be from 0 to 10,000,000")
         names = [n.strip() for n in args.layouts.split(",") if n.strip()]
@@ -255,7 +260,8 @@ def main(argv=None) -> int:
             workload = getattr(wl, args.workload)(args.mean, args.max_batch)
         preset = PRESETS[args.preset]
         budget = None if args.budget_mib is None else args.budget_mib * MIB
-        stats = compare(preset.model, preset.hardware, layouts, workload, fusion=args.fusion, budget_bytes=budget)
+        stats = compare(preset.model, preset.hardware, layouts, workload, fusion=args.fusion, budget_bytes=budget,
+                        max_buckets=args.max_graphs, objective=args.objective)
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

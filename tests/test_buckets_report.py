@@ -154,6 +154,7 @@ def test_cli_rejects_bad_input(capsys, tmp_path):
     assert br.main(["--custom", "1,2,x"]) == 2
     assert "item 3" in capsys.readouterr().err
     assert br.main(["--max-batch", "0"]) == 2
+    assert br.main(["--max-graphs", "0"]) == 2
     bad = tmp_path / "h.csv"
     bad.write_text("batch,count\n1,-3\n")
     assert br.main(["--csv", str(bad)]) == 2
@@ -168,3 +169,11 @@ def test_cli_with_a_csv_workload(capsys, tmp_path):
     assert "mean batch 10.6" in out
     optimum = next(line for line in out.splitlines() if line.startswith(br.OPTIMAL_UNBOUNDED))
     assert optimum.rstrip().endswith("1, 7, 40")  # three sizes, three graphs, no padding
+
+
+def test_cli_max_graphs_and_objective(capsys):
+    assert br.main(["--layouts", "chapter", "--max-graphs", "5", "--objective", "rows", "--max-batch", "64"]) == 0
+    optimum = next(line for line in capsys.readouterr().out.splitlines() if line.startswith(br.OPTIMAL_UNBOUNDED))
+    assert optimum.split()[3] == "5"  # "optimal, no budget" then the graph count
+    expected = bk.optimal_buckets(np.arange(1, 65), np.ones(64), 5)
+    assert optimum.rstrip().endswith(", ".join(map(str, expected)))
