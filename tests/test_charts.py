@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from sim.timeline import Timeline
-from ui.charts import COMBOS, FIRST_LAUNCHES, lanes_figure, sweep_figure, time_split_figure
+from ui.charts import COMBOS, FIRST_LAUNCHES, format_us, lanes_figure, sweep_figure, time_split_figure
 
 
 def eager_step(n_kernels: int, launch_us: float = 6.0, kernel_us: float = 2.5, source="simulated", label=""):
@@ -196,3 +196,9 @@ def test_sweep_of_the_chapter_preset_marks_its_crossovers():
     np.testing.assert_allclose(fig.data[0].y, result[(False, False)].step_us)
     crossings = [c for c in result.crossover.values() if c is not None]
     assert sorted(s.x0 for s in fig.layout.shapes) == sorted(crossings + [1])
+
+
+@pytest.mark.parametrize("us,text", [(2.46, "2.5 µs"), (850.4, "850 µs"), (1734.0, "1.73 ms"),
+                                     (22_400.0, "22.4 ms"), (224_030.0, "224 ms"), (38_526_600.0, "38.5 s")])
+def test_format_us_reads_like_a_person_writes(us, text):
+    assert format_us(us) == text

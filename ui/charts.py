@@ -218,9 +218,15 @@ def time_split_figure(metrics: StepMetrics) -> go.Figure:
 
 
 def format_us(us: float) -> str:
-    """Microseconds as people read them: '850 µs', '12.3 µs', '1.73 ms'."""
-    if us >= 1000:
-        return f"{us / 1000:.2f} ms"
+    """Microseconds as people read them: '12.3 µs', '850 µs', '1.73 ms', '224 ms', '38.5 s'."""
+    if us >= 1e6:
+        return f"{us / 1e6:.3g} s"
+    if us >= 1e5:
+        return f"{us / 1e3:.0f} ms"
+    if us >= 1e4:
+        return f"{us / 1e3:.1f} ms"
+    if us >= 1e3:
+        return f"{us / 1e3:.2f} ms"
     if us >= 100:
         return f"{us:.0f} µs"
     return f"{us:.1f} µs"

@@ -36,9 +36,9 @@ SWEEP_BATCHES = np.arange(BATCH_RANGE[0], BATCH_RANGE[1] + 1)
 
 # URL key -> (kind, min, max) or (kind, options). Read by ui.url_params before any widget.
 # The preset selectbox shows titles, and Streamlit puts the shown string in the URL, so
-# its options are the titles; PRESET_BY_URL_VALUE also maps the short keys to presets.
+# its options are the titles; the short keys (?preset=llama3-8b-h100) are aliases of them.
 SIM_PARAMS: dict[str, tuple] = {
-    "preset": ("choice", tuple(p.title for p in PRESETS.values())),
+    "preset": ("choice", tuple(p.title for p in PRESETS.values()), {k: p.title for k, p in PRESETS.items()}),
     "batch": ("int", *BATCH_RANGE),
     "fusion": ("bool", (False, True)),
     "graphs": ("bool", (False, True)),
