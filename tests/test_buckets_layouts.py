@@ -1,4 +1,5 @@
 """Bucket layouts, strict parsing of typed layouts, padding arithmetic and the exact optimiser."""
+
 import itertools
 
 import numpy as np
@@ -142,7 +143,9 @@ def test_optimal_buckets_matches_brute_force(seed):
     result = optimal_buckets(sizes, weights, k)
     assert len(result) <= k
     assert result[-1] == sizes.max()  # always covers the largest batch size
-    assert padding_waste(result, sizes, weights) == pytest.approx(_brute_force(list(sizes), weights, k), abs=1e-9)
+    assert padding_waste(result, sizes, weights) == pytest.approx(
+        _brute_force(list(sizes), weights, k), abs=1e-9
+    )
 
 
 def test_optimal_buckets_small_known_case():
@@ -158,7 +161,7 @@ def test_optimal_layouts_improve_with_more_buckets():
     rng = np.random.default_rng(3)
     w = rng.random(200)
     costs = [c for _, c in optimal_layouts(np.arange(1, 201), w, 20)]
-    assert all(b <= a + 1e-12 for a, b in zip(costs, costs[1:]))
+    assert all(b <= a + 1e-12 for a, b in zip(costs[:-1], costs[1:], strict=True))
     assert len(costs) == 20
 
 
