@@ -27,8 +27,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sim.config import PRESETS  # noqa: E402
-from sim.schedule import StepSettings, simulate_step, sweep  # noqa: E402
+from sim.config import PRESETS
+from sim.schedule import StepSettings, simulate_step, sweep
 
 
 def bench_simulator(repeats: int) -> None:

@@ -12,11 +12,18 @@ from dataclasses import replace
 import numpy as np
 import streamlit as st
 
-from sim.config import (BATCH_RANGE, CHAPTER_BUCKETS, DEFAULT_PRESET, LAYERS_RANGE, PRESETS, HardwareConfig,
-                        ModelConfig)
+from sim.config import (
+    BATCH_RANGE,
+    CHAPTER_BUCKETS,
+    DEFAULT_PRESET,
+    LAYERS_RANGE,
+    PRESETS,
+    HardwareConfig,
+    ModelConfig,
+)
 from sim.kernels import FUSED_PER_LAYER, MODEL_LEVEL, UNFUSED_PER_LAYER, fusion_table, step_kernels
 from sim.schedule import SimulatedStep, StepSettings, Sweep, simulate_step, sweep
-from ui.charts import FIRST_LAUNCHES, combo_title, format_us, lanes_figure, sweep_figure
+from ui.charts import FIRST_LAUNCHES, combo_title, lanes_figure, sweep_figure
 from ui.common import regime_explanation, show_readouts, show_time_split
 
 # (URL key, label, HardwareConfig field, widget min, widget max, step, number format)
@@ -87,7 +94,7 @@ def fusion_rows(model: ModelConfig) -> list[dict]:
             "Replaces": " + ".join(row["merges"]),
             "Launches saved / layer": row["launches_saved_per_layer"],
             "Stays on chip": "; ".join(row["kept_on_chip"]) or "—",
-            "Bytes saved / token / layer": int(round(row["bytes_saved_per_token"])),
+            "Bytes saved / token / layer": round(row["bytes_saved_per_token"]),
         })
     return rows
 
@@ -135,7 +142,7 @@ def checked_hardware(base: HardwareConfig, values: dict, n_kernels: int) -> tupl
 
 
 def _controls() -> tuple:
-    """Draw the controls; return (preset, model, hardware, batch, fusion, graphs, notices)."""
+    """Draw the controls; return (model, hardware, batch, fusion, graphs, notices)."""
     preset_key = st.selectbox(
         "Preset", tuple(PRESETS), index=tuple(PRESETS).index(DEFAULT_PRESET), key="preset",
         bind="query-params", format_func=lambda k: PRESETS[k].title, on_change=_apply_preset,
@@ -174,7 +181,7 @@ def _controls() -> tuple:
     model = preset.model.with_layers(layers)
     n_kernels = len(step_kernels(model, bool(fusion)))
     hardware, hw_notices = checked_hardware(preset.hardware, values, n_kernels)
-    return preset, model, hardware, batch, bool(fusion), bool(graphs), notices + hw_notices
+    return model, hardware, batch, bool(fusion), bool(graphs), notices + hw_notices
 
 
 def _clamped_int(value, bounds: tuple[int, int], label: str, notices: list[str]) -> int:
@@ -219,7 +226,7 @@ INTRO = (
 def render() -> None:
     st.markdown(INTRO)
     try:
-        preset, model, hw, batch, fusion, graphs, notices = _controls()
+        model, hw, batch, fusion, graphs, notices = _controls()
         for notice in notices:
             st.warning(notice, icon=":material/warning:")
         step = simulated(model, hw, batch, fusion, graphs)
@@ -257,7 +264,7 @@ def _step_view(step: SimulatedStep) -> None:
         st.subheader("Where the time goes")
         show_time_split(metrics, key="sim_time_split")
     with regime_col:
-        name, text = regime_explanation(metrics)
+        _, text = regime_explanation(metrics)
         st.subheader("What this means")
         st.markdown(text)
 
