@@ -9,7 +9,6 @@ arrays of batch sizes and weights (a workload: how often each batch size occurs)
 the sorted batch sizes, because the best bucket for any contiguous run of sizes is the
 largest size in the run (anything above it only adds padding).
 """
-
 from __future__ import annotations
 
 import re
@@ -241,9 +240,8 @@ def optimal_layouts(batch_sizes, weights, max_buckets: int, cost=None) -> list[t
     keep = (w > 0) | (np.arange(uniq.size) == uniq.size - 1)
     uniq, w, values = uniq[keep], w[keep], values[keep]
     if uniq.size > MAX_DP_SIZES:
-        raise ValueError(
-            f"batch_sizes: at most {MAX_DP_SIZES} distinct sizes can be optimised, got {uniq.size}"
-        )
+        raise ValueError(f"batch_sizes: at most {MAX_DP_SIZES} distinct sizes can be optimised, "
+                         f"got {uniq.size}")
     k_max = min(int(max_buckets), uniq.size)
     f, parent = _dp_tables(uniq, w, values, k_max)
     total_w = w.sum()
@@ -298,19 +296,14 @@ class GraphMemoryModel:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1e12:
                 raise ValueError(f"GraphMemoryModel.{name}: must be a number from 0 to 1e12, got {value!r}")
-        if (
-            isinstance(self.nodes_per_graph, bool)
-            or not isinstance(self.nodes_per_graph, int)
-            or not 1 <= self.nodes_per_graph <= 1_000_000
-        ):
-            raise ValueError(
-                f"GraphMemoryModel.nodes_per_graph: must be an integer ≥ 1, got {self.nodes_per_graph!r}"
-            )
+        if isinstance(self.nodes_per_graph, bool) or not isinstance(self.nodes_per_graph, int) \
+                or not 1 <= self.nodes_per_graph <= 1_000_000:
+            raise ValueError("GraphMemoryModel.nodes_per_graph: must be an integer ≥ 1, "
+                             f"got {self.nodes_per_graph!r}")
 
     @classmethod
-    def for_model(
-        cls, model, nodes_per_graph: int, node_bytes: float = NODE_BYTES, static_per_graph: bool = True
-    ) -> "GraphMemoryModel":
+    def for_model(cls, model, nodes_per_graph: int, node_bytes: float = NODE_BYTES,
+                  static_per_graph: bool = True) -> "GraphMemoryModel":
         """Per-row sizes from a `sim.config.ModelConfig` (duck-typed: its shape fields)."""
         act = float(model.bytes_per_el)
         blocks = -(-int(model.context_len) // KV_BLOCK_SIZE)
@@ -335,9 +328,8 @@ def graph_memory_bytes(buckets, memory: GraphMemoryModel) -> int:
     return int(round(memory.breakdown(buckets)["total"]))
 
 
-def best_layout_under_budget(
-    batch_sizes, weights, memory_bytes, budget_bytes: float, max_buckets: int, cost=None
-):
+def best_layout_under_budget(batch_sizes, weights, memory_bytes, budget_bytes: float, max_buckets: int,
+                             cost=None):
     """The memory-budget form of `optimal_buckets`.
 
     For every bucket count k ≤ max_buckets take the exact optimum (`optimal_layouts`, by padded

@@ -6,7 +6,6 @@ batch sizes with non-negative weights (counts or probabilities; users normalise 
 Three sources: uniform over 1..N, a skewed one around a mean (geometric or Poisson), and
 a histogram uploaded as CSV.
 """
-
 from __future__ import annotations
 
 import csv
@@ -135,19 +134,15 @@ def parse_histogram_csv(data, name: str = "uploaded histogram") -> Workload:
         raise ValueError("expected the CSV file's text or bytes")
     if "\x00" in text:
         raise ValueError("the file contains binary data; expected a plain CSV")
-    rows = [
-        (number, row)
-        for number, row in enumerate(csv.reader(io.StringIO(text)), start=1)
-        if any(cell.strip() for cell in row)
-    ]
+    rows = [(number, row) for number, row in enumerate(csv.reader(io.StringIO(text)), start=1)
+            if any(cell.strip() for cell in row)]
     if not rows:
         raise ValueError("the file is empty; expected a header `batch,count` and one row per batch size")
     header_line, header = rows[0]
     header = [cell.strip().lower() for cell in header]
     if header != ["batch", "count"]:
-        raise ValueError(
-            f"row {header_line}: the header must be exactly `batch,count`, got `{','.join(header)}`"
-        )
+        got = ",".join(header)
+        raise ValueError(f"row {header_line}: the header must be exactly `batch,count`, got `{got}`")
     body = rows[1:]
     if not body:
         raise ValueError("no data rows after the header `batch,count`")

@@ -1,5 +1,4 @@
 """Bucket layouts, strict parsing of typed layouts, padding arithmetic and the exact optimiser."""
-
 import itertools
 
 import numpy as np
@@ -143,9 +142,8 @@ def test_optimal_buckets_matches_brute_force(seed):
     result = optimal_buckets(sizes, weights, k)
     assert len(result) <= k
     assert result[-1] == sizes.max()  # always covers the largest batch size
-    assert padding_waste(result, sizes, weights) == pytest.approx(
-        _brute_force(list(sizes), weights, k), abs=1e-9
-    )
+    best = _brute_force(list(sizes), weights, k)
+    assert padding_waste(result, sizes, weights) == pytest.approx(best, abs=1e-9)
 
 
 def test_optimal_buckets_small_known_case():

@@ -1,5 +1,4 @@
 """Batch-size workloads: the generated shapes and strict CSV validation."""
-
 import numpy as np
 import pytest
 

@@ -4,7 +4,6 @@ Every control is bound to the URL (keys in `BUCKET_PARAMS`, read by `ui.url_para
 The numbers come from `sim.bucket_report`, the same code as `python -m sim buckets`. The
 padding-corruption demo lives in a sub-tab of its own, so PyTorch loads only when it opens.
 """
-
 from __future__ import annotations
 
 import csv
@@ -21,14 +20,8 @@ from sim.config import DEFAULT_PRESET, PRESETS
 from ui import padding_demo
 
 # One checkbox per layout: a URL can carry a yes/no per key, and a link stays readable.
-LAYOUT_KEYS = {
-    "chapter": "bk_chapter",
-    "powers of two": "bk_pow2",
-    "vLLM": "bk_vllm",
-    "SGLang": "bk_sglang",
-    "nano-vllm": "bk_nano",
-    "dense": "bk_dense",
-}
+LAYOUT_KEYS = {"chapter": "bk_chapter", "powers of two": "bk_pow2", "vLLM": "bk_vllm", "SGLang": "bk_sglang",
+               "nano-vllm": "bk_nano", "dense": "bk_dense"}
 LAYOUT_DEFAULTS = {"chapter": True, "powers of two": True, "vLLM": True}
 CUSTOM = "custom"
 DEFAULT_CUSTOM = "1, 2, 4, 8, 16, 32, 64, 128, 256"
@@ -71,36 +64,17 @@ def plain(text: str) -> str:
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def _comparison(
-    preset_key: str,
-    fusion: bool,
-    layouts: tuple,
-    sizes: tuple,
-    weights: tuple,
-    name: str,
-    budget_mib: float,
-    max_graphs: int,
-    objective: str,
-    captures: tuple | None,
-):
+def _comparison(preset_key: str, fusion: bool, layouts: tuple, sizes: tuple, weights: tuple, name: str,
+                budget_mib: float, max_graphs: int, objective: str, captures: tuple | None):
     preset = PRESETS[preset_key]
     workload = wl.Workload(name, np.array(sizes), np.array(weights))
     memory = None
     if captures:
         memory = br.MeasuredGraphMemory.from_captures(
-            [{"bucket": b, "graph_mem_bytes": g, "pool_bytes": p} for b, g, p in captures]
-        )
-    return br.compare(
-        preset.model,
-        preset.hardware,
-        dict(layouts),
-        workload,
-        fusion=fusion,
-        memory=memory,
-        budget_bytes=budget_mib * br.MIB,
-        max_buckets=max_graphs,
-        objective="time" if objective == "step time" else "rows",
-    )
+            [{"bucket": b, "graph_mem_bytes": g, "pool_bytes": p} for b, g, p in captures])
+    return br.compare(preset.model, preset.hardware, dict(layouts), workload, fusion=fusion, memory=memory,
+                      budget_bytes=budget_mib * br.MIB, max_buckets=max_graphs,
+                      objective="time" if objective == "step time" else "rows")
 
 
 @st.cache_data(max_entries=4, show_spinner=False)
@@ -110,9 +84,8 @@ def _probe_captures() -> tuple | None:
         from gpu_probe.result import recorded_result  # torch-free, but optional for this tab
 
         captures = recorded_result().captures
-        rows = tuple(
-            (int(c["bucket"]), int(c["graph_mem_bytes"]), int(c.get("pool_bytes", 0) or 0)) for c in captures
-        )
+        rows = tuple((int(c["bucket"]), int(c["graph_mem_bytes"]), int(c.get("pool_bytes", 0) or 0))
+                     for c in captures)
         return rows if len({r[0] for r in rows}) >= 2 else None
     except Exception:  # noqa: BLE001 - a missing or unreadable recording falls back to the model
         return None
@@ -121,13 +94,11 @@ def _probe_captures() -> tuple | None:
 def _workload(max_batch: int) -> wl.Workload:
     kind = st.session_state.get("bk_workload", WORKLOADS[0])
     if kind == "uploaded CSV":
-        upload = st.file_uploader(
-            "Batch-size histogram (CSV with a `batch,count` header)", type=["csv", "txt"], key="bk_csv_file"
-        )
+        upload = st.file_uploader("Batch-size histogram (CSV with a `batch,count` header)",
+                                  type=["csv", "txt"], key="bk_csv_file")
         if upload is None:
-            st.info(
-                "Upload a CSV such as `batch,count` / `1,120` / `8,40` … Until then: uniform 1–max batch."
-            )
+            st.info("Upload a CSV such as `batch,count` / `1,120` / `8,40` … "
+                    "Until then: uniform 1–max batch.")
             return wl.uniform(max_batch)
         try:
             return wl.parse_histogram_csv(upload.getvalue()[: wl.MAX_CSV_BYTES + 1], name=upload.name[:60])
@@ -142,50 +113,23 @@ def _workload(max_batch: int) -> wl.Workload:
 
 def _controls() -> tuple[dict, int]:
     left, mid, right = st.columns(3)
-    left.selectbox(
-        "Model and GPU",
-        tuple(PRESETS),
-        format_func=lambda k: PRESETS[k].title,
-        key="bk_preset",
-        bind="query-params",
-        index=tuple(PRESETS).index(DEFAULT_PRESET),
-    )
-    max_batch = mid.slider(
-        "Maximum batch",
-        *MAX_BATCH_RANGE,
-        value=256,
-        key="bk_max_batch",
-        bind="query-params",
-        help="The largest batch the engine schedules; presets are generated up to it.",
-    )
-    right.toggle(
-        "Kernel fusion",
-        value=False,
-        key="bk_fusion",
-        bind="query-params",
-        help="Fused kernels (4 per layer instead of 11): fewer graph nodes, less per-graph memory.",
-    )
+    left.selectbox("Model and GPU", tuple(PRESETS), format_func=lambda k: PRESETS[k].title, key="bk_preset",
+                   bind="query-params", index=tuple(PRESETS).index(DEFAULT_PRESET))
+    max_batch = mid.slider("Maximum batch", *MAX_BATCH_RANGE, value=256, key="bk_max_batch",
+                           bind="query-params",
+                           help="The largest batch the engine schedules; presets are generated up to it.")
+    right.toggle("Kernel fusion", value=False, key="bk_fusion", bind="query-params",
+                 help="Fused kernels (4 per layer instead of 11): fewer graph nodes, less per-graph memory.")
     st.markdown("**Layouts to compare**")
     cols = st.columns(len(LAYOUT_KEYS) + 1)
     chosen = {}
     for col, (name, key) in zip(cols[:-1], LAYOUT_KEYS.items(), strict=True):
-        if col.checkbox(
-            name,
-            value=LAYOUT_DEFAULTS.get(name, False),
-            key=key,
-            bind="query-params",
-            help=bk.LAYOUT_SOURCES[name],
-        ):
+        if col.checkbox(name, value=LAYOUT_DEFAULTS.get(name, False), key=key, bind="query-params",
+                        help=bk.LAYOUT_SOURCES[name]):
             chosen[name] = bk.layout(name, max_batch)
     if cols[-1].checkbox("custom", value=False, key="bk_custom_on", bind="query-params"):
-        text = st.text_input(
-            "Custom bucket list",
-            value=DEFAULT_CUSTOM,
-            key="bk_custom",
-            bind="query-params",
-            max_chars=CUSTOM_MAX_CHARS,
-            help="Positive whole numbers, separated by commas.",
-        )
+        text = st.text_input("Custom bucket list", value=DEFAULT_CUSTOM, key="bk_custom", bind="query-params",
+                             max_chars=CUSTOM_MAX_CHARS, help="Positive whole numbers, separated by commas.")
         try:
             chosen[CUSTOM] = bk.parse_layout(text)
         except ValueError as err:
@@ -200,77 +144,37 @@ def padding_figure(layouts: dict, workload: wl.Workload, max_batch: int, optimum
     fig = go.Figure()
     share = np.zeros(top)
     share[workload.batch_sizes - 1] = workload.weights
-    fig.add_trace(
-        go.Scatter(
-            x=x,
-            y=100 * share,
-            name="workload: share of steps",
-            mode="lines",
-            yaxis="y2",
-            line=dict(color="rgba(120,120,120,0.6)", width=1, shape="hvh"),
-            fill="tozeroy",
-            fillcolor="rgba(120,120,120,0.15)",
-            hovertemplate="batch %{x}: %{y:.2f}% of steps<extra></extra>",
-        )
-    )
+    fig.add_trace(go.Scatter(x=x, y=100 * share, name="workload: share of steps", mode="lines", yaxis="y2",
+                             line=dict(color="rgba(120,120,120,0.6)", width=1, shape="hvh"), fill="tozeroy",
+                             fillcolor="rgba(120,120,120,0.15)",
+                             hovertemplate="batch %{x}: %{y:.2f}% of steps<extra></extra>"))
     entries = list(layouts.items()) + ([(br.OPTIMAL_NAME, optimum)] if optimum else [])
     for i, (name, lay) in enumerate(entries):
         colour = OPTIMUM_COLOUR if name == br.OPTIMAL_NAME else COLOURS[i % len(COLOURS)]
         pad = bk.padded_rows(lay, x).astype(float)
         eager = x > lay[-1]
         pad[eager] = np.nan  # no graph there: nothing is padded, the step runs eager
-        fig.add_trace(
-            go.Scatter(
-                x=x,
-                y=pad,
-                name=name,
-                mode="lines",
-                line=dict(color=colour, width=1.5),
-                legendgroup=name,
-                connectgaps=False,
-                customdata=bk.bucket_sizes_for(lay, x),
-                hovertemplate=f"{name}<br>batch %{{x}} → bucket %{{customdata}}"
-                "<br>%{y} padded rows<extra></extra>",
-            )
-        )
+        fig.add_trace(go.Scatter(x=x, y=pad, name=name, mode="lines", line=dict(color=colour, width=1.5),
+                                 legendgroup=name, connectgaps=False,
+                                 customdata=bk.bucket_sizes_for(lay, x),
+                                 hovertemplate=f"{name}<br>batch %{{x}} → bucket %{{customdata}}"
+                                               "<br>%{y} padded rows<extra></extra>"))
         marks = np.asarray([b for b in lay if b <= top])
-        fig.add_trace(
-            go.Scatter(
-                x=marks,
-                y=np.zeros(len(marks)),
-                mode="markers",
-                legendgroup=name,
-                showlegend=False,
-                marker=dict(symbol="line-ns-open", size=10, color=colour, line=dict(width=2)),
-                hovertemplate=f"{name}: bucket %{{x}}<extra></extra>",
-            )
-        )
+        tick = dict(symbol="line-ns-open", size=10, color=colour, line=dict(width=2))
+        fig.add_trace(go.Scatter(x=marks, y=np.zeros(len(marks)), mode="markers", legendgroup=name,
+                                 showlegend=False, marker=tick,
+                                 hovertemplate=f"{name}: bucket %{{x}}<extra></extra>"))
         if lay[-1] < top:
-            fig.add_vrect(
-                x0=lay[-1] + 0.5,
-                x1=top + 0.5,
-                fillcolor=colour,
-                opacity=0.08,
-                line_width=0,
-                annotation_text=f"{name}: eager above {lay[-1]}",
-                annotation_position="top left",
-                annotation_font_size=10,
-            )
+            fig.add_vrect(x0=lay[-1] + 0.5, x1=top + 0.5, fillcolor=colour, opacity=0.08, line_width=0,
+                          annotation_text=f"{name}: eager above {lay[-1]}", annotation_position="top left",
+                          annotation_font_size=10)
     fig.update_layout(
-        height=420,
-        margin=dict(l=10, r=10, t=30, b=10),
-        hovermode="closest",
-        barmode="overlay",
+        height=420, margin=dict(l=10, r=10, t=30, b=10), hovermode="closest", barmode="overlay",
         xaxis=dict(title="real batch size", range=[0.5, top + 0.5]),
         yaxis=dict(title="padded rows (bucket − batch)", rangemode="tozero"),
         # The workload's shape sits in the lower third, under the sawtooth lines.
-        yaxis2=dict(
-            title="share of steps (%)",
-            overlaying="y",
-            side="right",
-            showgrid=False,
-            range=[0, 3 * 100 * float(share.max())],
-        ),
+        yaxis2=dict(title="share of steps (%)", overlaying="y", side="right", showgrid=False,
+                    range=[0, 3 * 100 * float(share.max())]),
         legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0),
     )
     return fig
@@ -281,34 +185,19 @@ def tradeoff_figure(stats: list, budget_mib: float) -> go.Figure:
     fig = go.Figure()
     for i, s in enumerate(stats):
         optimum = s.is_optimum
-        fig.add_trace(
-            go.Scatter(
-                x=[s.memory_bytes / br.MIB],
-                y=[s.step_us],
-                mode="markers+text",
-                name=s.name,
-                text=[s.name],
-                textposition="top center",
-                marker=dict(
-                    size=14 if optimum else 10,
-                    symbol="star" if optimum else "circle",
-                    color=OPTIMUM_COLOUR if optimum else COLOURS[i % len(COLOURS)],
-                ),
-                customdata=[[s.graphs, s.padded_rows]],
-                hovertemplate=f"{s.name}<br>%{{x:.1f}} MiB, %{{customdata[0]}} graphs<br>step %{{y:.1f}} µs"
-                "<br>%{customdata[1]:.2f} padded rows/step<extra></extra>",
-            )
-        )
-    fig.add_vline(
-        x=budget_mib, line_dash="dash", line_color="grey", annotation_text=f"budget {budget_mib:g} MiB"
-    )
-    fig.update_layout(
-        height=360,
-        margin=dict(l=10, r=10, t=30, b=10),
-        showlegend=False,
-        xaxis=dict(title="pinned graph memory (MiB)", rangemode="tozero"),
-        yaxis=dict(title="expected step time (µs)"),
-    )
+        fig.add_trace(go.Scatter(
+            x=[s.memory_bytes / br.MIB], y=[s.step_us], mode="markers+text", name=s.name, text=[s.name],
+            textposition="top center",
+            marker=dict(size=14 if optimum else 10, symbol="star" if optimum else "circle",
+                        color=OPTIMUM_COLOUR if optimum else COLOURS[i % len(COLOURS)]),
+            customdata=[[s.graphs, s.padded_rows]],
+            hovertemplate=f"{s.name}<br>%{{x:.1f}} MiB, %{{customdata[0]}} graphs<br>step %{{y:.1f}} µs"
+                          "<br>%{customdata[1]:.2f} padded rows/step<extra></extra>"))
+    fig.add_vline(x=budget_mib, line_dash="dash", line_color="grey",
+                  annotation_text=f"budget {budget_mib:g} MiB")
+    fig.update_layout(height=360, margin=dict(l=10, r=10, t=30, b=10), showlegend=False,
+                      xaxis=dict(title="pinned graph memory (MiB)", rangemode="tozero"),
+                      yaxis=dict(title="expected step time (µs)"))
     return fig
 
 
@@ -323,9 +212,8 @@ def _csv(rows: list[dict]) -> str:
 def _optimum_summary(stats: list, budget_mib: float) -> None:
     best = next((s for s in stats if s.is_optimum), None)
     if best is None:
-        st.warning(
-            f"Not even one graph fits in {budget_mib:g} MiB: every step would run eager. Raise the budget."
-        )
+        st.warning(f"Not even one graph fits in {budget_mib:g} MiB: every step would run eager. "
+                   "Raise the budget.")
         return
     fitting = [s for s in stats if not s.is_optimum and s.fits_budget]
     a, b, c, d = st.columns(4)
@@ -335,19 +223,13 @@ def _optimum_summary(stats: list, budget_mib: float) -> None:
     if fitting:
         rival = min(fitting, key=lambda s: s.step_us)
         gain = rival.step_us - best.step_us
-        d.metric(
-            "Gain vs best preset within budget",
-            f"{gain:,.1f} µs/step",
-            delta=f"{100 * gain / rival.step_us:+.1f}% vs {rival.name}",
-            delta_color="normal",
-            help="Expected step time of the fastest chosen layout that fits the budget minus the "
-            "optimum's; positive means the optimum is faster.",
-        )
+        d.metric("Gain vs best preset within budget", f"{gain:,.1f} µs/step",
+                 delta=f"{100 * gain / rival.step_us:+.1f}% vs {rival.name}", delta_color="normal",
+                 help="Expected step time of the fastest chosen layout that fits the budget minus the "
+                      "optimum's; positive means the optimum is faster.")
         if gain < 0:
-            st.caption(
-                f"{rival.name} uses {rival.graphs} graphs, more than the optimiser may use: raise "
-                '"Most graphs the optimiser may use" to let it match or beat that.'
-            )
+            st.caption(f"{rival.name} uses {rival.graphs} graphs, more than the optimiser may use: raise "
+                       "\"Most graphs the optimiser may use\" to let it match or beat that.")
     else:
         d.metric("Gain vs best preset within budget", "—", help="No chosen layout fits the budget.")
     st.caption(f"Optimal buckets: {bk.format_layout(best.buckets, limit=40)}")
@@ -356,38 +238,19 @@ def _optimum_summary(stats: list, budget_mib: float) -> None:
 def _layouts_view() -> None:
     layouts, max_batch = _controls()
     w1, w2, w3 = st.columns(3)
-    w1.selectbox(
-        "Workload",
-        WORKLOADS,
-        key="bk_workload",
-        bind="query-params",
-        help="How often each batch size occurs in your server's decode steps.",
-    )
-    w2.slider(
-        "Mean batch (geometric / Poisson)",
-        1.0,
-        float(MAX_BATCH_RANGE[1]),
-        value=16.0,
-        step=1.0,
-        key="bk_mean",
-        bind="query-params",
-        disabled=st.session_state.get("bk_workload", WORKLOADS[0]) not in ("geometric", "Poisson"),
-    )
-    w3.selectbox(
-        "Graph memory",
-        MEMORY_SOURCES,
-        key="bk_memory",
-        bind="query-params",
-        help="Modelled per graph (see below), or the probe's measured per-graph memory.",
-    )
+    w1.selectbox("Workload", WORKLOADS, key="bk_workload", bind="query-params",
+                 help="How often each batch size occurs in your server's decode steps.")
+    w2.slider("Mean batch (geometric / Poisson)", 1.0, float(MAX_BATCH_RANGE[1]), value=16.0, step=1.0,
+              key="bk_mean", bind="query-params",
+              disabled=st.session_state.get("bk_workload", WORKLOADS[0]) not in ("geometric", "Poisson"))
+    w3.selectbox("Graph memory", MEMORY_SOURCES, key="bk_memory", bind="query-params",
+                 help="Modelled per graph (see below), or the probe's measured per-graph memory.")
     workload = _workload(max_batch)
     o1, o2, o3 = st.columns(3)
-    budget = o1.slider(
-        "Graph memory budget (MiB)", *BUDGET_RANGE, value=256, step=16, key="bk_budget", bind="query-params"
-    )
-    max_graphs = o2.slider(
-        "Most graphs the optimiser may use", *GRAPHS_RANGE, value=64, key="bk_max_graphs", bind="query-params"
-    )
+    budget = o1.slider("Graph memory budget (MiB)", *BUDGET_RANGE, value=256, step=16, key="bk_budget",
+                       bind="query-params")
+    max_graphs = o2.slider("Most graphs the optimiser may use", *GRAPHS_RANGE, value=64, key="bk_max_graphs",
+                           bind="query-params")
     objective = o3.radio("Optimise for", OBJECTIVES, key="bk_objective", bind="query-params", horizontal=True)
     captures = None
     if st.session_state.get("bk_memory") == MEMORY_SOURCES[1]:
@@ -395,40 +258,26 @@ def _layouts_view() -> None:
         if captures is None:
             st.info("No probe measurement of graph memory is available here; using the model instead.")
         else:
-            st.caption(
-                "Graph memory measured on the probe's 0.5 B model (recorded H200 run), interpolated "
-                "between the measured buckets; it applies to that model, whatever preset is chosen."
-            )
+            st.caption("Graph memory measured on the probe's 0.5 B model (recorded H200 run), interpolated "
+                       "between the measured buckets; it applies to that model, whatever preset is chosen.")
     if not layouts:
         st.info("Tick at least one layout to compare; the optimiser's layout is shown on its own.")
-    stats = _comparison(
-        st.session_state.get("bk_preset", DEFAULT_PRESET),
-        bool(st.session_state.get("bk_fusion")),
-        tuple(layouts.items()),
-        tuple(int(s) for s in workload.batch_sizes),
-        tuple(float(x) for x in workload.weights),
-        workload.name,
-        float(budget),
-        int(max_graphs),
-        objective,
-        captures,
-    )
+    preset = st.session_state.get("bk_preset", DEFAULT_PRESET)
+    sizes = tuple(int(s) for s in workload.batch_sizes)
+    weights = tuple(float(x) for x in workload.weights)
+    fusion = bool(st.session_state.get("bk_fusion"))
+    stats = _comparison(preset, fusion, tuple(layouts.items()), sizes, weights, workload.name, float(budget),
+                        int(max_graphs), objective, captures)
     _optimum_summary(stats, budget)
     optimum = next((s.buckets for s in stats if s.is_optimum), None)
     st.markdown("**Padding at each batch size** (ticks on the axis: the buckets; shaded: no graph, eager)")
-    st.plotly_chart(
-        padding_figure(layouts, workload, max_batch, optimum), width="stretch", key="bk_padding_chart"
-    )
+    st.plotly_chart(padding_figure(layouts, workload, max_batch, optimum), width="stretch",
+                    key="bk_padding_chart")
     rows = br.table_rows(stats)
     st.dataframe(rows, width="stretch", hide_index=True)
-    st.download_button(
-        "Download the comparison (CSV)",
-        _csv(br.table_rows(stats, full_buckets=True)),
-        file_name="bucket_layouts.csv",
-        mime="text/csv",
-        on_click="ignore",
-        key="bk_download",
-    )
+    st.download_button("Download the comparison (CSV)", _csv(br.table_rows(stats, full_buckets=True)),
+                       file_name="bucket_layouts.csv",
+                       mime="text/csv", on_click="ignore", key="bk_download")
     st.markdown("**Step time against pinned graph memory**")
     st.plotly_chart(tradeoff_figure(stats, budget), width="stretch", key="bk_tradeoff_chart")
     with st.expander("How the numbers are computed"):
@@ -458,8 +307,7 @@ def render() -> None:
     st.markdown(
         "A CUDA graph replays exactly the shapes it was captured with, so an engine captures a list of batch "
         "sizes and pads each real batch up to the next one. More buckets mean less padding but more pinned "
-        "memory; batches above the largest bucket fall back to eager launches."
-    )
+        "memory; batches above the largest bucket fall back to eager launches.")
     layouts_tab, demo_tab = st.tabs(VIEWS, key="bk_view", bind="query-params")
     if layouts_tab.open:
         with layouts_tab:
