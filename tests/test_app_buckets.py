@@ -157,3 +157,16 @@ def test_the_layouts_view_never_loads_torch():
                          cwd=Path(APP).parent)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_measured_graph_memory_replaces_the_model(monkeypatch):
+    # 2 MiB per graph plus 1 KiB per row, and a 64 MiB pool grown at the largest (first) capture.
+    captures = tuple((b, 2 * 2**20 + 1024 * b + (64 * 2**20 if b == 256 else 0), 64 * 2**20 if b == 256 else 0)
+                     for b in (1, 8, 64, 256))
+    monkeypatch.setattr(buckets_tab, "_probe_captures", lambda: captures)
+    at = _open(bk_memory="measured by the probe")
+    _assert_clean(at)
+    assert any("measured on the probe" in c.value for c in at.caption)
+    table = at.dataframe[0].value.set_index("layout")
+    chapter = 13 * 2 + 1024 * sum((1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)) / 2**20 + 64
+    assert table.loc["chapter", "graph MiB"] == pytest.approx(chapter, abs=0.05)
