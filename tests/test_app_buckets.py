@@ -161,8 +161,8 @@ def test_the_layouts_view_never_loads_torch():
 
 def test_measured_graph_memory_replaces_the_model(monkeypatch):
     # 2 MiB per graph plus 1 KiB per row, and a 64 MiB pool grown at the largest (first) capture.
-    captures = tuple((b, 2 * 2**20 + 1024 * b + (64 * 2**20 if b == 256 else 0), 64 * 2**20 if b == 256 else 0)
-                     for b in (1, 8, 64, 256))
+    pool = {256: 64 * 2**20}
+    captures = tuple((b, 2 * 2**20 + 1024 * b + pool.get(b, 0), pool.get(b, 0)) for b in (1, 8, 64, 256))
     monkeypatch.setattr(buckets_tab, "_probe_captures", lambda: captures)
     at = _open(bk_memory="measured by the probe")
     _assert_clean(at)
