@@ -100,9 +100,9 @@ def wait_idle(page, timeout_ms: int = IDLE_TIMEOUT_MS) -> None:
                            "[data-test-script-state=notRunning]", timeout=timeout_ms)
 
 
-def open_app(page, base: str, query: str = "", wait_for: str | None = None) -> None:
-    """Load the app (optionally with a query string) and wait for the first run to finish."""
-    page.goto(f"{base}/{('?' + query.lstrip('?')) if query else ''}")
+def open_app(page, url: str, query: str = "", wait_for: str | None = None) -> None:
+    """Load the app at `url` (a base URL or a full link), plus `query` if given, and wait for its first run."""
+    page.goto(f"{url.rstrip('/')}/?{query.lstrip('?')}" if query else url)
     page.wait_for_selector("[data-testid=stApp]")
     wait_idle(page)
     if wait_for:
