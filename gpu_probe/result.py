@@ -171,6 +171,8 @@ def _read(source):
         return json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ValueError(f"result: not valid JSON ({err})") from None
+    except RecursionError:  # e.g. "[[[[…": json gives up past Python's recursion limit
+        raise ValueError("result: not valid JSON (nested too deeply)") from None
 
 
 def _parse(d: dict, timeline_source: str | None) -> ProbeResult:
