@@ -48,8 +48,8 @@ QUESTIONS: tuple[Question, ...] = (
                     "ids, positions, block tables and slot mapping once and copies each step's values into "
                     "them; a tensor allocated afresh inside the captured region would sit somewhere else "
                     "next step and the graph would read stale memory.",
-        where="Simulator tab → switch on CUDA graphs: the CPU lane shrinks to the input copies and one "
-              "graph launch. Live GPU probe tab → the graph runs' CPU lane shows the same on real hardware.",
+        where="Simulator tab → switch on CUDA graphs: the CPU lane shrinks to one cudaGraphLaunch bar that "
+              "submits every kernel. Live GPU probe tab → a graph run's CPU lane shows the same on a real GPU.",
     ),
     Question(
         qid="q2",
@@ -66,8 +66,8 @@ QUESTIONS: tuple[Question, ...] = (
                     "request, so a handful of batch sizes covers it; prefill's token count ranges over "
                     "thousands of values. Nothing is lost: with hundreds of tokens per kernel the GPU work "
                     "dwarfs the few microseconds each launch costs.",
-        where="Simulator tab → with both toggles off, drag Batch size up to 256: more rows per kernel "
-              "fill the GPU lane and \"Bound by\" turns to GPU, just as a long prompt would.",
+        where="Simulator tab → with both toggles off, drag Batch size up until \"Bound by\" reads GPU: "
+              "more rows per kernel fill the GPU lane, just as a long prompt's tokens would.",
     ),
     Question(
         qid="q3",
@@ -86,7 +86,8 @@ QUESTIONS: tuple[Question, ...] = (
                     "padding but each captured graph keeps its own static buffers and pool, so the layout "
                     "is a trade between padding waste and pinned memory.",
         where="Bucketing tab → compare the layouts' padding waste against their graph memory. Simulator "
-              "tab → set Batch size to 33 with CUDA graphs on and read the bucket and padded rows.",
+              "tab → Batch size 33 with CUDA graphs on: the note under the readouts names the bucket (48) "
+              "and the 15 padded rows.",
     ),
     Question(
         qid="q4",
@@ -105,8 +106,8 @@ QUESTIONS: tuple[Question, ...] = (
                     "rows slot -1 (the write kernel skips them), SGLang points them at a reserved slot 0. "
                     "The bug is intermittent, depends on the batch size and yields believable text, which is "
                     "why it needs an explicit check (a canary over the real blocks).",
-        where="Bucketing tab → the padding demo: pad into real blocks and the canary check reports the "
-              "corrupted block; pad into the scratch block and it stays clean.",
+        where="Bucketing tab → Padding-corruption demo: pad into \"a real block (the bug)\" and the canary "
+              "fires and real rows' logits move; pad into \"the scratch block (safe)\" and they stay put.",
     ),
     Question(
         qid="q5",
@@ -142,9 +143,9 @@ QUESTIONS: tuple[Question, ...] = (
         explanation="Launches are asynchronous: the host queues work and moves on. The step is the larger "
                     "of the two lanes plus a little start-up, never their sum, so shrinking the smaller one "
                     "changes nothing. Here the GPU is idle more than half the time, waiting for the CPU.",
-        where="Simulator tab → compare Step time with CPU launch and GPU time at batch 1, then turn on "
-              "Kernel fusion and CUDA graphs: Step time follows whichever is larger, and \"Bound by\" "
-              "flips from CPU launch to GPU.",
+        where="Simulator tab → at batch 1, hold \"Where the time goes\" (CPU launch cost, GPU execution) "
+              "against the Step time readout, then turn on Kernel fusion and CUDA graphs: Step time follows "
+              "whichever bar is longer, and \"Bound by\" flips from CPU launch to GPU.",
     ),
 )
 
