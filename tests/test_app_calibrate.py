@@ -96,3 +96,17 @@ def test_calibrated_presets_for_the_simulator_tab(recorded):
     preset = next(iter(presets.values()))
     assert preset.model.n_layers == 4
     assert preset.hardware.eager_launch_us == pytest.approx(calibrate(recorded).params["eager_launch_us"], rel=1e-3)
+
+
+@pytest.mark.skipif(not probe_result.RECORDED_PATH.is_file(), reason="the recorded H200 run is not shipped yet")
+def test_on_the_recorded_run_cli_and_page_agree():
+    st.cache_resource.clear()
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["recorded"]) == 0
+    last = out.getvalue().strip().splitlines()[-1]
+    assert last.startswith("median abs error: ") and last.endswith("% (leave-one-out)")
+    figure = last.removeprefix("median abs error: ").removesuffix(" (leave-one-out)")
+    at = calibration_page()
+    assert not at.exception
+    assert shown(at)[LOO_LABEL] == figure
