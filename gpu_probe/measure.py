@@ -108,9 +108,20 @@ def _rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).norm() / b.norm().clamp_min(1e-30))
 
 
-def check_graph_vs_eager(runner: GraphRunner, model, batch, tolerance: float = 2e-2) -> dict:
+def logit_tolerance(model) -> float:
+    """Relative tolerance for logits of two paths that reduce in different orders.
+
+    bf16 rounds each op to ~3 significant digits; over 32 layers of random weights and random
+    KV the differences compound to a few percent (2.5-3 % measured on the H200 between the
+    fused and unfused paths, and between split counts). fp32 paths agree to ~1e-6.
+    """
+    return 5e-2 if getattr(model, "dtype", torch.float32) in (torch.bfloat16, torch.float16) else 1e-3
+
+
+def check_graph_vs_eager(runner: GraphRunner, model, batch, tolerance: float | None = None) -> dict:
     """Per bucket: replayed graph == eager step on the same padded inputs (bit-exact), the real
     rows close to an unpadded eager step, and the KV canary quiet (check="both")."""
+    tolerance = logit_tolerance(model) if tolerance is None else tolerance
     per_bucket, passed, canary = [], True, True
     with torch.no_grad():
         previous = 0
@@ -170,19 +181,21 @@ def check_padding_assertion(runner: GraphRunner, batch, canary_sizes=None) -> di
         runner.pad_rows_to = saved_policy
         runner.kv_cache.kv[:, :, victim] = saved_block
         runner.load(batch.head(runner.max_bucket), runner.max_bucket)  # leave no buggy rows behind
-    canary_ok = canary_hits == {n for n in canary_sizes if n in need}
+    padded_canary = [n for n in canary_sizes if n in need]
+    canary_ok = canary_hits == set(padded_canary)
     passed = fired_bug == need and not fired_safe and canary_ok
     return {"padding_assertion": {
         "passed": passed,
         "detail": f"bug on: fired for {len(fired_bug)} of the {len(need)} batch sizes in 1..{runner.max_bucket} that "
                   f"need padding and {len(fired_bug - need)} others; bug off: fired {len(fired_safe)} times; "
-                  f"KV canary caught the write at {len(canary_hits)}/{len(canary_sizes)} padded sizes",
+                  f"KV canary caught the write at {len(canary_hits & need)}/{len(padded_canary)} padded sizes tried",
         "sizes_needing_padding": len(need), "fired_with_bug": len(fired_bug & need),
         "fired_without_padding": len(fired_bug - need), "fired_with_fix": len(fired_safe),
         "canary_sizes": canary_sizes, "canary_fired": sorted(canary_hits)}}
 
 
-def check_fused_vs_unfused(model, batch, sizes=(1, 8), tolerance: float = 2e-2) -> dict:
+def check_fused_vs_unfused(model, batch, sizes=(1, 8), tolerance: float | None = None) -> dict:
+    tolerance = logit_tolerance(model) if tolerance is None else tolerance
     errs = {}
     saved = model.fused
     with torch.no_grad():

@@ -155,3 +155,19 @@ def test_run_checks_pass_on_cpu_and_catch_the_bug(setup):
     written[: model.cfg.block_size] = True
     assert torch.equal(model.kv_cache.kv.flatten(2, 3)[:, :, ~written], saved.flatten(2, 3)[:, :, ~written])
     assert runner.pad_rows_to == "scratch"
+
+
+def test_compile_peer_twin_has_one_cache_buffer_per_layer(setup):
+    from gpu_probe.compile_peer import PerLayerKVCache, with_per_layer_cache
+    model, batch = setup
+    twin = with_per_layer_cache(model)
+    assert isinstance(twin.kv_cache, PerLayerKVCache) and model.kv_cache is not twin.kv_cache
+    assert twin.lm_head is model.lm_head and twin.layers is model.layers  # weights shared, not copied
+    names = dict(twin.kv_cache.named_buffers())
+    assert sorted(names) == sorted(f"{kv}{i}" for kv in "kv" for i in range(model.cfg.n_layers))
+    for i in range(model.cfg.n_layers):
+        k, v = twin.kv_cache.layer(i)
+        assert k.data_ptr() != model.kv_cache.layer(i)[0].data_ptr()
+        assert torch.equal(k, model.kv_cache.layer(i)[0]) and torch.equal(v, model.kv_cache.layer(i)[1])
+    rows = batch.head(3).as_dict()
+    torch.testing.assert_close(twin.unfused_forward(**rows), model.unfused_forward(**rows))
