@@ -163,23 +163,34 @@ def short_kernel_name(name: str, limit: int = 60) -> str:
 def kernels_per_layer(names, n_layers: int) -> tuple[int, bool]:
     """Kernels per decoder layer, read off the step's kernel sequence.
 
-    Finds the shortest block of kernel names that repeats `n_layers` times in a row (the
-    layers run identical kernels), so everything before and after -- embedding, input
-    copies, final norm, LM head -- is left out without knowing which kernel is which.
-    Returns (count, exact); where no such block exists (e.g. a compiler fused across layer
-    boundaries unevenly) it falls back to len(names) // n_layers with exact=False.
+    Finds the longest block of kernel names that repeats `n_layers` times in a row (the layers
+    run identical kernels), so everything before and after -- embedding, input copies, final
+    norm, LM head -- is left out without knowing which kernel is which. Longest, not shortest:
+    two equal neighbours inside a layer must not pass for a period of 1. Longer false periods
+    cannot occur: n_layers repeats of a longer block would not fit in the step. Where the
+    first or last layer differs (a compiler fusing across the boundary), n_layers - 1 or - 2
+    repeats are accepted with exact=False; the repeats must cover at least half the step.
+    With no such repeat the answer is
+    len(names) // n_layers, exact=False.
     """
     names = list(names)
     total = len(names)
-    if n_layers < 2:
-        return total, False
-    for period in range(1, total // n_layers + 1):
-        span = period * n_layers
-        for offset in range(0, total - span + 1):
-            block = names[offset: offset + period]
-            if all(names[offset + j * period: offset + (j + 1) * period] == block for j in range(1, n_layers)):
-                return period, True
-    return total // n_layers, False
+    for repeats in (n_layers, n_layers - 1, n_layers - 2):
+        if repeats < 2:
+            break
+        # The layers are most of a step: a repeat covering less than half of it is a coincidence.
+        for period in range(total // repeats, -(-total // (2 * repeats)) - 1, -1):
+            if period and _repeats_somewhere(names, period, repeats):
+                return period, repeats == n_layers
+    return total // max(n_layers, 1), False
+
+
+def _repeats_somewhere(names: list, period: int, repeats: int) -> bool:
+    span = period * repeats
+    for offset in range(0, len(names) - span + 1):
+        if names[offset: offset + span - period] == names[offset + period: offset + span]:
+            return True
+    return False
 
 
 def write_trace_copy(trace: dict, path) -> None:

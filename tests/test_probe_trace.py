@@ -83,7 +83,13 @@ def test_kernels_per_layer_from_the_repeating_block():
     layer = ["norm", "gemm_a", "rope", "attn", "gemm_a", "add"]
     names = ["embed", "copy"] + layer * 4 + ["norm", "lm_head"]
     assert kernels_per_layer(names, 4) == (6, True)
-    assert kernels_per_layer(["x"] * 8, 4) == (1, True)
+    # Longest block: two equal neighbours inside a layer are not a period of 1.
+    assert kernels_per_layer(["x"] * 8, 4) == (2, True)
+    assert kernels_per_layer(["a", "a", "b"] * 3 + ["head"], 3) == (3, True)
+    # First layer fused differently (as a compiler may): n_layers - 1 repeats, not exact.
+    assert kernels_per_layer(["e", "q", "r"] + ["p", "q", "r"] * 5, 6) == (3, False)
+    # A short coincidental repeat is not a layer.
+    assert kernels_per_layer(list("abcdefghijklmnxyxy"), 2) == (9, False)
     assert kernels_per_layer(["a", "b", "c", "d", "e"], 2) == (2, False)
 
 
