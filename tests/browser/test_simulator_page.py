@@ -1,6 +1,8 @@
 """The Simulator tab in Chromium: slider by mouse and keyboard, both toggles, readouts and lanes."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from harness import (click_toggle, drag_slider, eventually, lanes, metric_value, open_app, query_params,
                      rerun_after, slider_input, slider_value, toggle_state)
@@ -106,3 +108,22 @@ def test_fusion_then_graphs_moves_the_bottleneck_to_the_gpu(page, app_url):
     rerun_after(page, lambda: click_toggle(page, "CUDA graphs"))
     assert metric_value(page, "Bound by") == "CPU launch"
     assert query_params(page) == {}
+
+
+def test_downloaded_chrome_trace_is_the_step_on_screen(page, app_url):
+    import json
+
+    open_app(page, app_url, "batch=4&fusion=true", wait_for=CHART)
+    button = page.get_by_role("button", name="Download this step as a Chrome trace")
+    with page.expect_download(timeout=30_000) as download:
+        button.click()
+    trace = json.loads(Path(download.value.path()).read_text())
+    step = expected(4, fusion=True)
+    slices = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    kernels = [e for e in slices if e["cat"] == "kernel"]
+    launches = [e for e in slices if e["cat"] == "launch"]
+    assert len(kernels) == step.metrics.kernels and len(launches) == step.metrics.launches
+    assert [e["name"] for e in sorted(kernels, key=lambda e: e["args"]["index"])] == list(step.timeline.gpu_names)
+    assert sum(e["dur"] for e in kernels) == pytest.approx(float(step.timeline.gpu_dur.sum()), rel=1e-6)
+    assert len([e for e in trace["traceEvents"] if e["ph"] == "f"]) == step.metrics.kernels
+    assert trace["otherData"]["bound_by"] == metric_value(page, "Bound by")
