@@ -187,12 +187,13 @@ def _plan(params: dict[str, list[str]], specs: dict[str, Spec], undeclared: tupl
         kept, reason = check(spec, value)
         if len(values) > 1:
             reason = f"appears {len(values)} times; kept the last" + (f", which {reason}" if reason else "")
+        said = f"{_quote(key)}: {_quote(value)}" if value.strip() else _quote(key)
         if kept is None:
             changes[key] = None
-            notices.append(f"{_quote(key)}: {_quote(value)} {reason}; using the default")
+            notices.append(f"{said} {reason}; using the default")
         elif reason:
             changes[key] = kept
-            notices.append(f"{_quote(key)}: {_quote(value)} {reason}; using {_quote(kept)}")
+            notices.append(f"{said} {reason}; using {_quote(kept)}")
         elif kept != value:
             changes[key] = kept  # same value, tidier spelling (" 5", "5.0", "TRUE"): no notice needed
     return changes, notices
