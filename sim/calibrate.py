@@ -48,8 +48,10 @@ PARAMS: tuple[Param, ...] = (
     Param("eager_launch_us", "µs", 0.3, 500.0, "host cost of one eager launch (PyTorch op)"),
     Param("fused_launch_us", "µs", 0.3, 500.0, "host cost of one eager launch of a fused (Triton) kernel"),
     Param("graph_launch_us", "µs", 0.3, 20_000.0, "host cost of one graph replay, input copies included"),
+    Param("graph_launch_per_node_us", "µs", 1e-6, 10.0, "added to a graph replay's host cost per node"),
     Param("graph_node_gap_us", "µs", 0.01, 50.0, "GPU gap between queued kernels"),
-    Param("hbm_GBps", "GB/s", 50.0, 20_000.0, "effective HBM bandwidth of the kernels"),
+    Param("hbm_GBps", "GB/s", 50.0, 20_000.0, "effective bandwidth of the unfused (PyTorch, cuBLAS) kernels"),
+    Param("fused_hbm_GBps", "GB/s", 50.0, 20_000.0, "effective bandwidth of the fused (Triton) kernels"),
     Param("matrix_TFLOPs", "TFLOP/s", 5.0, 5_000.0, "effective matrix rate"),
     Param("min_kernel_us", "µs", 0.1, 100.0, "shortest a kernel runs"),
     Param("kv_traffic_unfused", "×", 0.1, 50.0, "KV-cache bytes the unfused attention moves, per simulated byte"),
@@ -150,32 +152,32 @@ class ProbeSimulator:
     def durations(self, theta: np.ndarray, i: int) -> np.ndarray:
         p, pt = dict(zip(NAMES, theta)), self.points[i]
         weight, act, kv, flops, _ = self._kernels[i]
-        kv_factor = p["kv_traffic_fused"] if pt.fused else p["kv_traffic_unfused"]
-        memory = (weight + pt.rows * (act + kv_factor * kv)) / (p["hbm_GBps"] * 1e3)  # GB/s = 1e3 B/µs
+        bandwidth, kv_factor, _ = _family(p, pt.fused)
+        memory = (weight + pt.rows * (act + kv_factor * kv)) / (bandwidth * 1e3)  # GB/s = 1e3 B/µs
         math_us = pt.rows * flops / (p["matrix_TFLOPs"] * 1e6)
         return np.maximum(np.maximum(memory, math_us), p["min_kernel_us"])
 
     def launch_us(self, theta: np.ndarray, i: int) -> float:
         p, pt = dict(zip(NAMES, theta)), self.points[i]
         if pt.graphs:
-            return p["graph_launch_us"]
-        return p["fused_launch_us"] if pt.fused else p["eager_launch_us"]
+            return p["graph_launch_us"] + p["graph_launch_per_node_us"] * pt.kernels
+        return _family(p, pt.fused)[2]
 
     def predict(self, theta: np.ndarray) -> np.ndarray:
         """[n_points, 3]: step, host launch and GPU busy time, as the simulator's schedule gives them."""
         p = dict(zip(NAMES, theta))
         gap, out = p["graph_node_gap_us"], np.empty((len(self.points), 3))
         for idx, rows, graphs, fused, (weight, act, kv, flops, _) in self._groups:
-            kv_factor = p["kv_traffic_fused"] if fused else p["kv_traffic_unfused"]
-            memory = (weight + rows * (act + kv_factor * kv)) / (p["hbm_GBps"] * 1e3)
+            bandwidth, kv_factor, launch = _family(p, fused)
+            memory = (weight + rows * (act + kv_factor * kv)) / (bandwidth * 1e3)
             d = np.maximum(np.maximum(memory, rows * flops / (p["matrix_TFLOPs"] * 1e6)), p["min_kernel_us"])
             n, busy = d.shape[1], d.sum(axis=1)
-            launch = p["fused_launch_us"] if fused else p["eager_launch_us"]
             # Eager: kernel j is submitted at (j+1)L; the last ends at max_j((j+1)L + Σ_{k≥j}(d_k + gap)) - gap.
             tail = np.cumsum((d + gap)[:, ::-1], axis=1)[:, ::-1]
             eager_end = np.max(np.arange(1, n + 1) * launch + tail, axis=1) - gap
-            graph_end = p["graph_launch_us"] + busy + (n - 1) * gap
-            cpu = np.where(graphs, p["graph_launch_us"], n * launch)
+            replay = p["graph_launch_us"] + p["graph_launch_per_node_us"] * n
+            graph_end = replay + busy + (n - 1) * gap
+            cpu = np.where(graphs, replay, n * launch)
             out[idx] = np.column_stack([np.maximum(np.where(graphs, graph_end, eager_end), cpu), cpu, busy])
         return out
 
@@ -192,6 +194,13 @@ class ProbeSimulator:
             cpu = (np.arange(n) * launch, np.full(n, launch), tuple(f"launch {k}" for k in names), np.arange(n))
         return Timeline(cpu[0], cpu[1], cpu[2], start, d, names, launched_by=cpu[3], source="simulated",
                         label=f"calibrated simulator · {pt.mode} · batch {pt.batch}")
+
+
+def _family(p: dict, fused: bool) -> tuple[float, float, float]:
+    """(bandwidth, KV traffic factor, eager launch cost) of the fused or the unfused kernels."""
+    if fused:
+        return p["fused_hbm_GBps"], p["kv_traffic_fused"], p["fused_launch_us"]
+    return p["hbm_GBps"], p["kv_traffic_unfused"], p["eager_launch_us"]
 
 
 # -- bounded least squares ---------------------------------------------------------
@@ -245,7 +254,9 @@ def _initial(points: list[Point], hbm_copy_GBps: float | None) -> np.ndarray:
         "eager_launch_us": median([p.cpu_us / p.kernels for p in eager if not p.fused], 6.0),
         "fused_launch_us": median([p.cpu_us / p.kernels for p in eager if p.fused], 10.0),
         "graph_launch_us": median([p.cpu_us for p in points if p.graphs], 20.0),
-        "graph_node_gap_us": 0.5, "hbm_GBps": 0.8 * (hbm_copy_GBps or 3000.0), "matrix_TFLOPs": 400.0,
+        "graph_launch_per_node_us": 0.01, "graph_node_gap_us": 0.5,
+        "hbm_GBps": 0.8 * (hbm_copy_GBps or 3000.0), "fused_hbm_GBps": 0.8 * (hbm_copy_GBps or 3000.0),
+        "matrix_TFLOPs": 400.0,
         "min_kernel_us": 2.0, "kv_traffic_unfused": 1.0, "kv_traffic_fused": 1.0,
     }
     return np.log(params_vector(start))
@@ -396,14 +407,19 @@ def calibrated_preset(result, cal: Calibration | None = None) -> Preset:
     cal = cal or calibrate(result, loo=False)
     p = cal.params
     device = cal.device.replace("NVIDIA ", "")
+    # One graph-replay cost for the simulator: the fitted cost at its fused step's node count.
+    nodes = len(step_kernels(cal.model, True))
+    replay = p["graph_launch_us"] + p["graph_launch_per_node_us"] * nodes
     hw = HardwareConfig(name=f"{device} (calibrated)", hbm_GBps=p["hbm_GBps"], matrix_TFLOPs=p["matrix_TFLOPs"],
                         min_kernel_us=p["min_kernel_us"], eager_launch_us=p["eager_launch_us"],
-                        graph_launch_us=p["graph_launch_us"], graph_node_gap_us=p["graph_node_gap_us"])
-    kernels = ", ".join(sorted({f"{pt.mode} {pt.kernels}" for pt in cal.points if pt.batch == cal.points[0].batch}))
+                        graph_launch_us=replay, graph_node_gap_us=p["graph_node_gap_us"])
+    kernels = ", ".join(f"{m} {k}" for m, k in dict((pt.mode, pt.kernels) for pt in cal.points).items())
     note = (f"Fitted to a probe run on {cal.device}: " + "; ".join(format_param(n, p[n]) for n in NAMES)
-            + f". The probe launches more kernels than the simulator's 11 (or 4) a layer ({kernels} per step), "
-            "and a fused (Triton) launch and the unfused KV traffic have figures the simulator's hardware "
-            "config has no field for, so this preset keeps the PyTorch launch cost and the fused bandwidth.")
+            + f". The probe launches more kernels than the simulator's 11 (or 4) a layer ({kernels} per step). "
+            "The simulator's hardware has one launch cost, one bandwidth and one graph-replay cost, so this "
+            f"preset takes the PyTorch launch cost, the cuBLAS kernels' bandwidth, and the replay cost at "
+            f"{nodes} nodes ({replay:.1f} µs); the probe's Triton kernels reach {p['fused_hbm_GBps']:.0f} GB/s "
+            f"and cost {p['fused_launch_us']:.1f} µs of host time per launch.")
     return Preset(key=f"calibrated-{device.lower().replace(' ', '-')}", title=f"probe decoder on {device}",
                   model=cal.model, hardware=hw, note=note)
 
