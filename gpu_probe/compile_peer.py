@@ -11,8 +11,14 @@ The peer runs the model's own `unfused_forward` (same weights, same code) but ov
 of the KV cache held as one K and one V buffer per layer, as gpt-fast does. With the
 probe's single all-layer buffer, every layer's cache is a *view* of one base; Inductor's
 functionalization then rebuilds the whole base around each write -- on the H200 that cost
-730 ms per step (17 GB of cache copied again and again) instead of a few hundred µs. With a
-buffer per layer the writes stay in place (checked in Inductor's output code: no
+730 ms per step (17 GB of cache copied again and again) instead of a few hundred µs.
+
+The write itself matters too. `unfused_forward` writes the new K/V with an index_put_ on
+the layer's cache tensor at (block, offset), not an index_copy_ through a flat view of it:
+Inductor (torch 2.11) did not reinplace the view form and emitted a full copy of the layer
+buffer before and after each write (128 copies, 16 of the 18.4 ms of GPU time at batch 1).
+An index_put_ on a buffer of the module is the pattern Inductor reinplaces into a scatter of
+the batch's rows (tests/test_probe_compile_peer.py checks the CPU output code: no
 cache-sized temporaries).
 """
 from __future__ import annotations
@@ -129,7 +135,8 @@ class CompilePeer:
             "passed": passed, "detail": detail, "skip_messages": skip_lines[:5],
             "compile_s": {str(k): round(v, 3) for k, v in self.compile_s.items()},
             "compile_s_total": round(sum(self.compile_s.values()), 3), "dynamic": self.dynamic,
-            "kv_cache": "one buffer per layer" if self.per_layer_cache else "one buffer for all layers"}}
+            "kv_cache": "one buffer per layer" if self.per_layer_cache else "one buffer for all layers",
+            "cache_write": "index_put_ at (block, offset)"}}
 
 
 def _skip_count() -> int:

@@ -206,6 +206,10 @@ class ProbeModel(nn.Module):
         sin = self.rope_sin_full[positions][:, None, :]
         # PAD_SLOT (-1) becomes slot 0, which lies in the scratch block.
         slots = slot_mapping.clamp(min=0)
+        # The write goes to (block, offset) of the cache tensor itself, not through a flat view of
+        # it: an index_put_ on the buffer is what Inductor reinplaces into a scatter of B rows,
+        # while index_copy_ through a view made it copy the whole layer buffer twice (H200, 2.11).
+        write_blocks, write_offsets = slots // cfg.block_size, slots % cfg.block_size
         tables = block_tables.long()
         width = block_tables.shape[1] * cfg.block_size
         visible = torch.arange(width, device=h.device)[None, :] < context_lens[:, None]
@@ -217,8 +221,8 @@ class ProbeModel(nn.Module):
             q = q * cos + rotate_half(q) * sin
             k = k * cos + rotate_half(k) * sin
             k_cache, v_cache = self.kv_cache.layer(index)
-            k_cache.view(-1, cfg.n_kv_heads, cfg.head_dim).index_copy_(0, slots, k)
-            v_cache.view(-1, cfg.n_kv_heads, cfg.head_dim).index_copy_(0, slots, v)
+            k_cache[write_blocks, write_offsets] = k
+            v_cache[write_blocks, write_offsets] = v
             attn = self._attention_unfused(q, k_cache, v_cache, tables, visible)
             h = h + attn.reshape(batch, cfg.q_size) @ layer.wo.t()
             x = rms_norm(h, layer.ffn_norm, cfg.norm_eps)
