@@ -114,78 +114,119 @@ def points_from_result(result) -> list[Point]:
 
 # -- the simulator with the probe's kernel counts --------------------------------
 class ProbeSimulator:
-    """Per point, the kernels' bytes and FLOPs; `predict` turns a parameter vector into times."""
+    """Per point, the kernels' bytes and FLOPs; `predict` turns a parameter vector into times.
+
+    A step is kept as three blocks -- before the layers, one layer (repeated n_layers
+    times), after -- so a prediction costs one layer's worth of arithmetic, as in
+    `sim.schedule`'s sweep. The extra kernels of a measured step go into every layer
+    evenly (the remainder after the layers).
+    """
+
+    FIELDS = ("weight_bytes", "act_bytes_per_row", "kv_bytes_per_row", "flops_per_row")
 
     def __init__(self, model: ModelConfig, points: list[Point]):
         self.model, self.points = model, list(points)
-        arrays, groups = {}, {}
-        for i, p in enumerate(self.points):
-            key = (p.fused, p.kernels)
-            if key not in arrays:
-                arrays[key] = self._kernel_arrays(*key)
-            groups.setdefault(key, []).append(i)
-        self._kernels = [arrays[(p.fused, p.kernels)] for p in self.points]
-        # Points with the same kernels are simulated together: one [rows, kernels] array each.
-        self._groups = [(np.array(idx), np.array([[self.points[i].rows] for i in idx], float),
-                         np.array([self.points[i].graphs for i in idx]), key[0], arrays[key])
-                        for key, idx in groups.items()]
+        cache = {}
+        for p in self.points:
+            if (p.fused, p.kernels) not in cache:
+                cache[(p.fused, p.kernels)] = self._blocks(p.fused, p.kernels)
+        self._point_blocks = [cache[(p.fused, p.kernels)] for p in self.points]
+        # All points at once: each block padded to the longest, `valid` marks real kernels.
+        self._arrays = []
+        for b in range(3):
+            width = max((len(blocks[b][1]) for blocks in self._point_blocks), default=0)
+            cols = np.zeros((4, len(self.points), width))
+            valid = np.zeros((len(self.points), width), bool)
+            for i, blocks in enumerate(self._point_blocks):
+                k = len(blocks[b][1])
+                cols[:, i, :k] = blocks[b][0]
+                valid[i, :k] = True
+            self._arrays.append((tuple(cols), valid))
+        self._rows = np.array([[p.rows] for p in self.points], float)
+        self._fused = np.array([[p.fused] for p in self.points])
+        self._graphs = np.array([p.graphs for p in self.points])
+        self._n = np.array([sum(len(blocks[b][1]) * (model.n_layers if b == 1 else 1) for b in range(3))
+                            for blocks in self._point_blocks], float)
 
-    def _kernel_arrays(self, fused: bool, count: int) -> tuple[np.ndarray, ...]:
+    def _blocks(self, fused: bool, count: int) -> tuple:
+        """((cols, names) before, (cols, names) of one layer, (cols, names) after)."""
         specs = step_kernels(self.model, fused)
-        names = [k.name for k in specs]
-        cols = [np.array([getattr(k, f) for k in specs]) for f in
-                ("weight_bytes", "act_bytes_per_row", "kv_bytes_per_row", "flops_per_row")]
-        extra = count - len(specs)
-        if extra < 0:  # fewer than simulated: drop weightless kernels, spread over the step
-            idle = np.flatnonzero(cols[0] == 0)
-            drop = idle[np.linspace(0, len(idle) - 1, min(-extra, len(idle))).astype(int)] if len(idle) else []
-            keep = np.setdiff1d(np.arange(len(specs)), drop)
-            cols, names = [c[keep] for c in cols], [names[i] for i in keep]
-        elif extra > 0:  # elementwise kernels (casts, RoPE pieces, copies), spread over the step
-            at = np.linspace(0, len(names), extra, endpoint=False).astype(int)
-            small = (0.0, 3.0 * self.model.hidden * self.model.bytes_per_el, 0.0, 0.0)
-            cols = [np.insert(c, at, v) for c, v in zip(cols, small)]
-            for j, pos in enumerate(at[::-1]):
-                names.insert(pos, f"elementwise {extra - j}")
-        return (*cols, tuple(names))
+        first = next(i for i, k in enumerate(specs) if k.layer == 0)
+        per_layer = sum(k.layer == 0 for k in specs)
+        parts = [specs[:first], [k for k in specs if k.layer == 0], specs[first + self.model.n_layers * per_layer:]]
+        cols = [[np.array([getattr(k, f) for k in part], float) for f in self.FIELDS] for part in parts]
+        names = [[k.name for k in parts[0]], [k.op for k in parts[1]], [k.name for k in parts[2]]]
+        n_layers, extra = self.model.n_layers, count - len(specs)
+        if extra < 0:  # fewer than simulated: drop weightless kernels from every layer
+            weightless = np.flatnonzero(cols[1][0] == 0)
+            drop = weightless[:min(-(-(-extra) // n_layers), len(weightless))]
+            keep = np.setdiff1d(np.arange(len(names[1])), drop)
+            cols[1], names[1] = [c[keep] for c in cols[1]], [names[1][k] for k in keep]
+            extra += len(drop) * n_layers
+        # Extra kernels: elementwise work (casts, RoPE pieces, copies) of one activation row each.
+        small = (0.0, 3.0 * self.model.hidden * self.model.bytes_per_el, 0.0, 0.0)
+        per, rest = divmod(max(extra, 0), n_layers)
+        if per:
+            at = np.linspace(0, len(names[1]), per, endpoint=False).astype(int)
+            cols[1] = [np.insert(c, at, v) for c, v in zip(cols[1], small)]
+            for pos in at[::-1]:
+                names[1].insert(pos, "elementwise")
+        cols[2] = [np.concatenate([c, np.full(rest, v)]) for c, v in zip(cols[2], small)]
+        names[2] += ["elementwise"] * rest
+        return tuple((tuple(c), tuple(n)) for c, n in zip(cols, names))
 
-    def durations(self, theta: np.ndarray, i: int) -> np.ndarray:
-        p, pt = dict(zip(NAMES, theta)), self.points[i]
-        weight, act, kv, flops, _ = self._kernels[i]
-        bandwidth, kv_factor, _ = _family(p, pt.fused)
-        memory = (weight + pt.rows * (act + kv_factor * kv)) / (bandwidth * 1e3)  # GB/s = 1e3 B/µs
-        math_us = pt.rows * flops / (p["matrix_TFLOPs"] * 1e6)
+    @staticmethod
+    def _durations(p: dict, fused: bool, rows, cols) -> np.ndarray:
+        weight, act, kv, flops = cols
+        bandwidth, kv_factor, _ = _family(p, fused)
+        memory = (weight + rows * (act + kv_factor * kv)) / (bandwidth * 1e3)  # GB/s = 1e3 B/µs
+        math_us = rows * flops / (p["matrix_TFLOPs"] * 1e6)
         return np.maximum(np.maximum(memory, math_us), p["min_kernel_us"])
-
-    def launch_us(self, theta: np.ndarray, i: int) -> float:
-        p, pt = dict(zip(NAMES, theta)), self.points[i]
-        if pt.graphs:
-            return p["graph_launch_us"] + p["graph_launch_per_node_us"] * pt.kernels
-        return _family(p, pt.fused)[2]
 
     def predict(self, theta: np.ndarray) -> np.ndarray:
         """[n_points, 3]: step, host launch and GPU busy time, as the simulator's schedule gives them."""
         p = dict(zip(NAMES, theta))
-        gap, out = p["graph_node_gap_us"], np.empty((len(self.points), 3))
-        for idx, rows, graphs, fused, (weight, act, kv, flops, _) in self._groups:
-            bandwidth, kv_factor, launch = _family(p, fused)
-            memory = (weight + rows * (act + kv_factor * kv)) / (bandwidth * 1e3)
-            d = np.maximum(np.maximum(memory, rows * flops / (p["matrix_TFLOPs"] * 1e6)), p["min_kernel_us"])
-            n, busy = d.shape[1], d.sum(axis=1)
-            # Eager: kernel j is submitted at (j+1)L; the last ends at max_j((j+1)L + Σ_{k≥j}(d_k + gap)) - gap.
-            tail = np.cumsum((d + gap)[:, ::-1], axis=1)[:, ::-1]
-            eager_end = np.max(np.arange(1, n + 1) * launch + tail, axis=1) - gap
-            replay = p["graph_launch_us"] + p["graph_launch_per_node_us"] * n
-            graph_end = replay + busy + (n - 1) * gap
-            cpu = np.where(graphs, replay, n * launch)
-            out[idx] = np.column_stack([np.maximum(np.where(graphs, graph_end, eager_end), cpu), cpu, busy])
-        return out
+        gap, n_layers, n = p["graph_node_gap_us"], self.model.n_layers, self._n
+        family = {k: np.where(self._fused, *v) for k, v in (
+            ("bandwidth", (p["fused_hbm_GBps"], p["hbm_GBps"])),
+            ("kv_factor", (p["kv_traffic_fused"], p["kv_traffic_unfused"])),
+            ("launch", (p["fused_launch_us"], p["eager_launch_us"])))}
+        d, x = [], []
+        for (weight, act, kv, flops), valid in self._arrays:
+            memory = (weight + self._rows * (act + family["kv_factor"] * kv)) / (family["bandwidth"] * 1e3)
+            math_us = self._rows * flops / (p["matrix_TFLOPs"] * 1e6)
+            d.append(np.maximum(np.maximum(memory, math_us), p["min_kernel_us"]) * valid)
+            x.append((d[-1] + gap - family["launch"]) * valid)
+        busy = d[0].sum(axis=1) + n_layers * d[1].sum(axis=1) + d[2].sum(axis=1)
+        # Eager: kernel j is submitted at (j+1)L and starts once the previous one ended (+ gap):
+        # the last ends at busy + (n-1)·gap + L - min_j X_j, X_j = Σ_{i<j}(d_i + gap - L).
+        # Layers repeat, so the minimum over them is at the first or the last layer.
+        pre = [np.where(valid, np.cumsum(xi, axis=1) - xi, np.inf) for xi, (_, valid) in zip(x, self._arrays)]
+        s0, s1 = x[0].sum(axis=1), x[1].sum(axis=1)
+        lowest = np.minimum.reduce([
+            pre[0].min(axis=1, initial=np.inf),
+            s0 + np.minimum(0.0, (n_layers - 1) * s1) + pre[1].min(axis=1, initial=np.inf),
+            s0 + n_layers * s1 + pre[2].min(axis=1, initial=np.inf)])
+        launch = family["launch"][:, 0]
+        eager_end = busy + (n - 1) * gap + launch - lowest
+        replay = p["graph_launch_us"] + p["graph_launch_per_node_us"] * n
+        graph_end = replay + busy + (n - 1) * gap
+        cpu = np.where(self._graphs, replay, n * launch)
+        return np.column_stack([np.maximum(np.where(self._graphs, graph_end, eager_end), cpu), cpu, busy])
 
     def timeline(self, theta: np.ndarray, i: int) -> Timeline:
         """The simulated lanes of point i (same schedule as `sim.schedule`)."""
-        pt, d, launch = self.points[i], self.durations(theta, i), self.launch_us(theta, i)
-        gap, names, n = theta[NAMES.index("graph_node_gap_us")], self._kernels[i][4], len(d)
-        submit = np.full(n, launch) if pt.graphs else np.arange(1, n + 1) * launch
+        p, pt = dict(zip(NAMES, theta)), self.points[i]
+        (before, b_names), (layer, l_names), (after, a_names) = self._point_blocks[i]
+        cols = [np.concatenate([b, np.tile(l, self.model.n_layers), a]) for b, l, a in zip(before, layer, after)]
+        names = (b_names + tuple(f"L{k} {op}" for k in range(self.model.n_layers) for op in l_names) + a_names)
+        d, n, gap = self._durations(p, pt.fused, pt.rows, cols), len(names), p["graph_node_gap_us"]
+        if pt.graphs:
+            launch = p["graph_launch_us"] + p["graph_launch_per_node_us"] * n
+            submit = np.full(n, launch)
+        else:
+            launch = _family(p, pt.fused)[2]
+            submit = np.arange(1, n + 1) * launch
         offset = np.cumsum(d + gap) - (d + gap)
         start = offset + np.maximum.accumulate(submit - offset)
         if pt.graphs:
@@ -286,8 +327,7 @@ def fit(sim: ProbeSimulator, use: np.ndarray, hbm_copy_GBps: float | None = None
     return np.exp(u), _constrained(residuals, u)
 
 
-START_VARIANTS = ((None, None), ("matrix_TFLOPs", 60.0), ("matrix_TFLOPs", 2000.0), ("min_kernel_us", 0.5),
-                  ("min_kernel_us", 8.0))
+START_VARIANTS = ((None, None), ("matrix_TFLOPs", 60.0), ("min_kernel_us", 0.5))
 
 
 def _constrained(residuals, u: np.ndarray, rel: float = 0.05) -> np.ndarray:
