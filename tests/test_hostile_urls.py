@@ -236,3 +236,38 @@ def test_every_declared_key_survives_hostile_values():
 def test_nan_never_reaches_a_number():
     # Sanity of the premise: float() happily parses these, so they must be caught explicitly.
     assert math.isnan(float("nan")) and math.isinf(float("1e400"))
+
+
+# -- every control is bound, and the sanitiser knows its real range ---------------------------
+CONTROL_TYPES = ("slider", "select_slider", "toggle", "checkbox", "selectbox", "number_input", "radio",
+                 "text_input", "text_area", "multiselect", "date_input", "color_picker", "button_group")
+# Controls that must not be in a link: the quiz's answers are per session, and the run pickers list
+# this session's own uploads and live runs, which a link cannot carry.
+UNBOUND_ON_PURPOSE = ("quiz_", "pr_run", "cal_run")
+VIEWS = [("Simulator", {}), ("Bucketing", {}), ("Bucketing", {"bk_view": "Padding-corruption demo"}),
+         ("Live GPU probe", {}), ("Calibration", {}), ("Check yourself", {})]
+
+
+@pytest.mark.parametrize("tab, extra", VIEWS, ids=[f"{t}{'+' if e else ''}" for t, e in VIEWS])
+def test_every_control_is_bound_and_declared_with_its_real_range(tab, extra):
+    specs, _ = url_params.all_specs()
+    at = run_app({"tab": tab, **extra})
+    assert_page_alive(at)
+    for kind in CONTROL_TYPES:
+        for widget in at.get(kind):
+            proto, key = widget.proto, getattr(widget, "key", None) or widget.proto.id
+            bound = proto.query_param_key if proto.HasField("query_param_key") else None
+            if bound is None:
+                assert key.startswith(UNBOUND_ON_PURPOSE), f"{tab}: {kind} {key!r} is not bound to the URL"
+                continue
+            spec = specs.get(bound)
+            assert spec is not None, f"{tab}: {bound!r} is bound but no *_PARAMS declares it"
+            if kind in ("slider", "number_input") and spec.kind in ("int", "float"):
+                assert (spec.lo, spec.hi) == (proto.min, proto.max), f"{bound}: declared range differs"
+            if kind in ("selectbox", "radio"):
+                shown = list(widget.options)  # what Streamlit writes into the link
+                if spec.kind == "choice":
+                    missing = [o for o in shown if o not in spec.options]
+                    assert not missing, f"{bound}: options {missing} would be dropped from a link"
+                else:
+                    assert all(spec.lo <= float(o) <= spec.hi for o in shown), bound
