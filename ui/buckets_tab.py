@@ -36,7 +36,8 @@ CUSTOM_MAX_CHARS = 4000  # room for every size up to 512 typed out, short enough
 
 BUCKET_PARAMS: dict[str, tuple] = {
     "bk_view": ("choice", VIEWS),
-    "bk_preset": ("choice", tuple(PRESETS)),
+    # A link holds the shown title (format_func); the short keys are accepted as aliases.
+    "bk_preset": ("choice", tuple(p.title for p in PRESETS.values()), {k: p.title for k, p in PRESETS.items()}),
     "bk_fusion": ("bool",),
     "bk_max_batch": ("int", *MAX_BATCH_RANGE),
     **{key: ("bool",) for key in LAYOUT_KEYS.values()},
