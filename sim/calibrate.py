@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from sim.config import HardwareConfig, ModelConfig, Preset
+from sim.config import PRESETS, HardwareConfig, ModelConfig, Preset
 from sim.kernels import step_kernels
 from sim.timeline import StepMetrics, Timeline
 
@@ -98,17 +98,22 @@ class Point:
     busy_us: float
     in_fit: bool
     utilisation: float = 1.0  # of the profiled step (busy over its own step time)
+    spread: float = 0.0  # (p90 - p10) / median of the measured step times: run-to-run noise
 
 
 def points_from_result(result) -> list[Point]:
+    """One point per run of a mode the simulator can represent (compile is Inductor's, not modelled)."""
     points = []
     for run in result.runs:
+        if run.mode not in FIT_MODES:
+            continue
         graphs = run.mode in GRAPH_MODES and not run.eager_fallback
         rows = run.bucket if (graphs and run.bucket) else run.batch
         cpu = run.enqueue_us_median if run.enqueue_us_median else run.cpu_launch_us
+        spread = (run.step_us_p90 - run.step_us_p10) / run.step_us_median
         points.append(Point(run.mode, run.batch, int(rows), run.mode in FUSED_MODES, graphs,
                             run.kernels_per_step, run.step_us_median, max(cpu, 1e-3),
-                            max(run.gpu_busy_us, 1e-3), run.mode in FIT_MODES, run.utilisation))
+                            max(run.gpu_busy_us, 1e-3), True, run.utilisation, spread))
     return points
 
 
@@ -422,23 +427,29 @@ def calibrate(result, loo: bool = True) -> Calibration:
 
 
 def missing_effects(cal: Calibration, threshold: float = 0.10) -> list[str]:
-    """For each mode whose leave-one-out error exceeds the threshold: what the model lacks."""
-    why = {
-        "eager": "per-op host cost varies with the op (views, casts and gathers cost less than a GEMM launch, "
-                 "and the dispatcher's cost grows with the batch's tensor sizes); one figure per launch cannot "
-                 "follow it",
-        "fused": "Triton's launcher costs differ per kernel (argument count, grid size), and its attention "
-                 "splits the context differently per batch; one launch cost and one KV factor average them",
-        "graph": "replayed kernels are timed as the simulator's roofline, but cuBLAS picks a different GEMM "
-                 "per batch, so bandwidth is not one figure across batches",
-        "fused+graph": "the fused GEMMs reach a bandwidth that depends on the batch (tiling, split-K), "
-                       "which the single effective bandwidth cannot follow",
-    }
+    """For each mode whose leave-one-out error exceeds the threshold: what the model lacks, from the data."""
     out = []
+    errors = np.abs(cal.errors())
     for mode in FIT_MODES:
         err = cal.mode_loo_error(mode)
-        if np.isfinite(err) and err > threshold:
-            out.append(f"{mode}: {100 * err:.1f} % median leave-one-out error. Missing: {why[mode]}.")
+        idx = [i for i, p in enumerate(cal.points) if p.mode == mode]
+        if not (np.isfinite(err) and err > threshold):
+            continue
+        pts = [cal.points[i] for i in idx]
+        head = f"{mode}: {100 * err:.1f} % median leave-one-out error."
+        if errors[idx, 1].mean() >= errors[idx, 2].mean():  # the host side is the worse fit
+            per_launch = [p.cpu_us / (1 if p.graphs else p.kernels) for p in pts]
+            out.append(f"{head} Missing: host-time variation. The measured host cost per "
+                       f"{'replay' if pts[0].graphs else 'launch'} ranges {min(per_launch):.1f}–{max(per_launch):.1f} µs "
+                       f"across batch sizes, with no trend in the batch, and step times spread "
+                       f"{100 * np.median([p.spread for p in pts]):.0f} % (p10 to p90) from step to step; the "
+                       "simulator has one fixed cost per launch and no run-to-run noise.")
+        else:
+            worst = max(idx, key=lambda i: errors[i, 2])
+            out.append(f"{head} Missing: kernel times that follow one effective bandwidth. GPU busy time is "
+                       f"off by {100 * errors[worst, 2]:.0f} % at batch {cal.points[worst].batch}: the real kernels "
+                       "change their tiling (and the attention its context splits) with the batch size, which "
+                       "one bandwidth and one KV factor per kernel family cannot follow.")
     return out
 
 
@@ -450,7 +461,9 @@ def calibrated_preset(result, cal: Calibration | None = None) -> Preset:
     # One graph-replay cost for the simulator: the fitted cost at its fused step's node count.
     nodes = len(step_kernels(cal.model, True))
     replay = p["graph_launch_us"] + p["graph_launch_per_node_us"] * nodes
-    hw = HardwareConfig(name=f"{device} (calibrated)", hbm_GBps=p["hbm_GBps"], matrix_TFLOPs=p["matrix_TFLOPs"],
+    # A rate no run constrains (no kernel was compute-bound) is left at the uncalibrated preset's.
+    tflops = p["matrix_TFLOPs"] if cal.fitted["matrix_TFLOPs"] else PRESETS["probe-0.5b-h200"].hardware.matrix_TFLOPs
+    hw = HardwareConfig(name=f"{device} (calibrated)", hbm_GBps=p["hbm_GBps"], matrix_TFLOPs=tflops,
                         min_kernel_us=p["min_kernel_us"], eager_launch_us=p["eager_launch_us"],
                         graph_launch_us=replay, graph_node_gap_us=p["graph_node_gap_us"])
     kernels = ", ".join(f"{m} {k}" for m, k in dict((pt.mode, pt.kernels) for pt in cal.points).items())
@@ -459,7 +472,9 @@ def calibrated_preset(result, cal: Calibration | None = None) -> Preset:
             "The simulator's hardware has one launch cost, one bandwidth and one graph-replay cost, so this "
             f"preset takes the PyTorch launch cost, the cuBLAS kernels' bandwidth, and the replay cost at "
             f"{nodes} nodes ({replay:.1f} µs); the probe's Triton kernels reach {p['fused_hbm_GBps']:.0f} GB/s "
-            f"and cost {p['fused_launch_us']:.1f} µs of host time per launch.")
+            f"and cost {p['fused_launch_us']:.1f} µs of host time per launch."
+            + ("" if cal.fitted["matrix_TFLOPs"] else f" No kernel was compute-bound, so the matrix rate "
+               f"is the uncalibrated preset's {tflops:.0f} TFLOP/s."))
     return Preset(key=f"calibrated-{device.lower().replace(' ', '-')}", title=f"probe decoder on {device}",
                   model=cal.model, hardware=hw, note=note)
 
@@ -516,7 +531,7 @@ def synthetic_result(params: dict, model: ModelConfig, batches=(1, 8, 64, 256), 
 def format_report(cal: Calibration) -> str:
     lines = [f"Calibration of the simulator to a probe run on {cal.device}", "", "Fitted parameters:"]
     for p in PARAMS:
-        note = "" if cal.fitted[p.name] else "  (not constrained by these runs: starting value)"
+        note = "" if cal.fitted[p.name] else "  (not constrained: moving it 5 % changes no prediction)"
         lines.append(f"  {p.name:<20} {cal.params[p.name]:>10.4g} {p.unit:<8} {p.what}{note}")
     lines += ["", f"{'mode':<12}{'batch':>6}{'kernels':>8}  {'step meas':>10}{'pred':>10}{'err':>8}{'LOO':>8}"
               f"  {'CPU meas':>10}{'pred':>10}{'err':>8}  {'busy meas':>10}{'pred':>10}{'err':>8}  util m/p"]
