@@ -1,11 +1,14 @@
 """Bucketed CUDA-graph capture and replay of the decode step, with the padding checks.
 
-After nano-vllm's `capture_cudagraph`: static input buffers allocated once at the largest
-bucket, one graph per bucket captured largest first into one shared memory pool, replay
-at the smallest bucket that fits, eager above the largest. A graph records addresses, not
-values, so every step copies its real rows into the same buffers and the padded rows must
-be made harmless: they get a block table full of the scratch block, a slot inside it and a
-context of one token, so they read and write only scratch memory.
+After nano-vllm's `capture_cudagraph`: static input buffers and a static logits buffer
+allocated once at the largest bucket (outside the graphs' pool), one graph per bucket captured
+largest first into one shared memory pool, replay at the smallest bucket that fits, eager
+above the largest. The LM head writes straight into the static logits, so no graph keeps an
+output alive in the pool and each smaller capture reuses the blocks of the larger ones.
+
+A graph records addresses, not values, so every step copies its real rows into the same
+buffers and the padded rows must be made harmless: they get a block table full of the scratch
+block, a slot inside it and a context of one token, so they read and write only scratch memory.
 
 `pad_rows_to="real"` is the chapter's bug on purpose: padded rows are aimed at the first
 block of the batch's first sequence (as if the scratch block had never been reserved), so
@@ -70,7 +73,8 @@ class CaptureStats:
     bucket: int
     capture_ms: float  # torch.cuda.graph(...) block: capture + instantiate (after one warm-up step)
     warmup_ms: float  # the eager step before capture (Triton compiles, cuBLAS handles)
-    graph_mem_bytes: int  # drop in free device memory across the capture (pool growth + graph exec)
+    graph_mem_bytes: int  # drop in free device memory across the capture (pool growth + graph exec);
+    # the static input and logits buffers are allocated before any capture and are not in it
     pool_bytes: int  # growth of the caching allocator's reserved memory (the shared pool)
 
     def to_dict(self) -> dict:
@@ -127,6 +131,8 @@ class GraphRunner:
             "slot_mapping": torch.full((big,), self.scratch_slot, dtype=torch.long, device=dev),
             "context_lens": torch.ones(big, dtype=torch.int32, device=dev),
         }
+        # The LM head's output, also at a fixed address: every bucket's graph writes rows [0, bucket).
+        self.static_logits = torch.zeros((big, model.cfg.vocab), dtype=model.dtype, device=dev)
         self._dirty = 0  # rows [0, _dirty) may hold a previous batch's real rows
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.outputs: dict[int, torch.Tensor] = {}
@@ -138,8 +144,17 @@ class GraphRunner:
             self.capture_all(progress)
 
     @property
-    def static_buffer_bytes(self) -> int:
+    def static_input_bytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.static.values())
+
+    @property
+    def static_logits_bytes(self) -> int:
+        return self.static_logits.numel() * self.static_logits.element_size()
+
+    @property
+    def static_buffer_bytes(self) -> int:
+        """Inputs plus logits: allocated once, shared by every bucket, not part of graph memory."""
+        return self.static_input_bytes + self.static_logits_bytes
 
     def views(self, bucket: int) -> dict[str, torch.Tensor]:
         return {name: buf[:bucket] for name, buf in self.static.items()}
@@ -157,9 +172,8 @@ class GraphRunner:
         return self.captures
 
     def _capture(self, bucket: int) -> CaptureStats:
-        views = self.views(bucket)
         t0 = time.perf_counter()
-        self.eager(**views)
+        self._step(bucket)
         torch.cuda.synchronize()
         warmup_ms = (time.perf_counter() - t0) * 1e3
         torch.cuda.empty_cache()  # so the free-memory delta sees only what the capture takes
@@ -167,7 +181,7 @@ class GraphRunner:
         graph = torch.cuda.CUDAGraph()
         t0 = time.perf_counter()
         with torch.cuda.graph(graph, pool=self.pool):
-            out = self.eager(**views)
+            out = self._step(bucket)
         torch.cuda.synchronize()
         capture_ms = (time.perf_counter() - t0) * 1e3
         free1, reserved1 = torch.cuda.mem_get_info()[0], torch.cuda.memory_reserved()
@@ -180,7 +194,8 @@ class GraphRunner:
     # ---- replay --------------------------------------------------------------------------------
     @torch.no_grad()
     def run(self, batch: DecodeBatch, check=False) -> torch.Tensor:
-        """Logits of the real rows. A view of the graph's output: valid until the next run.
+        """Logits of the real rows: a view of static_logits (rows [0, n)), valid until the next run;
+        above the largest bucket a fresh tensor from an eager step.
 
         check: True/"both" checks the padded rows before replay and the KV canary after it;
         "before" or "after" one of them; False nothing (the timing path).
@@ -200,7 +215,7 @@ class GraphRunner:
             self.graphs[bucket].replay()
             out = self.outputs[bucket]
         else:
-            out = self.eager(**self.views(bucket))
+            out = self._step(bucket)
         if canary is not None:
             self._canary_after(canary, n, bucket)
         return out[:n]
@@ -209,6 +224,10 @@ class GraphRunner:
         if hasattr(self.model, "fused"):
             self.model.fused = self.fused
         return self.model(**inputs)
+
+    def _step(self, bucket: int) -> torch.Tensor:
+        """One step over the static buffers at this bucket, logits into static_logits[:bucket]."""
+        return self.eager(**self.views(bucket), logits_out=self.static_logits[:bucket])
 
     def load(self, batch: DecodeBatch, bucket: int) -> None:
         """Copy the real rows into the static buffers and make rows [n, bucket) padding."""

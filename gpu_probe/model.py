@@ -193,12 +193,16 @@ class ProbeModel(nn.Module):
         return max(1, min(16, self.cfg.max_blocks_per_seq, -(-target // programs)))
 
     # ---- forwards ------------------------------------------------------------------------------
-    def forward(self, input_ids, positions, block_tables, slot_mapping, context_lens) -> torch.Tensor:
+    def forward(self, input_ids, positions, block_tables, slot_mapping, context_lens,
+                logits_out: torch.Tensor | None = None) -> torch.Tensor:
+        """logits_out: a [B, vocab] tensor (model dtype, contiguous rows) the LM head writes into and
+        that is returned, e.g. a graph runner's static buffer kept outside the graph pool."""
         if self.fused:
-            return self.fused_forward(input_ids, positions, block_tables, slot_mapping, context_lens)
-        return self.unfused_forward(input_ids, positions, block_tables, slot_mapping, context_lens)
+            return self.fused_forward(input_ids, positions, block_tables, slot_mapping, context_lens, logits_out)
+        return self.unfused_forward(input_ids, positions, block_tables, slot_mapping, context_lens, logits_out)
 
-    def unfused_forward(self, input_ids, positions, block_tables, slot_mapping, context_lens) -> torch.Tensor:
+    def unfused_forward(self, input_ids, positions, block_tables, slot_mapping, context_lens,
+                        logits_out: torch.Tensor | None = None) -> torch.Tensor:
         cfg = self.cfg
         batch = input_ids.shape[0]
         h = F.embedding(input_ids, self.tok_embeddings)
@@ -229,7 +233,10 @@ class ProbeModel(nn.Module):
             gate = x @ layer.w_gate.t()
             up = x @ layer.w_up.t()
             h = h + (F.silu(gate) * up) @ layer.w_down.t()
-        return rms_norm(h, self.final_norm, cfg.norm_eps) @ self.lm_head.t()
+        x = rms_norm(h, self.final_norm, cfg.norm_eps)
+        if logits_out is None:
+            return x @ self.lm_head.t()
+        return torch.mm(x, self.lm_head.t(), out=logits_out)
 
     def _attention_unfused(self, q, k_cache, v_cache, tables, visible) -> torch.Tensor:
         """Gather every block the table lists, mask positions >= context_len, softmax, weight V."""
@@ -246,7 +253,8 @@ class ProbeModel(nn.Module):
         probs = torch.softmax(scores, dim=-1).to(q.dtype)
         return torch.einsum("bht,bthd->bhd", probs, values)
 
-    def fused_forward(self, input_ids, positions, block_tables, slot_mapping, context_lens) -> torch.Tensor:
+    def fused_forward(self, input_ids, positions, block_tables, slot_mapping, context_lens,
+                      logits_out: torch.Tensor | None = None) -> torch.Tensor:
         if self.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
             raise RuntimeError("the fused path needs CUDA, or TRITON_INTERPRET=1 set before triton is imported")
         from gpu_probe.kernels import fused_linear, paged_decode_attention
@@ -263,4 +271,4 @@ class ProbeModel(nn.Module):
             h = fused_linear(attn, layer.wo, residual=h)
             act = fused_linear(h, layer.w_gate_up_folded, rms_eps=cfg.norm_eps, swiglu=True)
             h = fused_linear(act, layer.w_down, residual=h)
-        return fused_linear(h, self.lm_head_folded, rms_eps=cfg.norm_eps)
+        return fused_linear(h, self.lm_head_folded, rms_eps=cfg.norm_eps, out=logits_out)

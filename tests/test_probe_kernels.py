@@ -73,6 +73,19 @@ def test_fused_linear_matches_reference_on_cpu(m, n, k, variant):
     assert rel_err(out, fused_linear_reference(x, weight, **kwargs)) < 1e-5
 
 
+def test_fused_linear_writes_into_out_and_rejects_a_wrong_one_on_cpu():
+    gen = torch.Generator().manual_seed(7)
+    x, weight = torch.randn(3, 36, generator=gen), torch.randn(20, 36, generator=gen)
+    fresh = fused_linear(x, weight, rms_eps=1e-5)
+    static = torch.full((5, 20), float("nan"))  # a larger static buffer; rows [0, 3) get the result
+    out = fused_linear(x, weight, rms_eps=1e-5, out=static[:3])
+    assert out.data_ptr() == static.data_ptr() and torch.equal(out, fresh)
+    assert torch.isnan(static[3:]).all()  # nothing written past the rows asked for
+    for bad in (torch.empty(3, 21), torch.empty(3, 20, dtype=torch.float64), torch.empty(20, 3).t()):
+        with pytest.raises(ValueError, match="out must be"):
+            fused_linear(x, weight, rms_eps=1e-5, out=bad)
+
+
 @pytest.mark.parametrize("n_splits, block_n", [(1, 16), (3, 16)])
 def test_paged_attention_matches_reference_on_cpu(n_splits, block_n):
     # GQA (4 query heads on 2 KV heads), a fresh sequence (context 1) and one over several blocks

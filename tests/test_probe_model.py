@@ -188,6 +188,22 @@ def test_model_forward_follows_the_fused_flag():
     assert model.kernels_per_layer(8) == FUSED_KERNELS_PER_LAYER and model.kernels_per_layer(8, fused=False) is None
 
 
+@pytest.mark.parametrize("fused", [False, True], ids=["unfused", "fused"])
+def test_logits_out_receives_the_lm_head_output(fused):
+    model = ProbeModel("tiny", num_blocks=8, fused=fused)
+    model.kv_cache.fill_random_(seed=4)
+    seqs = [model.kv_cache.add_sequence(n) for n in (2, 5)]
+    inputs = model.kv_cache.decode_inputs(seqs, advance=False)
+    ids = torch.tensor([3, 11])
+    before = model.kv_cache.kv.clone()
+    fresh = model(ids, **inputs)
+    model.kv_cache.kv.copy_(before)
+    static = torch.full((4, model.cfg.vocab), float("nan"))
+    out = model(ids, **inputs, logits_out=static[:2])
+    assert out.data_ptr() == static.data_ptr() and torch.equal(out, fresh)  # same op, same bits
+    assert torch.isnan(static[2:]).all()
+
+
 def test_fusion_report_counts_what_each_kernel_merged():
     rows = fusion_report()
     assert len(rows) == FUSED_KERNELS_PER_LAYER == 5

@@ -66,6 +66,23 @@ def test_above_largest_bucket_runs_eager(setup):
     runner = GraphRunner(model, buckets=(1, 2), use_graphs=False)
     out = runner.run(batch.head(5))
     assert out.shape[0] == 5 and runner.last_eager_fallback and runner.last_bucket is None
+    assert out.data_ptr() != runner.static_logits.data_ptr()  # not squeezed into the 2-row buffer
+    torch.testing.assert_close(out, model(**batch.head(5).as_dict()), rtol=1e-5, atol=1e-5)
+
+
+def test_logits_land_in_one_static_buffer_sized_for_the_largest_bucket(setup):
+    model, batch = setup
+    runner = GraphRunner(model, buckets=(1, 4, 8), use_graphs=False)
+    assert runner.static_logits.shape == (8, model.cfg.vocab) and runner.static_logits.dtype == model.dtype
+    assert runner.static_logits_bytes == 8 * model.cfg.vocab * 4
+    assert runner.static_buffer_bytes == runner.static_input_bytes + runner.static_logits_bytes
+    out = runner.run(batch.head(3))
+    assert out.shape == (3, model.cfg.vocab) and out.data_ptr() == runner.static_logits.data_ptr()
+    torch.testing.assert_close(out, model(**batch.head(3).as_dict()), rtol=1e-5, atol=1e-5)
+    first = out.clone()
+    again = runner.run(batch.head(1))  # the next run overwrites the buffer: callers clone what they keep
+    assert again.data_ptr() == out.data_ptr() and torch.equal(out[:1], again)
+    torch.testing.assert_close(out[:1], first[:1], rtol=1e-5, atol=1e-5)  # same sequence, same token
 
 
 def test_bug_fires_exactly_where_padding_is_needed(setup):

@@ -29,6 +29,15 @@ def test_one_graph_per_bucket_with_measured_stats(setup):
     assert runner.pool is not None
 
 
+def test_logits_live_outside_the_pool_so_smaller_captures_reuse_it(setup):
+    model, _, runner = setup
+    base = runner.static_logits.data_ptr()
+    assert all(runner.outputs[b].data_ptr() == base for b in BUCKETS)  # every graph writes the static buffer
+    assert runner.static_buffer_bytes >= BUCKETS[-1] * model.cfg.vocab * runner.static_logits.element_size()
+    # Captured largest first: once no graph keeps an output alive in the pool, the smaller ones add nothing.
+    assert [c.pool_bytes for c in runner.captures if c.bucket != BUCKETS[-1]] == [0] * (len(BUCKETS) - 1)
+
+
 def test_graph_equals_eager_per_bucket_and_canary_quiet(setup):
     from gpu_probe.measure import check_graph_vs_eager
     model, batch, runner = setup

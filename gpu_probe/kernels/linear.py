@@ -109,12 +109,22 @@ def _num_sms(device: torch.device) -> int:
 
 
 def fused_linear(x: torch.Tensor, weight: torch.Tensor, *, rms_eps: float | None = None, swiglu: bool = False,
-                 residual: torch.Tensor | None = None, config: dict | None = None) -> torch.Tensor:
-    """x[M, K] @ weight[N (or 2F when swiglu), K]^T with the fusions of the module doc; returns [M, N or F]."""
+                 residual: torch.Tensor | None = None, config: dict | None = None,
+                 out: torch.Tensor | None = None) -> torch.Tensor:
+    """x[M, K] @ weight[N (or 2F when swiglu), K]^T with the fusions of the module doc; returns [M, N or F].
+
+    out: write the result there (shape [M, N or F], weight's dtype, rows contiguous) instead of a new
+    tensor -- e.g. a graph runner's static logits buffer, which lives outside the graph's pool.
+    """
     m, k = x.shape
     n_out = weight.shape[0] // 2 if swiglu else weight.shape[0]
     assert x.stride(1) == 1 and weight.stride(1) == 1 and weight.shape[1] == k
-    out = torch.empty((m, n_out), dtype=weight.dtype, device=weight.device)
+    if out is None:
+        out = torch.empty((m, n_out), dtype=weight.dtype, device=weight.device)
+    elif tuple(out.shape) != (m, n_out) or out.dtype != weight.dtype or out.device != weight.device \
+            or out.stride(1) != 1:
+        raise ValueError(f"out must be a [{m}, {n_out}] {weight.dtype} tensor on {weight.device} with contiguous "
+                         f"rows, got {list(out.shape)} {out.dtype} on {out.device} with strides {out.stride()}")
     cfg = config or _tile_config(m, n_out, k, swiglu, _num_sms(weight.device))  # shared: never mutate
     grid = (triton.cdiv(n_out, cfg["BLOCK_N"]), triton.cdiv(m, cfg["BLOCK_M"]))
     res = residual if residual is not None else out
