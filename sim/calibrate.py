@@ -97,7 +97,7 @@ class Point:
     cpu_us: float  # unprofiled host enqueue time where recorded, else the profiled step's
     busy_us: float
     in_fit: bool
-    utilisation: float = 1.0  # of the profiled step (busy over its own step time)
+    utilisation: float = 1.0  # GPU busy over the median step (the profiled step's own is skewed by the profiler)
     spread: float = 0.0  # (p90 - p10) / median of the measured step times: run-to-run noise
 
 
@@ -113,7 +113,8 @@ def points_from_result(result) -> list[Point]:
         spread = (run.step_us_p90 - run.step_us_p10) / run.step_us_median
         points.append(Point(run.mode, run.batch, int(rows), run.mode in FUSED_MODES, graphs,
                             run.kernels_per_step, run.step_us_median, max(cpu, 1e-3),
-                            max(run.gpu_busy_us, 1e-3), True, run.utilisation, spread))
+                            max(run.gpu_busy_us, 1e-3), True, min(run.gpu_busy_us / run.step_us_median, 1.0),
+                            spread))
     return points
 
 

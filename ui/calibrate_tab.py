@@ -96,7 +96,7 @@ def predicted_vs_measured_figure(cal: Calibration):
     import plotly.graph_objects as go
 
     measured, predicted = cal.measured(), cal.predicted
-    util_m = 100 * np.array([p.utilisation for p in cal.points])  # the profiled step's own
+    util_m = 100 * np.array([p.utilisation for p in cal.points])  # busy over the median step
     util_p = 100 * predicted[:, 2] / predicted[:, 0]
     traces, layout = [], {"height": 620, "margin": {"l": 10, "r": 10, "t": 40, "b": 10},
                           "legend": {"orientation": "h", "y": 1.06, "x": 0}}
@@ -148,7 +148,7 @@ def _pick():
 def _params_view(cal: Calibration) -> None:
     rows = [{"parameter": p.name, "fitted": float(f"{cal.params[p.name]:.4g}"), "unit": p.unit,
              "what it is": p.what, "constrained by the runs": cal.fitted[p.name]} for p in PARAMS]
-    st.dataframe(rows, hide_index=True, width="stretch")
+    st.dataframe(rows, hide_index=True, width="stretch", height=35 * (len(rows) + 1) + 3)
     st.caption("Fitted by bounded least squares (Levenberg-Marquardt on the logarithms, projected onto the "
                "bounds) to the logarithm of every run's step, CPU launch and GPU busy time; step time "
                "weighs twice as much. The simulator runs each point with the measured kernel count.")
@@ -182,7 +182,7 @@ def _headline(cal: Calibration) -> None:
 def _table(cal: Calibration) -> None:
     rows = cal.rows()
     fmt = {k: st.column_config.NumberColumn(format="%.1f") for k in rows[0] if k.endswith(("(µs)", "%", "(points)"))}
-    st.dataframe(rows, hide_index=True, width="stretch", column_config=fmt, height=36 * (len(rows) + 1) + 4)
+    st.dataframe(rows, hide_index=True, width="stretch", column_config=fmt, height=35 * (len(rows) + 1) + 3)
     csv = ",".join(rows[0]) + "\n" + "\n".join(",".join(str(v) for v in r.values()) for r in rows) + "\n"
     st.download_button("Download the table as CSV", data=csv, file_name="calibration.csv", mime="text/csv",
                        on_click="ignore", icon=":material/download:", key="cal_csv")
@@ -223,6 +223,10 @@ def render() -> None:
     st.markdown("**Predicted vs measured**")
     st.plotly_chart(predicted_vs_measured_figure(cal), width="stretch", key="cal_scatter",
                     config={"displaylogo": False})
+    st.caption("Each dot is one measured run, labelled with its batch size; on the dotted line the prediction "
+               "is exact. Measured step time is the median over many steps; CPU launch time is the host's "
+               "median time to enqueue a step; GPU busy time comes from the profiled step; utilisation is GPU "
+               "busy over the median step.")
     _table(cal)
     st.markdown("**Simulated over measured lanes**")
     _overlay(cal, result)
