@@ -133,6 +133,8 @@ class GraphRunner:
         }
         # The LM head's output, also at a fixed address: every bucket's graph writes rows [0, bucket).
         self.static_logits = torch.zeros((big, model.cfg.vocab), dtype=model.dtype, device=dev)
+        # The fused step's widest activations too (see ProbeModel.fused_workspace): outside the pool.
+        self.workspace = model.fused_workspace(big) if self.fused and hasattr(model, "fused_workspace") else {}
         self._dirty = 0  # rows [0, _dirty) may hold a previous batch's real rows
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.outputs: dict[int, torch.Tensor] = {}
@@ -152,9 +154,13 @@ class GraphRunner:
         return self.static_logits.numel() * self.static_logits.element_size()
 
     @property
+    def workspace_bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.workspace.values())
+
+    @property
     def static_buffer_bytes(self) -> int:
-        """Inputs plus logits: allocated once, shared by every bucket, not part of graph memory."""
-        return self.static_input_bytes + self.static_logits_bytes
+        """Inputs, logits, workspace: allocated once, shared by every bucket, not in graph memory."""
+        return self.static_input_bytes + self.static_logits_bytes + self.workspace_bytes
 
     def views(self, bucket: int) -> dict[str, torch.Tensor]:
         return {name: buf[:bucket] for name, buf in self.static.items()}
@@ -227,7 +233,8 @@ class GraphRunner:
 
     def _step(self, bucket: int) -> torch.Tensor:
         """One step over the static buffers at this bucket, logits into static_logits[:bucket]."""
-        return self.eager(**self.views(bucket), logits_out=self.static_logits[:bucket])
+        extra = {"workspace": self.workspace} if self.workspace else {}
+        return self.eager(**self.views(bucket), logits_out=self.static_logits[:bucket], **extra)
 
     def load(self, batch: DecodeBatch, bucket: int) -> None:
         """Copy the real rows into the static buffers and make rows [n, bucket) padding."""

@@ -156,9 +156,10 @@ def run_probe(preset: str = "small", batches=DEFAULT_BATCHES, modes=MODES, bucke
         runner = runners.get("fused+graph") or runners["graph"]
         say("checking the padding assertion with the bug on and off")
         check("padding_assertion", m.check_padding_assertion, runner, batch)
-        # Allocated once outside the graph pool (inputs + logits), so not in any capture's graph_mem_bytes.
+        # Allocated once outside the graph pool (inputs, logits, fused workspace): not in any graph_mem_bytes.
         out["settings"]["static_buffer_bytes"] = runner.static_buffer_bytes
         out["settings"]["static_logits_bytes"] = runner.static_logits_bytes
+        out["settings"]["static_workspace_bytes"] = runner.workspace_bytes
 
     peer = None
     for mode in req["modes"]:

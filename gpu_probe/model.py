@@ -194,11 +194,13 @@ class ProbeModel(nn.Module):
 
     # ---- forwards ------------------------------------------------------------------------------
     def forward(self, input_ids, positions, block_tables, slot_mapping, context_lens,
-                logits_out: torch.Tensor | None = None) -> torch.Tensor:
+                logits_out: torch.Tensor | None = None, workspace: dict | None = None) -> torch.Tensor:
         """logits_out: a [B, vocab] tensor (model dtype, contiguous rows) the LM head writes into and
-        that is returned, e.g. a graph runner's static buffer kept outside the graph pool."""
+        that is returned, e.g. a graph runner's static buffer kept outside the graph pool.
+        workspace: `fused_workspace` buffers (at least B rows) for the fused path's activations."""
         if self.fused:
-            return self.fused_forward(input_ids, positions, block_tables, slot_mapping, context_lens, logits_out)
+            return self.fused_forward(input_ids, positions, block_tables, slot_mapping, context_lens, logits_out,
+                                      workspace)
         return self.unfused_forward(input_ids, positions, block_tables, slot_mapping, context_lens, logits_out)
 
     def unfused_forward(self, input_ids, positions, block_tables, slot_mapping, context_lens,
@@ -253,22 +255,36 @@ class ProbeModel(nn.Module):
         probs = torch.softmax(scores, dim=-1).to(q.dtype)
         return torch.einsum("bht,bthd->bhd", probs, values)
 
+    def fused_workspace(self, rows: int) -> dict[str, torch.Tensor]:
+        """Buffers for the fused step's two widest activations (packed QKV, SwiGLU output), `rows` rows.
+
+        Every layer reuses them (each is consumed before the next layer writes it). A graph runner
+        allocates them once, outside the graph pool: at 256 rows each is over 1 MiB, and the caching
+        allocator gives any 1-10 MiB request in a pool a whole 20 MiB segment.
+        """
+        cfg = self.cfg
+        return {"qkv": torch.empty((rows, cfg.q_size + 2 * cfg.kv_size), dtype=self.dtype, device=self.device),
+                "act": torch.empty((rows, cfg.ffn), dtype=self.dtype, device=self.device)}
+
     def fused_forward(self, input_ids, positions, block_tables, slot_mapping, context_lens,
-                      logits_out: torch.Tensor | None = None) -> torch.Tensor:
+                      logits_out: torch.Tensor | None = None, workspace: dict | None = None) -> torch.Tensor:
         if self.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
             raise RuntimeError("the fused path needs CUDA, or TRITON_INTERPRET=1 set before triton is imported")
         from gpu_probe.kernels import fused_linear, paged_decode_attention
 
         cfg = self.cfg
-        splits = self.attention_splits(input_ids.shape[0])
+        batch = input_ids.shape[0]
+        splits = self.attention_splits(batch)
+        qkv_out = workspace["qkv"][:batch] if workspace is not None else None
+        act_out = workspace["act"][:batch] if workspace is not None else None
         h = F.embedding(input_ids, self.tok_embeddings)
         for index, layer in enumerate(self.layers):
-            qkv = fused_linear(h, layer.w_qkv_folded, rms_eps=cfg.norm_eps)
+            qkv = fused_linear(h, layer.w_qkv_folded, rms_eps=cfg.norm_eps, out=qkv_out)
             k_cache, v_cache = self.kv_cache.layer(index)
             attn = paged_decode_attention(qkv, positions, block_tables, slot_mapping, context_lens,
                                           k_cache, v_cache, self.rope_cos, self.rope_sin,
                                           cfg.n_heads, cfg.n_kv_heads, splits)
             h = fused_linear(attn, layer.wo, residual=h)
-            act = fused_linear(h, layer.w_gate_up_folded, rms_eps=cfg.norm_eps, swiglu=True)
+            act = fused_linear(h, layer.w_gate_up_folded, rms_eps=cfg.norm_eps, swiglu=True, out=act_out)
             h = fused_linear(act, layer.w_down, residual=h)
         return fused_linear(h, self.lm_head_folded, rms_eps=cfg.norm_eps, out=logits_out)

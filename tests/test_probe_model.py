@@ -199,9 +199,13 @@ def test_logits_out_receives_the_lm_head_output(fused):
     fresh = model(ids, **inputs)
     model.kv_cache.kv.copy_(before)
     static = torch.full((4, model.cfg.vocab), float("nan"))
-    out = model(ids, **inputs, logits_out=static[:2])
-    assert out.data_ptr() == static.data_ptr() and torch.equal(out, fresh)  # same op, same bits
+    workspace = {name: buf.fill_(float("nan")) for name, buf in model.fused_workspace(4).items()}
+    out = model(ids, **inputs, logits_out=static[:2], workspace=workspace)
+    assert out.data_ptr() == static.data_ptr() and torch.equal(out, fresh)  # same ops, same bits
     assert torch.isnan(static[2:]).all()
+    for name, buf in workspace.items():  # the fused path's activations went there; the unfused one ignores it
+        assert bool(torch.isnan(buf[:2]).any()) != fused, name
+        assert torch.isnan(buf[2:]).all(), name
 
 
 def test_fusion_report_counts_what_each_kernel_merged():

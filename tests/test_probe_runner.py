@@ -85,6 +85,24 @@ def test_logits_land_in_one_static_buffer_sized_for_the_largest_bucket(setup):
     torch.testing.assert_close(out[:1], first[:1], rtol=1e-5, atol=1e-5)  # same sequence, same token
 
 
+def test_fused_runner_keeps_its_widest_activations_in_a_static_workspace():
+    from gpu_probe.measure import check_graph_vs_eager
+    model = ProbeModel(get_config("tiny"), num_blocks=1 + 4 * 3, fused=True)
+    model.kv_cache.fill_random_(seed=5)
+    batch = make_batch(model, 4, seed=6)
+    runner = GraphRunner(model, buckets=(1, 4), use_graphs=False)
+    cfg = model.cfg
+    assert {k: tuple(v.shape) for k, v in runner.workspace.items()} == \
+        {"qkv": (4, cfg.q_size + 2 * cfg.kv_size), "act": (4, cfg.ffn)}
+    assert runner.static_buffer_bytes == runner.static_input_bytes + runner.static_logits_bytes + \
+        runner.workspace_bytes
+    out = runner.run(batch.head(3), check=True)
+    torch.testing.assert_close(out, model(**batch.head(3).as_dict()), rtol=1e-5, atol=1e-5)
+    checks = check_graph_vs_eager(runner, model, batch)  # bit-exact with the workspace-free eager step
+    assert checks["graph_vs_eager"]["passed"] and checks["kv_canary"]["passed"]
+    assert GraphRunner(ProbeModel(get_config("tiny"), num_blocks=4), buckets=(2,), use_graphs=False).workspace == {}
+
+
 def test_bug_fires_exactly_where_padding_is_needed(setup):
     model, batch = setup
     runner = GraphRunner(model, buckets=DEFAULT_BUCKETS, use_graphs=False, pad_rows_to="real")
