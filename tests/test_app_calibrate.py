@@ -1,4 +1,5 @@
 """The "Calibration" tab: fitted figures, predicted vs measured, the leave-one-out number."""
+
 import io
 import json
 from contextlib import redirect_stdout
@@ -73,14 +74,17 @@ def test_an_uncalibratable_upload_says_why(recorded):
     one_run = fake_run(device="Lonely GPU")
     one_run["runs"] = [r for r in one_run["runs"] if r["mode"] == "eager" and r["batch"] == 1]
     at = calibration_page()
-    at.file_uploader(key="cal_upload").set_value(("one.json", json.dumps(one_run).encode(), "application/json"))
+    at.file_uploader(key="cal_upload").set_value(
+        ("one.json", json.dumps(one_run).encode(), "application/json")
+    )
     at.run()
     assert not at.exception
     assert any("cannot be calibrated" in e.body and "at least two runs" in e.body for e in at.error)
 
 
-@pytest.mark.parametrize("mode,batch,whole", [("eager", 256, "true"), ("fused+graph", 1, "false"),
-                                              ("bogus", 0, "yes")])
+@pytest.mark.parametrize(
+    "mode,batch,whole", [("eager", 256, "true"), ("fused+graph", 1, "false"), ("bogus", 0, "yes")]
+)
 def test_overlay_controls_at_their_extremes(recorded, mode, batch, whole):
     at = calibration_page(cal_mode=mode, cal_batch=str(batch), cal_whole=whole)
     assert not at.exception
@@ -95,10 +99,14 @@ def test_calibrated_presets_for_the_simulator_tab(recorded):
     assert [p.title for p in presets.values()] == ["probe decoder on Test GPU"]
     preset = next(iter(presets.values()))
     assert preset.model.n_layers == 4
-    assert preset.hardware.eager_launch_us == pytest.approx(calibrate(recorded).params["eager_launch_us"], rel=1e-3)
+    assert preset.hardware.eager_launch_us == pytest.approx(
+        calibrate(recorded).params["eager_launch_us"], rel=1e-3
+    )
 
 
-@pytest.mark.skipif(not probe_result.RECORDED_PATH.is_file(), reason="the recorded H200 run is not shipped yet")
+@pytest.mark.skipif(
+    not probe_result.RECORDED_PATH.is_file(), reason="the recorded H200 run is not shipped yet"
+)
 def test_on_the_recorded_run_cli_and_page_agree():
     st.cache_resource.clear()
     out = io.StringIO()

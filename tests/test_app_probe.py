@@ -1,4 +1,5 @@
 """The "Live GPU probe" tab without CUDA: the recorded run, uploads, and every control's extremes."""
+
 import json
 from pathlib import Path
 
@@ -12,18 +13,38 @@ from sim.config import PRESETS
 from ui.common import READOUT_LABELS
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
-PARAMS = dict(eager_launch_us=7.0, fused_launch_us=18.0, graph_launch_us=25.0, graph_launch_per_node_us=0.05,
-              graph_node_gap_us=0.8, hbm_GBps=3600.0, fused_hbm_GBps=1500.0, matrix_TFLOPs=600.0,
-              min_kernel_us=2.5, kv_traffic_unfused=4.0, kv_traffic_fused=1.2)
+PARAMS = dict(
+    eager_launch_us=7.0,
+    fused_launch_us=18.0,
+    graph_launch_us=25.0,
+    graph_launch_per_node_us=0.05,
+    graph_node_gap_us=0.8,
+    hbm_GBps=3600.0,
+    fused_hbm_GBps=1500.0,
+    matrix_TFLOPs=600.0,
+    min_kernel_us=2.5,
+    kv_traffic_unfused=4.0,
+    kv_traffic_fused=1.2,
+)
 MODEL = PRESETS["probe-0.5b-h200"].model.with_layers(4)  # small: the page logic is the same
 
 
 def fake_run(device="NVIDIA Test GPU", noise=0.02) -> dict:
-    data = synthetic_result(PARAMS, MODEL, extra_kernels={"eager": 100, "graph": 103, "fused": 4, "fused+graph": 6},
-                            noise=noise, device=device, modes=("eager", "fused", "graph", "fused+graph"))
-    data["checks"] = {"graph_vs_eager": {"passed": True, "detail": "4 buckets"},
-                      "kv_canary": {"passed": False, "detail": "block 7 changed"}}
-    data["captures"] = [{"bucket": b, "capture_ms": 40.0, "graph_mem_bytes": 3 * 2**20} for b in (1, 8, 64, 256)]
+    data = synthetic_result(
+        PARAMS,
+        MODEL,
+        extra_kernels={"eager": 100, "graph": 103, "fused": 4, "fused+graph": 6},
+        noise=noise,
+        device=device,
+        modes=("eager", "fused", "graph", "fused+graph"),
+    )
+    data["checks"] = {
+        "graph_vs_eager": {"passed": True, "detail": "4 buckets"},
+        "kv_canary": {"passed": False, "detail": "block 7 changed"},
+    }
+    data["captures"] = [
+        {"bucket": b, "capture_ms": 40.0, "graph_mem_bytes": 3 * 2**20} for b in (1, 8, 64, 256)
+    ]
     return data
 
 
@@ -100,8 +121,15 @@ def test_a_good_upload_is_shown_as_uploaded(recorded):
     assert any("Uploaded run" in i.body and "My RTX 4090" in i.body for i in at.info)
 
 
-@pytest.mark.parametrize("mode,batch,whole", [("fused+graph", 256, "true"), ("graph", 1, "false"),
-                                              ("compile", 99999, "true"), ("nonsense", -5, "maybe")])
+@pytest.mark.parametrize(
+    "mode,batch,whole",
+    [
+        ("fused+graph", 256, "true"),
+        ("graph", 1, "false"),
+        ("compile", 99999, "true"),
+        ("nonsense", -5, "maybe"),
+    ],
+)
 def test_controls_at_their_extremes(recorded, mode, batch, whole):
     at = probe_page(pr_mode=mode, pr_batch=str(batch), pr_whole=whole)
     assert not at.exception
@@ -131,7 +159,11 @@ def stub_gpu(recorded, monkeypatch):
     calls = []
 
     def fake_measure(preset, batches, modes, progress):
-        for message in ("measuring HBM copy bandwidth", "unfused: capturing bucket 8", "eager: timing batch 1"):
+        for message in (
+            "measuring HBM copy bandwidth",
+            "unfused: capturing bucket 8",
+            "eager: timing batch 1",
+        ):
             progress(message)
         calls.append((preset, tuple(batches), tuple(modes)))
         if getattr(fake_measure, "fail", None):

@@ -1,4 +1,5 @@
 """The probe tab's live path on a real GPU: "Measure on this GPU" switched on (skipped without CUDA)."""
+
 from pathlib import Path
 
 import pytest

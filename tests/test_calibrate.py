@@ -1,4 +1,5 @@
 """Calibration: on runs the simulator itself generated, the fit recovers the parameters."""
+
 import json
 import subprocess
 import sys
@@ -8,18 +9,36 @@ import numpy as np
 import pytest
 
 from gpu_probe.result import load_result
-from sim import calibrate as cal_mod
-from sim.calibrate import (NAMES, PARAMS, ProbeSimulator, bounded_least_squares, calibrate, calibrated_preset,
-                           main, points_from_result, synthetic_result)
+from sim.calibrate import (
+    NAMES,
+    PARAMS,
+    ProbeSimulator,
+    bounded_least_squares,
+    calibrate,
+    calibrated_preset,
+    main,
+    points_from_result,
+    synthetic_result,
+)
 from sim.config import PRESETS, HardwareConfig, Preset
 from sim.kernels import step_kernels
 from sim.schedule import StepSettings, simulate_step
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = PRESETS["probe-0.5b-h200"].model.with_layers(8)  # fewer layers: same physics, faster tests
-TRUE = dict(eager_launch_us=7.0, fused_launch_us=18.0, graph_launch_us=25.0, graph_launch_per_node_us=0.05,
-            graph_node_gap_us=0.8, hbm_GBps=3600.0, fused_hbm_GBps=1500.0, matrix_TFLOPs=600.0, min_kernel_us=2.5,
-            kv_traffic_unfused=4.0, kv_traffic_fused=1.2)
+TRUE = dict(
+    eager_launch_us=7.0,
+    fused_launch_us=18.0,
+    graph_launch_us=25.0,
+    graph_launch_per_node_us=0.05,
+    graph_node_gap_us=0.8,
+    hbm_GBps=3600.0,
+    fused_hbm_GBps=1500.0,
+    matrix_TFLOPs=600.0,
+    min_kernel_us=2.5,
+    kv_traffic_unfused=4.0,
+    kv_traffic_fused=1.2,
+)
 # The probe's eager step launches many more kernels than the chapter's 11 per layer.
 EXTRA = {"eager": 8 * 30, "graph": 8 * 30 + 3, "fused": 8, "fused+graph": 10}
 
@@ -54,11 +73,23 @@ def test_simulated_kernel_counts_follow_the_measured_ones(calibration):
 
 def test_predictor_agrees_with_the_simulator_schedule():
     # No extra kernels, one launch cost and the simulator's own KV traffic: exactly `simulate_step`.
-    params = dict(TRUE, fused_launch_us=TRUE["eager_launch_us"], kv_traffic_unfused=1.0, kv_traffic_fused=1.0,
-                  fused_hbm_GBps=TRUE["hbm_GBps"], graph_launch_per_node_us=1e-6)
-    hw = HardwareConfig(name="test", hbm_GBps=params["hbm_GBps"], matrix_TFLOPs=params["matrix_TFLOPs"],
-                        min_kernel_us=params["min_kernel_us"], eager_launch_us=params["eager_launch_us"],
-                        graph_launch_us=params["graph_launch_us"], graph_node_gap_us=params["graph_node_gap_us"])
+    params = dict(
+        TRUE,
+        fused_launch_us=TRUE["eager_launch_us"],
+        kv_traffic_unfused=1.0,
+        kv_traffic_fused=1.0,
+        fused_hbm_GBps=TRUE["hbm_GBps"],
+        graph_launch_per_node_us=1e-6,
+    )
+    hw = HardwareConfig(
+        name="test",
+        hbm_GBps=params["hbm_GBps"],
+        matrix_TFLOPs=params["matrix_TFLOPs"],
+        min_kernel_us=params["min_kernel_us"],
+        eager_launch_us=params["eager_launch_us"],
+        graph_launch_us=params["graph_launch_us"],
+        graph_node_gap_us=params["graph_node_gap_us"],
+    )
     result = load_result(synthetic_result(params, MODEL, batches=(1, 64)))
     sim = ProbeSimulator(MODEL, points_from_result(result))
     predicted = sim.predict(np.array([params[n] for n in NAMES]))
@@ -105,8 +136,9 @@ def test_parameters_the_runs_do_not_constrain_are_held():
 
 def test_bounded_solver_stops_at_the_bound():
     # Minimise (u - 3)^2 with u <= 1: the answer is the bound.
-    u, cost, fitted = bounded_least_squares(lambda u: np.array([u[0] - 3.0, 0.0 * u[1]]), [0.0, 0.5],
-                                            np.array([-5.0, -5.0]), np.array([1.0, 5.0]))
+    u, cost, fitted = bounded_least_squares(
+        lambda u: np.array([u[0] - 3.0, 0.0 * u[1]]), [0.0, 0.5], np.array([-5.0, -5.0]), np.array([1.0, 5.0])
+    )
     assert u[0] == pytest.approx(1.0) and u[1] == 0.5 and cost == pytest.approx(4.0)
     assert fitted.tolist() == [True, False]
 
@@ -153,6 +185,8 @@ def test_a_run_without_model_fields_is_a_named_error():
 
 
 def test_calibration_imports_neither_torch_nor_scipy():
-    code = ("import sys, sim.calibrate, gpu_probe.result; "
-            "assert 'torch' not in sys.modules and 'scipy' not in sys.modules")
+    code = (
+        "import sys, sim.calibrate, gpu_probe.result; "
+        "assert 'torch' not in sys.modules and 'scipy' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

@@ -4,6 +4,7 @@ The fit and the leave-one-out predictions come from `sim.calibrate` (the same co
 `python -m sim calibrate`, so the page and the CLI print the same median error). A
 calibration is cached per result for every session: it takes a second or two.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -12,7 +13,7 @@ import numpy as np
 import streamlit as st
 
 from gpu_probe.result import MODES
-from sim.calibrate import FIT_MODES, NAMES, PARAMS, Calibration, calibrate, calibrated_preset, missing_effects
+from sim.calibrate import FIT_MODES, PARAMS, Calibration, calibrate, calibrated_preset, missing_effects
 from sim.config import Preset
 from ui.charts import format_us, lanes_figure
 from ui.probe_tab import available_results, run_picker, upload_widget
@@ -23,8 +24,13 @@ CALIBRATE_PARAMS: dict[str, tuple] = {
     "cal_whole": ("bool",),
 }
 GOAL, STRETCH = 0.10, 0.05
-MODE_COLOURS = {"eager": "#d1495b", "fused": "#edae49", "graph": "#00798c", "fused+graph": "#30638e",
-                "compile": "#7a7a7a"}
+MODE_COLOURS = {
+    "eager": "#d1495b",
+    "fused": "#edae49",
+    "graph": "#00798c",
+    "fused+graph": "#30638e",
+    "compile": "#7a7a7a",
+}
 LOO_LABEL = "Median step-time error (leave-one-out)"
 
 
@@ -32,8 +38,10 @@ def result_key(result) -> str:
     """A short id of a result's content, for caching its calibration across sessions."""
     digest = hashlib.sha1()
     for r in result.runs:
-        digest.update(f"{r.mode}|{r.batch}|{r.step_us_median}|{r.cpu_launch_us}|{r.gpu_busy_us}|"
-                      f"{r.kernels_per_step}|{r.enqueue_us_median}".encode())
+        digest.update(
+            f"{r.mode}|{r.batch}|{r.step_us_median}|{r.cpu_launch_us}|{r.gpu_busy_us}|"
+            f"{r.kernels_per_step}|{r.enqueue_us_median}".encode()
+        )
     return f"{result.device}|{result.created}|{digest.hexdigest()[:16]}"
 
 
@@ -73,14 +81,16 @@ def calibrated_presets() -> dict[str, Preset]:
 
 
 def probe_sim_step(result, mode: str, batch: int):
-    """(simulated Timeline, title) of a measured setting from the calibrated simulator; (None, why) if none."""
+    """(simulated Timeline, title) of a measured setting from the calibrated simulator, or (None, why)."""
     try:
         cal = _fit_for(result_key(result), result)
     except ValueError as err:
         return None, f"The simulator cannot be fitted to this run: {err}"
     if mode not in FIT_MODES:
-        return None, ("torch.compile's step is not a simulator mode: Inductor generates its own kernels, "
-                      "so there is no simulated picture for it.")
+        return None, (
+            "torch.compile's step is not a simulator mode: Inductor generates its own kernels, "
+            "so there is no simulated picture for it."
+        )
     index = next((i for i, p in enumerate(cal.points) if p.mode == mode and p.batch == batch), None)
     if index is None:
         return None, "This setting was not measured."
@@ -88,8 +98,12 @@ def probe_sim_step(result, mode: str, batch: int):
 
 
 # -- charts -----------------------------------------------------------------------
-_PANELS = (("step", "Step time (µs)", 0), ("cpu", "CPU launch time (µs)", 1), ("busy", "GPU busy time (µs)", 2),
-           ("util", "GPU utilisation (%)", None))
+_PANELS = (
+    ("step", "Step time (µs)", 0),
+    ("cpu", "CPU launch time (µs)", 1),
+    ("busy", "GPU busy time (µs)", 2),
+    ("util", "GPU utilisation (%)", None),
+)
 
 
 def predicted_vs_measured_figure(cal: Calibration):
@@ -98,8 +112,14 @@ def predicted_vs_measured_figure(cal: Calibration):
     measured, predicted = cal.measured(), cal.predicted
     util_m = 100 * np.array([p.utilisation for p in cal.points])  # busy over the median step
     util_p = 100 * predicted[:, 2] / predicted[:, 0]
-    traces, layout = [], {"height": 620, "margin": {"l": 10, "r": 10, "t": 40, "b": 10},
-                          "legend": {"orientation": "h", "y": 1.06, "x": 0}}
+    traces, layout = (
+        [],
+        {
+            "height": 620,
+            "margin": {"l": 10, "r": 10, "t": 40, "b": 10},
+            "legend": {"orientation": "h", "y": 1.06, "x": 0},
+        },
+    )
     domains = (((0, 0.46), (0.56, 1)), ((0.54, 1), (0.56, 1)), ((0, 0.46), (0, 0.44)), ((0.54, 1), (0, 0.44)))
     for k, ((name, title, col), (xd, yd)) in enumerate(zip(_PANELS, domains), start=1):
         x = measured[:, col] if col is not None else util_m
@@ -108,26 +128,58 @@ def predicted_vs_measured_figure(cal: Calibration):
         log = col is not None
         lo, hi = (min(x.min(), y.min()) * 0.8, max(x.max(), y.max()) * 1.25) if log else (0, 105)
         diag = [lo, hi]
-        traces.append({"type": "scatter", "x": diag, "y": diag, "mode": "lines", "xaxis": f"x{axis}",
-                       "yaxis": f"y{axis}", "line": {"color": "#999", "dash": "dot"}, "showlegend": False,
-                       "hoverinfo": "skip"})
+        traces.append(
+            {
+                "type": "scatter",
+                "x": diag,
+                "y": diag,
+                "mode": "lines",
+                "xaxis": f"x{axis}",
+                "yaxis": f"y{axis}",
+                "line": {"color": "#999", "dash": "dot"},
+                "showlegend": False,
+                "hoverinfo": "skip",
+            }
+        )
         for mode, colour in MODE_COLOURS.items():
             idx = [i for i, p in enumerate(cal.points) if p.mode == mode]
             if not idx:
                 continue
-            traces.append({
-                "type": "scatter", "mode": "markers+text", "x": x[idx].tolist(), "y": y[idx].tolist(),
-                "text": [str(cal.points[i].batch) for i in idx], "textposition": "top center",
-                "name": mode, "legendgroup": mode, "showlegend": k == 1, "xaxis": f"x{axis}", "yaxis": f"y{axis}",
-                "marker": {"color": colour, "size": 9}, "textfont": {"size": 9},
-                "hovertemplate": f"{mode} · batch %{{text}}<br>measured %{{x:,.1f}}<br>"
-                                 "predicted %{y:,.1f}<extra></extra>"})
+            traces.append(
+                {
+                    "type": "scatter",
+                    "mode": "markers+text",
+                    "x": x[idx].tolist(),
+                    "y": y[idx].tolist(),
+                    "text": [str(cal.points[i].batch) for i in idx],
+                    "textposition": "top center",
+                    "name": mode,
+                    "legendgroup": mode,
+                    "showlegend": k == 1,
+                    "xaxis": f"x{axis}",
+                    "yaxis": f"y{axis}",
+                    "marker": {"color": colour, "size": 9},
+                    "textfont": {"size": 9},
+                    "hovertemplate": f"{mode} · batch %{{text}}<br>measured %{{x:,.1f}}<br>"
+                    "predicted %{y:,.1f}<extra></extra>",
+                }
+            )
         kind = "log" if log else "linear"
         ticks = {"dtick": 1} if log else {}  # powers of ten only: the 2s and 5s in between crowd the axis
-        layout[f"xaxis{axis}"] = {"domain": list(xd), "type": kind, "anchor": f"y{axis}",
-                                  "title": {"text": f"measured {title}"}, **ticks}
-        layout[f"yaxis{axis}"] = {"domain": list(yd), "type": kind, "anchor": f"x{axis}",
-                                  "title": {"text": "predicted"}, **ticks}
+        layout[f"xaxis{axis}"] = {
+            "domain": list(xd),
+            "type": kind,
+            "anchor": f"y{axis}",
+            "title": {"text": f"measured {title}"},
+            **ticks,
+        }
+        layout[f"yaxis{axis}"] = {
+            "domain": list(yd),
+            "type": kind,
+            "anchor": f"x{axis}",
+            "title": {"text": "predicted"},
+            **ticks,
+        }
         if not log:
             layout[f"xaxis{axis}"]["range"] = layout[f"yaxis{axis}"]["range"] = [0, 105]
     return go.Figure({"data": traces, "layout": layout})
@@ -140,18 +192,32 @@ def _pick():
     if not options:
         st.warning("No probe run to calibrate against: the recorded run is missing and nothing was uploaded.")
         return None
-    label = run_picker("Probe run to fit", options, "cal_run",
-                       "The recorded run, or one you uploaded or measured in this session.")
+    label = run_picker(
+        "Probe run to fit",
+        options,
+        "cal_run",
+        "The recorded run, or one you uploaded or measured in this session.",
+    )
     return options[label][0]
 
 
 def _params_view(cal: Calibration) -> None:
-    rows = [{"parameter": p.name, "fitted": float(f"{cal.params[p.name]:.4g}"), "unit": p.unit,
-             "what it is": p.what, "constrained by the runs": cal.fitted[p.name]} for p in PARAMS]
+    rows = [
+        {
+            "parameter": p.name,
+            "fitted": float(f"{cal.params[p.name]:.4g}"),
+            "unit": p.unit,
+            "what it is": p.what,
+            "constrained by the runs": cal.fitted[p.name],
+        }
+        for p in PARAMS
+    ]
     st.dataframe(rows, hide_index=True, width="stretch", height=35 * (len(rows) + 1) + 3)
-    st.caption("Fitted by bounded least squares (Levenberg-Marquardt on the logarithms, projected onto the "
-               "bounds) to the logarithm of every run's step, CPU launch and GPU busy time; step time "
-               "weighs twice as much. The simulator runs each point with the measured kernel count.")
+    st.caption(
+        "Fitted by bounded least squares (Levenberg-Marquardt on the logarithms, projected onto the "
+        "bounds) to the logarithm of every run's step, CPU launch and GPU busy time; step time "
+        "weighs twice as much. The simulator runs each point with the measured kernel count."
+    )
 
 
 def _headline(cal: Calibration) -> None:
@@ -159,21 +225,43 @@ def _headline(cal: Calibration) -> None:
     fit_err = float(np.median(np.abs(cal.errors()[in_goal, 0])))
     loo = cal.median_loo_error
     a, b, c = st.columns(3)
-    a.metric(LOO_LABEL, f"{100 * loo:.1f}%",
-             help="Each run predicted by a fit that never saw it, then the median of |predicted / measured - 1|.")
+    a.metric(
+        LOO_LABEL,
+        f"{100 * loo:.1f}%",
+        help="Each run predicted by a fit that never saw it, then the median of |predicted / measured - 1|.",
+    )
     b.metric("Median step-time error (fit)", f"{100 * fit_err:.1f}%")
-    c.metric("Runs fitted", f"{sum(in_goal)}",
-             help=f"Modes {', '.join(FIT_MODES)}. torch.compile runs are not a simulator mode (Inductor's own "
-                  "kernels) and are left out.")
-    per_mode = [{"mode": m, "median |error|, fit %": 100 * float(np.median(np.abs(
-                     [e for p, e in zip(cal.points, cal.errors()[:, 0]) if p.mode == m]))),
-                 "median |error|, leave-one-out %": 100 * cal.mode_loo_error(m)}
-                for m in FIT_MODES if any(p.mode == m for p in cal.points)]
-    st.dataframe(per_mode, hide_index=True, column_config={
-        k: st.column_config.NumberColumn(format="%.1f") for k in ("median |error|, fit %",
-                                                                  "median |error|, leave-one-out %")})
-    verdict = ("meets the 5 % stretch goal" if loo <= STRETCH else "meets the 10 % goal" if loo <= GOAL
-               else "misses the 10 % goal")
+    c.metric(
+        "Runs fitted",
+        f"{sum(in_goal)}",
+        help=f"Modes {', '.join(FIT_MODES)}. torch.compile runs are not a simulator mode (Inductor's own "
+        "kernels) and are left out.",
+    )
+    per_mode = [
+        {
+            "mode": m,
+            "median |error|, fit %": 100
+            * float(np.median(np.abs([e for p, e in zip(cal.points, cal.errors()[:, 0]) if p.mode == m]))),
+            "median |error|, leave-one-out %": 100 * cal.mode_loo_error(m),
+        }
+        for m in FIT_MODES
+        if any(p.mode == m for p in cal.points)
+    ]
+    st.dataframe(
+        per_mode,
+        hide_index=True,
+        column_config={
+            k: st.column_config.NumberColumn(format="%.1f")
+            for k in ("median |error|, fit %", "median |error|, leave-one-out %")
+        },
+    )
+    verdict = (
+        "meets the 5 % stretch goal"
+        if loo <= STRETCH
+        else "meets the 10 % goal"
+        if loo <= GOAL
+        else "misses the 10 % goal"
+    )
     (st.success if loo <= GOAL else st.warning)(f"Leave-one-out, the calibrated simulator {verdict}.")
     for text in missing_effects(cal, GOAL):
         st.warning(text)
@@ -181,11 +269,22 @@ def _headline(cal: Calibration) -> None:
 
 def _table(cal: Calibration) -> None:
     rows = cal.rows()
-    fmt = {k: st.column_config.NumberColumn(format="%.1f") for k in rows[0] if k.endswith(("(µs)", "%", "(points)"))}
+    fmt = {
+        k: st.column_config.NumberColumn(format="%.1f")
+        for k in rows[0]
+        if k.endswith(("(µs)", "%", "(points)"))
+    }
     st.dataframe(rows, hide_index=True, width="stretch", column_config=fmt, height=35 * (len(rows) + 1) + 3)
     csv = ",".join(rows[0]) + "\n" + "\n".join(",".join(str(v) for v in r.values()) for r in rows) + "\n"
-    st.download_button("Download the table as CSV", data=csv, file_name="calibration.csv", mime="text/csv",
-                       on_click="ignore", icon=":material/download:", key="cal_csv")
+    st.download_button(
+        "Download the table as CSV",
+        data=csv,
+        file_name="calibration.csv",
+        mime="text/csv",
+        on_click="ignore",
+        icon=":material/download:",
+        key="cal_csv",
+    )
 
 
 def _overlay(cal: Calibration, result) -> None:
@@ -197,18 +296,26 @@ def _overlay(cal: Calibration, result) -> None:
     whole = whole_col.toggle("Show the whole step", key="cal_whole", bind="query-params")
     index = next(i for i, p in enumerate(cal.points) if p.mode == mode and p.batch == batch)
     measured, simulated = result.run(mode, batch).timeline, cal.timeline(index)
-    st.plotly_chart(lanes_figure(measured, overlay=simulated, whole_step=whole), width="stretch",
-                    key="cal_lanes", config={"displaylogo": False, "scrollZoom": True})
+    st.plotly_chart(
+        lanes_figure(measured, overlay=simulated, whole_step=whole),
+        width="stretch",
+        key="cal_lanes",
+        config={"displaylogo": False, "scrollZoom": True},
+    )
     m, s = measured.metrics(), simulated.metrics()
-    st.caption(f"Top: the profiled step ({m.kernels} kernels, {format_us(m.step_us)}); bottom: the calibrated "
-               f"simulator ({s.kernels} kernels, {format_us(s.step_us)}). The profiled step runs slower than the "
-               "median step the fit uses, because the profiler adds host time to every launch.")
+    st.caption(
+        f"Top: the profiled step ({m.kernels} kernels, {format_us(m.step_us)}); bottom: the calibrated "
+        f"simulator ({s.kernels} kernels, {format_us(s.step_us)}). The profiled step runs slower than the "
+        "median step the fit uses, because the profiler adds host time to every launch."
+    )
 
 
 def render() -> None:
     st.subheader("Calibrate the simulator to a measured run")
-    st.caption("Fit the simulator's launch costs, node gap and roofline to a probe run, then check how well it "
-               "predicts each run, including runs it was not fitted to.")
+    st.caption(
+        "Fit the simulator's launch costs, node gap and roofline to a probe run, then check how well it "
+        "predicts each run, including runs it was not fitted to."
+    )
     result = _pick()
     if result is None:
         return
@@ -221,12 +328,15 @@ def render() -> None:
     st.markdown("**Fitted parameters**")
     _params_view(cal)
     st.markdown("**Predicted vs measured**")
-    st.plotly_chart(predicted_vs_measured_figure(cal), width="stretch", key="cal_scatter",
-                    config={"displaylogo": False})
-    st.caption("Each dot is one measured run, labelled with its batch size; on the dotted line the prediction "
-               "is exact. Measured step time is the median over many steps; CPU launch time is the host's "
-               "median time to enqueue a step; GPU busy time comes from the profiled step; utilisation is GPU "
-               "busy over the median step.")
+    st.plotly_chart(
+        predicted_vs_measured_figure(cal), width="stretch", key="cal_scatter", config={"displaylogo": False}
+    )
+    st.caption(
+        "Each dot is one measured run, labelled with its batch size; on the dotted line the prediction "
+        "is exact. Measured step time is the median over many steps; CPU launch time is the host's "
+        "median time to enqueue a step; GPU busy time comes from the profiled step; utilisation is GPU "
+        "busy over the median step."
+    )
     _table(cal)
     st.markdown("**Simulated over measured lanes**")
     _overlay(cal, result)
