@@ -235,7 +235,7 @@ def _lanes(result, run, source: str, whole: bool) -> None:
         )
     with sim_col:
         step, title = probe_sim_step(result, run.mode, run.batch)
-        st.markdown(f"**Simulated** · {title}")
+        st.markdown(f"**Simulated** · {title if step is not None else 'no picture'}")
         if step is None:
             st.info(title)
         else:
