@@ -23,7 +23,7 @@ TOP_PX = 28  # above the title: the empty band of the hidden toolbar is cut off
 def take(out: Path, query: str = "") -> tuple[int, int]:
     """Write the screenshot; returns its (width, height) in pixels."""
     with harness.app_server() as base, harness.chromium() as browser:
-        page = browser.new_context(viewport={"width": WIDTH, "height": 1000}, device_scale_factor=1).new_page()
+        page = harness.new_context(browser, device_scale_factor=1).new_page()
         harness.open_app(page, base, query, wait_for="[data-testid=stPlotlyChart] .main-svg")
         harness.eventually(lambda: harness.lanes(page))  # the lanes chart has its data drawn
         page.wait_for_timeout(800)  # let Plotly finish its layout transitions

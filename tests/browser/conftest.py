@@ -52,7 +52,7 @@ def new_page(browser, request):
     contexts = []
 
     def make():
-        context = browser.new_context(viewport=harness.VIEWPORT)
+        context = harness.new_context(browser)
         context.set_default_timeout(30_000)
         contexts.append(context)
         return context.new_page()

@@ -188,28 +188,49 @@ def lanes(page, index: int = 0) -> dict[str, tuple[int, float]]:
     return {k: (int(v[0]), float(v[1])) for k, v in (page.evaluate(LANES_JS, index) or {}).items()}
 
 
-# Notes in window.__lbRan whether the app's script has been running since it was armed. The
-# attribute can go running -> notRunning within one task, so old values count too.
-_ARM_JS = """() => {
+# Installed in every page before the app loads: counts the messages the server sends over the
+# websocket and notes when the last one arrived. A rerun always sends some, so "a message came after
+# the action, the script is idle, and nothing has arrived for a moment" means the rerun is done.
+# (Watching the script-state attribute flip is not enough: when the run is quick, React can apply
+# "running" and "notRunning" in one render and the attribute never changes.)
+WEBSOCKET_JS = """(() => {
+  window.__lbMessages = 0;
+  window.__lbLastMessageAt = 0;
+  const add = WebSocket.prototype.addEventListener;
+  WebSocket.prototype.addEventListener = function (type, listener, ...rest) {
+    if (type !== 'message') return add.call(this, type, listener, ...rest);
+    const counted = (event) => {
+      window.__lbMessages += 1;
+      window.__lbLastMessageAt = performance.now();
+      return listener(event);
+    };
+    return add.call(this, type, counted, ...rest);
+  };
+})()"""
+QUIET_MS = 150
+
+_SETTLED_JS = """([before, quietMs]) => {
   const app = document.querySelector('[data-testid=stApp]');
-  window.__lbRan = false;
-  if (window.__lbObserver) window.__lbObserver.disconnect();
-  window.__lbObserver = new MutationObserver((records) => {
-    for (const r of records) {
-      if (r.oldValue === 'running' || app.getAttribute('data-test-script-state') === 'running') window.__lbRan = true;
-    }
-  });
-  window.__lbObserver.observe(app, {attributes: true, attributeOldValue: true,
-                                    attributeFilter: ['data-test-script-state']});
+  return window.__lbMessages > before
+    && app && app.getAttribute('data-test-script-state') === 'notRunning'
+    && performance.now() - window.__lbLastMessageAt >= quietMs;
 }"""
+
+
+def new_context(browser, **options):
+    """A browser context (its own cookies: its own Streamlit session) with the websocket counter installed."""
+    context = browser.new_context(viewport=VIEWPORT, **options)
+    context.add_init_script(WEBSOCKET_JS)
+    return context
 
 
 def rerun_after(page, action, timeout_ms: int = IDLE_TIMEOUT_MS) -> None:
     """Do `action` (a click, a key press, a drag) and wait for the rerun it causes to finish."""
-    page.evaluate(_ARM_JS)
+    before = page.evaluate("() => window.__lbMessages")
+    if before is None:
+        raise RuntimeError("rerun_after needs a page from harness.new_context (websocket counter missing)")
     action()
-    page.wait_for_function("() => window.__lbRan === true", timeout=timeout_ms)
-    wait_idle(page, timeout_ms)
+    page.wait_for_function(_SETTLED_JS, arg=[before, QUIET_MS], timeout=timeout_ms, polling=50)
 
 
 def eventually(check, timeout_s: float = 10.0, interval_s: float = 0.1):
