@@ -17,9 +17,9 @@ st.caption(
     "Why a batch-1 decode step leaves the GPU idle, and what kernel fusion and CUDA graphs do about it."
 )
 
-TABS = ("Simulator", "Live GPU probe", "Bucketing", "Calibration", "Check yourself")
-# Bound to the URL and lazy: only the open tab runs, so torch loads only for the probe tabs.
-simulator, probe, bucketing, calibration, check = st.tabs(TABS, key="tab", bind="query-params")
+# Bound to the URL and lazy: only the open tab runs, so the simulator never pays for the
+# probe tab's 6 MB recorded run, the calibration fit or the padding demo's torch import.
+simulator, probe, bucketing, calibration, check = st.tabs(url_params.TAB_LABELS, key="tab", bind="query-params")
 
 if simulator.open:
     with simulator:

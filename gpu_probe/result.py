@@ -176,6 +176,10 @@ def _read(source):
 
 
 def _parse(d: dict, timeline_source: str | None) -> ProbeResult:
+    # A file from a newer probe may mean something else by the same fields: refuse it rather than guess.
+    schema = d.get("schema", SCHEMA_VERSION)
+    if isinstance(schema, bool) or schema != SCHEMA_VERSION:
+        raise ValueError(f"schema: this app reads version {SCHEMA_VERSION} result files, got {schema!r}")
     strings = {k: _text(d, k) for k in ("device", "torch", "cuda", "created", "command")}
     try:
         datetime.fromisoformat(strings["created"].replace("Z", "+00:00"))

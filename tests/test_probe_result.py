@@ -82,6 +82,8 @@ def test_round_trip_through_json_file(tmp_path):
     (("checks", "graph_vs_eager", "passed"), "yes", "checks.graph_vs_eager"),
     (("created",), "yesterday", "created"),
     (("device",), "", "device"),
+    (("schema",), 999, "schema"),  # a newer probe's file: refused, not guessed at
+    (("schema",), True, "schema"),
 ])
 def test_bad_values_are_rejected_naming_the_field(path, value, field):
     data = copy.deepcopy(valid_result())
