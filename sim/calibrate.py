@@ -6,8 +6,8 @@ host cost of an eager launch and of a graph replay, the gap between queued kerne
 the roofline's bandwidth, matrix rate and minimum kernel time, and the KV traffic of
 each attention) by bounded least squares on the logarithm of every point's three times,
 then predicts each point, and each point again from a fit that never saw it
-(leave-one-out: the honest number). `calibrated_preset` turns the fit into a simulator
-preset; `main` is `python -m sim calibrate RESULT.json`.
+(leave-one-out: the honest number). `main` is `python -m sim calibrate RESULT.json`;
+`sim.probe_preset` turns a calibration into a simulator preset.
 
 numpy only; the result file is read through `gpu_probe.result`, which imports no torch.
 """
@@ -20,8 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.config import PRESETS, HardwareConfig, ModelConfig, Preset
-from sim.kernels import step_kernels
+from sim.config import ModelConfig
 from sim.probe_sim import (  # noqa: F401
     _HIGH,
     _LOW,
@@ -273,54 +272,6 @@ def missing_effects(cal: Calibration, threshold: float = 0.10) -> list[str]:
                 "one bandwidth and one KV factor per kernel family cannot follow."
             )
     return out
-
-
-def calibrated_preset(result, cal: Calibration | None = None) -> Preset:
-    """The calibration as a simulator preset ("probe decoder on <GPU>")."""
-    cal = cal or calibrate(result, loo=False)
-    p = cal.params
-    device = cal.device.replace("NVIDIA ", "")
-    # One graph-replay cost for the simulator: the fitted cost at its fused step's node count.
-    nodes = len(step_kernels(cal.model, True))
-    replay = p["graph_launch_us"] + p["graph_launch_per_node_us"] * nodes
-    # A rate no run constrains (no kernel was compute-bound) is left at the uncalibrated preset's.
-    tflops = (
-        p["matrix_TFLOPs"]
-        if cal.fitted["matrix_TFLOPs"]
-        else PRESETS["probe-0.5b-h200"].hardware.matrix_TFLOPs
-    )
-    hw = HardwareConfig(
-        name=f"{device} (calibrated)",
-        hbm_GBps=p["hbm_GBps"],
-        matrix_TFLOPs=tflops,
-        min_kernel_us=p["min_kernel_us"],
-        eager_launch_us=p["eager_launch_us"],
-        graph_launch_us=replay,
-        graph_node_gap_us=p["graph_node_gap_us"],
-    )
-    kernels = ", ".join(f"{m} {k}" for m, k in dict((pt.mode, pt.kernels) for pt in cal.points).items())
-    note = (
-        f"Fitted to a probe run on {cal.device}: "
-        + "; ".join(format_param(n, p[n]) for n in NAMES)
-        + f". The probe launches more kernels than the simulator's 11 (or 4) a layer ({kernels} per step). "
-        "The simulator's hardware has one launch cost, one bandwidth and one graph-replay cost, so this "
-        f"preset takes the PyTorch launch cost, the cuBLAS kernels' bandwidth, and the replay cost at "
-        f"{nodes} nodes ({replay:.1f} µs); the probe's Triton kernels reach {p['fused_hbm_GBps']:.0f} GB/s "
-        f"and cost {p['fused_launch_us']:.1f} µs of host time per launch."
-        + (
-            ""
-            if cal.fitted["matrix_TFLOPs"]
-            else f" No kernel was compute-bound, so the matrix rate "
-            f"is the uncalibrated preset's {tflops:.0f} TFLOP/s."
-        )
-    )
-    return Preset(
-        key=f"calibrated-{device.lower().replace(' ', '-')}",
-        title=f"probe decoder on {device}",
-        model=cal.model,
-        hardware=hw,
-        note=note,
-    )
 
 
 def format_param(name: str, value: float) -> str:

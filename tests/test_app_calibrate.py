@@ -99,9 +99,7 @@ def test_calibrated_presets_for_the_simulator_tab(recorded):
     assert [p.title for p in presets.values()] == ["probe decoder on Test GPU"]
     preset = next(iter(presets.values()))
     assert preset.model.n_layers == 4
-    assert preset.hardware.eager_launch_us == pytest.approx(
-        calibrate(recorded).params["eager_launch_us"], rel=1e-3
-    )
+    assert preset.hardware.hbm_GBps == pytest.approx(calibrate(recorded).params["fused_hbm_GBps"], rel=1e-3)
 
 
 @pytest.mark.skipif(

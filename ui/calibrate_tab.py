@@ -13,10 +13,11 @@ import numpy as np
 import streamlit as st
 
 from gpu_probe.result import MODES
-from sim.calibrate import FIT_MODES, PARAMS, Calibration, calibrate, calibrated_preset, missing_effects
+from sim.calibrate import FIT_MODES, PARAMS, Calibration, calibrate, missing_effects
 from sim.config import Preset
+from sim.probe_preset import calibrated_preset
 from ui.charts import format_us, lanes_figure
-from ui.probe_tab import available_results, run_picker, upload_widget
+from ui.probe_tab import available_results, recorded, run_picker, upload_widget
 
 CALIBRATE_PARAMS: dict[str, tuple] = {
     "cal_mode": ("choice", MODES),
@@ -65,6 +66,11 @@ def calibration_of(result) -> Calibration:
     return calibration_for(result_key(result), result)
 
 
+def preset_for(result) -> Preset:
+    """The simulator preset calibrated to `result`: fitted once per run for every session."""
+    return _preset_for(result_key(result), result)
+
+
 def calibrated_presets() -> dict[str, Preset]:
     """Presets fitted to the runs this session can see (recorded first), for the simulator's picker.
 
@@ -73,7 +79,7 @@ def calibrated_presets() -> dict[str, Preset]:
     out = {}
     for result, _ in available_results().values():
         try:
-            preset = _preset_for(result_key(result), result)
+            preset = preset_for(result)
         except ValueError:
             continue
         out[preset.key] = preset
@@ -340,6 +346,14 @@ def render() -> None:
     _table(cal)
     st.markdown("**Simulated over measured lanes**")
     _overlay(cal, result)
-    preset = calibrated_preset(result, cal)
+    preset = preset_for(result)
     st.markdown(f"**As a simulator preset: “{preset.title}”**")
+    rec, _ = recorded()
+    if rec is not None and result_key(rec) == result_key(result):
+        from ui.sim_presets import CALIBRATED_TITLE
+
+        st.caption(
+            f"The Simulator tab offers it as “{CALIBRATED_TITLE}”: batch sizes and layer counts this run "
+            "never measured."
+        )
     st.caption(preset.note)

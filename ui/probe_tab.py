@@ -54,7 +54,7 @@ def recorded() -> tuple:
     """(result, None) for the shipped run, or (None, why it could not be read)."""
     try:
         return probe_result.recorded_result(), None
-    except ValueError as err:
+    except (ValueError, OSError) as err:
         return None, str(err)
 
 

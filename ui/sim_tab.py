@@ -17,7 +17,6 @@ from sim.config import (
     CHAPTER_BUCKETS,
     DEFAULT_PRESET,
     LAYERS_RANGE,
-    PRESETS,
     HardwareConfig,
     ModelConfig,
 )
@@ -25,6 +24,7 @@ from sim.kernels import FUSED_PER_LAYER, MODEL_LEVEL, UNFUSED_PER_LAYER, fusion_
 from sim.schedule import SimulatedStep, StepSettings, Sweep, simulate_step, sweep
 from ui.charts import FIRST_LAUNCHES, combo_title, lanes_figure, sweep_figure
 from ui.common import regime_explanation, show_readouts, show_time_split
+from ui.sim_presets import CALIBRATED_KEY, PRESET_BY_URL_VALUE, PRESET_TITLES, preset_of
 
 # (URL key, label, HardwareConfig field, widget min, widget max, step, number format)
 HARDWARE_INPUTS = (
@@ -45,7 +45,7 @@ SWEEP_BATCHES = np.arange(BATCH_RANGE[0], BATCH_RANGE[1] + 1)
 # The preset selectbox shows titles, and Streamlit puts the shown string in the URL, so
 # its options are the titles; the short keys (?preset=llama3-8b-h100) are aliases of them.
 SIM_PARAMS: dict[str, tuple] = {
-    "preset": ("choice", tuple(p.title for p in PRESETS.values()), {k: p.title for k, p in PRESETS.items()}),
+    "preset": ("choice", tuple(PRESET_TITLES.values()), PRESET_TITLES),
     "batch": ("int", *BATCH_RANGE),
     "fusion": ("bool", (False, True)),
     "graphs": ("bool", (False, True)),
@@ -53,7 +53,6 @@ SIM_PARAMS: dict[str, tuple] = {
     "whole_step": ("bool", (False, True)),
     **{key: ("float", low, high) for key, _, _, low, high, _, _ in HARDWARE_INPUTS},
 }
-PRESET_BY_URL_VALUE = {**{p.title: k for k, p in PRESETS.items()}, **{k: k for k in PRESETS}}
 DEFAULTS = {"preset": DEFAULT_PRESET, "batch": 1, "fusion": False, "graphs": False, "layers": 32,
             "whole_step": False}
 
@@ -102,7 +101,7 @@ def fusion_rows(model: ModelConfig) -> list[dict]:
 # -- settings ------------------------------------------------------------------------
 def _apply_preset() -> None:
     """A new preset brings its own hardware figures: overwrite the Advanced inputs."""
-    preset = PRESETS[PRESET_BY_URL_VALUE.get(st.session_state.get("preset"), DEFAULT_PRESET)]
+    preset, _ = preset_of(PRESET_BY_URL_VALUE.get(st.session_state.get("preset"), DEFAULT_PRESET))
     for key, _, field, *_ in HARDWARE_INPUTS:
         st.session_state[key] = float(getattr(preset.hardware, field))
 
@@ -144,12 +143,17 @@ def checked_hardware(base: HardwareConfig, values: dict, n_kernels: int) -> tupl
 def _controls() -> tuple:
     """Draw the controls; return (model, hardware, batch, fusion, graphs, notices)."""
     preset_key = st.selectbox(
-        "Preset", tuple(PRESETS), index=tuple(PRESETS).index(DEFAULT_PRESET), key="preset",
-        bind="query-params", format_func=lambda k: PRESETS[k].title, on_change=_apply_preset,
-        help="A model shape and a GPU + host. Changing it resets the Advanced figures to its own.",
+        "Preset", tuple(PRESET_TITLES), index=tuple(PRESET_TITLES).index(DEFAULT_PRESET), key="preset",
+        bind="query-params", format_func=lambda k: PRESET_TITLES.get(k, k), on_change=_apply_preset,
+        help="A model shape and a GPU + host. Changing it resets the Advanced figures to its own. The "
+             "calibrated one is fitted to the probe run recorded on an H200 (Calibration tab).",
     )
     preset_key = PRESET_BY_URL_VALUE.get(preset_key, DEFAULT_PRESET)
-    preset = PRESETS[preset_key]
+    preset, preset_notice = preset_of(preset_key)
+    if preset.key == CALIBRATED_KEY:
+        st.caption("Fitted to the recorded H200 probe run. With *Kernel fusion* on, its step times follow "
+                   "the Calibration tab's predictions; what it cannot represent is under Advanced, "
+                   "“Where the preset's figures come from”.")
     batch_col, layers_col, fusion_col, graphs_col = st.columns([3, 3, 1.2, 1.2], vertical_alignment="center")
     batch = batch_col.slider("Batch size", *BATCH_RANGE, value=DEFAULTS["batch"], key="batch",
                              bind="query-params",
@@ -175,7 +179,7 @@ def _controls() -> tuple:
                 step=step, format=fmt, key=key, bind="query-params")
         with st.popover("Where the preset's figures come from"):
             st.text(preset.note)
-    notices = []
+    notices = [preset_notice] if preset_notice else []
     batch = _clamped_int(batch, BATCH_RANGE, "Batch size", notices)
     layers = _clamped_int(layers, LAYERS_RANGE, "Layers", notices)
     model = preset.model.with_layers(layers)

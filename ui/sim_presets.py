@@ -1,0 +1,49 @@
+"""The Simulator tab's preset list: the static presets plus the one calibrated to the recorded run.
+
+The calibrated preset's key and title are fixed here, so that links and `SIM_PARAMS` name it
+without reading the run; the fit itself runs only when it is picked, once per server
+(tests/test_app_sim.py checks that the shipped run is still an H200's).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from sim.config import DEFAULT_PRESET, PRESETS, Preset
+
+CALIBRATED_KEY = "probe-h200-calibrated"
+CALIBRATED_TITLE = "Probe decoder on H200, calibrated to the recorded run"
+PRESET_TITLES = {**{k: p.title for k, p in PRESETS.items()}, CALIBRATED_KEY: CALIBRATED_TITLE}
+# What a link may hold: the shown title (what Streamlit writes) or the short key.
+PRESET_BY_URL_VALUE = {**{t: k for k, t in PRESET_TITLES.items()}, **{k: k for k in PRESET_TITLES}}
+
+
+def calibrated() -> tuple[Preset | None, str | None]:
+    """(the preset fitted to the recorded probe run, None), or (None, why there is none).
+
+    The fit is cached for every session by the Calibration tab (`preset_for`), so it runs
+    once per server, and only when this preset is picked.
+    """
+    from ui.calibrate_tab import preset_for
+    from ui.probe_tab import recorded
+
+    result, why = recorded()
+    if result is None:
+        return None, f"the recorded probe run could not be read ({why})"
+    try:
+        preset = preset_for(result)
+    except ValueError as err:
+        return None, f"the recorded probe run cannot be calibrated ({err})"
+    return replace(preset, key=CALIBRATED_KEY, title=CALIBRATED_TITLE), None
+
+
+def preset_of(key: str) -> tuple[Preset, str | None]:
+    """The preset for a picker key, and a notice when it had to fall back to the default one."""
+    if key != CALIBRATED_KEY:
+        return PRESETS.get(key, PRESETS[DEFAULT_PRESET]), None
+    preset, why = calibrated()
+    if preset is None:
+        return PRESETS[DEFAULT_PRESET], (
+            f"“{CALIBRATED_TITLE}” is unavailable: {why}. Showing “{PRESETS[DEFAULT_PRESET].title}” instead."
+        )
+    return preset, None
