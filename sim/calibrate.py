@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.config import ModelConfig
-from sim.probe_sim import (  # noqa: F401
+from sim.probe_sim import (
     _HIGH,
     _LOW,
     FIT_MODES,
@@ -32,8 +32,8 @@ from sim.probe_sim import (  # noqa: F401
     model_from_result,
     params_vector,
     points_from_result,
-    synthetic_result,
 )
+from sim.probe_synthetic import synthetic_result  # noqa: F401  (re-exported: tests and demos)
 from sim.timeline import StepMetrics, Timeline
 
 RESIDUAL_WEIGHTS = {"step": 1.0, "cpu": 0.5, "busy": 0.5}  # step time is what the goal is about

@@ -13,10 +13,10 @@ def test_measure_on_this_gpu_draws_the_measured_step(monkeypatch):
     pytest.importorskip("torch")
     from streamlit.testing.v1 import AppTest
 
-    import ui.probe_tab as probe_tab
+    from ui import probe_live
     from ui.common import READOUT_LABELS
 
-    monkeypatch.setattr(probe_tab, "LIVE_BATCHES", (1, 8))  # two batches keep the run short
+    monkeypatch.setattr(probe_live, "LIVE_BATCHES", (1, 8))  # two batches keep the run short
     at = AppTest.from_file(APP, default_timeout=600)
     at.query_params["tab"] = "Live GPU probe"
     at.query_params["pr_live"] = "true"

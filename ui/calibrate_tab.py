@@ -17,7 +17,7 @@ from sim.calibrate import FIT_MODES, PARAMS, Calibration, calibrate, missing_eff
 from sim.config import Preset
 from sim.probe_preset import calibrated_preset
 from ui.charts import format_us, lanes_figure
-from ui.probe_tab import available_results, recorded, run_picker, upload_widget
+from ui.probe_results import available_results, recorded, run_picker, upload_widget
 
 CALIBRATE_PARAMS: dict[str, tuple] = {
     "cal_mode": ("choice", MODES),

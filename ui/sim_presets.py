@@ -25,7 +25,7 @@ def calibrated() -> tuple[Preset | None, str | None]:
     once per server, and only when this preset is picked.
     """
     from ui.calibrate_tab import preset_for
-    from ui.probe_tab import recorded
+    from ui.probe_results import recorded
 
     result, why = recorded()
     if result is None:

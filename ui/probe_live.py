@@ -1,0 +1,63 @@
+"""The probe tab's "Measure on this GPU": the probe run live, one run at a time per server.
+
+torch is imported only here, and only when a measurement starts (through `gpu_probe.live`).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import streamlit as st
+
+from gpu_probe.result import MODES
+from ui.probe_results import describe, session_results
+
+LIVE_BATCHES = (1, 8, 64, 256)
+
+
+@st.cache_resource(show_spinner=False)
+def _live_store() -> dict:
+    # Shared by every session: the graphs' static buffers are too, so one lock serialises
+    # capture and replay, and a finished measurement is kept for the next reader.
+    return {"lock": threading.Lock(), "results": {}}
+
+
+def _phase(message: str) -> str:
+    text = message.lower()
+    if "captur" in text:
+        return "Capturing CUDA graphs…"
+    if "timing" in text or "compil" in text:
+        return "Measuring steps…"
+    return "Warming up…"
+
+
+def measure_live(batches=None):
+    from gpu_probe import live  # imports torch
+
+    store = _live_store()
+    key = tuple(batches or LIVE_BATCHES)
+    with st.status("Waiting for the GPU (another session may be measuring)…", expanded=True) as status:
+        with store["lock"]:
+            if key not in store["results"]:
+
+                def progress(message: str) -> None:
+                    status.update(label=_phase(message))
+                    status.write(message)
+
+                try:
+                    store["results"][key] = live.measure("small", batches=key, modes=MODES, progress=progress)
+                except Exception as err:  # noqa: BLE001 - the page must say what happened, not trace back
+                    if "out of memory" in str(err).lower() or type(err).__name__ == "OutOfMemoryError":
+                        status.update(label="Out of GPU memory", state="error")
+                        st.error(
+                            "The GPU ran out of memory while measuring. Free memory held by other "
+                            "processes, or measure smaller batches with `python -m gpu_probe`."
+                        )
+                    else:
+                        status.update(label="The measurement failed", state="error")
+                        st.error(f"The measurement failed: {err}")
+                    return None
+        status.update(label="Measured on this GPU", state="complete", expanded=False)
+    result = store["results"][key]
+    session_results()[f"live: {describe(result)}"] = result
+    return result

@@ -1,0 +1,86 @@
+"""Where the probe tab's results come from: the shipped recorded run, uploads, live runs.
+
+Shared by the "Live GPU probe" and "Calibration" tabs. Results the session has loaded live
+in `st.session_state[RESULTS_KEY]`, so the Calibration tab can fit the simulator to the
+same run the probe tab shows.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import streamlit as st
+
+from gpu_probe import result as probe_result
+
+RESULTS_KEY = "probe_results"  # session: label -> ProbeResult (uploaded and live runs)
+
+
+def describe(result) -> str:
+    """'NVIDIA H200, 30 Nov 2026 10:12 UTC': the GPU and date a run was made on."""
+    try:
+        when = datetime.fromisoformat(result.created.replace("Z", "+00:00")).strftime("%d %b %Y %H:%M %Z")
+    except ValueError:
+        when = result.created
+    return f"{result.device}, {when.strip()}"
+
+
+@st.cache_resource(show_spinner=False)
+def recorded() -> tuple:
+    """(result, None) for the shipped run, or (None, why it could not be read)."""
+    try:
+        return probe_result.recorded_result(), None
+    except (ValueError, OSError) as err:
+        return None, str(err)
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def _parse_upload(data: bytes):
+    return probe_result.load_result(data)
+
+
+def session_results() -> dict:
+    return st.session_state.setdefault(RESULTS_KEY, {})
+
+
+def upload_widget(key: str, select_key: str) -> None:
+    """A result-file uploader; a bad file is named in an error and changes nothing else.
+
+    A newly uploaded run becomes the one shown (`select_key` is the run picker's key).
+    """
+    file = st.file_uploader(
+        "Probe result made on your GPU (`python -m gpu_probe --out results.json`)",
+        type=["json"],
+        key=key,
+        max_upload_size=20,
+        help="Schema-checked; up to 20 MB. It stays in this browser session only.",
+    )
+    if file is None:
+        return
+    try:
+        result = _parse_upload(file.getvalue())
+    except ValueError as err:
+        st.error(f"**{file.name}** is not a usable probe result: {err}", icon=":material/error:")
+        return
+    label = f"uploaded: {file.name} ({describe(result)})"
+    if label not in session_results():
+        session_results()[label] = result
+        st.session_state[select_key] = label
+
+
+def available_results() -> dict:
+    """label -> (result, source): the recorded run, then this session's uploads and live runs."""
+    out = {}
+    rec, _ = recorded()
+    if rec is not None:
+        out[f"recorded: {describe(rec)}"] = (rec, "recorded")
+    for label, res in session_results().items():
+        out[label] = (res, "live" if label.startswith("live") else "uploaded")
+    return out
+
+
+def run_picker(title: str, options: dict, key: str, help_text: str) -> str:
+    # Seeded through session state (not `index`) so that a new upload can select itself.
+    if st.session_state.get(key) not in options:
+        st.session_state[key] = next(iter(options))
+    return st.selectbox(title, tuple(options), key=key, help=help_text)
