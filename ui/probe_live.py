@@ -13,6 +13,11 @@ from gpu_probe.result import MODES
 from ui.probe_results import describe, session_results
 
 LIVE_BATCHES = (1, 8, 64, 256)
+# Measured, not hoped: the recorded H200 run (these batches, all modes) took 216 s from the CLI,
+# and torch.compile compiles once per batch size (about 30 s each).
+LIVE_DURATION = (
+    "several minutes (about 3½ on an H200, where torch.compile alone takes about 30 s per batch size)."
+)
 
 
 @st.cache_resource(show_spinner=False)
@@ -39,6 +44,8 @@ def measure_live(batches=None):
     with st.status("Waiting for the GPU (another session may be measuring)…", expanded=True) as status:
         with store["lock"]:
             if key not in store["results"]:
+                status.update(label="Warming up…")
+                status.write(f"Measuring all five modes at {len(key)} batch sizes takes {LIVE_DURATION}")
 
                 def progress(message: str) -> None:
                     status.update(label=_phase(message))

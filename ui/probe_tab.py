@@ -15,7 +15,7 @@ from gpu_probe import result as probe_result
 from sim.timeline import StepMetrics
 from ui.charts import FIRST_LAUNCHES, format_us, lanes_figure
 from ui.common import show_readouts
-from ui.probe_live import LIVE_BATCHES, measure_live
+from ui.probe_live import LIVE_BATCHES, LIVE_DURATION, measure_live
 from ui.probe_results import available_results, describe, recorded, run_picker, upload_widget
 from ui.probe_tables import modes_table, run_facts
 
@@ -52,7 +52,8 @@ def _pick_result():
             key="pr_live",
             bind="query-params",
             help="Runs the probe's 0.5 B decoder in all five modes at batch "
-            f"{', '.join(map(str, LIVE_BATCHES))}: about a minute.",
+            f"{', '.join(map(str, LIVE_BATCHES))}, with the graph captures and correctness checks: "
+            f"{LIVE_DURATION} Progress shows below; the result is kept for every session on this server.",
         ):
             result = measure_live()
             if result is not None:
