@@ -1,12 +1,14 @@
 """Chart builders: the bars must be the timeline's intervals, on a linear µs axis."""
 import json
+import re
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from sim.timeline import Timeline
-from ui.charts import COMBOS, FIRST_LAUNCHES, format_us, lanes_figure, sweep_figure, time_split_figure
+from ui.charts import COMBOS, FIRST_LAUNCHES, format_us, lanes_figure, sweep_figure
+from ui.common import time_split_html
 
 
 def eager_step(n_kernels: int, launch_us: float = 6.0, kernel_us: float = 2.5, source="simulated", label=""):
@@ -150,12 +152,16 @@ def test_figure_serialises_to_json():
     json.loads(lanes_figure(eager_step(30), overlay=graph_step(30)).to_json())
 
 
-def test_time_split_shows_both_costs_and_marks_the_step():
+def test_time_split_shows_both_costs_on_one_scale_and_marks_the_step():
     metrics = eager_step(100).metrics()
-    fig = time_split_figure(metrics)
-    assert list(fig.data[0].y) == ["CPU launch cost", "GPU execution"]
-    np.testing.assert_allclose(fig.data[0].x, [metrics.cpu_launch_us, metrics.gpu_busy_us])
-    assert fig.layout.shapes[0].x0 == pytest.approx(metrics.step_us)
+    html = time_split_html(metrics)
+    assert "CPU launch cost" in html and "GPU execution" in html
+    assert format_us(metrics.cpu_launch_us) in html and format_us(metrics.gpu_busy_us) in html
+    top = max(metrics.cpu_launch_us, metrics.gpu_busy_us, metrics.step_us) * 1.08
+    widths = [float(w) for w in re.findall(r"width:([0-9.]+)%", html)]
+    assert widths == pytest.approx([100 * metrics.cpu_launch_us / top, 100 * metrics.gpu_busy_us / top], abs=0.01)
+    marks = [float(m) for m in re.findall(r"left:([0-9.]+)%", html)]
+    assert marks == pytest.approx([100 * metrics.step_us / top] * 2, abs=0.01)  # one mark per bar
     assert metrics.step_us < metrics.cpu_launch_us + metrics.gpu_busy_us  # they overlap
 
 

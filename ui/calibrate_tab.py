@@ -212,6 +212,7 @@ def _overlay(cal: Calibration, result) -> None:
         lanes_figure(measured, overlay=simulated, whole_step=whole),
         width="stretch",
         key="cal_lanes",
+        theme=None,  # lanes carry their own styles (ui/charts.py)
         config={"displaylogo": False, "scrollZoom": True},
     )
     m, s = measured.metrics(), simulated.metrics()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import streamlit as st
 
 from sim.timeline import StepMetrics, regime
-from ui.charts import format_us, time_split_figure
+from ui.charts import CPU_COLOUR, GPU_COLOUR, format_us
 
 KERNELS_LABEL = "Kernels / step"
 STEP_LABEL = "Step time"
@@ -95,8 +95,34 @@ OVERLAP_SENTENCE = (
 )
 
 
-def show_time_split(metrics: StepMetrics, *, key: str | None = None) -> None:
+def time_split_html(metrics: StepMetrics) -> str:
+    """Two bars, CPU launch cost and GPU execution, on one scale, with the step time marked.
+
+    Plain HTML rather than a Plotly figure: it redraws on every slider move, and a chart
+    costs the browser far more to rebuild than two divs (bench/interaction_speed.py).
+    """
+    top = max(metrics.cpu_launch_us, metrics.gpu_busy_us, metrics.step_us) * 1.08 or 1.0
+    step_at = 100 * metrics.step_us / top
+    rows = []
+    for name, value, colour in (("CPU launch cost", metrics.cpu_launch_us, CPU_COLOUR),
+                                ("GPU execution", metrics.gpu_busy_us, GPU_COLOUR)):
+        width = 100 * value / top
+        rows.append(
+            f'<div style="display:flex;align-items:center;gap:0.6em;margin:0.35em 0">'
+            f'<span style="width:8.5em;flex:none">{name}</span>'
+            f'<span style="position:relative;flex:1;height:1.5em">'
+            f'<span style="position:absolute;left:0;top:0;bottom:0;width:{width:.2f}%;background:{colour};'
+            f'border-radius:2px"></span>'
+            f'<span style="position:absolute;top:-0.2em;bottom:-0.2em;left:{step_at:.2f}%;'
+            f'border-left:2px dotted #222"></span></span>'
+            f'<span style="width:5.5em;flex:none;text-align:right">{format_us(value)}</span></div>'
+        )
+    legend = (f'<div style="font-size:0.85em;opacity:0.75">dotted line: step time, '
+              f'{format_us(metrics.step_us)}</div>')
+    return "".join(rows) + legend
+
+
+def show_time_split(metrics: StepMetrics) -> None:
     """'Where the time goes': CPU launch cost against GPU execution, and why they do not add."""
-    st.plotly_chart(time_split_figure(metrics), width="stretch", key=key,
-                    config={"displaylogo": False})
+    st.html(time_split_html(metrics))
     st.caption(OVERLAP_SENTENCE)

@@ -110,6 +110,7 @@ def _lanes(result, run, source: str, whole: bool) -> None:
             lanes_figure(run.timeline, whole_step=whole),
             width="stretch",
             key="pr_lanes",
+            theme=None,  # lanes carry their own styles (ui/charts.py)
             config={"displaylogo": False, "scrollZoom": True},
         )
     with sim_col:
@@ -122,6 +123,7 @@ def _lanes(result, run, source: str, whole: bool) -> None:
                 lanes_figure(step, whole_step=whole),
                 width="stretch",
                 key="pr_sim_lanes",
+                theme=None,  # lanes carry their own styles (ui/charts.py)
                 config={"displaylogo": False, "scrollZoom": True},
             )
     from sim.chrome_trace import to_chrome_trace_json

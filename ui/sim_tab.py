@@ -20,6 +20,7 @@ from sim.config import (
     HardwareConfig,
     ModelConfig,
 )
+from sim.chrome_trace import to_chrome_trace_json
 from sim.kernels import FUSED_PER_LAYER, MODEL_LEVEL, UNFUSED_PER_LAYER, fusion_table, step_kernels
 from sim.schedule import SimulatedStep, StepSettings, Sweep, simulate_step, sweep
 from ui.charts import FIRST_LAUNCHES, combo_title, lanes_figure, sweep_figure
@@ -66,6 +67,15 @@ def simulated(model: ModelConfig, hw: HardwareConfig, batch: int, fusion: bool, 
 @st.cache_data(max_entries=64, show_spinner=False)
 def swept(model: ModelConfig, hw: HardwareConfig) -> Sweep:
     return sweep(model, hw, SWEEP_BATCHES)
+
+
+@st.cache_resource(max_entries=64, show_spinner=False)
+def sweep_chart(model: ModelConfig, hw: HardwareConfig, current: tuple[bool, bool]):
+    """The sweep figure, built once per setting: Plotly's validation costs ~50 ms a rerun.
+
+    Shared, not copied, between sessions: nothing mutates a figure after it is built.
+    """
+    return sweep_figure(swept(model, hw), current=current)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
@@ -258,7 +268,7 @@ def _step_view(step: SimulatedStep) -> None:
     title_col.subheader(f"The whole step: {metrics.kernels:,} kernels" if whole
                         else f"First {FIRST_LAUNCHES} {shown}")
     st.plotly_chart(lanes_figure(step.timeline, whole_step=whole), width="stretch", key="sim_lanes",
-                    config={"displaylogo": False, "scrollZoom": True})
+                    theme=None, config={"displaylogo": False, "scrollZoom": True})
     st.caption("Orange: the CPU building and submitting a launch. Blue: the GPU executing the kernel. "
                "Hatched grey: the GPU idle, waiting for work. Drag to zoom into a stretch of time, "
                "double-click to zoom back out; hover a bar for its name, start and duration.")
@@ -266,7 +276,7 @@ def _step_view(step: SimulatedStep) -> None:
     split_col, regime_col = st.columns(2, gap="large")
     with split_col:
         st.subheader("Where the time goes")
-        show_time_split(metrics, key="sim_time_split")
+        show_time_split(metrics)
     with regime_col:
         _, text = regime_explanation(metrics)
         st.subheader("What this means")
@@ -274,29 +284,27 @@ def _step_view(step: SimulatedStep) -> None:
 
     timeline = step.timeline
     file_stem = f"launch-bound-{step.model.name}-b{step.settings.batch}-{'fused' if step.settings.fusion else 'unfused'}-{'graphs' if step.settings.graphs else 'eager'}"
-    try:
-        from sim.chrome_trace import to_chrome_trace_json
-    except ImportError:  # the exporter ships separately; without it the page just lacks the button
-        to_chrome_trace_json = None
-    if to_chrome_trace_json is not None:
-        st.download_button(
-            "Download this step as a Chrome trace (open in Perfetto)",
-            data=lambda: to_chrome_trace_json(timeline),  # built only when clicked
-            file_name=f"{file_stem}.json", mime="application/json", on_click="ignore",
-            icon=":material/download:", key="sim_trace_download",
-        )
+    st.download_button(
+        "Download this step as a Chrome trace (open in Perfetto)",
+        data=lambda: to_chrome_trace_json(timeline),  # built only when clicked
+        file_name=f"{file_stem}.json", mime="application/json", on_click="ignore",
+        icon=":material/download:", key="sim_trace_download",
+    )
 
 
 def _sweep_view(model: ModelConfig, hw: HardwareConfig, batch: int, fusion: bool, graphs: bool) -> None:
     st.subheader("Batch sweep: where launches stop mattering")
     result = swept(model, hw)
-    st.plotly_chart(sweep_figure(result, current=(fusion, graphs), batch=batch), width="stretch",
+    # No marker for the current batch: the figure then stays identical while the batch slider
+    # moves, and Streamlit skips redrawing it (bench/interaction_speed.py).
+    st.plotly_chart(sweep_chart(model, hw, (fusion, graphs)), width="stretch",
                     key="sim_sweep", config={"displaylogo": False})
     crossings = []
     for combo, cross in result.crossover.items():
         where = f"from batch {cross}" if cross is not None else f"not within 1–{BATCH_RANGE[1]}"
         crossings.append(f"{combo_title(*combo)}: GPU-bound {where}")
     st.caption(
+        f"Your batch, {batch}, sits in the panel marked (current). "
         "Step time is the solid line, CPU launch time dashed, GPU time dotted. Left of the green "
         "line the step is launch-bound; right of it the kernels are long enough to hide the launches. "
         + "; ".join(crossings) + f". CUDA graphs are captured for {', '.join(map(str, CHAPTER_BUCKETS))}: "
