@@ -12,20 +12,10 @@ from sim.calibrate import synthetic_result
 from sim.config import PRESETS
 from ui.common import READOUT_LABELS
 
+from synthetic_params import KNOWN_PARAMS  # tests/synthetic_params.py
+
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
-PARAMS = dict(
-    eager_launch_us=7.0,
-    fused_launch_us=18.0,
-    graph_launch_us=25.0,
-    graph_launch_per_node_us=0.05,
-    graph_node_gap_us=0.8,
-    hbm_GBps=3600.0,
-    fused_hbm_GBps=1500.0,
-    matrix_TFLOPs=600.0,
-    min_kernel_us=2.5,
-    kv_traffic_unfused=4.0,
-    kv_traffic_fused=1.2,
-)
+PARAMS = KNOWN_PARAMS
 MODEL = PRESETS["probe-0.5b-h200"].model.with_layers(4)  # small: the page logic is the same
 
 

@@ -24,21 +24,11 @@ from sim.kernels import step_kernels
 from sim.probe_preset import calibrated_preset
 from sim.schedule import StepSettings, simulate_step
 
+from synthetic_params import KNOWN_PARAMS  # tests/synthetic_params.py
+
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = PRESETS["probe-0.5b-h200"].model.with_layers(8)  # fewer layers: same physics, faster tests
-TRUE = dict(
-    eager_launch_us=7.0,
-    fused_launch_us=18.0,
-    graph_launch_us=25.0,
-    graph_launch_per_node_us=0.05,
-    graph_node_gap_us=0.8,
-    hbm_GBps=3600.0,
-    fused_hbm_GBps=1500.0,
-    matrix_TFLOPs=600.0,
-    min_kernel_us=2.5,
-    kv_traffic_unfused=4.0,
-    kv_traffic_fused=1.2,
-)
+TRUE = KNOWN_PARAMS
 # The probe's eager step launches many more kernels than the chapter's 11 per layer.
 EXTRA = {"eager": 8 * 30, "graph": 8 * 30 + 3, "fused": 8, "fused+graph": 10}
 
