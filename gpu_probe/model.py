@@ -120,6 +120,9 @@ class ProbeModel(nn.Module):
         device = torch.device(device) if device is not None else torch.device("cpu")
         dtype = getattr(torch, cfg.dtype)
         self.cfg, self.fused, self.dtype = cfg, fused, dtype
+        # Fused kernels launch with programmatic dependent launch where the GPU has it (Hopper+):
+        # each may start, and put its weight loads in flight, while the previous one drains.
+        self.pdl = True
         gen = torch.Generator(device=device).manual_seed(cfg.seed)
         self.tok_embeddings = nn.Parameter(torch.randn(cfg.vocab, cfg.hidden, generator=gen, device=device)
                                            .to(dtype), requires_grad=False)
@@ -275,16 +278,17 @@ class ProbeModel(nn.Module):
         cfg = self.cfg
         batch = input_ids.shape[0]
         splits = self.attention_splits(batch)
+        pdl = self.pdl
         qkv_out = workspace["qkv"][:batch] if workspace is not None else None
         act_out = workspace["act"][:batch] if workspace is not None else None
         h = F.embedding(input_ids, self.tok_embeddings)
         for index, layer in enumerate(self.layers):
-            qkv = fused_linear(h, layer.w_qkv_folded, rms_eps=cfg.norm_eps, out=qkv_out)
+            qkv = fused_linear(h, layer.w_qkv_folded, rms_eps=cfg.norm_eps, out=qkv_out, pdl=pdl)
             k_cache, v_cache = self.kv_cache.layer(index)
             attn = paged_decode_attention(qkv, positions, block_tables, slot_mapping, context_lens,
                                           k_cache, v_cache, self.rope_cos, self.rope_sin,
-                                          cfg.n_heads, cfg.n_kv_heads, splits)
-            h = fused_linear(attn, layer.wo, residual=h)
-            act = fused_linear(h, layer.w_gate_up_folded, rms_eps=cfg.norm_eps, swiglu=True, out=act_out)
-            h = fused_linear(act, layer.w_down, residual=h)
-        return fused_linear(h, self.lm_head_folded, rms_eps=cfg.norm_eps, out=logits_out)
+                                          cfg.n_heads, cfg.n_kv_heads, splits, pdl=pdl)
+            h = fused_linear(attn, layer.wo, residual=h, pdl=pdl)
+            act = fused_linear(h, layer.w_gate_up_folded, rms_eps=cfg.norm_eps, swiglu=True, out=act_out, pdl=pdl)
+            h = fused_linear(act, layer.w_down, residual=h, pdl=pdl)
+        return fused_linear(h, self.lm_head_folded, rms_eps=cfg.norm_eps, out=logits_out, pdl=pdl)

@@ -11,6 +11,7 @@ import torch
 
 from gpu_probe.kernels import (fused_linear, fused_linear_reference, paged_decode_attention,
                                paged_decode_attention_reference)
+from gpu_probe.kernels import linear
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -73,6 +74,39 @@ def test_fused_linear_matches_reference_on_cpu(m, n, k, variant):
     assert rel_err(out, fused_linear_reference(x, weight, **kwargs)) < 1e-5
 
 
+GEMV = {"kernel": "gemv", "BLOCK_M": 4, "BLOCK_N": 4, "BLOCK_K": 16, "num_warps": 1}  # K=70: 5 K tiles
+DOT = {"kernel": "dot", "BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "num_warps": 4, "num_stages": 1}
+
+
+@pytest.mark.parametrize("config", [GEMV, DOT], ids=["gemv", "dot"])
+@pytest.mark.parametrize("variant", ["norm", "residual", "swiglu"])
+def test_both_kernels_over_several_k_tiles_on_cpu(config, variant):
+    # The GEMV's first K tile is loaded before its PDL wait and the rest in the loop: both must count.
+    gen = torch.Generator().manual_seed(11)
+    m, n, k = 3, 10, 70
+    x = torch.randn(m, k, generator=gen)
+    weight = torch.randn(2 * n if variant == "swiglu" else n, k, generator=gen)
+    kwargs = {"norm": {"rms_eps": 1e-5}, "residual": {"residual": torch.randn(m, n, generator=gen)},
+              "swiglu": {"rms_eps": 1e-5, "swiglu": True}}[variant]
+    out = fused_linear(x, weight, config=config, pdl=True, **kwargs)  # pdl: a no-op off Hopper
+    assert rel_err(out, fused_linear_reference(x, weight, **kwargs)) < 1e-5
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 16, 17, 256])
+@pytest.mark.parametrize("n, k, swiglu", [(3072, 1024, False), (1024, 1024, False), (2816, 1024, True),
+                                          (1024, 2816, False), (32000, 1024, False), (20, 36, True)])
+def test_tile_choice_by_batch(m, n, k, swiglu):
+    cfg = linear._tile_config(m, n, k, swiglu, 132)
+    if m <= linear.GEMV_MAX_ROWS:  # a GEMV: one program covers every row, all of K where it fits
+        assert cfg["kernel"] == "gemv" and cfg["BLOCK_M"] >= m and cfg["BLOCK_N"] >= 1
+        rows = cfg["BLOCK_N"] * (2 if swiglu else 1)
+        assert cfg["BLOCK_M"] * rows * cfg["BLOCK_K"] <= 32768 and 1 <= cfg["num_warps"] <= 8
+        assert cfg["BLOCK_K"] >= min(k, 1024)
+    else:  # tensor-core tiles need at least 16 rows
+        assert cfg["kernel"] == "dot" and cfg["BLOCK_M"] >= 16 and cfg["BLOCK_N"] >= 16
+    assert not linear.pdl_supported(torch.device("cpu"))
+
+
 def test_fused_linear_writes_into_out_and_rejects_a_wrong_one_on_cpu():
     gen = torch.Generator().manual_seed(7)
     x, weight = torch.randn(3, 36, generator=gen), torch.randn(20, 36, generator=gen)
@@ -111,7 +145,7 @@ cuda = pytest.mark.cuda
 
 
 @cuda
-@pytest.mark.parametrize("m", [1, 7, 64, 256])
+@pytest.mark.parametrize("m", [1, 2, 4, 7, 64, 256])
 @pytest.mark.parametrize("variant, n, k", [("norm", 3072, 1024), ("swiglu", 2816, 1024), ("residual", 1024, 1024),
                                            ("residual", 1024, 2816)])
 def test_fused_linear_matches_reference_on_cuda(m, variant, n, k):
@@ -199,3 +233,34 @@ def test_captured_fused_step_replays_like_eager_on_cuda():
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(static_out[:3], eager[:3])
+
+
+@cuda
+@pytest.mark.parametrize("batch", [1, 4, 8])
+def test_pdl_changes_timing_not_results_on_cuda(batch):
+    """The fused step launched with programmatic dependent launch, captured as a graph, is
+    bit-identical to the same step launched plainly: early starts never read unfinished data."""
+    from gpu_probe.model import ProbeModel
+
+    model = ProbeModel("small", device="cuda", num_blocks=1 + batch * 40, fused=True)
+    cache = model.kv_cache.fill_random_(3)
+    inputs = cache.decode_inputs([cache.add_sequence(300 + 40 * i) for i in range(batch)])
+    inputs["input_ids"] = torch.arange(batch, device="cuda") + 7
+    before = cache.kv.clone()
+    model.pdl = False
+    plain = model(**inputs).clone()
+    plain_kv = cache.kv.clone()
+    model.pdl = True
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        model(**inputs)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = model(**inputs)
+    cache.kv.copy_(before)
+    for _ in range(3):  # back to back (each rewrites the same new slot): kernels start early inside each
+        graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(static_out, plain) and torch.equal(cache.kv, plain_kv)

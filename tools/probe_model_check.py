@@ -114,7 +114,7 @@ def sweep_linear(rows: list) -> None:
             x = torch.randn(m, k, device="cuda").to(bf16)
             kwargs = {"norm": dict(rms_eps=1e-5), "swiglu": dict(rms_eps=1e-5, swiglu=True),
                       "res": dict(residual=torch.randn(m, n, device="cuda").to(bf16))}[kind]
-            cfgs = [dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=wp, num_stages=st)
+            cfgs = [dict(kernel="dot", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=wp, num_stages=st)
                     for bm, bn, bk, wp, st in configs]
             ok = []
             for cfg in cfgs + [None]:  # compile everything first, time afterwards with warm clocks

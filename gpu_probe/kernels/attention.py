@@ -22,9 +22,42 @@ import math
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+from gpu_probe.kernels.linear import pdl_supported
 
 NEG_BIG = tl.constexpr(-1.0e30)
 LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _load_kv_tile(table_row, k_ptr, v_ptr, t, hi, d, head_off, stride_slot, BLOCK_SIZE: tl.constexpr):
+    """Cached K and V of tokens t (masked at hi), gathered through the block table."""
+    mask_t = t < hi
+    block = tl.load(table_row + t // BLOCK_SIZE, mask=mask_t, other=0).to(tl.int64)
+    addr = (block * BLOCK_SIZE + t % BLOCK_SIZE) * stride_slot + head_off
+    keys = tl.load(k_ptr + addr[:, None] + d[None, :], mask=mask_t[:, None], other=0.0)
+    values = tl.load(v_ptr + addr[:, None] + d[None, :], mask=mask_t[:, None], other=0.0)
+    return keys, values, mask_t
+
+
+@triton.jit
+def _attend_tile(q_dot, keys, values, mask_t, run_max, run_sum, acc, IEEE: tl.constexpr):
+    """One online-softmax step (base 2) over a tile of cached tokens."""
+    if IEEE:
+        scores = tl.dot(q_dot, tl.trans(keys), input_precision="ieee")
+    else:
+        scores = tl.dot(q_dot, tl.trans(keys))  # [ROWS, BLOCK_N], fp32
+    scores = tl.where(mask_t[None, :], scores, NEG_BIG)
+    new_max = tl.maximum(run_max, tl.max(scores, axis=1))
+    alpha = tl.exp2(run_max - new_max)
+    p = tl.where(mask_t[None, :], tl.exp2(scores - new_max[:, None]), 0.0)
+    run_sum = run_sum * alpha + tl.sum(p, axis=1)
+    if IEEE:
+        acc = acc * alpha[:, None] + tl.dot(p, values, input_precision="ieee")
+    else:
+        acc = acc * alpha[:, None] + tl.dot(p.to(values.dtype), values)
+    return new_max, run_sum, acc
 
 
 @triton.jit
@@ -33,7 +66,9 @@ def _paged_attention_kernel(qkv_ptr, pos_ptr, table_ptr, slot_ptr, ctx_ptr, k_pt
                             stride_qkv, stride_table, stride_slot, max_pos, n_splits, qk_scale,
                             N_HEADS: tl.constexpr, N_KV_HEADS: tl.constexpr, GROUP: tl.constexpr,
                             ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-                            BLOCK_N: tl.constexpr, IEEE: tl.constexpr):
+                            BLOCK_N: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr):
+    if PDL:
+        gdc_launch_dependents()  # the next kernel may start streaming its weights now
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
@@ -44,16 +79,30 @@ def _paged_attention_kernel(qkv_ptr, pos_ptr, table_ptr, slot_ptr, ctx_ptr, k_pt
     d = tl.arange(0, HEAD_DIM)
     d_swap = (d + HALF) % HEAD_DIM  # rotate_half(x)[d] = sign[d] * x[d_swap]
     sign = tl.where(d < HALF, -1.0, 1.0)
+    head_off = kv_head * HEAD_DIM
+    table_row = table_ptr + seq * stride_table
 
+    # Up to the wait, nothing here is written by the QKV projection before us: the step's inputs,
+    # the RoPE tables and this split's first tile of cached K/V (the new token's slot is not in it).
     pos = tl.minimum(tl.maximum(tl.load(pos_ptr + seq), 0), max_pos)
     cos = tl.load(cos_ptr + pos * HALF + d % HALF)
     sin = tl.load(sin_ptr + pos * HALF + d % HALF) * sign
+    slot = tl.load(slot_ptr + seq).to(tl.int64)
+    # This split's share of the cached tokens [0, context_len - 1), in whole BLOCK_N tiles.
+    n_cached = tl.load(ctx_ptr + seq) - 1
+    share = tl.cdiv(tl.cdiv(n_cached, n_splits), BLOCK_N) * BLOCK_N
+    lo = split * share
+    hi = tl.minimum(lo + share, n_cached)
+    keys, values, mask_t = _load_kv_tile(table_row, k_ptr, v_ptr, lo + tl.arange(0, BLOCK_N), hi, d, head_off,
+                                         stride_slot, BLOCK_SIZE)
+    if PDL:
+        gdc_wait()
+
     row = qkv_ptr + seq * stride_qkv
     q = tl.load(row + heads[:, None] * HEAD_DIM + d[None, :], mask=mask_g[:, None], other=0.0).to(tl.float32)
     q_sw = tl.load(row + heads[:, None] * HEAD_DIM + d_swap[None, :], mask=mask_g[:, None], other=0.0).to(tl.float32)
     # Rotate, and fold the softmax scale (in log2 units) into q once.
     q_rot = (q * cos[None, :] + q_sw * sin[None, :]) * qk_scale
-
     k_row = row + (N_HEADS + kv_head) * HEAD_DIM
     v_row = row + (N_HEADS + N_KV_HEADS + kv_head) * HEAD_DIM
     k_new = tl.load(k_row + d).to(tl.float32) * cos + tl.load(k_row + d_swap).to(tl.float32) * sin
@@ -61,9 +110,7 @@ def _paged_attention_kernel(qkv_ptr, pos_ptr, table_ptr, slot_ptr, ctx_ptr, k_pt
 
     # The new token belongs to the last split: written to the cache, and scored from registers.
     is_last = split == n_splits - 1
-    slot = tl.load(slot_ptr + seq).to(tl.int64)
     write = is_last & (slot >= 0) & (d < HEAD_DIM)
-    head_off = kv_head * HEAD_DIM
     tl.store(k_ptr + slot * stride_slot + head_off + d, k_new.to(k_ptr.dtype.element_ty), mask=write)
     tl.store(v_ptr + slot * stride_slot + head_off + d, v_new.to(v_ptr.dtype.element_ty), mask=write)
 
@@ -72,33 +119,11 @@ def _paged_attention_kernel(qkv_ptr, pos_ptr, table_ptr, slot_ptr, ctx_ptr, k_pt
     run_sum = tl.where(is_last, 1.0, 0.0) + tl.zeros((ROWS,), dtype=tl.float32)
     acc = tl.where(is_last, 1.0, 0.0) * v_new[None, :] + tl.zeros((ROWS, HEAD_DIM), dtype=tl.float32)
     q_dot = q_rot.to(k_ptr.dtype.element_ty)
-
-    # This split's share of the cached tokens [0, context_len - 1), in whole BLOCK_N tiles.
-    n_cached = tl.load(ctx_ptr + seq) - 1
-    share = tl.cdiv(tl.cdiv(n_cached, n_splits), BLOCK_N) * BLOCK_N
-    lo = split * share
-    hi = tl.minimum(lo + share, n_cached)
-    for start in range(lo, hi, BLOCK_N):
-        t = start + tl.arange(0, BLOCK_N)
-        mask_t = t < hi
-        block = tl.load(table_ptr + seq * stride_table + t // BLOCK_SIZE, mask=mask_t, other=0).to(tl.int64)
-        addr = (block * BLOCK_SIZE + t % BLOCK_SIZE) * stride_slot + head_off
-        keys = tl.load(k_ptr + addr[:, None] + d[None, :], mask=mask_t[:, None], other=0.0)
-        values = tl.load(v_ptr + addr[:, None] + d[None, :], mask=mask_t[:, None], other=0.0)
-        if IEEE:
-            scores = tl.dot(q_dot, tl.trans(keys), input_precision="ieee")
-        else:
-            scores = tl.dot(q_dot, tl.trans(keys))  # [ROWS, BLOCK_N], fp32
-        scores = tl.where(mask_t[None, :], scores, NEG_BIG)
-        new_max = tl.maximum(run_max, tl.max(scores, axis=1))
-        alpha = tl.exp2(run_max - new_max)
-        p = tl.where(mask_t[None, :], tl.exp2(scores - new_max[:, None]), 0.0)
-        run_sum = run_sum * alpha + tl.sum(p, axis=1)
-        if IEEE:
-            acc = acc * alpha[:, None] + tl.dot(p, values, input_precision="ieee")
-        else:
-            acc = acc * alpha[:, None] + tl.dot(p.to(values.dtype), values)
-        run_max = new_max
+    run_max, run_sum, acc = _attend_tile(q_dot, keys, values, mask_t, run_max, run_sum, acc, IEEE)
+    for start in range(lo + BLOCK_N, hi, BLOCK_N):
+        keys, values, mask_t = _load_kv_tile(table_row, k_ptr, v_ptr, start + tl.arange(0, BLOCK_N), hi, d,
+                                             head_off, stride_slot, BLOCK_SIZE)
+        run_max, run_sum, acc = _attend_tile(q_dot, keys, values, mask_t, run_max, run_sum, acc, IEEE)
 
     has_any = run_sum > 0
     norm = tl.where(has_any, run_sum, 1.0)
@@ -111,8 +136,12 @@ def _paged_attention_kernel(qkv_ptr, pos_ptr, table_ptr, slot_ptr, ctx_ptr, k_pt
 
 @triton.jit
 def _merge_splits_kernel(part_ptr, lse_ptr, out_ptr, n_splits,
-                         N_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, SPLITS_P2: tl.constexpr):
+                         N_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, SPLITS_P2: tl.constexpr,
+                         PDL: tl.constexpr):
     """out[seq, head] = sum_s 2^(lse_s - lse) * part_s: one program per (sequence, head)."""
+    if PDL:
+        gdc_launch_dependents()
+        gdc_wait()
     seq = tl.program_id(0)
     head = tl.program_id(1)
     s = tl.arange(0, SPLITS_P2)
@@ -130,11 +159,13 @@ def _merge_splits_kernel(part_ptr, lse_ptr, out_ptr, n_splits,
 def paged_decode_attention(qkv: torch.Tensor, positions: torch.Tensor, block_tables: torch.Tensor,
                            slot_mapping: torch.Tensor, context_lens: torch.Tensor, k_cache: torch.Tensor,
                            v_cache: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_heads: int,
-                           n_kv_heads: int, n_splits: int = 1, block_n: int | None = None) -> torch.Tensor:
+                           n_kv_heads: int, n_splits: int = 1, block_n: int | None = None,
+                           pdl: bool = False) -> torch.Tensor:
     """RoPE + paged K/V write + decode attention; returns [B, n_heads * head_dim] in qkv's dtype.
 
     n_splits > 1 splits each sequence's context over that many programs (one extra, small
-    kernel merges them); n_splits = 1 writes the output directly.
+    kernel merges them); n_splits = 1 writes the output directly. pdl: programmatic dependent
+    launch (Hopper+; ignored elsewhere), as in linear.py.
     """
     batch = qkv.shape[0]
     num_blocks, block_size, kv_heads, head_dim = k_cache.shape
@@ -150,15 +181,18 @@ def paged_decode_attention(qkv: torch.Tensor, positions: torch.Tensor, block_tab
     group = n_heads // n_kv_heads
     if block_n is None:
         block_n = 32 if n_splits > 1 else 64
+    pdl = pdl and pdl_supported(qkv.device)
+    launch = {"launch_pdl": True} if pdl else {}  # only named when set: the CPU interpreter knows no such option
     _paged_attention_kernel[(batch, n_kv_heads, n_splits)](
         qkv, positions, block_tables, slot_mapping, context_lens, k_cache, v_cache, cos, sin, partial, lse,
         qkv.stride(0), block_tables.stride(0), k_cache.stride(1), cos.shape[0] - 1, n_splits,
         LOG2E / math.sqrt(head_dim),
         N_HEADS=n_heads, N_KV_HEADS=n_kv_heads, GROUP=group, ROWS=max(16, triton.next_power_of_2(group)),
-        HEAD_DIM=head_dim, BLOCK_SIZE=block_size, BLOCK_N=block_n, IEEE=qkv.dtype == torch.float32, num_warps=4)
+        HEAD_DIM=head_dim, BLOCK_SIZE=block_size, BLOCK_N=block_n, IEEE=qkv.dtype == torch.float32, PDL=pdl,
+        num_warps=4, **launch)
     if n_splits > 1:
         _merge_splits_kernel[(batch, n_heads)](partial, lse, out, n_splits, N_HEADS=n_heads, HEAD_DIM=head_dim,
-                                               SPLITS_P2=triton.next_power_of_2(n_splits))
+                                               SPLITS_P2=triton.next_power_of_2(n_splits), PDL=pdl, **launch)
     return out
 
 

@@ -1,4 +1,4 @@
-"""One GEMM kernel, y = x @ W^T, with the fusions a decoder layer needs around its projections.
+"""One GEMM, y = x @ W^T, with the fusions a decoder layer needs around its projections.
 
 - rms_eps: x is the un-normalised residual stream and W already holds the RMSNorm weight
   (folded per input column). The kernel accumulates sum(x^2) from the x tiles it streams
@@ -7,8 +7,14 @@
   same F-columns of gate and up with two accumulators and stores silu(gate) * up.
 - residual: the epilogue adds a residual tensor (the o_proj and down_proj residual adds).
 
-Accumulation is fp32 (tl.dot); at batch 1 this is a GEMV padded to a 16-row tile, which
-costs nothing extra because the step is bound by reading W.
+Two kernels share those epilogues. At batch <= GEMV_MAX_ROWS the step only streams W, so a
+GEMV on CUDA cores with a few output rows per program (hundreds of programs, all resident)
+beats a tensor-core tile, which would need 16 output columns per program and leave SMs idle.
+Larger batches use tl.dot tiles. Accumulation is fp32 in both.
+
+pdl (programmatic dependent launch, Hopper+): the kernel may start while the previous kernel
+in the stream is still finishing. Everything it reads before `gdc_wait` must not depend on that
+kernel -- here only W, so the GEMV has its first weight tile in flight before it waits.
 """
 from __future__ import annotations
 
@@ -17,27 +23,104 @@ import functools
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+GEMV_MAX_ROWS = 4  # above this the 3-D broadcast of the GEMV costs more registers than it saves
+
+
+@triton.jit
+def _epilogue(acc, acc_up, sum_sq, offs_m, offs_n, mask_m, mask_n, K, eps, out_ptr, res_ptr, stride_om, stride_rm,
+              NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr):
+    if NORM:
+        inv_rms = tl.rsqrt(sum_sq / K + eps)
+        acc = acc * inv_rms[:, None]
+        acc_up = acc_up * inv_rms[:, None]
+    if SWIGLU:
+        acc = acc * tl.sigmoid(acc) * acc_up
+    mask_out = mask_m[:, None] & mask_n[None, :]
+    if RESIDUAL:
+        res = tl.load(res_ptr + offs_m[:, None] * stride_rm + offs_n[None, :], mask=mask_out, other=0.0)
+        acc = acc + res.to(tl.float32)
+    tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], acc.to(out_ptr.dtype.element_ty),
+             mask=mask_out)
+
+
+@triton.jit
+def _gemv_weights(w_rows, up_shift, offs_k, mask_n, K, SWIGLU: tl.constexpr):
+    """One [BLOCK_N, BLOCK_K] tile of W (and of the up half when SWIGLU; else W again, unused)."""
+    mask = mask_n[:, None] & (offs_k < K)[None, :]
+    w = tl.load(w_rows + offs_k[None, :], mask=mask, other=0.0)
+    up = w
+    if SWIGLU:
+        up = tl.load(w_rows + up_shift + offs_k[None, :], mask=mask, other=0.0)
+    return w, up
+
+
+@triton.jit
+def _gemv_accumulate(a_ptr, stride_am, offs_m, mask_m, offs_k, K, w, up, acc, acc_up, sum_sq,
+                     NORM: tl.constexpr, SWIGLU: tl.constexpr):
+    a = tl.load(a_ptr + offs_m[:, None] * stride_am + offs_k[None, :],
+                mask=mask_m[:, None] & (offs_k < K)[None, :], other=0.0).to(tl.float32)
+    if NORM:
+        sum_sq += tl.sum(a * a, axis=1)
+    acc += tl.sum(a[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)
+    if SWIGLU:
+        acc_up += tl.sum(a[:, None, :] * up.to(tl.float32)[None, :, :], axis=2)
+    return acc, acc_up, sum_sq
+
+
+@triton.jit
+def _gemv_kernel(a_ptr, w_ptr, out_ptr, res_ptr,
+                 M, N, K, up_offset, stride_am, stride_wn, stride_om, stride_rm, eps,
+                 NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr, PDL: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    mask_m = offs_m < M
+    mask_n = offs_n < N
+    w_rows = w_ptr + offs_n[:, None] * stride_wn
+    up_shift = up_offset * stride_wn
+    if PDL:
+        gdc_launch_dependents()  # let the next kernel start its own weight loads too
+    w, up = _gemv_weights(w_rows, up_shift, offs_k, mask_n, K, SWIGLU)  # before the wait: W is not an input
+    if PDL:
+        gdc_wait()  # x and the residual come from earlier kernels
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    sum_sq = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    acc, acc_up, sum_sq = _gemv_accumulate(a_ptr, stride_am, offs_m, mask_m, offs_k, K, w, up, acc, acc_up, sum_sq,
+                                           NORM, SWIGLU)
+    for k0 in range(BLOCK_K, K, BLOCK_K):
+        w, up = _gemv_weights(w_rows, up_shift, k0 + offs_k, mask_n, K, SWIGLU)
+        acc, acc_up, sum_sq = _gemv_accumulate(a_ptr, stride_am, offs_m, mask_m, k0 + offs_k, K, w, up,
+                                               acc, acc_up, sum_sq, NORM, SWIGLU)
+    _epilogue(acc, acc_up, sum_sq, offs_m, offs_n, mask_m, mask_n, K, eps, out_ptr, res_ptr, stride_om, stride_rm,
+              NORM, SWIGLU, RESIDUAL)
 
 
 @triton.jit
 def _fused_linear_kernel(a_ptr, w_ptr, out_ptr, res_ptr,
                          M, N, K, up_offset, stride_am, stride_wn, stride_om, stride_rm, eps,
-                         NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr, IEEE: tl.constexpr,
-                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                         NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr, PDL: tl.constexpr,
+                         IEEE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     pid_n = tl.program_id(0)  # N first: neighbouring programs share the same x rows
     pid_m = tl.program_id(1)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     mask_m = offs_m < M
     mask_n = offs_n < N
+    if PDL:
+        gdc_launch_dependents()
+        gdc_wait()  # the K loop is software-pipelined: nothing to start before x is ready
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     sum_sq = tl.zeros((BLOCK_M,), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
         mask_k = offs_k < K
-        mask_a = mask_m[:, None] & mask_k[None, :]
-        a = tl.load(a_ptr + offs_m[:, None] * stride_am + offs_k[None, :], mask=mask_a, other=0.0)
+        a = tl.load(a_ptr + offs_m[:, None] * stride_am + offs_k[None, :], mask=mask_m[:, None] & mask_k[None, :],
+                    other=0.0)
         if NORM:
             a32 = a.to(tl.float32)
             sum_sq += tl.sum(a32 * a32, axis=1)
@@ -54,29 +137,30 @@ def _fused_linear_kernel(a_ptr, w_ptr, out_ptr, res_ptr,
                 acc_up = tl.dot(a, up_tile, acc_up, input_precision="ieee")
             else:
                 acc_up = tl.dot(a, up_tile, acc_up)
-    if NORM:
-        inv_rms = tl.rsqrt(sum_sq / K + eps)
-        acc = acc * inv_rms[:, None]
-        acc_up = acc_up * inv_rms[:, None]
-    if SWIGLU:
-        acc = acc * tl.sigmoid(acc) * acc_up
-    mask_out = mask_m[:, None] & mask_n[None, :]
-    if RESIDUAL:
-        res = tl.load(res_ptr + offs_m[:, None] * stride_rm + offs_n[None, :], mask=mask_out, other=0.0)
-        acc = acc + res.to(tl.float32)
-    tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], acc.to(out_ptr.dtype.element_ty),
-             mask=mask_out)
+    _epilogue(acc, acc_up, sum_sq, offs_m, offs_n, mask_m, mask_n, K, eps, out_ptr, res_ptr, stride_om, stride_rm,
+              NORM, SWIGLU, RESIDUAL)
 
 
 @functools.lru_cache(maxsize=None)  # host time matters in eager mode: one launch is already ~50 us of Python
 def _tile_config(m: int, n: int, k: int, swiglu: bool, num_sms: int) -> dict:
-    """Tiles by shape (no autotuning: deterministic, and nothing to tune inside a graph capture).
+    """Kernel and tiles by shape (no autotuning: deterministic, and nothing to tune inside a capture).
 
-    Batch <= 16 is a GEMV: one 16-row tile, and output tiles as wide as still gives most SMs a
-    program (the time is all in streaming W; measured on an H200, 16-wide tiles are only worth
-    it where N is too small for 32). Larger batches take 64-row tiles, narrowed until there are
-    enough programs.
+    GEMV (m <= GEMV_MAX_ROWS), from an H200 sweep (tools/kernel_sweep.py, per launch inside a graph,
+    with PDL): small programs win -- 2 weight rows each for 1024-row matrices, 4 for 3-6k rows, 8
+    for the LM head -- with one warp per 4k weight elements, and BLOCK_K covering all of K so the
+    whole tile is requested before the wait (down_proj: 2 x 2816 in one go).
+    Up to 16 rows: one 16-row tensor-core tile, output tiles as wide as still gives most SMs a
+    program. Larger batches take 64-row tiles, narrowed until there are enough programs.
     """
+    if m <= GEMV_MAX_ROWS:
+        rows = n * (2 if swiglu else 1)  # weight rows; a SwiGLU program reads its gate and up rows
+        rows_per_program = 2 if rows <= 16 * num_sms else 4 if rows <= 64 * num_sms else 8
+        block_n = max(1, rows_per_program // (2 if swiglu else 1))
+        block_m, block_k = triton.next_power_of_2(m), min(triton.next_power_of_2(k), 4096)
+        while block_m * rows_per_program * block_k > 32768 and block_k > 64:
+            block_k //= 2
+        warps = min(8, max(1, rows_per_program * block_k // 4096))
+        return {"kernel": "gemv", "BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "num_warps": warps}
     if m <= 16:
         block_m, block_k = 16, 128
         if -(-n // 128) >= num_sms:
@@ -92,7 +176,7 @@ def _tile_config(m: int, n: int, k: int, swiglu: bool, num_sms: int) -> dict:
         while -(-m // block_m) * -(-n // block_n) < num_sms // 2 and block_n > 32:
             block_n //= 2
         block_k = 64 if block_m == 64 else 128
-    return {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "num_warps": 4,
+    return {"kernel": "dot", "BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "num_warps": 4,
             "num_stages": 3 if swiglu and block_m == 64 else 4}
 
 
@@ -108,13 +192,21 @@ def _num_sms(device: torch.device) -> int:
     return _SMS[index]
 
 
+@functools.lru_cache(maxsize=None)
+def pdl_supported(device: torch.device) -> bool:
+    """Programmatic dependent launch needs a Hopper-or-newer GPU (the interpreter has no such thing)."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+
+
 def fused_linear(x: torch.Tensor, weight: torch.Tensor, *, rms_eps: float | None = None, swiglu: bool = False,
                  residual: torch.Tensor | None = None, config: dict | None = None,
-                 out: torch.Tensor | None = None) -> torch.Tensor:
+                 out: torch.Tensor | None = None, pdl: bool = False) -> torch.Tensor:
     """x[M, K] @ weight[N (or 2F when swiglu), K]^T with the fusions of the module doc; returns [M, N or F].
 
     out: write the result there (shape [M, N or F], weight's dtype, rows contiguous) instead of a new
     tensor -- e.g. a graph runner's static logits buffer, which lives outside the graph's pool.
+    config: a `_tile_config`-shaped dict to override the choice of kernel and tiles (sweeps, tests).
+    pdl: launch with programmatic dependent launch (ignored where `pdl_supported` is False).
     """
     m, k = x.shape
     n_out = weight.shape[0] // 2 if swiglu else weight.shape[0]
@@ -125,14 +217,20 @@ def fused_linear(x: torch.Tensor, weight: torch.Tensor, *, rms_eps: float | None
             or out.stride(1) != 1:
         raise ValueError(f"out must be a [{m}, {n_out}] {weight.dtype} tensor on {weight.device} with contiguous "
                          f"rows, got {list(out.shape)} {out.dtype} on {out.device} with strides {out.stride()}")
-    cfg = config or _tile_config(m, n_out, k, swiglu, _num_sms(weight.device))  # shared: never mutate
-    grid = (triton.cdiv(n_out, cfg["BLOCK_N"]), triton.cdiv(m, cfg["BLOCK_M"]))
+    cfg = dict(config or _tile_config(m, n_out, k, swiglu, _num_sms(weight.device)))  # a copy: the cache is shared
+    kernel = cfg.pop("kernel")
+    pdl = pdl and pdl_supported(weight.device)
+    if pdl:
+        cfg["launch_pdl"] = True  # only named when set: the CPU interpreter knows no such option
     res = residual if residual is not None else out
-    _fused_linear_kernel[grid](
-        x, weight, out, res, m, n_out, k, n_out, x.stride(0), weight.stride(0), out.stride(0), res.stride(0),
-        rms_eps if rms_eps is not None else 0.0,
-        NORM=rms_eps is not None, SWIGLU=swiglu, RESIDUAL=residual is not None, IEEE=weight.dtype == torch.float32,
-        **cfg)
+    args = (x, weight, out, res, m, n_out, k, n_out, x.stride(0), weight.stride(0), out.stride(0), res.stride(0),
+            rms_eps if rms_eps is not None else 0.0)
+    flags = dict(NORM=rms_eps is not None, SWIGLU=swiglu, RESIDUAL=residual is not None, PDL=pdl)
+    if kernel == "gemv":
+        _gemv_kernel[(triton.cdiv(n_out, cfg["BLOCK_N"]),)](*args, **flags, **cfg)
+    else:
+        grid = (triton.cdiv(n_out, cfg["BLOCK_N"]), triton.cdiv(m, cfg["BLOCK_M"]))
+        _fused_linear_kernel[grid](*args, **flags, IEEE=weight.dtype == torch.float32, **cfg)
     return out
 
 
