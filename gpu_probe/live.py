@@ -2,7 +2,9 @@
 
 `run_probe` returns the result as a plain dict and never loses what it has gathered: an
 out-of-memory error during a capture or a mode is recorded under `errors` and the run goes
-on with the rest. `measure` wraps it into a schema-checked `ProbeResult` for the page.
+on with the rest. `measure` wraps it into a schema-checked `ProbeResult` for the page. The
+model, KV pool and captured graphs live in a `ProbeSession` (gpu_probe/session.py), built per
+run by the CLI and kept across runs by the page (`open_session`).
 """
 from __future__ import annotations
 
@@ -60,21 +62,32 @@ def _positive_ints(values, what: str) -> list[int]:
     return sorted(set(ints))
 
 
-def measure(preset: str = "small", batches=DEFAULT_BATCHES, modes=MODES, progress=None, **kwargs) -> ProbeResult:
-    """Run the probe on this GPU and return the checked result (for the page)."""
-    return load_result(run_probe(preset, batches, modes, progress=progress, **kwargs))
+def measure(preset: str = "small", batches=DEFAULT_BATCHES, modes=MODES, progress=None, session=None,
+            **kwargs) -> ProbeResult:
+    """Run the probe on this GPU and return the checked result (for the page).
+
+    session: a `ProbeSession` from `open_session` to measure with, so its model and captured graphs
+    are reused rather than built again (the page keeps one per server)."""
+    return load_result(run_probe(preset, batches, modes, progress=progress, session=session, **kwargs))
+
+
+def open_session(preset: str = "small", rows: int = max(DEFAULT_BATCHES), buckets=DEFAULT_BUCKETS,
+                 graph_modes=("graph", "fused+graph"), progress=None) -> "ProbeSession":
+    """Build the model, its KV pool and the CUDA graphs once, for any number of `measure` calls."""
+    from gpu_probe.session import ProbeSession
+
+    req = validate_request(preset, [rows], list(graph_modes) or ["eager"], buckets, 100, 10)
+    return ProbeSession(req["preset"], rows, req["buckets"], [m for m in graph_modes if m in MODES], progress)
 
 
 def run_probe(preset: str = "small", batches=DEFAULT_BATCHES, modes=MODES, buckets=None, steps: int = 100,
-              warmup: int = 10, trace_dir=None, progress=None, command: str = "", checkpoint=None) -> dict:
+              warmup: int = 10, trace_dir=None, progress=None, command: str = "", checkpoint=None,
+              session=None) -> dict:
     """The whole probe as a result dict (see gpu_probe.result); `checkpoint(out)` after each run."""
     import torch
 
     from gpu_probe import measure as m
-    from gpu_probe.compile_peer import CompilePeer
-    from gpu_probe.config import get_config
-    from gpu_probe.graph_runner import GraphRunner, bucket_for, make_batch
-    from gpu_probe.model import ProbeModel
+    from gpu_probe.session import ProbeSession
 
     req = validate_request(preset, batches, modes, buckets or DEFAULT_BUCKETS, steps, warmup)
     if not torch.cuda.is_available():
@@ -83,132 +96,23 @@ def run_probe(preset: str = "small", batches=DEFAULT_BATCHES, modes=MODES, bucke
     trace_dir = Path(trace_dir) if trace_dir else None
     if trace_dir:
         trace_dir.mkdir(parents=True, exist_ok=True)
-    cfg = get_config(req["preset"])
     rows = max(max(req["batches"]), max(req["buckets"]))
-    blocks_per_seq = -(-cfg.prefill_len // cfg.block_size)
-    errors: list[str] = []
+    graph_modes = [mode for mode in ("graph", "fused+graph") if mode in req["modes"]]
     out = {
         "schema": 1, "device": torch.cuda.get_device_name(), "torch": torch.__version__,
         "cuda": str(torch.version.cuda), "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "command": command or f"gpu_probe.live.run_probe({req})", "runs": [], "captures": [], "checks": {},
-        "errors": errors, "settings": {**req, "context_len": cfg.prefill_len, "num_blocks": 1 + rows * blocks_per_seq},
+        "errors": [], "settings": {**req},
     }
-
-    def failed(where: str, err: Exception) -> None:
-        # Recorded, and the run goes on: what was gathered so far is still written.
-        first = (str(err).splitlines() or [""])[0][:200]
-        if isinstance(err, torch.cuda.OutOfMemoryError):
-            errors.append(f"{where}: CUDA out of memory ({first})")
-            torch.cuda.empty_cache()
-        else:
-            errors.append(f"{where}: {type(err).__name__}: {first}")
-        say(errors[-1])
-
-    def check(name: str, fn, *args) -> None:
-        try:
-            out["checks"].update(fn(*args))
-        except Exception as err:  # noqa: BLE001 - a broken check is a failed check, not a lost run
-            failed(f"check {name}", err)
-            out["checks"][name] = {"passed": False, "detail": f"raised {type(err).__name__}"}
-
     say("measuring HBM copy bandwidth")
     out["hbm_copy_GBps"] = m.hbm_copy_GBps()
-    say(f"building the {cfg.name} model ({cfg.n_layers} layers) with a KV pool for {rows} sequences")
-    try:
-        with torch.no_grad():
-            model = ProbeModel(cfg, device="cuda", num_blocks=out["settings"]["num_blocks"])
-            model.kv_cache.fill_random_(seed=cfg.seed + 1)
-            batch = make_batch(model, rows, seed=cfg.seed + 2)
-    except Exception as err:  # noqa: BLE001
-        failed(f"building the model and a KV pool for {rows} sequences", err)
-        out["model"] = {"config": cfg.to_dict(), "n_params": cfg.n_params,
-                        "weight_bytes": cfg.n_params * cfg.bytes_per_el, "read_bytes": cfg.weight_bytes}
-        return out
-    params = list(model.parameters())
-    out["model"] = {"config": cfg.to_dict(), "n_params": sum(p.numel() for p in params),
-                    "weight_bytes": sum(p.numel() * p.element_size() for p in params),
-                    "read_bytes": model.weight_bytes, "fusions": model.fusion_report()}
-    check("fused_vs_unfused", m.check_fused_vs_unfused, model, batch)
-
-    runners = {}
-    for mode, fused in (("graph", False), ("fused+graph", True)):
-        if mode not in req["modes"]:
-            continue
-        variant = "fused" if fused else "unfused"
-        model.fused = fused
-        try:
-            runner = GraphRunner(model, buckets=req["buckets"], progress=lambda s, v=variant: say(f"{v}: {s}"))
-        except Exception as err:  # noqa: BLE001
-            failed(f"capturing {variant} graphs", err)
-            continue
-        runners[mode] = runner
-        out["captures"] += [dict(c.to_dict(), variant=variant) for c in runner.captures]
-        say(f"{variant}: checking graph == eager and the KV canary for {len(runner.buckets)} buckets")
-        try:
-            for name, result in m.check_graph_vs_eager(runner, model, batch).items():
-                merged = out["checks"].setdefault(name, {"passed": True, "detail": result["detail"]})
-                merged["passed"] = merged["passed"] and result["passed"]
-                merged[variant] = result
-        except Exception as err:  # noqa: BLE001
-            failed(f"check graph_vs_eager ({variant})", err)
-            out["checks"]["graph_vs_eager"] = {"passed": False, "detail": f"raised {type(err).__name__}"}
-    if runners:
-        runner = runners.get("fused+graph") or runners["graph"]
-        say("checking the padding assertion with the bug on and off")
-        check("padding_assertion", m.check_padding_assertion, runner, batch)
-        # Allocated once outside the graph pool (inputs, logits, fused workspace): not in any graph_mem_bytes.
-        out["settings"]["static_buffer_bytes"] = runner.static_buffer_bytes
-        out["settings"]["static_logits_bytes"] = runner.static_logits_bytes
-        out["settings"]["static_workspace_bytes"] = runner.workspace_bytes
-
-    peer = None
-    for mode in req["modes"]:
-        for n in req["batches"]:
-            rows_n = batch.head(n)
-            inputs = rows_n.as_dict()
-            bucket, fallback = None, False
-            if mode in ("eager", "fused"):
-                fused = mode == "fused"
-
-                def step(inputs=inputs, fused=fused):
-                    model.fused = fused
-                    return model(**inputs)
-            elif mode == "compile":
-                if peer is None:
-                    peer = CompilePeer(model)
-                say(f"compile: compiling for batch {n}")
-                try:
-                    peer.warm(rows_n)
-                except Exception as err:  # noqa: BLE001
-                    failed(f"compile at batch {n}", err)
-                    continue
-                step = lambda rows_n=rows_n: peer(rows_n)  # noqa: E731
-            else:
-                if mode not in runners:
-                    continue
-                runner = runners[mode]
-                bucket = bucket_for(n, runner.buckets)
-                fallback = bucket is None
-                step = lambda rows_n=rows_n, runner=runner: runner.run(rows_n)  # noqa: E731
-            say(f"{mode}: timing batch {n}")
-            slug = f"{mode.replace('+', '_')}_b{n}.json"
-            try:
-                with torch.no_grad():
-                    timing = m.time_steps(step, steps=req["steps"], warmup=req["warmup"])
-                    traced = m.profile_step(step, label=f"{mode} · batch {n}",
-                                            trace_path=trace_dir / slug if trace_dir else None)
-            except Exception as err:  # noqa: BLE001
-                failed(f"{mode} at batch {n}", err)
-                continue
-            out["runs"].append(m.run_record(mode, n, timing, traced, cfg.n_layers, bucket, fallback))
-            if checkpoint:
-                try:
-                    checkpoint(out)
-                except (OSError, ValueError) as err:
-                    say(f"could not save the partial result ({err})")
-    if peer is not None:
-        seen = [r["graph_launches"] > 0 for r in out["runs"] if r["mode"] == "compile"]
-        check("compile_cudagraphs", peer.check, all(seen) if seen else None)
+    if session is None:
+        session = ProbeSession(req["preset"], rows, req["buckets"], graph_modes, say)
+    elif not session.serves(req["preset"], rows, req["buckets"], graph_modes):
+        raise ValueError(f"this probe session was built for {session.describe()}, not for {req}")
+    else:
+        say(f"reusing the {session.cfg.name} model and its captured graphs")
+    session.measure_into(out, req, say, trace_dir, checkpoint)
     return out
 
 

@@ -146,9 +146,17 @@ def stub_gpu(recorded, monkeypatch):
     """Pretend CUDA is present; `measure` returns a canned run (the real path runs on the H200)."""
     import gpu_probe.live as live
 
-    calls = []
+    calls, sessions = [], []
 
-    def fake_measure(preset, batches, modes, progress):
+    class FakeSession:
+        errors: list = []
+
+    def fake_open_session(preset, rows, progress=None):
+        sessions.append((preset, rows))
+        return FakeSession()
+
+    def fake_measure(preset, batches, modes, progress, session=None):
+        assert isinstance(session, FakeSession)  # measured with the cached model and graphs
         for message in (
             "measuring HBM copy bandwidth",
             "unfused: capturing bucket 8",
@@ -162,6 +170,8 @@ def stub_gpu(recorded, monkeypatch):
 
     monkeypatch.setattr(live, "cuda_available", lambda: True)
     monkeypatch.setattr(live, "measure", fake_measure)
+    monkeypatch.setattr(live, "open_session", fake_open_session)
+    fake_measure.sessions = sessions
     return fake_measure, calls
 
 
@@ -176,6 +186,17 @@ def test_measure_on_this_gpu_runs_once_and_is_shared(stub_gpu):
     at.run()
     again = probe_page(pr_live="true")  # another session: the cached measurement, not a new one
     assert not again.exception and len(calls) == 1
+
+
+def test_a_new_measurement_reuses_the_model_and_graphs(stub_gpu, monkeypatch):
+    fake_measure, calls = stub_gpu
+    from ui import probe_live
+
+    assert not probe_page(pr_live="true").exception
+    monkeypatch.setattr(probe_live, "LIVE_BATCHES", (1, 8))  # other settings: measured again...
+    assert not probe_page(pr_live="true").exception
+    assert [c[1] for c in calls] == [(1, 8, 64, 256), (1, 8)]
+    assert fake_measure.sessions == [("small", 256)]  # ...with the model and graphs built once
 
 
 def test_out_of_memory_while_measuring_is_a_clear_message(stub_gpu):

@@ -1,6 +1,9 @@
 """The probe tab's "Measure on this GPU": the probe run live, one run at a time per server.
 
-torch is imported only here, and only when a measurement starts (through `gpu_probe.live`).
+The model, its KV pool and the captured CUDA graphs are built once per server and kept
+(st.cache_resource); every session measures with them under one lock, because the graphs'
+static input and output buffers are shared. torch is imported only here, and only when a
+measurement starts (through `gpu_probe.live`).
 """
 
 from __future__ import annotations
@@ -25,6 +28,13 @@ def _live_store() -> dict:
     # Shared by every session: the graphs' static buffers are too, so one lock serialises
     # capture and replay, and a finished measurement is kept for the next reader.
     return {"lock": threading.Lock(), "results": {}}
+
+
+@st.cache_resource(show_spinner=False, max_entries=1)  # one model + graph set on the GPU at a time
+def _probe_session(preset: str, rows: int, _progress):
+    from gpu_probe import live
+
+    return live.open_session(preset, rows=rows, progress=_progress)
 
 
 def _phase(message: str) -> str:
@@ -52,7 +62,12 @@ def measure_live(batches=None):
                     status.write(message)
 
                 try:
-                    store["results"][key] = live.measure("small", batches=key, modes=MODES, progress=progress)
+                    # Built under the lock, once: sized for the default batches, so other settings reuse it.
+                    session = _probe_session("small", max(256, *key), progress)
+                    store["results"][key] = live.measure("small", batches=key, modes=MODES, progress=progress,
+                                                         session=session)
+                    if getattr(session, "errors", None):
+                        _probe_session.clear()  # built only in part (e.g. out of memory): build afresh next time
                 except Exception as err:  # noqa: BLE001 - the page must say what happened, not trace back
                     if "out of memory" in str(err).lower() or type(err).__name__ == "OutOfMemoryError":
                         status.update(label="Out of GPU memory", state="error")

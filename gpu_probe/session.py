@@ -1,0 +1,179 @@
+"""What a probe run measures with, built once: the model and its KV pool, a batch of random
+sequences, the captured CUDA graphs per variant, and the checks made when they were captured.
+
+The CLI builds one per run; the page keeps one per server (st.cache_resource), so a second
+"Measure on this GPU" neither rebuilds the model nor recaptures graphs. Not thread-safe: the
+graphs' static buffers are shared, so callers serialise capture and replay with one lock.
+Errors never escape: an out-of-memory error while building or measuring is recorded and the
+rest goes on, so what was gathered is still written.
+"""
+from __future__ import annotations
+
+import torch
+
+from gpu_probe import measure as m
+from gpu_probe.compile_peer import CompilePeer
+from gpu_probe.config import get_config
+from gpu_probe.graph_runner import GraphRunner, bucket_for, make_batch
+from gpu_probe.model import ProbeModel
+
+
+def record_failure(errors: list[str], where: str, err: Exception, say) -> None:
+    first = (str(err).splitlines() or [""])[0][:200]
+    if isinstance(err, torch.cuda.OutOfMemoryError):
+        errors.append(f"{where}: CUDA out of memory ({first})")
+        torch.cuda.empty_cache()
+    else:
+        errors.append(f"{where}: {type(err).__name__}: {first}")
+    say(errors[-1])
+
+
+class ProbeSession:
+    def __init__(self, preset: str, rows: int, buckets: list[int], graph_modes, progress=None):
+        self.cfg = cfg = get_config(preset)
+        self.rows, self.buckets, self.graph_modes = rows, list(buckets), list(graph_modes)
+        self.num_blocks = 1 + rows * -(-cfg.prefill_len // cfg.block_size)
+        self.errors: list[str] = []  # from building: copied into every result
+        self.checks: dict = {}
+        self.captures: list[dict] = []
+        self.runners: dict[str, GraphRunner] = {}
+        self.static: dict[str, int] = {}
+        self.model = self.batch = self.peer = None
+        self.model_info = {"config": cfg.to_dict(), "n_params": cfg.n_params,
+                           "weight_bytes": cfg.n_params * cfg.bytes_per_el, "read_bytes": cfg.weight_bytes}
+        self._build(progress or (lambda msg: None))
+
+    def serves(self, preset: str, rows: int, buckets, graph_modes) -> bool:
+        return (preset == self.cfg.name and rows <= self.rows and list(buckets) == self.buckets
+                and set(graph_modes) <= set(self.graph_modes))
+
+    def describe(self) -> str:
+        return f"preset {self.cfg.name}, {self.rows} rows, buckets {self.buckets}, graphs {self.graph_modes}"
+
+    # ---- building ------------------------------------------------------------------------------
+    def _check(self, name: str, say, fn, *args) -> None:
+        try:
+            self.checks.update(fn(*args))
+        except Exception as err:  # noqa: BLE001 - a broken check is a failed check, not a lost run
+            record_failure(self.errors, f"check {name}", err, say)
+            self.checks[name] = {"passed": False, "detail": f"raised {type(err).__name__}"}
+
+    def _build(self, say) -> None:
+        cfg = self.cfg
+        say(f"building the {cfg.name} model ({cfg.n_layers} layers) with a KV pool for {self.rows} sequences")
+        try:
+            with torch.no_grad():
+                model = ProbeModel(cfg, device="cuda", num_blocks=self.num_blocks)
+                model.kv_cache.fill_random_(seed=cfg.seed + 1)
+                self.batch = make_batch(model, self.rows, seed=cfg.seed + 2)
+        except Exception as err:  # noqa: BLE001
+            record_failure(self.errors, f"building the model and a KV pool for {self.rows} sequences", err, say)
+            return
+        self.model = model
+        params = list(model.parameters())
+        self.model_info = {"config": cfg.to_dict(), "n_params": sum(p.numel() for p in params),
+                           "weight_bytes": sum(p.numel() * p.element_size() for p in params),
+                           "read_bytes": model.weight_bytes, "fusions": model.fusion_report()}
+        self._check("fused_vs_unfused", say, m.check_fused_vs_unfused, model, self.batch)
+        for mode, fused in (("graph", False), ("fused+graph", True)):
+            if mode in self.graph_modes:
+                self._capture(mode, fused, say)
+        if self.runners:
+            runner = self.runners.get("fused+graph") or self.runners["graph"]
+            say("checking the padding assertion with the bug on and off")
+            self._check("padding_assertion", say, m.check_padding_assertion, runner, self.batch)
+            # Allocated once outside the graph pool (inputs, logits, fused workspace): not in any graph_mem_bytes.
+            self.static = {"static_buffer_bytes": runner.static_buffer_bytes,
+                           "static_logits_bytes": runner.static_logits_bytes,
+                           "static_workspace_bytes": runner.workspace_bytes}
+
+    def _capture(self, mode: str, fused: bool, say) -> None:
+        variant = "fused" if fused else "unfused"
+        self.model.fused = fused
+        try:
+            runner = GraphRunner(self.model, buckets=self.buckets, progress=lambda s: say(f"{variant}: {s}"))
+        except Exception as err:  # noqa: BLE001
+            record_failure(self.errors, f"capturing {variant} graphs", err, say)
+            return
+        self.runners[mode] = runner
+        self.captures += [dict(c.to_dict(), variant=variant) for c in runner.captures]
+        say(f"{variant}: checking graph == eager and the KV canary for {len(runner.buckets)} buckets")
+        try:
+            for name, result in m.check_graph_vs_eager(runner, self.model, self.batch).items():
+                merged = self.checks.setdefault(name, {"passed": True, "detail": result["detail"]})
+                merged["passed"] = merged["passed"] and result["passed"]
+                merged[variant] = result
+        except Exception as err:  # noqa: BLE001
+            record_failure(self.errors, f"check graph_vs_eager ({variant})", err, say)
+            self.checks["graph_vs_eager"] = {"passed": False, "detail": f"raised {type(err).__name__}"}
+
+    # ---- measuring -----------------------------------------------------------------------------
+    def measure_into(self, out: dict, req: dict, say, trace_dir=None, checkpoint=None) -> None:
+        """Time and profile every (mode, batch) of `req` into the result dict `out`."""
+        out["model"] = dict(self.model_info)
+        out["errors"] += self.errors
+        out["checks"].update({name: dict(check) for name, check in self.checks.items()})
+        out["captures"] += [dict(c) for c in self.captures]
+        out["settings"].update(context_len=self.cfg.prefill_len, num_blocks=self.num_blocks, **self.static)
+        if self.model is None:
+            return
+        compile_ran = False
+        for mode in req["modes"]:
+            for n in req["batches"]:
+                rows = self.batch.head(n)
+                bucket, fallback = None, False
+                if mode == "compile":
+                    compile_ran = True
+                    if not self._warm_compile(rows, n, out["errors"], say):
+                        continue
+                    step = lambda rows=rows: self.peer(rows)  # noqa: E731
+                elif mode in ("eager", "fused"):
+                    step = lambda inputs=rows.as_dict(), fused=mode == "fused": self._eager(inputs, fused)  # noqa: E731
+                elif mode in self.runners:
+                    runner = self.runners[mode]
+                    bucket = bucket_for(n, runner.buckets)
+                    fallback = bucket is None
+                    step = lambda rows=rows, runner=runner: runner.run(rows)  # noqa: E731
+                else:
+                    continue  # its graphs could not be captured: recorded under errors
+                self._time(out, mode, n, step, req, bucket, fallback, say, trace_dir, checkpoint)
+        if compile_ran and self.peer is not None:
+            seen = [r["graph_launches"] > 0 for r in out["runs"] if r["mode"] == "compile"]
+            try:
+                out["checks"].update(self.peer.check(all(seen) if seen else None))
+            except Exception as err:  # noqa: BLE001
+                record_failure(out["errors"], "check compile_cudagraphs", err, say)
+                out["checks"]["compile_cudagraphs"] = {"passed": False, "detail": f"raised {type(err).__name__}"}
+
+    def _eager(self, inputs: dict, fused: bool):
+        self.model.fused = fused
+        return self.model(**inputs)
+
+    def _warm_compile(self, rows, n: int, errors: list[str], say) -> bool:
+        if self.peer is None:
+            self.peer = CompilePeer(self.model)  # kept: torch.compile's graphs are reused by later runs
+        say(f"compile: compiling for batch {n}")
+        try:
+            self.peer.warm(rows)
+            return True
+        except Exception as err:  # noqa: BLE001
+            record_failure(errors, f"compile at batch {n}", err, say)
+            return False
+
+    def _time(self, out, mode, n, step, req, bucket, fallback, say, trace_dir, checkpoint) -> None:
+        say(f"{mode}: timing batch {n}")
+        slug = f"{mode.replace('+', '_')}_b{n}.json"
+        try:
+            with torch.no_grad():
+                timing = m.time_steps(step, steps=req["steps"], warmup=req["warmup"])
+                traced = m.profile_step(step, label=f"{mode} · batch {n}",
+                                        trace_path=trace_dir / slug if trace_dir else None)
+        except Exception as err:  # noqa: BLE001
+            record_failure(out["errors"], f"{mode} at batch {n}", err, say)
+            return
+        out["runs"].append(m.run_record(mode, n, timing, traced, self.cfg.n_layers, bucket, fallback))
+        if checkpoint:
+            try:
+                checkpoint(out)
+            except (OSError, ValueError) as err:
+                say(f"could not save the partial result ({err})")
