@@ -120,8 +120,9 @@ class ProbeModel(nn.Module):
         device = torch.device(device) if device is not None else torch.device("cpu")
         dtype = getattr(torch, cfg.dtype)
         self.cfg, self.fused, self.dtype = cfg, fused, dtype
-        # Fused kernels launch with programmatic dependent launch where the GPU has it (Hopper+):
-        # each may start, and put its weight loads in flight, while the previous one drains.
+        # At batch <= GEMV_MAX_ROWS the fused kernels launch with programmatic dependent launch where
+        # the GPU has it (Hopper+): each may start, and put its weight loads in flight, while the
+        # previous one drains. Larger batches run tensor-core GEMMs, launched plainly (linear.py).
         self.pdl = True
         gen = torch.Generator(device=device).manual_seed(cfg.seed)
         self.tok_embeddings = nn.Parameter(torch.randn(cfg.vocab, cfg.hidden, generator=gen, device=device)
@@ -274,11 +275,12 @@ class ProbeModel(nn.Module):
         if self.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
             raise RuntimeError("the fused path needs CUDA, or TRITON_INTERPRET=1 set before triton is imported")
         from gpu_probe.kernels import fused_linear, paged_decode_attention
+        from gpu_probe.kernels.linear import GEMV_MAX_ROWS
 
         cfg = self.cfg
         batch = input_ids.shape[0]
         splits = self.attention_splits(batch)
-        pdl = self.pdl
+        pdl = self.pdl and batch <= GEMV_MAX_ROWS
         qkv_out = workspace["qkv"][:batch] if workspace is not None else None
         act_out = workspace["act"][:batch] if workspace is not None else None
         h = F.embedding(input_ids, self.tok_embeddings)

@@ -236,7 +236,7 @@ def test_captured_fused_step_replays_like_eager_on_cuda():
 
 
 @cuda
-@pytest.mark.parametrize("batch", [1, 4, 8])
+@pytest.mark.parametrize("batch", [1, 2, 4])  # PDL is used up to GEMV_MAX_ROWS
 def test_pdl_changes_timing_not_results_on_cuda(batch):
     """The fused step launched with programmatic dependent launch, captured as a graph, is
     bit-identical to the same step launched plainly: early starts never read unfinished data."""

@@ -12,9 +12,11 @@ GEMV on CUDA cores with a few output rows per program (hundreds of programs, all
 beats a tensor-core tile, which would need 16 output columns per program and leave SMs idle.
 Larger batches use tl.dot tiles. Accumulation is fp32 in both.
 
-pdl (programmatic dependent launch, Hopper+): the kernel may start while the previous kernel
-in the stream is still finishing. Everything it reads before `gdc_wait` must not depend on that
-kernel -- here only W, so the GEMV has its first weight tile in flight before it waits.
+pdl (programmatic dependent launch, Hopper+; the GEMV only): the kernel may start while the
+previous kernel in the stream is still finishing. Everything it reads before `gdc_wait` must not
+depend on that kernel -- here only W, so the GEMV has its first weight tile in flight before it
+waits. The tensor-core kernel launches plainly: with PDL its graph replays stopped being
+bit-identical to eager steps at >= 33 rows on the H200 (cause not pinned down; see NOTES.md).
 """
 from __future__ import annotations
 
@@ -102,7 +104,7 @@ def _gemv_kernel(a_ptr, w_ptr, out_ptr, res_ptr,
 @triton.jit
 def _fused_linear_kernel(a_ptr, w_ptr, out_ptr, res_ptr,
                          M, N, K, up_offset, stride_am, stride_wn, stride_om, stride_rm, eps,
-                         NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr, PDL: tl.constexpr,
+                         NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr,
                          IEEE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     pid_n = tl.program_id(0)  # N first: neighbouring programs share the same x rows
     pid_m = tl.program_id(1)
@@ -110,9 +112,6 @@ def _fused_linear_kernel(a_ptr, w_ptr, out_ptr, res_ptr,
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     mask_m = offs_m < M
     mask_n = offs_n < N
-    if PDL:
-        gdc_launch_dependents()
-        gdc_wait()  # the K loop is software-pipelined: nothing to start before x is ready
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     sum_sq = tl.zeros((BLOCK_M,), dtype=tl.float32)
@@ -206,7 +205,8 @@ def fused_linear(x: torch.Tensor, weight: torch.Tensor, *, rms_eps: float | None
     out: write the result there (shape [M, N or F], weight's dtype, rows contiguous) instead of a new
     tensor -- e.g. a graph runner's static logits buffer, which lives outside the graph's pool.
     config: a `_tile_config`-shaped dict to override the choice of kernel and tiles (sweeps, tests).
-    pdl: launch with programmatic dependent launch (ignored where `pdl_supported` is False).
+    pdl: launch the GEMV with programmatic dependent launch (ignored for the tensor-core kernel and
+    where `pdl_supported` is False).
     """
     m, k = x.shape
     n_out = weight.shape[0] // 2 if swiglu else weight.shape[0]
@@ -219,15 +219,15 @@ def fused_linear(x: torch.Tensor, weight: torch.Tensor, *, rms_eps: float | None
                          f"rows, got {list(out.shape)} {out.dtype} on {out.device} with strides {out.stride()}")
     cfg = dict(config or _tile_config(m, n_out, k, swiglu, _num_sms(weight.device)))  # a copy: the cache is shared
     kernel = cfg.pop("kernel")
-    pdl = pdl and pdl_supported(weight.device)
-    if pdl:
-        cfg["launch_pdl"] = True  # only named when set: the CPU interpreter knows no such option
     res = residual if residual is not None else out
     args = (x, weight, out, res, m, n_out, k, n_out, x.stride(0), weight.stride(0), out.stride(0), res.stride(0),
             rms_eps if rms_eps is not None else 0.0)
-    flags = dict(NORM=rms_eps is not None, SWIGLU=swiglu, RESIDUAL=residual is not None, PDL=pdl)
+    flags = dict(NORM=rms_eps is not None, SWIGLU=swiglu, RESIDUAL=residual is not None)
     if kernel == "gemv":
-        _gemv_kernel[(triton.cdiv(n_out, cfg["BLOCK_N"]),)](*args, **flags, **cfg)
+        pdl = pdl and pdl_supported(weight.device)
+        if pdl:
+            cfg["launch_pdl"] = True  # only named when set: the CPU interpreter knows no such option
+        _gemv_kernel[(triton.cdiv(n_out, cfg["BLOCK_N"]),)](*args, **flags, PDL=pdl, **cfg)
     else:
         grid = (triton.cdiv(n_out, cfg["BLOCK_N"]), triton.cdiv(m, cfg["BLOCK_M"]))
         _fused_linear_kernel[grid](*args, **flags, IEEE=weight.dtype == torch.float32, **cfg)
