@@ -213,9 +213,9 @@ def test_out_of_memory_while_measuring_is_a_clear_message(stub_gpu):
 
 
 def test_measure_help_says_how_long_it_really_takes(stub_gpu):
-    # The recorded H200 run of these settings took 216 s; torch.compile alone ~30 s per batch size.
+    # The recorded H200 run of these settings took about 225 s; torch.compile alone ~30 s per batch size.
     at = probe_page()
     help_text = at.toggle(key="pr_live").help
-    assert "several minutes" in help_text and "3½" in help_text and "about a minute" not in help_text
+    assert "several minutes" in help_text and "3¾" in help_text and "about a minute" not in help_text
     at.toggle(key="pr_live").set_value(True).run()
     assert any("takes several minutes" in m.value for m in at.markdown)
