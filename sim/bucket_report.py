@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sim import bucket_memory as bm
 from sim import buckets as bk
 from sim.config import PRESETS, HardwareConfig, ModelConfig
 from sim.kernels import kernel_arrays
@@ -115,9 +116,9 @@ def time_model(model: ModelConfig, hw: HardwareConfig, max_size: int, fusion: bo
                      np.concatenate((pad, eager.step_us)))
 
 
-def memory_model(model: ModelConfig, fusion: bool = False, **kwargs) -> bk.GraphMemoryModel:
+def memory_model(model: ModelConfig, fusion: bool = False, **kwargs) -> bm.GraphMemoryModel:
     nodes = len(kernel_arrays(model, bool(fusion))[3])
-    return bk.GraphMemoryModel.for_model(model, nodes, **kwargs)
+    return bm.GraphMemoryModel.for_model(model, nodes, **kwargs)
 
 
 def analyse(name: str, buckets, workload: Workload, times: TimeModel, memory,

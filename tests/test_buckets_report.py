@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 from sim import bucket_report as br
+from sim import bucket_memory as bm
 from sim import buckets as bk
 from sim.config import PRESETS
 from sim.schedule import StepSettings, simulate_step
@@ -39,21 +40,21 @@ def test_analyse_by_hand(times):
     assert s.eager_cost_us > 0  # the chapter's model is launch-bound: eager is slower
     assert s.step_us == pytest.approx(0.75 * times.graph_step_us[4] + 0.25 * times.eager_step_us[300])
     assert s.graphs == 2 and s.fits_budget is True
-    assert s.memory_bytes == pytest.approx(bk.graph_memory_bytes((4, 8), memory), abs=1)
+    assert s.memory_bytes == pytest.approx(bm.graph_memory_bytes((4, 8), memory), abs=1)
 
 
 def test_graph_memory_model_by_hand():
-    m = bk.GraphMemoryModel(static_bytes_per_row=100, pool_bytes_per_row=1000, nodes_per_graph=10,
+    m = bm.GraphMemoryModel(static_bytes_per_row=100, pool_bytes_per_row=1000, nodes_per_graph=10,
                             node_bytes=5)
     parts = m.breakdown((1, 4, 8))
     assert parts["static"] == 100 * 13  # each graph pins its own static rows
     assert parts["nodes"] == 3 * 10 * 5
     assert parts["pool"] == 1000 * 8  # one shared pool, sized by the largest graph
-    shared = bk.GraphMemoryModel(100, 1000, 10, 5, static_per_graph=False)
+    shared = bm.GraphMemoryModel(100, 1000, 10, 5, static_per_graph=False)
     assert shared.breakdown((1, 4, 8))["static"] == 100 * 8
-    assert bk.graph_memory_bytes((1, 4, 8), m) == 1300 + 150 + 8000
+    assert bm.graph_memory_bytes((1, 4, 8), m) == 1300 + 150 + 8000
     with pytest.raises(ValueError, match="nodes_per_graph"):
-        bk.GraphMemoryModel(1, 1, 0)
+        bm.GraphMemoryModel(1, 1, 0)
 
 
 def test_memory_model_for_a_preset_counts_kernels():
@@ -61,7 +62,7 @@ def test_memory_model_for_a_preset_counts_kernels():
     assert unfused.nodes_per_graph == 32 * 11 + 4
     assert fused.nodes_per_graph == 32 * 4 + 4
     # More graphs pin more memory; the dense layout is the most expensive.
-    sizes = {name: bk.graph_memory_bytes(bk.layout(name, 256), unfused) for name in bk.LAYOUTS}
+    sizes = {name: bm.graph_memory_bytes(bk.layout(name, 256), unfused) for name in bk.LAYOUTS}
     assert sizes["dense"] == max(sizes.values()) and sizes["powers of two"] == min(sizes.values())
 
 
