@@ -26,11 +26,11 @@ from dataclasses import dataclass
 
 import torch
 
+from gpu_probe.decode_batch import INPUT_NAMES, DecodeBatch, bucket_for, validate_buckets
 from gpu_probe.kv_cache import PAD_SLOT, SCRATCH_BLOCK
 from gpu_probe.result import DEFAULT_BUCKETS  # the chapter's 1, 2, 4, 8, 16, 24, ..., 256
 
 PAD_POLICIES = ("scratch", "real")
-INPUT_NAMES = ("input_ids", "positions", "block_tables", "slot_mapping", "context_lens")
 CHECKS = (False, True, "before", "after", "both")
 # Above this many bytes of real KV the canary keeps per-slot checksums instead of a full copy.
 EXACT_CANARY_BYTES = 512 * 2**20
@@ -45,30 +45,6 @@ class PaddingCorruption(AssertionError):
 
 
 @dataclass(frozen=True, slots=True)
-class DecodeBatch:
-    """The five decode inputs for `size` real rows (all on the model's device)."""
-
-    input_ids: torch.Tensor
-    positions: torch.Tensor
-    block_tables: torch.Tensor
-    slot_mapping: torch.Tensor
-    context_lens: torch.Tensor
-
-    @property
-    def size(self) -> int:
-        return int(self.input_ids.shape[0])
-
-    def head(self, n: int) -> "DecodeBatch":
-        """The first n rows (the same sequences, so smaller batches reuse one allocation)."""
-        if not 1 <= n <= self.size:
-            raise ValueError(f"n must be in [1, {self.size}], got {n}")
-        return DecodeBatch(*(getattr(self, name)[:n] for name in INPUT_NAMES))
-
-    def as_dict(self) -> dict[str, torch.Tensor]:
-        return {name: getattr(self, name) for name in INPUT_NAMES}
-
-
-@dataclass(frozen=True, slots=True)
 class CaptureStats:
     bucket: int
     capture_ms: float  # torch.cuda.graph(...) block: capture + instantiate (after one warm-up step)
@@ -79,32 +55,6 @@ class CaptureStats:
 
     def to_dict(self) -> dict:
         return {name: getattr(self, name) for name in self.__slots__}
-
-
-def bucket_for(batch: int, buckets) -> int | None:
-    """Smallest bucket >= batch; None above the largest (that batch runs eagerly)."""
-    return next((b for b in buckets if b >= batch), None)
-
-
-def validate_buckets(buckets) -> tuple[int, ...]:
-    try:
-        values = [int(b) for b in buckets]
-    except (TypeError, ValueError):
-        raise ValueError(f"buckets must be positive integers, got {buckets!r}") from None
-    if not values or any(v < 1 for v in values) or any(v != b for v, b in zip(values, buckets)):
-        raise ValueError(f"buckets must be a non-empty list of positive integers, got {list(buckets)!r}")
-    return tuple(sorted(set(values)))
-
-
-def make_batch(model, n: int, seed: int = 0, context: int | None = None) -> DecodeBatch:
-    """n fresh sequences of `context` cached tokens (default: the preset's prefill) re-decoding
-    their last token: repeatable steps that always write the same slots."""
-    cache, cfg = model.kv_cache, model.cfg
-    seq_ids = [cache.add_sequence(context or cfg.prefill_len) for _ in range(n)]
-    inputs = cache.decode_inputs(seq_ids, advance=False)
-    gen = torch.Generator().manual_seed(seed)
-    ids = torch.randint(0, cfg.vocab, (n,), generator=gen).to(model.device)
-    return DecodeBatch(input_ids=ids, **inputs)
 
 
 class GraphRunner:

@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gpu_probe.graph_runner import GraphRunner, PaddingCorruption, bucket_for
+from gpu_probe.decode_batch import bucket_for
+from gpu_probe.graph_runner import GraphRunner, PaddingCorruption
 from gpu_probe.trace import STEP_ANNOTATION, TraceStep, kernels_per_layer, parse_step
 
 

@@ -10,7 +10,7 @@ import torch
 
 from gpu_probe.compile_peer import with_per_layer_cache
 from gpu_probe.config import get_config
-from gpu_probe.graph_runner import make_batch
+from gpu_probe.decode_batch import make_batch
 from gpu_probe.model import ProbeModel
 
 

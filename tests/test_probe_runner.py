@@ -3,8 +3,8 @@ import pytest
 import torch
 
 from gpu_probe.config import get_config
-from gpu_probe.graph_runner import (DEFAULT_BUCKETS, GraphRunner, PaddingCorruption, bucket_for, make_batch,
-                                    validate_buckets)
+from gpu_probe.decode_batch import bucket_for, make_batch, validate_buckets
+from gpu_probe.graph_runner import DEFAULT_BUCKETS, GraphRunner, PaddingCorruption
 from gpu_probe.kv_cache import SCRATCH_BLOCK
 from gpu_probe.model import ProbeModel
 

@@ -11,7 +11,8 @@ BUCKETS = (1, 2, 4, 8)
 @pytest.fixture(scope="module", params=[False, True], ids=["unfused", "fused"])
 def setup(request):
     from gpu_probe.config import get_config
-    from gpu_probe.graph_runner import GraphRunner, make_batch
+    from gpu_probe.decode_batch import make_batch
+    from gpu_probe.graph_runner import GraphRunner
     from gpu_probe.model import ProbeModel
     cfg = get_config("tiny")
     model = ProbeModel(cfg, device="cuda", fused=request.param)

@@ -58,7 +58,8 @@ def run_demo(pad_rows_to: str, buckets=DEMO_BUCKETS, max_batch: int = DEMO_MAX_B
     """Every batch size 1..max_batch through a GraphRunner on the CPU, against unpadded eager steps."""
     import torch
 
-    from gpu_probe.graph_runner import DecodeBatch, GraphRunner, PaddingCorruption
+    from gpu_probe.decode_batch import DecodeBatch
+    from gpu_probe.graph_runner import GraphRunner, PaddingCorruption
 
     model, lock = tiny_model()
     cache = model.kv_cache
