@@ -11,9 +11,13 @@ from __future__ import annotations
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpu_probe.config import PRESETS
 from gpu_probe.result import DEFAULT_BUCKETS, MODES, ProbeResult, load_result
+
+if TYPE_CHECKING:  # gpu_probe.session imports torch
+    from gpu_probe.session import ProbeSession
 
 DEFAULT_BATCHES = (1, 8, 64, 256)
 MAX_BATCH = 1024  # KV pool and static buffers are sized from this; beyond it the request is refused

@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from sim.chrome_trace import CPU_PID, GPU_PID, assign_tracks, to_chrome_trace, to_chrome_trace_json
+from sim.chrome_trace import CPU_PID, GPU_PID, assign_tracks, to_chrome_trace_json
 from sim.timeline import Timeline
 
 
