@@ -13,13 +13,13 @@ from sim.calibrate import (
     NAMES,
     PARAMS,
     ProbeSimulator,
-    bounded_least_squares,
     calibrate,
     main,
     points_from_result,
     synthetic_result,
 )
 from sim.config import PRESETS, HardwareConfig, Preset
+from sim.least_squares import bounded_least_squares
 from sim.kernels import step_kernels
 from sim.probe_preset import calibrated_preset
 from sim.schedule import StepSettings, simulate_step
