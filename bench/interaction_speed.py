@@ -7,8 +7,14 @@ the "Batch size" slider and presses ArrowRight/ArrowLeft `--changes` times (each
 press is a new batch value: nothing is served from a previous identical run).
 For each press the clock starts in the page at the keydown event and stops at the
 last DOM change it caused in the lanes chart or the readouts (the app's script has
-finished and nothing has changed for a quiet period), measured with the page's
-`performance.now()` so that Playwright's own round trips are not counted.
+finished, the chart is visible and nothing has changed for a quiet period), measured
+with the page's `performance.now()` so that Playwright's own round trips are not counted.
+
+The lanes chart is followed by its element key (`sim_lanes`), not by its DOM node:
+Streamlit gives a Plotly chart a new element id whenever its figure changes, so every
+slider move unmounts the old chart and mounts a new one, which Plotly then draws twice
+(hidden at its autosize width, then at the measured width). Watching the old node only
+would stop the clock at its removal, which can come before the new chart is drawn.
 
 Prints the median and p90 in ms; the goal is a median of at most 300 ms on a
 2-core machine.
@@ -29,25 +35,44 @@ import harness  # noqa: E402
 GOAL_MEDIAN_MS = 300.0
 QUIET_MS = 150  # no further change for this long after the run ends: the redraw is complete
 
-# Arms a one-shot measurement: keydown starts the clock, mutations inside the lanes chart and the
-# metric row move the end mark, and the result resolves once the server has sent the rerun
-# (counted by harness.WEBSOCKET_JS), the script is idle and the page has been quiet for quietMs.
-MEASURE_JS = """([quietMs]) => { window.__lbMeasure = new Promise((resolve) => {
+LANES = ".st-key-sim_lanes"  # the element container of the lanes chart (st.plotly_chart key="sim_lanes")
+
+# Arms a one-shot measurement: keydown starts the clock; mutations inside the lanes chart's
+# container and the metric row, and a lanes container or metric being added or removed, move the
+# end mark; the result resolves once the server has sent the rerun (counted by
+# harness.WEBSOCKET_JS), the script is idle, the lanes have changed and are visible, and the page
+# has been quiet for quietMs.
+MEASURE_JS = """([quietMs, lanesSel]) => { window.__lbMeasure = new Promise((resolve) => {
   const app = document.querySelector('[data-testid=stApp]');
-  const watched = [document.querySelector('[data-testid=stPlotlyChart]'),
-                   ...document.querySelectorAll('[data-testid=stMetric]')].filter(Boolean);
+  const main = document.querySelector('[data-testid=stMain]');
+  const watched = lanesSel + ', [data-testid=stMetric]';
   const before = window.__lbMessages;
-  let start = null, last = null;
+  let start = null, last = null, lanesChanged = false;
   document.addEventListener('keydown', () => { if (start === null) start = performance.now(); },
                             {capture: true, once: true});
-  const changes = new MutationObserver(() => { if (start !== null) last = performance.now(); });
-  for (const el of watched) changes.observe(el, {subtree: true, childList: true, attributes: true,
-                                                 characterData: true});
+  const holds = (node, sel) => node.nodeType === 1 && (node.matches(sel) || node.querySelector(sel) !== null);
+  const changes = new MutationObserver((records) => {
+    if (start === null) return;
+    for (const r of records) {
+      const el = r.target.nodeType === 1 ? r.target : r.target.parentElement;
+      let hit = el !== null && el.closest(watched) !== null;
+      let lanes = hit && el.closest(lanesSel) !== null;
+      for (const node of [...r.addedNodes, ...r.removedNodes]) {
+        if (holds(node, watched)) { hit = true; lanes = lanes || holds(node, lanesSel); }
+      }
+      if (hit) { last = performance.now(); lanesChanged = lanesChanged || lanes; }
+    }
+  });
+  changes.observe(main, {subtree: true, childList: true, attributes: true, characterData: true});
+  const visible = () => {
+    const plots = document.querySelectorAll(lanesSel + ' .js-plotly-plot');
+    return plots.length > 0 && [...plots].every((gd) => gd._fullLayout && gd.style.visibility !== 'hidden');
+  };
   const poll = () => {
     const now = performance.now();
-    const settled = window.__lbMessages > before
+    const settled = window.__lbMessages > before && lanesChanged
       && app.getAttribute('data-test-script-state') === 'notRunning'
-      && last !== null && now - Math.max(last, window.__lbLastMessageAt) >= quietMs;
+      && last !== null && now - Math.max(last, window.__lbLastMessageAt) >= quietMs && visible();
     if (settled || (start !== null && now - start > 30000)) {
       changes.disconnect();
       resolve(settled ? last - start : null);
@@ -70,7 +95,7 @@ def measure(base: str, changes: int, warmup: int = 3) -> list[float]:
         for i in range(warmup + changes):
             # Up for the first half, down for the second: every value is new to this session.
             key = "ArrowRight" if i < (warmup + changes + 1) // 2 + 2 else "ArrowLeft"
-            page.evaluate(MEASURE_JS, [QUIET_MS])
+            page.evaluate(MEASURE_JS, [QUIET_MS, LANES])
             page.keyboard.press(key)
             elapsed = page.evaluate("() => window.__lbMeasure")
             if i >= warmup and elapsed is not None:
