@@ -113,6 +113,16 @@ def test_overlay_adds_two_lanes_named_after_the_source():
     np.testing.assert_allclose(measured_cpu.x, 9.0)
 
 
+def test_margins_fit_labels_legend_and_axis_up_front():
+    # Plotly redraws the whole chart when automargin has to grow a margin; the page remounts the
+    # lanes on every slider move, so margins that already fit save a full draw each time.
+    single = lanes_figure(eager_step(10))
+    overlay = lanes_figure(eager_step(10), overlay=eager_step(10, source="measured"))
+    assert single.layout.margin.l >= 44 and single.layout.margin.t >= 50 and single.layout.margin.b >= 48
+    assert overlay.layout.margin.l > single.layout.margin.l  # "CPU · measured" is longer than "CPU"
+    assert single.layout.yaxis.automargin  # still grows for a font wider than the estimate
+
+
 def test_overlay_of_two_steps_from_one_source_uses_their_labels():
     fig = lanes_figure(eager_step(10, label="batch 1"), overlay=eager_step(10, label="batch 8"))
     assert list(fig.layout.yaxis.categoryarray) == [
