@@ -2,30 +2,26 @@
 
 Every control is bound to the URL (keys and ranges in `SIM_PARAMS`, which the URL
 sanitiser reads before any widget does). Simulations and sweeps are cached on their
-(hashable, frozen) configs, so a slider move reruns only what changed plus the charts.
+(hashable, frozen) configs. The batch slider and the step drawn for it are one fragment, so a
+batch move reruns only them: the other controls and the sweep and fusion sections
+(`ui.sim_sections`) do not depend on the batch, and leaving them out of the rerun cuts the
+browser's work per slider move. Every other control reruns the whole tab.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import replace
 
-import numpy as np
 import streamlit as st
 
-from sim.config import (
-    BATCH_RANGE,
-    CHAPTER_BUCKETS,
-    DEFAULT_PRESET,
-    LAYERS_RANGE,
-    HardwareConfig,
-    ModelConfig,
-)
 from sim.chrome_trace import to_chrome_trace_json
-from sim.kernels import FUSED_PER_LAYER, MODEL_LEVEL, UNFUSED_PER_LAYER, fusion_table, step_kernels
-from sim.schedule import SimulatedStep, StepSettings, Sweep, simulate_step, sweep
-from ui.charts import FIRST_LAUNCHES, combo_title, lanes_figure, sweep_figure
+from sim.config import BATCH_RANGE, DEFAULT_PRESET, LAYERS_RANGE, HardwareConfig, ModelConfig
+from sim.kernels import FUSED_PER_LAYER, UNFUSED_PER_LAYER, step_kernels
+from sim.schedule import SimulatedStep, StepSettings, simulate_step
+from ui.charts import FIRST_LAUNCHES, lanes_figure
 from ui.common import regime_explanation, show_readouts, show_time_split
 from ui.sim_presets import CALIBRATED_KEY, PRESET_BY_URL_VALUE, PRESET_TITLES, preset_of
+from ui.sim_sections import fusion_view, sweep_view
 
 # (URL key, label, HardwareConfig field, widget min, widget max, step, number format)
 HARDWARE_INPUTS = (
@@ -39,8 +35,6 @@ HARDWARE_INPUTS = (
 # The widgets accept 0 so that a typed or linked 0 gets a clear warning; the simulator
 # needs these strictly positive, so they are raised to this floor.
 POSITIVE_FLOORS = {"launch_us": 0.1, "graph_launch_us": 0.1, "hbm_GBps": 1.0, "tflops": 0.1}
-
-SWEEP_BATCHES = np.arange(BATCH_RANGE[0], BATCH_RANGE[1] + 1)
 
 # URL key -> (kind, min, max) or (kind, options). Read by ui.url_params before any widget.
 # The preset selectbox shows titles, and Streamlit puts the shown string in the URL, so
@@ -62,50 +56,6 @@ DEFAULTS = {"preset": DEFAULT_PRESET, "batch": 1, "fusion": False, "graphs": Fal
 @st.cache_data(max_entries=512, show_spinner=False)
 def simulated(model: ModelConfig, hw: HardwareConfig, batch: int, fusion: bool, graphs: bool) -> SimulatedStep:
     return simulate_step(model, hw, StepSettings(batch=batch, fusion=fusion, graphs=graphs))
-
-
-@st.cache_data(max_entries=64, show_spinner=False)
-def swept(model: ModelConfig, hw: HardwareConfig) -> Sweep:
-    return sweep(model, hw, SWEEP_BATCHES)
-
-
-@st.cache_resource(max_entries=64, show_spinner=False)
-def sweep_chart(model: ModelConfig, hw: HardwareConfig, current: tuple[bool, bool]):
-    """The sweep figure, built once per setting: Plotly's validation costs ~50 ms a rerun.
-
-    Shared, not copied, between sessions: nothing mutates a figure after it is built.
-    """
-    return sweep_figure(swept(model, hw), current=current)
-
-
-@st.cache_data(max_entries=64, show_spinner=False)
-def sweep_csv(model: ModelConfig, hw: HardwareConfig) -> str:
-    result = swept(model, hw)
-    header = ["batch"]
-    columns = [result.batches]
-    for combo, series in result.series.items():
-        name = combo_title(*combo).replace(" + ", "_").replace(" ", "_")
-        for field in ("step_us", "cpu_launch_us", "gpu_busy_us", "utilisation"):
-            header.append(f"{name}_{field}")
-            columns.append(getattr(series, field))
-    rows = np.column_stack(columns)
-    lines = [",".join(header)]
-    lines += [",".join([str(int(r[0]))] + [f"{v:.4f}" for v in r[1:]]) for r in rows]
-    return "\n".join(lines) + "\n"
-
-
-@st.cache_data(max_entries=64, show_spinner=False)
-def fusion_rows(model: ModelConfig) -> list[dict]:
-    rows = []
-    for row in fusion_table(model):
-        rows.append({
-            "Fused kernel": row["fused_kernel"],
-            "Replaces": " + ".join(row["merges"]),
-            "Launches saved / layer": row["launches_saved_per_layer"],
-            "Stays on chip": "; ".join(row["kept_on_chip"]) or "—",
-            "Bytes saved / token / layer": round(row["bytes_saved_per_token"]),
-        })
-    return rows
 
 
 # -- settings ------------------------------------------------------------------------
@@ -151,7 +101,7 @@ def checked_hardware(base: HardwareConfig, values: dict, n_kernels: int) -> tupl
 
 
 def _controls() -> tuple:
-    """Draw the controls; return (model, hardware, batch, fusion, graphs, notices)."""
+    """Draw the controls but the batch slider; return (model, hardware, fusion, graphs, notices, batch column)."""
     preset_key = st.selectbox(
         "Preset", tuple(PRESET_TITLES), index=tuple(PRESET_TITLES).index(DEFAULT_PRESET), key="preset",
         bind="query-params", format_func=lambda k: PRESET_TITLES.get(k, k), on_change=_apply_preset,
@@ -165,10 +115,6 @@ def _controls() -> tuple:
                    "the Calibration tab's predictions; what it cannot represent is under Advanced, "
                    "“Where the preset's figures come from”.")
     batch_col, layers_col, fusion_col, graphs_col = st.columns([3, 3, 1.2, 1.2], vertical_alignment="center")
-    batch = batch_col.slider("Batch size", *BATCH_RANGE, value=DEFAULTS["batch"], key="batch",
-                             bind="query-params",
-                             help="Sequences decoded together in this step; each adds activation and "
-                                  "KV-cache reads, while the weights are read once for all of them.")
     layers = layers_col.slider("Layers", *LAYERS_RANGE, value=DEFAULTS["layers"], key="layers",
                                bind="query-params",
                                help=f"Each layer launches {UNFUSED_PER_LAYER} kernels unfused, "
@@ -190,12 +136,11 @@ def _controls() -> tuple:
         with st.popover("Where the preset's figures come from"):
             st.text(preset.note)
     notices = [preset_notice] if preset_notice else []
-    batch = _clamped_int(batch, BATCH_RANGE, "Batch size", notices)
     layers = _clamped_int(layers, LAYERS_RANGE, "Layers", notices)
     model = preset.model.with_layers(layers)
     n_kernels = len(step_kernels(model, bool(fusion)))
     hardware, hw_notices = checked_hardware(preset.hardware, values, n_kernels)
-    return model, hardware, batch, bool(fusion), bool(graphs), notices + hw_notices
+    return model, hardware, bool(fusion), bool(graphs), notices + hw_notices, batch_col
 
 
 def _clamped_int(value, bounds: tuple[int, int], label: str, notices: list[str]) -> int:
@@ -240,16 +185,39 @@ INTRO = (
 def render() -> None:
     st.markdown(INTRO)
     try:
-        model, hw, batch, fusion, graphs, notices = _controls()
-        for notice in notices:
-            st.warning(notice, icon=":material/warning:")
-        step = simulated(model, hw, batch, fusion, graphs)
+        model, hw, fusion, graphs, notices, batch_col = _controls()
     except ValueError as err:  # a config the simulator rejects: say which field, keep the page
         st.error(f"These settings cannot be simulated: {err}")
         return
+    for notice in notices:
+        st.warning(notice, icon=":material/warning:")
+    if _step_section(batch_col, model, hw, fusion, graphs):
+        sweep_view(model, hw, fusion, graphs)
+        fusion_view(model)
+
+
+@st.fragment
+def _step_section(batch_col, model: ModelConfig, hw: HardwareConfig, fusion: bool, graphs: bool) -> bool:
+    """The batch slider (in the controls' row) and the step drawn for it; False if it cannot be simulated.
+
+    Moving the slider reruns only this, with the other settings as the last full run passed them
+    (any other control reruns the whole tab, so they are current).
+    """
+    batch = batch_col.slider("Batch size", *BATCH_RANGE, value=DEFAULTS["batch"], key="batch",
+                             bind="query-params",
+                             help="Sequences decoded together in this step; each adds activation and "
+                                  "KV-cache reads, while the weights are read once for all of them.")
+    notices = []
+    batch = _clamped_int(batch, BATCH_RANGE, "Batch size", notices)
+    for notice in notices:
+        st.warning(notice, icon=":material/warning:")
+    try:
+        step = simulated(model, hw, batch, fusion, graphs)
+    except ValueError as err:  # a config the simulator rejects: say which field, keep the page
+        st.error(f"These settings cannot be simulated: {err}")
+        return False
     _step_view(step)
-    _sweep_view(model, hw, batch, fusion, graphs)
-    _fusion_view(model)
+    return True
 
 
 def _step_view(step: SimulatedStep) -> None:
@@ -289,44 +257,4 @@ def _step_view(step: SimulatedStep) -> None:
         data=lambda: to_chrome_trace_json(timeline),  # built only when clicked
         file_name=f"{file_stem}.json", mime="application/json", on_click="ignore",
         icon=":material/download:", key="sim_trace_download",
-    )
-
-
-def _sweep_view(model: ModelConfig, hw: HardwareConfig, batch: int, fusion: bool, graphs: bool) -> None:
-    st.subheader("Batch sweep: where launches stop mattering")
-    result = swept(model, hw)
-    # No marker for the current batch: the figure then stays identical while the batch slider
-    # moves, and Streamlit skips redrawing it (bench/interaction_speed.py).
-    st.plotly_chart(sweep_chart(model, hw, (fusion, graphs)), width="stretch",
-                    key="sim_sweep", config={"displaylogo": False})
-    crossings = []
-    for combo, cross in result.crossover.items():
-        where = f"from batch {cross}" if cross is not None else f"not within 1–{BATCH_RANGE[1]}"
-        crossings.append(f"{combo_title(*combo)}: GPU-bound {where}")
-    st.caption(
-        f"Your batch, {batch}, sits in the panel marked (current). "
-        "Step time is the solid line, CPU launch time dashed, GPU time dotted. Left of the green "
-        "line the step is launch-bound; right of it the kernels are long enough to hide the launches. "
-        + "; ".join(crossings) + f". CUDA graphs are captured for {', '.join(map(str, CHAPTER_BUCKETS))}: "
-        "between buckets the batch is padded up (the steps in the curves), and above the largest one "
-        "the step runs eagerly again."
-    )
-    st.download_button(
-        "Download the sweep as CSV", data=lambda: sweep_csv(model, hw),
-        file_name=f"launch-bound-sweep-{model.name}-{model.n_layers}L.csv", mime="text/csv",
-        on_click="ignore", icon=":material/download:", key="sim_sweep_download",
-    )
-
-
-def _fusion_view(model: ModelConfig) -> None:
-    st.subheader(f"Kernel fusion: {UNFUSED_PER_LAYER} → {FUSED_PER_LAYER} kernels per layer")
-    unfused = len(step_kernels(model, False))
-    fused = len(step_kernels(model, True))
-    st.dataframe(fusion_rows(model), hide_index=True, width="stretch")
-    st.markdown("\n".join(f"- **{row['fused_kernel']}**: {row['why']}" for row in fusion_table(model)))
-    st.caption(
-        f"With {model.n_layers} layers: {unfused} kernels per step unfused, {fused} fused. Both counts "
-        f"include the {len(MODEL_LEVEL)} kernels outside the layers ({', '.join(MODEL_LEVEL)}). Bytes "
-        "saved are intermediate tensors that no longer travel to HBM and back, per token and layer; "
-        "multiply by the batch for one step."
     )

@@ -132,6 +132,26 @@ def query_params(page) -> dict[str, str]:
     return dict(parse_qsl(urlsplit(page.url).query, keep_blank_values=True))
 
 
+def query_params_when(page, check, timeout_s: float = 10.0) -> dict[str, str]:
+    """The address bar's query parameters once `check(params)` holds; fails showing the last ones seen.
+
+    The page writes its own URL as bound widgets change, apart from the rerun that follows,
+    so a test polls it instead of reading it once right after an action.
+    """
+    seen: dict[str, str] = {}
+
+    def holds() -> bool:
+        nonlocal seen
+        seen = query_params(page)
+        return bool(check(seen))
+
+    try:
+        eventually(holds, timeout_s)
+    except AssertionError:
+        raise AssertionError(f"query parameters still {seen} after {timeout_s} s") from None
+    return seen
+
+
 def slider_input(page, label: str):
     """The (visually hidden) range input of the `st.slider` with this label: focus it for the keyboard."""
     return page.locator("[data-testid=stSlider]").filter(has_text=label).first.locator("input[type=range]")

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 from harness import (click_toggle, drag_slider, eventually, lanes, metric_value, open_app, query_params,
-                     rerun_after, slider_input, slider_value, toggle_state)
+                     query_params_when, rerun_after, slider_input, slider_value, toggle_state)
 
 from sim.config import DEFAULT_PRESET, PRESETS
 from sim.schedule import StepSettings, simulate_step
@@ -55,11 +55,11 @@ def test_keyboard_moves_the_batch_slider(page, app_url):
         rerun_after(page, lambda: page.keyboard.press("ArrowRight"))
     assert slider_value(page, "Batch size") == 3
     assert_readouts_match(page, expected(3))
-    assert query_params(page)["batch"] == "3"
+    query_params_when(page, lambda q: q.get("batch") == "3")
 
     rerun_after(page, lambda: page.keyboard.press("End"))
     assert slider_value(page, "Batch size") == 512
-    assert query_params(page)["batch"] == "512"
+    query_params_when(page, lambda q: q.get("batch") == "512")
     assert_readouts_match(page, expected(512))
     assert metric_value(page, "Bound by") == "GPU"
     # The kernels grew long enough to hide the launches: far less idle, far more kernel time.
@@ -69,7 +69,7 @@ def test_keyboard_moves_the_batch_slider(page, app_url):
     rerun_after(page, lambda: page.keyboard.press("Home"))
     assert slider_value(page, "Batch size") == 1
     assert metric_value(page, "Bound by") == "CPU launch"
-    assert "batch" not in query_params(page)
+    query_params_when(page, lambda q: "batch" not in q)
 
 
 def test_mouse_drag_moves_the_batch_slider(page, app_url):
@@ -78,7 +78,7 @@ def test_mouse_drag_moves_the_batch_slider(page, app_url):
     rerun_after(page, lambda: drag_slider(page, "Batch size", 0.25))
     batch = slider_value(page, "Batch size")
     assert 100 <= batch <= 160, batch  # a quarter of the way along 1..512
-    assert query_params(page)["batch"] == str(batch)
+    query_params_when(page, lambda q: q.get("batch") == str(batch))
     step = expected(batch)
     assert_readouts_match(page, step)
     after = eventually(lambda: (d := lanes(page)) and d["GPU kernel"][1] > before["GPU kernel"][1] and d)
@@ -87,19 +87,36 @@ def test_mouse_drag_moves_the_batch_slider(page, app_url):
     assert after["idle"][1] < before["idle"][1]
 
 
+def test_a_batch_move_redraws_the_step_and_leaves_the_sections_below(page, app_url):
+    open_app(page, app_url, wait_for=CHART)
+    # A rerun that reaches the sweep marks its element stale and back, which an observer sees.
+    page.evaluate("""() => { window.__sweepChanges = 0;
+      new MutationObserver((records) => { window.__sweepChanges += records.length; })
+        .observe(document.querySelector('.st-key-sim_sweep'),
+                 {subtree: true, childList: true, attributes: true, characterData: true}); }""")
+    slider_input(page, "Batch size").focus()
+    rerun_after(page, lambda: page.keyboard.press("ArrowRight"))
+    assert_readouts_match(page, expected(2))
+    assert page.evaluate("() => window.__sweepChanges") == 0  # only the step reran
+    # Any other control reruns the whole tab: the sweep marks the new combination as current.
+    rerun_after(page, lambda: click_toggle(page, "Kernel fusion"))
+    assert_readouts_match(page, expected(2, fusion=True))
+    eventually(lambda: page.locator(".st-key-sim_sweep").get_by_text("fusion (current)").count() == 1)
+
+
 def test_fusion_then_graphs_moves_the_bottleneck_to_the_gpu(page, app_url):
     open_app(page, app_url, wait_for=CHART)
     rerun_after(page, lambda: click_toggle(page, "Kernel fusion"))
     assert toggle_state(page, "Kernel fusion")
     assert_readouts_match(page, expected(1, fusion=True))
-    assert query_params(page) == {"fusion": "true"}
+    query_params_when(page, lambda q: q == {"fusion": "true"})
 
     rerun_after(page, lambda: click_toggle(page, "CUDA graphs"))
     assert toggle_state(page, "CUDA graphs")
     both = expected(1, fusion=True, graphs=True)
     assert both.metrics.bound_by == "GPU"
     assert_readouts_match(page, both)
-    assert query_params(page) == {"fusion": "true", "graphs": "true"}
+    query_params_when(page, lambda q: q == {"fusion": "true", "graphs": "true"})
     # One graph launch on the CPU lane; the GPU lane runs back to back with almost no bubbles.
     drawn = eventually(lambda: (d := lanes(page)) and d["CPU launch"][0] == 1 and d)
     assert drawn["idle"][1] < 0.2 * drawn["GPU kernel"][1]
@@ -107,7 +124,7 @@ def test_fusion_then_graphs_moves_the_bottleneck_to_the_gpu(page, app_url):
     rerun_after(page, lambda: click_toggle(page, "Kernel fusion"))
     rerun_after(page, lambda: click_toggle(page, "CUDA graphs"))
     assert metric_value(page, "Bound by") == "CPU launch"
-    assert query_params(page) == {}
+    query_params_when(page, lambda q: q == {})
 
 
 def test_downloaded_chrome_trace_is_the_step_on_screen(page, app_url):

@@ -1,0 +1,98 @@
+"""The Simulator tab's sections that do not depend on the batch: the batch sweep and the fusion table.
+
+They are drawn on full reruns only; a batch move reruns just the step section above them
+(`ui.sim_tab`), so nothing here may mention the current batch.
+"""
+from __future__ import annotations
+
+import numpy as np
+import streamlit as st
+
+from sim.config import BATCH_RANGE, CHAPTER_BUCKETS, HardwareConfig, ModelConfig
+from sim.kernels import FUSED_PER_LAYER, MODEL_LEVEL, UNFUSED_PER_LAYER, fusion_table, step_kernels
+from sim.schedule import Sweep, sweep
+from ui.charts import combo_title, sweep_figure
+
+SWEEP_BATCHES = np.arange(BATCH_RANGE[0], BATCH_RANGE[1] + 1)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def swept(model: ModelConfig, hw: HardwareConfig) -> Sweep:
+    return sweep(model, hw, SWEEP_BATCHES)
+
+
+@st.cache_resource(max_entries=64, show_spinner=False)
+def sweep_chart(model: ModelConfig, hw: HardwareConfig, current: tuple[bool, bool]):
+    """The sweep figure, built once per setting: Plotly's validation costs ~50 ms a rerun.
+
+    Shared, not copied, between sessions: nothing mutates a figure after it is built.
+    """
+    return sweep_figure(swept(model, hw), current=current)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def sweep_csv(model: ModelConfig, hw: HardwareConfig) -> str:
+    result = swept(model, hw)
+    header = ["batch"]
+    columns = [result.batches]
+    for combo, series in result.series.items():
+        name = combo_title(*combo).replace(" + ", "_").replace(" ", "_")
+        for field in ("step_us", "cpu_launch_us", "gpu_busy_us", "utilisation"):
+            header.append(f"{name}_{field}")
+            columns.append(getattr(series, field))
+    rows = np.column_stack(columns)
+    lines = [",".join(header)]
+    lines += [",".join([str(int(r[0]))] + [f"{v:.4f}" for v in r[1:]]) for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def fusion_rows(model: ModelConfig) -> list[dict]:
+    rows = []
+    for row in fusion_table(model):
+        rows.append({
+            "Fused kernel": row["fused_kernel"],
+            "Replaces": " + ".join(row["merges"]),
+            "Launches saved / layer": row["launches_saved_per_layer"],
+            "Stays on chip": "; ".join(row["kept_on_chip"]) or "—",
+            "Bytes saved / token / layer": round(row["bytes_saved_per_token"]),
+        })
+    return rows
+
+
+def sweep_view(model: ModelConfig, hw: HardwareConfig, fusion: bool, graphs: bool) -> None:
+    st.subheader("Batch sweep: where launches stop mattering")
+    result = swept(model, hw)
+    st.plotly_chart(sweep_chart(model, hw, (fusion, graphs)), width="stretch",
+                    key="sim_sweep", config={"displaylogo": False})
+    crossings = []
+    for combo, cross in result.crossover.items():
+        where = f"from batch {cross}" if cross is not None else f"not within 1–{BATCH_RANGE[1]}"
+        crossings.append(f"{combo_title(*combo)}: GPU-bound {where}")
+    st.caption(
+        "The panel marked (current) is your fusion and graphs setting. "
+        "Step time is the solid line, CPU launch time dashed, GPU time dotted. Left of the green "
+        "line the step is launch-bound; right of it the kernels are long enough to hide the launches. "
+        + "; ".join(crossings) + f". CUDA graphs are captured for {', '.join(map(str, CHAPTER_BUCKETS))}: "
+        "between buckets the batch is padded up (the steps in the curves), and above the largest one "
+        "the step runs eagerly again."
+    )
+    st.download_button(
+        "Download the sweep as CSV", data=lambda: sweep_csv(model, hw),
+        file_name=f"launch-bound-sweep-{model.name}-{model.n_layers}L.csv", mime="text/csv",
+        on_click="ignore", icon=":material/download:", key="sim_sweep_download",
+    )
+
+
+def fusion_view(model: ModelConfig) -> None:
+    st.subheader(f"Kernel fusion: {UNFUSED_PER_LAYER} → {FUSED_PER_LAYER} kernels per layer")
+    unfused = len(step_kernels(model, False))
+    fused = len(step_kernels(model, True))
+    st.dataframe(fusion_rows(model), hide_index=True, width="stretch")
+    st.markdown("\n".join(f"- **{row['fused_kernel']}**: {row['why']}" for row in fusion_table(model)))
+    st.caption(
+        f"With {model.n_layers} layers: {unfused} kernels per step unfused, {fused} fused. Both counts "
+        f"include the {len(MODEL_LEVEL)} kernels outside the layers ({', '.join(MODEL_LEVEL)}). Bytes "
+        "saved are intermediate tensors that no longer travel to HBM and back, per token and layer; "
+        "multiply by the batch for one step."
+    )
