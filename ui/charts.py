@@ -15,7 +15,7 @@ import math
 import numpy as np
 import plotly.graph_objects as go
 
-from sim.timeline import StepMetrics, Timeline
+from sim.timeline import Timeline
 
 # How many launches the lanes show unless the whole step is asked for (the chapter shows 18).
 FIRST_LAUNCHES = 18
