@@ -1,4 +1,5 @@
-"""Shared test plumbing: CUDA detection, Triton's CPU interpreter, and the cuda marker."""
+"""Shared test plumbing: CUDA detection, Triton's CPU interpreter, the cuda marker, and the page
+tests' fixtures (tests/app_pages.py)."""
 import os
 
 import pytest
@@ -18,6 +19,8 @@ HAS_CUDA = _cuda_available()
 # interpreter. It must be chosen before triton is first imported.
 if not HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+pytest_plugins = ["app_pages"]  # the `recorded` fixture
 
 
 def pytest_collection_modifyitems(config, items):

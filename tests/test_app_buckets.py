@@ -2,23 +2,14 @@
 from pathlib import Path
 
 import pytest
-from streamlit.testing.v1 import AppTest
 
+from app_pages import APP, open_tab
+from app_pages import metrics as _metrics
 from ui import buckets_tab
 
-APP = str(Path(__file__).resolve().parents[1] / "app.py")
 
-
-def _open(**params) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=120)
-    at.query_params["tab"] = "Bucketing"
-    for key, value in params.items():
-        at.query_params[key] = value
-    return at.run()
-
-
-def _metrics(at) -> dict:
-    return {m.label: m.value for m in at.metric}
+def _open(**params):
+    return open_tab("Bucketing", **params)
 
 
 def _assert_clean(at) -> None:

@@ -6,33 +6,16 @@ from contextlib import redirect_stdout
 
 import pytest
 import streamlit as st
-from streamlit.testing.v1 import AppTest
 
 import gpu_probe.result as probe_result
+from app_pages import fake_run, open_tab
+from app_pages import metrics as shown
 from sim.calibrate import calibrate, main
-from tests.test_app_probe import APP, fake_run
 from ui.calibrate_tab import LOO_LABEL
 
 
-@pytest.fixture()
-def recorded(monkeypatch):
-    res = probe_result.load_result(fake_run(), timeline_source="recorded")
-    monkeypatch.setattr(probe_result, "recorded_result", lambda: res)
-    st.cache_resource.clear()
-    yield res
-    st.cache_resource.clear()
-
-
-def calibration_page(**params) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=180)
-    at.query_params["tab"] = "Calibration"
-    for key, value in params.items():
-        at.query_params[key] = value
-    return at.run()
-
-
-def shown(at) -> dict:
-    return {m.label: m.value for m in at.metric}
+def calibration_page(**params):
+    return open_tab("Calibration", timeout=180, **params)
 
 
 def test_page_shows_fit_table_chart_and_the_loo_figure(recorded):

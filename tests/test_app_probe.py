@@ -1,63 +1,17 @@
 """The "Live GPU probe" tab without CUDA: the recorded run, uploads, and every control's extremes."""
 
 import json
-from pathlib import Path
 
 import pytest
 import streamlit as st
-from streamlit.testing.v1 import AppTest
 
 import gpu_probe.result as probe_result
-from sim.calibrate import synthetic_result
-from sim.config import PRESETS
+from app_pages import fake_run, metrics, open_tab
 from ui.common import READOUT_LABELS
 
-from synthetic_params import KNOWN_PARAMS  # tests/synthetic_params.py
 
-APP = str(Path(__file__).resolve().parents[1] / "app.py")
-PARAMS = KNOWN_PARAMS
-MODEL = PRESETS["probe-0.5b-h200"].model.with_layers(4)  # small: the page logic is the same
-
-
-def fake_run(device="NVIDIA Test GPU", noise=0.02) -> dict:
-    data = synthetic_result(
-        PARAMS,
-        MODEL,
-        extra_kernels={"eager": 100, "graph": 103, "fused": 4, "fused+graph": 6},
-        noise=noise,
-        device=device,
-        modes=("eager", "fused", "graph", "fused+graph"),
-    )
-    data["checks"] = {
-        "graph_vs_eager": {"passed": True, "detail": "4 buckets"},
-        "kv_canary": {"passed": False, "detail": "block 7 changed"},
-    }
-    data["captures"] = [
-        {"bucket": b, "capture_ms": 40.0, "graph_mem_bytes": 3 * 2**20} for b in (1, 8, 64, 256)
-    ]
-    return data
-
-
-@pytest.fixture()
-def recorded(monkeypatch):
-    res = probe_result.load_result(fake_run(), timeline_source="recorded")
-    monkeypatch.setattr(probe_result, "recorded_result", lambda: res)
-    st.cache_resource.clear()
-    st.cache_data.clear()
-    yield res
-    st.cache_resource.clear()
-
-
-def probe_page(**params) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=120)
-    at.query_params["tab"] = "Live GPU probe"
-    for key, value in params.items():
-        at.query_params[key] = value
-    return at.run()
-
-
-def metrics(at) -> dict:
-    return {m.label: m.value for m in at.metric}
+def probe_page(**params):
+    return open_tab("Live GPU probe", **params)
 
 
 def test_recorded_run_is_shown_and_labelled(recorded):
