@@ -1,10 +1,12 @@
 """Shared by the page tests: open the app on one tab through AppTest, read its readouts, and a
-synthetic probe run standing in for the recorded one (the `recorded` fixture)."""
+synthetic probe run standing in for the recorded one (the `recorded` fixture).
+
+Loaded by conftest for every test run, also on the GPU machine where streamlit is not installed:
+streamlit is imported only inside the helpers that use it.
+"""
 from pathlib import Path
 
 import pytest
-import streamlit as st
-from streamlit.testing.v1 import AppTest
 
 import gpu_probe.result as probe_result
 from sim.calibrate import synthetic_result
@@ -15,8 +17,10 @@ APP = str(Path(__file__).resolve().parents[1] / "app.py")
 MODEL = PRESETS["probe-0.5b-h200"].model.with_layers(4)  # small: the page logic is the same
 
 
-def open_tab(tab: str, timeout: float = 120, **params) -> AppTest:
-    """The app with ?tab=<tab>&<params>, after its first run."""
+def open_tab(tab: str, timeout: float = 120, **params):
+    """The app with ?tab=<tab>&<params> (a streamlit AppTest), after its first run."""
+    from streamlit.testing.v1 import AppTest
+
     at = AppTest.from_file(APP, default_timeout=timeout)
     at.query_params["tab"] = tab
     for key, value in params.items():
@@ -50,6 +54,8 @@ def fake_run(device="NVIDIA Test GPU", noise=0.02) -> dict:
 @pytest.fixture()
 def recorded(monkeypatch):
     """A synthetic run served as the recorded one, with Streamlit's caches cleared around it."""
+    import streamlit as st
+
     res = probe_result.load_result(fake_run(), timeline_source="recorded")
     monkeypatch.setattr(probe_result, "recorded_result", lambda: res)
     st.cache_resource.clear()
