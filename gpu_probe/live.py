@@ -81,7 +81,7 @@ def open_session(preset: str = "small", rows: int = max(DEFAULT_BATCHES), bucket
     from gpu_probe.session import ProbeSession
 
     req = validate_request(preset, [rows], list(graph_modes) or ["eager"], buckets, 100, 10)
-    return ProbeSession(req["preset"], rows, req["buckets"], [m for m in graph_modes if m in MODES], progress)
+    return ProbeSession(req["preset"], rows, req["buckets"], list(graph_modes), progress)
 
 
 def run_probe(preset: str = "small", batches=DEFAULT_BATCHES, modes=MODES, buckets=None, steps: int = 100,

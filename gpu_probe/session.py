@@ -29,6 +29,15 @@ def record_failure(errors: list[str], where: str, err: Exception, say) -> None:
     say(errors[-1])
 
 
+def run_check(checks: dict, errors: list[str], name: str, say, fn, *args) -> None:
+    """Merge fn(*args)'s check results into `checks`; a check that raises is a failed check, not a lost run."""
+    try:
+        checks.update(fn(*args))
+    except Exception as err:  # noqa: BLE001
+        record_failure(errors, f"check {name}", err, say)
+        checks[name] = {"passed": False, "detail": f"raised {type(err).__name__}"}
+
+
 class ProbeSession:
     def __init__(self, preset: str, rows: int, buckets: list[int], graph_modes, progress=None):
         self.cfg = cfg = get_config(preset)
@@ -53,11 +62,7 @@ class ProbeSession:
 
     # ---- building ------------------------------------------------------------------------------
     def _check(self, name: str, say, fn, *args) -> None:
-        try:
-            self.checks.update(fn(*args))
-        except Exception as err:  # noqa: BLE001 - a broken check is a failed check, not a lost run
-            record_failure(self.errors, f"check {name}", err, say)
-            self.checks[name] = {"passed": False, "detail": f"raised {type(err).__name__}"}
+        run_check(self.checks, self.errors, name, say, fn, *args)
 
     def _build(self, say) -> None:
         cfg = self.cfg
@@ -140,11 +145,8 @@ class ProbeSession:
                 self._time(out, mode, n, step, req, bucket, fallback, say, trace_dir, checkpoint)
         if compile_ran and self.peer is not None:
             seen = [r["graph_launches"] > 0 for r in out["runs"] if r["mode"] == "compile"]
-            try:
-                out["checks"].update(self.peer.check(all(seen) if seen else None))
-            except Exception as err:  # noqa: BLE001
-                record_failure(out["errors"], "check compile_cudagraphs", err, say)
-                out["checks"]["compile_cudagraphs"] = {"passed": False, "detail": f"raised {type(err).__name__}"}
+            run_check(out["checks"], out["errors"], "compile_cudagraphs", say, self.peer.check,
+                      all(seen) if seen else None)
 
     def _eager(self, inputs: dict, fused: bool):
         self.model.fused = fused
