@@ -1,0 +1,248 @@
+"""GPU sweep of the fused decode step at small batch: GEMV tiles in the step, L2 prefetch, split merge.
+
+Usage (on a CUDA machine, from the repo root):
+    python tools/step_sweep.py [--batches 1 2 4] [--rounds 3] [--out DIR]
+
+Every variant is the small preset's whole fused step captured as one CUDA graph, so it is timed
+in the company it keeps in a real step (tools/kernel_sweep.py times each shape alone):
+1. GEMV tiles by coordinate descent at batch 1: for each projection in turn, rows per program x
+   warps, the others held at the best so far; a candidate replaces the incumbent only when more
+   than 1 % faster.
+2. With those tiles: when W is loaded (after the wait or before it), the L2 weight prefetch
+   (weight_stream.py) at several lookaheads, and the split merge
+   (a separate kernel, or the last split inside the attention kernel).
+3. The best of each at batches 2 and 4, and the step with attention left out.
+Candidates of one comparison are timed in interleaved rounds (median of 100 replays each, then
+the median over rounds). Each graph replay must equal its own eager step bit for bit.
+Prints what it tried; writes step_sweep.json (including the chosen tiles) to --out.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+
+from gpu_probe.config import get_config  # noqa: E402
+from gpu_probe.kernels import linear  # noqa: E402
+from gpu_probe.model import L2_PREFETCH_BYTES, ProbeModel  # noqa: E402
+from tools.kernel_sweep import replay_us  # noqa: E402
+from tools.probe_model_check import gpu_warm, hbm_copy_GBps, kernel_breakdown, make_inputs  # noqa: E402
+
+MB = 1 << 20
+SHAPES = {"qkv": (3072, 1024, False), "o": (1024, 1024, False), "gate_up": (2816, 1024, True),
+          "down": (1024, 2816, False), "lm_head": (32000, 1024, False)}  # (n_out, k, swiglu)
+DEFAULT_TILE_CONFIG = linear._tile_config
+
+
+def gemv_config(m: int, k: int, swiglu: bool, rows: int, warps: int) -> dict:
+    block_m, block_k = triton.next_power_of_2(m), min(triton.next_power_of_2(k), 4096)
+    while block_m * rows * block_k > 32768 and block_k > 64:
+        block_k //= 2
+    return {"kernel": "gemv", "BLOCK_M": block_m, "BLOCK_N": max(1, rows // (2 if swiglu else 1)),
+            "BLOCK_K": block_k, "num_warps": warps}
+
+
+def default_tiles() -> dict:
+    """(rows per program, warps) of every shape as _tile_config picks them at batch 1."""
+    tiles = {}
+    for name, (n, k, swiglu) in SHAPES.items():
+        cfg = DEFAULT_TILE_CONFIG(1, n, k, swiglu, torch.cuda.get_device_properties(0).multi_processor_count)
+        tiles[name] = (cfg["BLOCK_N"] * (2 if swiglu else 1), cfg["num_warps"])
+    return tiles
+
+
+def apply(model: ProbeModel, v: dict) -> None:
+    """Set the model and kernel module up as variant v says (tiles through a _tile_config override)."""
+    model.l2_prefetch_bytes = v.get("lookahead_mb", 0) * MB
+    model.merge_kernel = v.get("merge_kernel", True)
+    linear.L2_PREFETCH_INSTRUCTION = v.get("instruction", "bulk")
+    linear.GEMV_EARLY_W = v.get("early_w", 1)
+    use_layout(model, v.get("layout", "stream"))
+    by_shape = {shape: name for name, shape in SHAPES.items()}
+    tiles = v.get("tiles") or {}
+
+    def config(m, n, k, swiglu, num_sms):
+        name = by_shape.get((n, k, swiglu))
+        if m <= linear.GEMV_MAX_ROWS and name in tiles:
+            return gemv_config(m, k, swiglu, *tiles[name])
+        return DEFAULT_TILE_CONFIG(m, n, k, swiglu, num_sms)
+
+    linear._tile_config = config
+
+
+WEIGHT_NAMES = ("w_qkv_folded", "w_o_fused", "w_gate_up_folded", "w_down_fused")
+_LAYOUTS: dict[str, list] = {}
+
+
+def use_layout(model: ProbeModel, layout: str) -> None:
+    """"stream": the fused weights as views of one buffer in reading order (the model's own);
+    "scattered": each in its own allocation, as before the weight stream existed."""
+    if not _LAYOUTS:
+        _LAYOUTS["stream"] = [[getattr(layer, n) for n in WEIGHT_NAMES] for layer in model.layers]
+        _LAYOUTS["scattered"] = [[w.clone() for w in ws] for ws in _LAYOUTS["stream"]]
+    for layer, weights in zip(model.layers, _LAYOUTS[layout]):
+        for name, w in zip(WEIGHT_NAMES, weights):
+            setattr(layer, name, w)
+
+
+def capture_with_output(fn):
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+    return graph, out
+
+
+class Bench:
+    def __init__(self, model: ProbeModel, rounds: int, floor_us: float):
+        self.model, self.rounds, self.floor_us = model, rounds, floor_us
+        self.inputs = {b: make_inputs(model, b) for b in (1, 2, 4)}
+        self.lines: list[str] = []
+        self.records: list[dict] = []
+
+    def say(self, line: str) -> None:
+        self.lines.append(line)
+        print(line, flush=True)
+
+    def compare(self, batch: int, variants: list[dict], tag: str) -> list[float | None]:
+        """Median step time of each variant (None where it failed or replays differ from eager)."""
+        inputs = self.inputs[batch]
+        step = lambda: self.model.fused_forward(**inputs)  # noqa: E731
+        graphs = []
+        for v in variants:
+            apply(self.model, v)
+            try:
+                eager = step().clone()
+                graph, out = capture_with_output(step)
+                graph.replay()
+                torch.cuda.synchronize()
+                exact = torch.equal(out, eager)
+            except Exception as exc:  # a variant that does not compile or run is reported, not fatal
+                self.say(f"  B={batch} {tag} {describe(v)}: FAILED {type(exc).__name__}: {str(exc)[:300]}")
+                graphs.append(None)
+                continue
+            graphs.append((graph, exact))
+        apply(self.model, {})
+        times: list[list[float]] = [[] for _ in variants]
+        gpu_warm(50)
+        for _ in range(self.rounds):
+            for i, entry in enumerate(graphs):
+                if entry is not None:
+                    times[i].append(replay_us(entry[0], 1, reps=100))
+        result = []
+        for v, entry, ts in zip(variants, graphs, times):
+            if entry is None:
+                result.append(None)
+                continue
+            us, exact = statistics.median(ts), entry[1]
+            ratio = f" {us / self.floor_us:4.2f}x floor" if batch == 1 else ""
+            self.say(f"  B={batch} {tag} {describe(v)}: {us:7.1f} us{ratio} rounds {[round(t) for t in ts]}"
+                     f"{'' if exact else '  GRAPH != EAGER'}")
+            self.records.append(dict(batch=batch, tag=tag, variant=describe(v), step_us=us, rounds_us=ts,
+                                     graph_equals_eager=exact))
+            result.append(us if exact else None)
+        return result
+
+
+def describe(v: dict) -> str:
+    tiles = " ".join(f"{k}={r}r{w}w" for k, (r, w) in sorted((v.get("tiles") or {}).items()))
+    return (f"{v.get('layout', 'stream')} [{tiles}] early_w={v.get('early_w', 1)} prefetch={v.get('lookahead_mb', 0)}MB/"
+            f"{v.get('instruction', 'bulk')} merge={'kernel' if v.get('merge_kernel', True) else 'in-attn'}")
+
+
+def best_of(variants: list[dict], times: list[float | None], incumbent: int = 0) -> int:
+    """Index of the fastest, unless it beats the incumbent by 1 % or less (noise): then the incumbent."""
+    ok = [(t, i) for i, t in enumerate(times) if t is not None]
+    if not ok:
+        return incumbent
+    t, i = min(ok)
+    base = times[incumbent]
+    return i if base is None or t < 0.99 * base else incumbent
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--ab", action="store_true", help="only the weight layout A/B at batches 1, 2, 4")
+    parser.add_argument("--out", default=os.environ.get("OUT", "."))
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("needs CUDA", file=sys.stderr)
+        return 2
+    torch.manual_seed(0)
+    cfg = get_config("small")
+    model = ProbeModel(cfg, device="cuda", num_blocks=1 + 12 * cfg.max_blocks_per_seq)
+    model.kv_cache.fill_random_(1)
+    bandwidth = hbm_copy_GBps()
+    floor_us = model.weight_bytes / bandwidth / 1e3
+    bench = Bench(model, args.rounds, floor_us)
+    bench.say(f"device {torch.cuda.get_device_name()} torch {torch.__version__}; HBM copy {bandwidth:.0f} GB/s; "
+              f"weights {model.weight_bytes / 1e9:.3f} GB; floor {floor_us:.1f} us")
+
+    if args.ab:
+        tiles = default_tiles()
+        for batch in (1, 2, 4):
+            bench.compare(batch, [dict(layout=layout, tiles=t) for t in (tiles, {**tiles, "o": (4, 2)})
+                                  for layout in ("stream", "scattered")], "layout")
+        print("\n".join(bench.lines))
+        return 0
+    tiles = default_tiles()
+    bench.say(f"1. tiles by coordinate descent, from {tiles}")
+    for name in ("gate_up", "down", "qkv", "o", "lm_head"):
+        rows_options = (2, 4, 8, 16) if SHAPES[name][2] else (1, 2, 4, 8, 16)
+        if name == "lm_head":
+            rows_options = (4, 8, 16, 32)
+        candidates = [tiles[name]] + [(r, w) for r in rows_options for w in (1, 2, 4) if (r, w) != tiles[name]]
+        variants = [dict(tiles={**tiles, name: c}) for c in candidates]
+        pick = best_of(variants, bench.compare(1, variants, f"tiles:{name}"))
+        tiles[name] = candidates[pick]
+        bench.say(f"  -> {name}: {tiles[name][0]} rows/program, {tiles[name][1]} warps")
+
+    base = dict(tiles=tiles)
+    bench.say("2. with those tiles: W load timing, L2 prefetch, split merge")
+    variants = [base, dict(base, early_w=0), dict(base, early_w=0, lookahead_mb=16)]
+    variants += [dict(base, lookahead_mb=mb) for mb in (4, 8, 16)]
+    variants += [dict(base, merge_kernel=False)]
+    times = bench.compare(1, variants, "options")
+    best = variants[best_of(variants, times)]
+    bench.say(f"  -> best at batch 1: {describe(best)}")
+
+    bench.say("3. batches 2 and 4: default tiles vs chosen, and the best options")
+    for batch in (2, 4):
+        bench.compare(batch, [dict(), base, best], "b")
+    import gpu_probe.kernels as kernels  # ablation: the step's GEMVs alone, attention skipped
+    attention = kernels.paged_decode_attention
+    kernels.paged_decode_attention = lambda qkv, *a, **kw: qkv[:, :model.cfg.q_size]
+    try:
+        bench.compare(1, [best], "attention skipped")
+    finally:
+        kernels.paged_decode_attention = attention
+    apply(model, best)
+    inputs = bench.inputs[1]
+    graph, _ = capture_with_output(lambda: model.fused_forward(**inputs))
+    kernel_breakdown(graph.replay, f"B=1 {describe(best)}", bench.lines)
+    apply(model, {})
+    print("\n==== step sweep summary ====")
+    print("\n".join(bench.lines))
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "step_sweep.json"), "w") as fh:
+        json.dump({"lines": bench.lines, "records": bench.records, "tiles": tiles, "best": describe(best),
+                   "hbm_copy_GBps": bandwidth, "floor_us": floor_us, "default_lookahead": L2_PREFETCH_BYTES}, fh,
+                  indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
