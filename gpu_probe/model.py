@@ -19,9 +19,6 @@ from torch import nn
 
 from gpu_probe.config import ProbeModelConfig, get_config
 from gpu_probe.kv_cache import PagedKVCache
-from gpu_probe.weight_stream import WeightStream
-
-L2_PREFETCH_BYTES = 16 << 20  # about a third of an H100/H200 L2 (50 MB)
 
 # One row per fused kernel of a layer: the unfused ops it replaces and the intermediate
 # activations (per token) that no longer make a round trip through HBM.
@@ -36,7 +33,7 @@ FUSIONS: tuple[dict, ...] = (
                 "QK^T", "mask", "softmax", "PV"],
      "how": "rotates q and the new k in registers, writes k/v at slot_mapping, online softmax over "
             "the blocks the table lists on tensor cores; at small batch the context is split over "
-            "several programs and the last one to finish merges the splits",
+            "several programs and one small extra kernel merges the splits",
      "intermediates_removed": ["rotated q", "rotated k", "cos/sin gathers", "gathered K", "gathered V",
                                "scores", "probabilities"]},
     {"kernel": "o_proj_residual", "where": "kernels/linear.py",
@@ -52,7 +49,7 @@ FUSIONS: tuple[dict, ...] = (
      "how": "residual added in the GEMM epilogue",
      "intermediates_removed": ["down output"]},
 )
-FUSED_KERNELS_PER_LAYER = len(FUSIONS)  # plus a split-merge kernel if merge_kernel is set: see kernels_per_layer()
+FUSED_KERNELS_PER_LAYER = len(FUSIONS)  # plus the split-merge kernel at small batch: see kernels_per_layer()
 
 
 def fusion_report() -> list[dict]:
@@ -127,8 +124,6 @@ class ProbeModel(nn.Module):
         # the GPU has it (Hopper+): each may start, and put its weight loads in flight, while the
         # previous one drains. Larger batches run tensor-core GEMMs, launched plainly (linear.py).
         self.pdl = True
-        # Each GEMV asks the L2 for the weights this many bytes ahead of its own (0: off; weight_stream.py).
-        self.l2_prefetch_bytes = L2_PREFETCH_BYTES
         gen = torch.Generator(device=device).manual_seed(cfg.seed)
         self.tok_embeddings = nn.Parameter(torch.randn(cfg.vocab, cfg.hidden, generator=gen, device=device)
                                            .to(dtype), requires_grad=False)
@@ -148,11 +143,6 @@ class ProbeModel(nn.Module):
             self.num_sms = torch.cuda.get_device_properties(device).multi_processor_count
         else:
             self.num_sms = 2  # small, so batch 1 on CPU still exercises the split attention path
-        # Split attention counts arrivals here (one int32 per sequence and KV head, left at zero); only
-        # batches with fewer programs than 2 * SMs split (attention_splits), so this many always suffice.
-        self.register_buffer("merge_counters", torch.zeros(2 * self.num_sms + cfg.n_kv_heads, dtype=torch.int32,
-                                                           device=device), persistent=False)
-        self.merge_kernel = False  # True: merge the splits in a separate kernel (the earlier design)
         self.pack_fused_weights()
 
     # ---- bookkeeping ---------------------------------------------------------------------------
@@ -175,46 +165,32 @@ class ProbeModel(nn.Module):
 
     @torch.no_grad()
     def pack_fused_weights(self) -> None:
-        """Derive the fused variant's weights from the parameters (call again after editing them).
+        """Derive the fused variant's packed weights from the parameters (call again after editing them).
 
         RMSNorm's weight g scales the GEMM input per column, so it folds into the weight:
-        (x/rms * g) @ W^T == (x @ (W * g)^T) / rms. All of them live in one WeightStream, in the
-        order a step reads them, so each GEMV can prefetch what follows it into L2.
+        (x/rms * g) @ W^T == (x @ (W * g)^T) / rms.
         """
-        chain = []
         for layer in self.layers:
-            qkv = torch.cat([layer.wq, layer.wk, layer.wv]).float() * layer.attn_norm.float()[None, :]
-            gate_up = torch.cat([layer.w_gate, layer.w_up]).float() * layer.ffn_norm.float()[None, :]
-            chain += [qkv.to(self.dtype), layer.wo, gate_up.to(self.dtype), layer.w_down]
-        chain.append((self.lm_head.float() * self.final_norm.float()[None, :]).to(self.dtype))
-        self.weight_stream = WeightStream(chain)
-        views = iter(self.weight_stream.views)
-        for layer in self.layers:
-            for name in ("w_qkv_folded", "w_o_fused", "w_gate_up_folded", "w_down_fused"):
-                layer.register_buffer(name, next(views), persistent=False)
-        self.register_buffer("lm_head_folded", next(views), persistent=False)
-        self._prefetch_plans: dict[int, list] = {}
-
-    def prefetch_plan(self, batch: int) -> list:
-        """What each GEMV of a step prefetches into L2, in step order (see weight_stream.py)."""
-        from gpu_probe.kernels.linear import l2_prefetch_supported
-
-        lookahead = self.l2_prefetch_bytes if l2_prefetch_supported(self.device) else 0
-        if lookahead not in self._prefetch_plans:
-            self._prefetch_plans[lookahead] = self.weight_stream.plan(lookahead)
-        return self._prefetch_plans[lookahead]
+            g = layer.attn_norm.float()[None, :]
+            packed = torch.cat([layer.wq, layer.wk, layer.wv]).float() * g
+            layer.register_buffer("w_qkv_folded", packed.to(self.dtype).contiguous(), persistent=False)
+            g = layer.ffn_norm.float()[None, :]
+            packed = torch.cat([layer.w_gate, layer.w_up]).float() * g
+            layer.register_buffer("w_gate_up_folded", packed.to(self.dtype).contiguous(), persistent=False)
+        folded = self.lm_head.float() * self.final_norm.float()[None, :]
+        self.register_buffer("lm_head_folded", folded.to(self.dtype).contiguous(), persistent=False)
 
     def kernels_per_layer(self, batch: int, fused: bool = True) -> int | None:
         """Kernels one layer launches in the fused variant (None: unfused, count it with the profiler)."""
         if not fused:
             return None
-        return FUSED_KERNELS_PER_LAYER + (1 if self.merge_kernel and self.attention_splits(batch) > 1 else 0)
+        return FUSED_KERNELS_PER_LAYER + (1 if self.attention_splits(batch) > 1 else 0)
 
     def attention_splits(self, batch: int) -> int:
         """How many context splits the fused attention uses at this batch (static per batch size).
 
         At small batch one program per (sequence, KV head) would leave most SMs idle, so the
-        context is cut into splits, merged by the last split to finish (or by one small extra kernel).
+        context is cut into splits, merged by one small extra kernel.
         """
         programs = batch * self.cfg.n_kv_heads
         target = 2 * self.num_sms
@@ -307,18 +283,14 @@ class ProbeModel(nn.Module):
         pdl = self.pdl and batch <= GEMV_MAX_ROWS
         qkv_out = workspace["qkv"][:batch] if workspace is not None else None
         act_out = workspace["act"][:batch] if workspace is not None else None
-        plan = iter(self.prefetch_plan(batch))
         h = F.embedding(input_ids, self.tok_embeddings)
         for index, layer in enumerate(self.layers):
-            qkv = fused_linear(h, layer.w_qkv_folded, rms_eps=cfg.norm_eps, out=qkv_out, pdl=pdl, prefetch=next(plan))
+            qkv = fused_linear(h, layer.w_qkv_folded, rms_eps=cfg.norm_eps, out=qkv_out, pdl=pdl)
             k_cache, v_cache = self.kv_cache.layer(index)
             attn = paged_decode_attention(qkv, positions, block_tables, slot_mapping, context_lens,
                                           k_cache, v_cache, self.rope_cos, self.rope_sin,
-                                          cfg.n_heads, cfg.n_kv_heads, splits, pdl=pdl,
-                                          merge_counters=self.merge_counters, merge_kernel=self.merge_kernel)
-            h = fused_linear(attn, layer.w_o_fused, residual=h, pdl=pdl, prefetch=next(plan))
-            act = fused_linear(h, layer.w_gate_up_folded, rms_eps=cfg.norm_eps, swiglu=True, out=act_out, pdl=pdl,
-                               prefetch=next(plan))
-            h = fused_linear(act, layer.w_down_fused, residual=h, pdl=pdl, prefetch=next(plan))
-        return fused_linear(h, self.lm_head_folded, rms_eps=cfg.norm_eps, out=logits_out, pdl=pdl,
-                            prefetch=next(plan))
+                                          cfg.n_heads, cfg.n_kv_heads, splits, pdl=pdl)
+            h = fused_linear(attn, layer.wo, residual=h, pdl=pdl)
+            act = fused_linear(h, layer.w_gate_up_folded, rms_eps=cfg.norm_eps, swiglu=True, out=act_out, pdl=pdl)
+            h = fused_linear(act, layer.w_down, residual=h, pdl=pdl)
+        return fused_linear(h, self.lm_head_folded, rms_eps=cfg.norm_eps, out=logits_out, pdl=pdl)

@@ -120,26 +120,16 @@ def test_fused_linear_writes_into_out_and_rejects_a_wrong_one_on_cpu():
             fused_linear(x, weight, rms_eps=1e-5, out=bad)
 
 
-@pytest.mark.parametrize("n_splits, merge_kernel", [(1, False), (3, False), (3, True)],
-                         ids=["one split", "3 splits merged in kernel", "3 splits + merge kernel"])
-def test_paged_attention_matches_reference_on_cpu(n_splits, merge_kernel):
+@pytest.mark.parametrize("n_splits, block_n", [(1, 16), (3, 16)])
+def test_paged_attention_matches_reference_on_cpu(n_splits, block_n):
     # GQA (4 query heads on 2 KV heads), a fresh sequence (context 1) and one over several blocks
     # and tiles (the second split of 3 is empty: 44 cached tokens in 16-token tiles).
     case = make_attention_case(2, 4, 2, 16, 4, [1, 45], torch.float32, "cpu", seed=n_splits)
     kernel_k, kernel_v = case["k_cache"].clone(), case["v_cache"].clone()
-    counters = torch.zeros(5, dtype=torch.int32)
-    for _ in range(2):  # the counters must be back at zero for a second step to merge again
-        out = paged_decode_attention(**{**case, "k_cache": kernel_k, "v_cache": kernel_v}, n_splits=n_splits,
-                                     block_n=16, merge_counters=counters, merge_kernel=merge_kernel)
-        assert not counters.any()
+    out = paged_decode_attention(**{**case, "k_cache": kernel_k, "v_cache": kernel_v}, n_splits=n_splits,
+                                 block_n=block_n)
     ref = paged_decode_attention_reference(**case)
     assert rel_err(out, ref) < 1e-5 and torch.equal(kernel_v, case["v_cache"])
-
-
-def test_paged_attention_rejects_too_few_merge_counters_on_cpu():
-    case = make_attention_case(2, 4, 2, 16, 4, [1, 45], torch.float32, "cpu", seed=3)
-    with pytest.raises(ValueError, match="merge_counters"):
-        paged_decode_attention(**case, n_splits=3, merge_counters=torch.zeros(3, dtype=torch.int32))
 
 
 def test_paged_attention_skips_the_write_for_pad_slot_on_cpu():

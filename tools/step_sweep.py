@@ -1,20 +1,22 @@
-"""GPU sweep of the fused decode step at small batch: GEMV tiles in the step, L2 prefetch, split merge.
+"""GPU sweep of the fused decode step's GEMV tiles, timed in the whole step rather than alone.
 
 Usage (on a CUDA machine, from the repo root):
-    python tools/step_sweep.py [--batches 1 2 4] [--rounds 3] [--out DIR]
+    python tools/step_sweep.py [--rounds 3] [--out DIR]
 
-Every variant is the small preset's whole fused step captured as one CUDA graph, so it is timed
-in the company it keeps in a real step (tools/kernel_sweep.py times each shape alone):
+Every variant is the small preset's whole fused step captured as one CUDA graph, so each tile is
+timed in the company it keeps in a real step (tools/kernel_sweep.py times each shape alone):
 1. GEMV tiles by coordinate descent at batch 1: for each projection in turn, rows per program x
    warps, the others held at the best so far; a candidate replaces the incumbent only when more
    than 1 % faster.
-2. With those tiles: when W is loaded (after the wait or before it), the L2 weight prefetch
-   (weight_stream.py) at several lookaheads, and the split merge
-   (a separate kernel, or the last split inside the attention kernel).
-3. The best of each at batches 2 and 4, and the step with attention left out.
+2. Default tiles vs the chosen ones at batches 1, 2 and 4, and the step with attention left out.
 Candidates of one comparison are timed in interleaved rounds (median of 100 replays each, then
 the median over rounds). Each graph replay must equal its own eager step bit for bit.
 Prints what it tried; writes step_sweep.json (including the chosen tiles) to --out.
+--inputs instead times fused+graph at batch 1 the way the probe does (GraphRunner.run), with the
+per-step input copies made one per dtype or one per input, and the bare graph replay.
+
+Commit 04f1b7f also swept an L2 weight prefetch and a split merge inside the attention kernel
+(neither helped; kernels/NOTES.md, run 4).
 """
 from __future__ import annotations
 
@@ -31,11 +33,10 @@ import triton  # noqa: E402
 
 from gpu_probe.config import get_config  # noqa: E402
 from gpu_probe.kernels import linear  # noqa: E402
-from gpu_probe.model import L2_PREFETCH_BYTES, ProbeModel  # noqa: E402
+from gpu_probe.model import ProbeModel  # noqa: E402
 from tools.kernel_sweep import replay_us  # noqa: E402
 from tools.probe_model_check import gpu_warm, hbm_copy_GBps, kernel_breakdown, make_inputs  # noqa: E402
 
-MB = 1 << 20
 SHAPES = {"qkv": (3072, 1024, False), "o": (1024, 1024, False), "gate_up": (2816, 1024, True),
           "down": (1024, 2816, False), "lm_head": (32000, 1024, False)}  # (n_out, k, swiglu)
 DEFAULT_TILE_CONFIG = linear._tile_config
@@ -59,12 +60,7 @@ def default_tiles() -> dict:
 
 
 def apply(model: ProbeModel, v: dict) -> None:
-    """Set the model and kernel module up as variant v says (tiles through a _tile_config override)."""
-    model.l2_prefetch_bytes = v.get("lookahead_mb", 0) * MB
-    model.merge_kernel = v.get("merge_kernel", True)
-    linear.L2_PREFETCH_INSTRUCTION = v.get("instruction", "bulk")
-    linear.GEMV_EARLY_W = v.get("early_w", 1)
-    use_layout(model, v.get("layout", "stream"))
+    """Set the kernel module up as variant v says (tiles through a _tile_config override)."""
     by_shape = {shape: name for name, shape in SHAPES.items()}
     tiles = v.get("tiles") or {}
 
@@ -75,21 +71,6 @@ def apply(model: ProbeModel, v: dict) -> None:
         return DEFAULT_TILE_CONFIG(m, n, k, swiglu, num_sms)
 
     linear._tile_config = config
-
-
-WEIGHT_NAMES = ("w_qkv_folded", "w_o_fused", "w_gate_up_folded", "w_down_fused")
-_LAYOUTS: dict[str, list] = {}
-
-
-def use_layout(model: ProbeModel, layout: str) -> None:
-    """"stream": the fused weights as views of one buffer in reading order (the model's own);
-    "scattered": each in its own allocation, as before the weight stream existed."""
-    if not _LAYOUTS:
-        _LAYOUTS["stream"] = [[getattr(layer, n) for n in WEIGHT_NAMES] for layer in model.layers]
-        _LAYOUTS["scattered"] = [[w.clone() for w in ws] for ws in _LAYOUTS["stream"]]
-    for layer, weights in zip(model.layers, _LAYOUTS[layout]):
-        for name, w in zip(WEIGHT_NAMES, weights):
-            setattr(layer, name, w)
 
 
 def capture_with_output(fn):
@@ -158,8 +139,7 @@ class Bench:
 
 def describe(v: dict) -> str:
     tiles = " ".join(f"{k}={r}r{w}w" for k, (r, w) in sorted((v.get("tiles") or {}).items()))
-    return (f"{v.get('layout', 'stream')} [{tiles}] early_w={v.get('early_w', 1)} prefetch={v.get('lookahead_mb', 0)}MB/"
-            f"{v.get('instruction', 'bulk')} merge={'kernel' if v.get('merge_kernel', True) else 'in-attn'}")
+    return f"tiles [{tiles or 'default'}]"
 
 
 def best_of(variants: list[dict], times: list[float | None], incumbent: int = 0) -> int:
@@ -172,11 +152,51 @@ def best_of(variants: list[dict], times: list[float | None], incumbent: int = 0)
     return i if base is None or t < 0.99 * base else incumbent
 
 
+def input_load_ab(model: ProbeModel, bench: Bench) -> None:
+    """fused+graph at batch 1 as the probe times it (GraphRunner.run, CUDA events, idle GPU at each
+    start): the inputs copied with one launch per dtype (the runner's way) or one per input, and
+    the graph replay alone with the inputs already in place."""
+    from gpu_probe.decode_batch import INPUT_NAMES, make_batch
+    from gpu_probe.graph_runner import GraphRunner
+    from gpu_probe.measure import time_steps
+
+    model.fused = True
+    runner = GraphRunner(model, buckets=(1, 2, 4))
+    batch = make_batch(model, 1)
+    grouped_load = runner.load
+
+    def per_input_load(b, bucket):
+        for name in INPUT_NAMES:
+            runner.static[name][:b.size].copy_(getattr(b, name), non_blocking=True)
+
+    def run_with(load):
+        def step():
+            runner.load = load
+            return runner.run(batch)
+        return step
+
+    runner.run(batch)
+    cases = {"one copy per dtype (2)": run_with(grouped_load), "one copy per input (5)": run_with(per_input_load),
+             "graph replay alone": runner.graphs[1].replay}
+    times: dict[str, list] = {name: [] for name in cases}
+    gpu_warm(50)
+    for _ in range(bench.rounds):
+        for name, step in cases.items():
+            times[name].append(time_steps(step, steps=200, warmup=20))
+    runner.load = grouped_load
+    for name, ts in times.items():
+        med = statistics.median(t["step_us_median"] for t in ts)
+        enq = statistics.median(t["enqueue_us_median"] for t in ts)
+        bench.say(f"  B=1 fused+graph, {name}: step {med:6.1f} us ({med / bench.floor_us:4.2f}x floor), "
+                  f"host enqueue {enq:5.1f} us, rounds {[round(t['step_us_median']) for t in ts]}")
+    model.fused = False
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--ab", action="store_true", help="only the weight layout A/B at batches 1, 2, 4")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
+    parser.add_argument("--inputs", action="store_true", help="only the per-step input copies, as the probe times")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("needs CUDA", file=sys.stderr)
@@ -191,12 +211,8 @@ def main(argv=None) -> int:
     bench.say(f"device {torch.cuda.get_device_name()} torch {torch.__version__}; HBM copy {bandwidth:.0f} GB/s; "
               f"weights {model.weight_bytes / 1e9:.3f} GB; floor {floor_us:.1f} us")
 
-    if args.ab:
-        tiles = default_tiles()
-        for batch in (1, 2, 4):
-            bench.compare(batch, [dict(layout=layout, tiles=t) for t in (tiles, {**tiles, "o": (4, 2)})
-                                  for layout in ("stream", "scattered")], "layout")
-        print("\n".join(bench.lines))
+    if args.inputs:
+        input_load_ab(model, bench)
         return 0
     tiles = default_tiles()
     bench.say(f"1. tiles by coordinate descent, from {tiles}")
@@ -210,37 +226,25 @@ def main(argv=None) -> int:
         tiles[name] = candidates[pick]
         bench.say(f"  -> {name}: {tiles[name][0]} rows/program, {tiles[name][1]} warps")
 
-    base = dict(tiles=tiles)
-    bench.say("2. with those tiles: W load timing, L2 prefetch, split merge")
-    variants = [base, dict(base, early_w=0), dict(base, early_w=0, lookahead_mb=16)]
-    variants += [dict(base, lookahead_mb=mb) for mb in (4, 8, 16)]
-    variants += [dict(base, merge_kernel=False)]
-    times = bench.compare(1, variants, "options")
-    best = variants[best_of(variants, times)]
-    bench.say(f"  -> best at batch 1: {describe(best)}")
-
-    bench.say("3. batches 2 and 4: default tiles vs chosen, and the best options")
-    for batch in (2, 4):
-        bench.compare(batch, [dict(), base, best], "b")
+    chosen = dict(tiles=tiles)
+    bench.say("2. default tiles vs chosen at batches 1, 2, 4; the step with attention left out")
+    for batch in (1, 2, 4):
+        bench.compare(batch, [dict(), chosen], "b")
     import gpu_probe.kernels as kernels  # ablation: the step's GEMVs alone, attention skipped
     attention = kernels.paged_decode_attention
     kernels.paged_decode_attention = lambda qkv, *a, **kw: qkv[:, :model.cfg.q_size]
     try:
-        bench.compare(1, [best], "attention skipped")
+        bench.compare(1, [dict(), chosen], "attention skipped")
     finally:
         kernels.paged_decode_attention = attention
-    apply(model, best)
-    inputs = bench.inputs[1]
-    graph, _ = capture_with_output(lambda: model.fused_forward(**inputs))
-    kernel_breakdown(graph.replay, f"B=1 {describe(best)}", bench.lines)
-    apply(model, {})
+    graph, _ = capture_with_output(lambda: model.fused_forward(**bench.inputs[1]))
+    kernel_breakdown(graph.replay, "B=1 default tiles", bench.lines)
     print("\n==== step sweep summary ====")
     print("\n".join(bench.lines))
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "step_sweep.json"), "w") as fh:
-        json.dump({"lines": bench.lines, "records": bench.records, "tiles": tiles, "best": describe(best),
-                   "hbm_copy_GBps": bandwidth, "floor_us": floor_us, "default_lookahead": L2_PREFETCH_BYTES}, fh,
-                  indent=1)
+        json.dump({"lines": bench.lines, "records": bench.records, "tiles": tiles, "hbm_copy_GBps": bandwidth,
+                   "floor_us": floor_us}, fh, indent=1)
     return 0
 
 

@@ -12,9 +12,8 @@ halves]*sin, the swapped copy loaded with permuted offsets), and
 
 QK^T and PV run on tensor cores (tl.dot), the query heads of a group padded to 16 rows. With
 one split the program writes the attention output directly; with S > 1 splits it writes a
-normalised fp32 partial and its log2-sum-exp, and the last of the S programs to finish merges them
-(an arrival counter per sequence and KV head; a separate merge kernel remains as an option). At
-batch >= ~2 * SMs / kv_heads one split suffices.
+normalised fp32 partial and its log2-sum-exp, and a tiny second kernel merges the S partials
+(at batch >= ~2 * SMs / kv_heads one split suffices, so that kernel is only launched at small batch).
 """
 from __future__ import annotations
 
@@ -63,12 +62,11 @@ def _attend_tile(q_dot, keys, values, mask_t, run_max, run_sum, acc, IEEE: tl.co
 
 @triton.jit
 def _paged_attention_kernel(qkv_ptr, pos_ptr, table_ptr, slot_ptr, ctx_ptr, k_ptr, v_ptr, cos_ptr, sin_ptr,
-                            part_ptr, lse_ptr, out_ptr, count_ptr,
+                            out_ptr, lse_ptr,
                             stride_qkv, stride_table, stride_slot, max_pos, n_splits, qk_scale,
                             N_HEADS: tl.constexpr, N_KV_HEADS: tl.constexpr, GROUP: tl.constexpr,
                             ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-                            BLOCK_N: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr,
-                            MERGE: tl.constexpr, GROUP_P2: tl.constexpr, SPLITS_P2: tl.constexpr):
+                            BLOCK_N: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr):
     if PDL:
         gdc_launch_dependents()  # the next kernel may start streaming its weights now
     seq = tl.program_id(0)
@@ -129,42 +127,11 @@ def _paged_attention_kernel(qkv_ptr, pos_ptr, table_ptr, slot_ptr, ctx_ptr, k_pt
 
     has_any = run_sum > 0
     norm = tl.where(has_any, run_sum, 1.0)
-    out_row = part_ptr + (seq * n_splits + split) * (N_HEADS * HEAD_DIM)
-    tl.store(out_row + heads[:, None] * HEAD_DIM + d[None, :], (acc / norm[:, None]).to(part_ptr.dtype.element_ty),
+    out_row = out_ptr + (seq * n_splits + split) * (N_HEADS * HEAD_DIM)
+    tl.store(out_row + heads[:, None] * HEAD_DIM + d[None, :], (acc / norm[:, None]).to(out_ptr.dtype.element_ty),
              mask=mask_g[:, None])
     tl.store(lse_ptr + (seq * n_splits + split) * N_HEADS + heads, tl.where(has_any, run_max + tl.log2(norm), NEG_BIG),
              mask=mask_g)
-    if MERGE:
-        _merge_if_last(part_ptr, lse_ptr, out_ptr, count_ptr + seq * N_KV_HEADS + kv_head, seq, kv_head, n_splits,
-                       N_HEADS, GROUP, GROUP_P2, HEAD_DIM, SPLITS_P2)
-
-
-@triton.jit
-def _merge_if_last(part_ptr, lse_ptr, out_ptr, counter, seq, kv_head, n_splits, N_HEADS: tl.constexpr,
-                   GROUP: tl.constexpr, GROUP_P2: tl.constexpr, HEAD_DIM: tl.constexpr, SPLITS_P2: tl.constexpr):
-    """The last split of a (sequence, KV head) to finish merges all of them: no separate merge kernel.
-
-    Each program counts itself in once its partial is stored (the barrier makes every thread's
-    stores part of the release); the one that sees n_splits - 1 arrivals before it reads the
-    partials past L1 (.cg: another split wrote them), merges them in split order -- the same sum
-    whichever program is last -- and sets the counter back to 0 for the next layer and step.
-    """
-    tl.debug_barrier()
-    arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
-    if arrived == n_splits - 1:
-        s = tl.arange(0, SPLITS_P2)
-        heads = kv_head * GROUP + tl.arange(0, GROUP_P2)
-        d = tl.arange(0, HEAD_DIM)
-        mask = (s < n_splits)[:, None] & (heads < (kv_head + 1) * GROUP)[None, :]
-        lse = tl.load(lse_ptr + (seq * n_splits + s[:, None]) * N_HEADS + heads[None, :], mask=mask,
-                      other=NEG_BIG, cache_modifier=".cg")
-        weights = tl.where(mask, tl.exp2(lse - tl.max(lse, axis=0)[None, :]), 0.0)  # [S, G]
-        part = tl.load(part_ptr + ((seq * n_splits + s[:, None, None]) * N_HEADS + heads[None, :, None]) * HEAD_DIM
-                       + d[None, None, :], mask=mask[:, :, None], other=0.0, cache_modifier=".cg")
-        merged = tl.sum(part * weights[:, :, None], axis=0) / tl.sum(weights, axis=0)[:, None]  # [G, D]
-        tl.store(out_ptr + (seq * N_HEADS + heads[:, None]) * HEAD_DIM + d[None, :],
-                 merged.to(out_ptr.dtype.element_ty), mask=(heads < (kv_head + 1) * GROUP)[:, None])
-        tl.atomic_xchg(counter, 0, sem="relaxed", scope="gpu")
 
 
 @triton.jit
@@ -193,16 +160,12 @@ def paged_decode_attention(qkv: torch.Tensor, positions: torch.Tensor, block_tab
                            slot_mapping: torch.Tensor, context_lens: torch.Tensor, k_cache: torch.Tensor,
                            v_cache: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_heads: int,
                            n_kv_heads: int, n_splits: int = 1, block_n: int | None = None,
-                           pdl: bool = False, merge_counters: torch.Tensor | None = None,
-                           merge_kernel: bool = False) -> torch.Tensor:
+                           pdl: bool = False) -> torch.Tensor:
     """RoPE + paged K/V write + decode attention; returns [B, n_heads * head_dim] in qkv's dtype.
 
-    n_splits > 1 splits each sequence's context over that many programs; the last of them to finish
-    merges the splits (`_merge_if_last`), or, with merge_kernel=True, one extra small kernel does.
-    merge_counters: int32 zeros, at least B * n_kv_heads of them, that the in-kernel merge counts
-    arrivals in and leaves at zero again (a model keeps one such buffer; None: a fresh one per call).
-    n_splits = 1 writes the output directly. pdl: programmatic dependent launch (Hopper+; ignored
-    elsewhere), as in linear.py.
+    n_splits > 1 splits each sequence's context over that many programs (one extra, small
+    kernel merges them); n_splits = 1 writes the output directly. pdl: programmatic dependent
+    launch (Hopper+; ignored elsewhere), as in linear.py.
     """
     batch = qkv.shape[0]
     num_blocks, block_size, kv_heads, head_dim = k_cache.shape
@@ -215,26 +178,19 @@ def paged_decode_attention(qkv: torch.Tensor, positions: torch.Tensor, block_tab
     else:
         partial = out
     lse = torch.empty((batch, n_splits, n_heads), dtype=torch.float32, device=qkv.device)
-    merge_in_kernel = n_splits > 1 and not merge_kernel
-    if merge_counters is None:
-        merge_counters = torch.zeros(batch * n_kv_heads if merge_in_kernel else 1, dtype=torch.int32,
-                                     device=qkv.device)
-    elif merge_in_kernel and (merge_counters.numel() < batch * n_kv_heads or merge_counters.dtype != torch.int32):
-        raise ValueError(f"merge_counters must hold at least {batch * n_kv_heads} int32 zeros")
     group = n_heads // n_kv_heads
     if block_n is None:
         block_n = 32 if n_splits > 1 else 64
     pdl = pdl and pdl_supported(qkv.device)
     launch = {"launch_pdl": True} if pdl else {}  # only named when set: the CPU interpreter knows no such option
     _paged_attention_kernel[(batch, n_kv_heads, n_splits)](
-        qkv, positions, block_tables, slot_mapping, context_lens, k_cache, v_cache, cos, sin, partial, lse, out,
-        merge_counters, qkv.stride(0), block_tables.stride(0), k_cache.stride(1), cos.shape[0] - 1, n_splits,
+        qkv, positions, block_tables, slot_mapping, context_lens, k_cache, v_cache, cos, sin, partial, lse,
+        qkv.stride(0), block_tables.stride(0), k_cache.stride(1), cos.shape[0] - 1, n_splits,
         LOG2E / math.sqrt(head_dim),
         N_HEADS=n_heads, N_KV_HEADS=n_kv_heads, GROUP=group, ROWS=max(16, triton.next_power_of_2(group)),
         HEAD_DIM=head_dim, BLOCK_SIZE=block_size, BLOCK_N=block_n, IEEE=qkv.dtype == torch.float32, PDL=pdl,
-        MERGE=merge_in_kernel, GROUP_P2=triton.next_power_of_2(group), SPLITS_P2=triton.next_power_of_2(n_splits),
         num_warps=4, **launch)
-    if n_splits > 1 and merge_kernel:
+    if n_splits > 1:
         _merge_splits_kernel[(batch, n_heads)](partial, lse, out, n_splits, N_HEADS=n_heads, HEAD_DIM=head_dim,
                                                SPLITS_P2=triton.next_power_of_2(n_splits), PDL=pdl, **launch)
     return out

@@ -28,9 +28,6 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 GEMV_MAX_ROWS = 4  # above this the 3-D broadcast of the GEMV costs more registers than it saves
-L2_PREFETCH_INSTRUCTIONS = {"bulk": 1, "lines": 2}  # see _l2_prefetch
-L2_PREFETCH_INSTRUCTION = "bulk"
-GEMV_EARLY_W = 1  # 0: load W after the wait; 1: before it
 
 
 @triton.jit
@@ -48,33 +45,6 @@ def _epilogue(acc, acc_up, sum_sq, offs_m, offs_n, mask_m, mask_n, K, eps, out_p
         acc = acc + res.to(tl.float32)
     tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], acc.to(out_ptr.dtype.element_ty),
              mask=mask_out)
-
-
-@triton.jit
-def _l2_prefetch(stream_ptr, start, nbytes, chunk, PREFETCH: tl.constexpr):
-    """Ask the L2 for this program's `chunk` of bytes [start, start + nbytes) of the weight stream.
-
-    PREFETCH 1: one bulk prefetch (Hopper's cp.async.bulk.prefetch.L2, issued by thread 0);
-    2: one `prefetch.global.L2::evict_last` per 128-byte line, spread over the threads. Either only
-    starts the transfer, so the program goes on at once. start, nbytes and chunk are multiples of 16.
-    """
-    if PREFETCH != 0:
-        lo = start + tl.program_id(0).to(tl.int64) * chunk
-        size = tl.minimum(start + nbytes - lo, chunk)
-        if size > 0:
-            if PREFETCH == 1:
-                tl.inline_asm_elementwise(
-                    "{ .reg .pred p; .reg .b32 t; mov.u32 t, %tid.x; setp.eq.u32 p, t, 0; "
-                    "@p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
-                    "=r,l,r", [(stream_ptr + lo).to(tl.int64), size.to(tl.int32)], dtype=tl.int32, is_pure=False,
-                    pack=1)
-            else:
-                lines = tl.arange(0, 32) * 128
-                for offset in range(0, size, 32 * 128):
-                    at = tl.minimum(offset + lines, size - 1)  # past the end: the last line again
-                    tl.inline_asm_elementwise("prefetch.global.L2::evict_last [$1]; mov.u32 $0, 0;", "=r,l",
-                                              [(stream_ptr + lo + at).to(tl.int64)], dtype=tl.int32,
-                                              is_pure=False, pack=1)
 
 
 @triton.jit
@@ -103,9 +73,8 @@ def _gemv_accumulate(a_ptr, stride_am, offs_m, mask_m, offs_k, K, w, up, acc, ac
 
 @triton.jit
 def _gemv_kernel(a_ptr, w_ptr, out_ptr, res_ptr,
-                 M, N, K, up_offset, stride_am, stride_wn, stride_om, stride_rm, eps, pf_ptr, pf_start, pf_bytes, pf_chunk,
+                 M, N, K, up_offset, stride_am, stride_wn, stride_om, stride_rm, eps,
                  NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr, PDL: tl.constexpr,
-                 PREFETCH: tl.constexpr, EARLY_W: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     offs_m = tl.arange(0, BLOCK_M)
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -116,13 +85,9 @@ def _gemv_kernel(a_ptr, w_ptr, out_ptr, res_ptr,
     up_shift = up_offset * stride_wn
     if PDL:
         gdc_launch_dependents()  # let the next kernel start its own weight loads too
-    _l2_prefetch(pf_ptr, pf_start, pf_bytes, pf_chunk, PREFETCH)
-    if EARLY_W:
-        w, up = _gemv_weights(w_rows, up_shift, offs_k, mask_n, K, SWIGLU)  # before the wait: W is not an input
+    w, up = _gemv_weights(w_rows, up_shift, offs_k, mask_n, K, SWIGLU)  # before the wait: W is not an input
     if PDL:
         gdc_wait()  # x and the residual come from earlier kernels
-    if not EARLY_W:
-        w, up = _gemv_weights(w_rows, up_shift, offs_k, mask_n, K, SWIGLU)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     sum_sq = tl.zeros((BLOCK_M,), dtype=tl.float32)
@@ -139,13 +104,10 @@ def _gemv_kernel(a_ptr, w_ptr, out_ptr, res_ptr,
 @triton.jit
 def _fused_linear_kernel(a_ptr, w_ptr, out_ptr, res_ptr,
                          M, N, K, up_offset, stride_am, stride_wn, stride_om, stride_rm, eps,
-                         pf_ptr, pf_start, pf_bytes, pf_chunk,
-                         NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr, PREFETCH: tl.constexpr,
+                         NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr,
                          IEEE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     pid_n = tl.program_id(0)  # N first: neighbouring programs share the same x rows
     pid_m = tl.program_id(1)
-    if pid_m == 0:
-        _l2_prefetch(pf_ptr, pf_start, pf_bytes, pf_chunk, PREFETCH)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     mask_m = offs_m < M
@@ -235,15 +197,9 @@ def pdl_supported(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
 
 
-@functools.lru_cache(maxsize=None)
-def l2_prefetch_supported(device: torch.device) -> bool:
-    """Bulk L2 prefetches (cp.async.bulk.prefetch.L2) need a Hopper-or-newer GPU; not in the interpreter."""
-    return pdl_supported(device)
-
-
 def fused_linear(x: torch.Tensor, weight: torch.Tensor, *, rms_eps: float | None = None, swiglu: bool = False,
                  residual: torch.Tensor | None = None, config: dict | None = None,
-                 out: torch.Tensor | None = None, pdl: bool = False, prefetch=None) -> torch.Tensor:
+                 out: torch.Tensor | None = None, pdl: bool = False) -> torch.Tensor:
     """x[M, K] @ weight[N (or 2F when swiglu), K]^T with the fusions of the module doc; returns [M, N or F].
 
     out: write the result there (shape [M, N or F], weight's dtype, rows contiguous) instead of a new
@@ -251,8 +207,6 @@ def fused_linear(x: torch.Tensor, weight: torch.Tensor, *, rms_eps: float | None
     config: a `_tile_config`-shaped dict to override the choice of kernel and tiles (sweeps, tests).
     pdl: launch the GEMV with programmatic dependent launch (ignored for the tensor-core kernel and
     where `pdl_supported` is False).
-    prefetch: a weight_stream.Prefetch whose bytes the kernel's programs ask the L2 for, split evenly
-    between them (ignored where `l2_prefetch_supported` is False).
     """
     m, k = x.shape
     n_out = weight.shape[0] // 2 if swiglu else weight.shape[0]
@@ -269,22 +223,13 @@ def fused_linear(x: torch.Tensor, weight: torch.Tensor, *, rms_eps: float | None
     args = (x, weight, out, res, m, n_out, k, n_out, x.stride(0), weight.stride(0), out.stride(0), res.stride(0),
             rms_eps if rms_eps is not None else 0.0)
     flags = dict(NORM=rms_eps is not None, SWIGLU=swiglu, RESIDUAL=residual is not None)
-    programs = triton.cdiv(n_out, cfg["BLOCK_N"])
-    if prefetch is not None and prefetch.nbytes > 0 and l2_prefetch_supported(weight.device):
-        chunk = -(-prefetch.nbytes // programs)
-        chunk = -(-chunk // 16) * 16  # bulk prefetch sizes are whole 16-byte units
-        args += (prefetch.stream, prefetch.start, prefetch.nbytes, chunk)
-        flags["PREFETCH"] = L2_PREFETCH_INSTRUCTIONS[L2_PREFETCH_INSTRUCTION]
-    else:
-        args += (weight, 0, 0, 0)
-        flags["PREFETCH"] = 0
     if kernel == "gemv":
         pdl = pdl and pdl_supported(weight.device)
         if pdl:
             cfg["launch_pdl"] = True  # only named when set: the CPU interpreter knows no such option
-        _gemv_kernel[(programs,)](*args, **flags, PDL=pdl, EARLY_W=GEMV_EARLY_W, **cfg)
+        _gemv_kernel[(triton.cdiv(n_out, cfg["BLOCK_N"]),)](*args, **flags, PDL=pdl, **cfg)
     else:
-        grid = (programs, triton.cdiv(m, cfg["BLOCK_M"]))
+        grid = (triton.cdiv(n_out, cfg["BLOCK_N"]), triton.cdiv(m, cfg["BLOCK_M"]))
         _fused_linear_kernel[grid](*args, **flags, IEEE=weight.dtype == torch.float32, **cfg)
     return out
 
