@@ -308,7 +308,10 @@ def test_calibrated_fused_steps_follow_the_calibration_tabs_predictions(clean_ca
         assert shown["Step time"] == format_us(expected.step_us)
         assert expected.step_us == pytest.approx(step_us, rel=0.12), point
         assert expected.gpu_busy_us == pytest.approx(busy_us, rel=0.08), point
-        if abs(cpu_us - busy_us) > 0.08 * busy_us:  # closer than the busy-time tolerance is a tie
+        # The preset has one fused kernel count per layer; the probe launches 6 at small batch (split
+        # merge) and 5 at large, so host time can differ by a kernel a layer: ~10 %.
+        assert expected.cpu_launch_us == pytest.approx(cpu_us, rel=0.12), point
+        if abs(cpu_us - busy_us) > 0.12 * busy_us:  # closer than the host-time tolerance is a tie
             assert shown["Bound by"] == ("CPU launch" if cpu_us > busy_us else "GPU"), point
         assert abs(float(shown["GPU utilisation"].rstrip("%")) - 100 * busy_us / step_us) <= 6, point
 

@@ -16,7 +16,7 @@ from gpu_probe.result import MODES
 from ui.probe_results import describe, session_results
 
 LIVE_BATCHES = (1, 8, 64, 256)
-# Measured, not hoped: the recorded H200 run (these batches, all modes) took about 225 s from the CLI,
+# Measured, not hoped: the recorded H200 run (these batches, all modes) took 225-231 s from the CLI,
 # and torch.compile compiles once per batch size (about 30 s each).
 LIVE_DURATION = (
     "several minutes (about 3¾ on an H200, where torch.compile alone takes about 30 s per batch size)."
