@@ -58,7 +58,8 @@ def make_inputs(model: ProbeModel, batch: int) -> dict:
     return inputs
 
 
-def capture(fn):
+def capture_with_output(fn):
+    """Warm fn up on a side stream, capture it; returns the graph and what the captured call returned."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -67,8 +68,12 @@ def capture(fn):
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        fn()
-    return graph
+        out = fn()
+    return graph, out
+
+
+def capture(fn):
+    return capture_with_output(fn)[0]
 
 
 def count_kernels(fn) -> int:

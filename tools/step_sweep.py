@@ -35,7 +35,8 @@ from gpu_probe.config import get_config  # noqa: E402
 from gpu_probe.kernels import linear  # noqa: E402
 from gpu_probe.model import ProbeModel  # noqa: E402
 from tools.kernel_sweep import replay_us  # noqa: E402
-from tools.probe_model_check import gpu_warm, hbm_copy_GBps, kernel_breakdown, make_inputs  # noqa: E402
+from tools.probe_model_check import (capture_with_output, gpu_warm, hbm_copy_GBps, kernel_breakdown,  # noqa: E402
+                                     make_inputs)
 
 SHAPES = {"qkv": (3072, 1024, False), "o": (1024, 1024, False), "gate_up": (2816, 1024, True),
           "down": (1024, 2816, False), "lm_head": (32000, 1024, False)}  # (n_out, k, swiglu)
@@ -71,19 +72,6 @@ def apply(model: ProbeModel, v: dict) -> None:
         return DEFAULT_TILE_CONFIG(m, n, k, swiglu, num_sms)
 
     linear._tile_config = config
-
-
-def capture_with_output(fn):
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = fn()
-    return graph, out
 
 
 class Bench:
@@ -142,7 +130,7 @@ def describe(v: dict) -> str:
     return f"tiles [{tiles or 'default'}]"
 
 
-def best_of(variants: list[dict], times: list[float | None], incumbent: int = 0) -> int:
+def best_of(times: list[float | None], incumbent: int = 0) -> int:
     """Index of the fastest, unless it beats the incumbent by 1 % or less (noise): then the incumbent."""
     ok = [(t, i) for i, t in enumerate(times) if t is not None]
     if not ok:
@@ -222,7 +210,7 @@ def main(argv=None) -> int:
             rows_options = (4, 8, 16, 32)
         candidates = [tiles[name]] + [(r, w) for r in rows_options for w in (1, 2, 4) if (r, w) != tiles[name]]
         variants = [dict(tiles={**tiles, name: c}) for c in candidates]
-        pick = best_of(variants, bench.compare(1, variants, f"tiles:{name}"))
+        pick = best_of(bench.compare(1, variants, f"tiles:{name}"))
         tiles[name] = candidates[pick]
         bench.say(f"  -> {name}: {tiles[name][0]} rows/program, {tiles[name][1]} warps")
 
