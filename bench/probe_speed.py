@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpu_probe.result import DEFAULT_BUCKETS, RECORDED_PATH, load_result  # noqa: E402
+from core.probe_result import DEFAULT_BUCKETS, RECORDED_PATH, load_result  # noqa: E402
 
 
 def goals(res) -> list[tuple[str, float | None, str, bool | None]]:

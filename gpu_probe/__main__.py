@@ -19,7 +19,7 @@ class _OneLineParser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     from gpu_probe.config import DEFAULT_PRESET, PRESETS
     from gpu_probe.live import DEFAULT_BATCHES
-    from gpu_probe.result import DEFAULT_BUCKETS, MODES
+    from core.probe_result import DEFAULT_BUCKETS, MODES
 
     p = _OneLineParser(prog="python -m gpu_probe",
                        description="Measure one decode step eagerly, fused, with CUDA graphs and with torch.compile.")
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
 
     from gpu_probe.live import cuda_available, main_progress, run_probe, validate_request
-    from gpu_probe.result import dump_result, load_result
+    from core.probe_result import dump_result, load_result
 
     try:
         validate_request(args.preset, args.batch, args.modes, args.buckets, args.steps, args.warmup)

@@ -28,7 +28,7 @@ import torch
 
 from gpu_probe.decode_batch import INPUT_NAMES, DecodeBatch, bucket_for, validate_buckets
 from gpu_probe.kv_cache import PAD_SLOT, SCRATCH_BLOCK
-from gpu_probe.result import DEFAULT_BUCKETS  # the chapter's 1, 2, 4, 8, 16, 24, ..., 256
+from core.probe_result import DEFAULT_BUCKETS  # the chapter's 1, 2, 4, 8, 16, 24, ..., 256
 
 PAD_POLICIES = ("scratch", "real")
 CHECKS = (False, True, "before", "after", "both")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpu_probe.config import PRESETS
-from gpu_probe.result import DEFAULT_BUCKETS, MODES, ProbeResult, load_result
+from core.probe_result import DEFAULT_BUCKETS, MODES, ProbeResult, load_result
 
 if TYPE_CHECKING:  # gpu_probe.session imports torch
     from gpu_probe.session import ProbeSession
@@ -87,7 +87,7 @@ def open_session(preset: str = "small", rows: int = max(DEFAULT_BATCHES), bucket
 def run_probe(preset: str = "small", batches=DEFAULT_BATCHES, modes=MODES, buckets=None, steps: int = 100,
               warmup: int = 10, trace_dir=None, progress=None, command: str = "", checkpoint=None,
               session=None) -> dict:
-    """The whole probe as a result dict (see gpu_probe.result); `checkpoint(out)` after each run."""
+    """The whole probe as a result dict (see core.probe_result); `checkpoint(out)` after each run."""
     import torch
 
     from gpu_probe import measure as m

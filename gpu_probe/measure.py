@@ -89,7 +89,7 @@ def profile_step(step, label: str, trace_path: str | os.PathLike | None = None) 
 
 def run_record(mode: str, batch: int, timing: dict, traced: TraceStep, n_layers: int,
                bucket: int | None = None, eager_fallback: bool = False) -> dict:
-    """One entry of the result's `runs` (see gpu_probe.result for the fields)."""
+    """One entry of the result's `runs` (see core.probe_result for the fields)."""
     m = traced.timeline.metrics()
     per_layer, exact = kernels_per_layer(traced.kernel_names, n_layers)
     return {

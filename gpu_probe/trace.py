@@ -1,4 +1,4 @@
-"""A torch.profiler Chrome trace of one decode step -> `sim.timeline.Timeline`.
+"""A torch.profiler Chrome trace of one decode step -> `core.timeline.Timeline`.
 
 Works on the exported JSON (plain dicts, no torch needed), so the parser is tested on a
 real trace recorded on the H200 and checked into `tests/data/`.
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.timeline import Timeline
+from core.timeline import Timeline
 
 STEP_ANNOTATION = "decode_step"
 API_CATEGORIES = ("cuda_runtime", "cuda_driver")

@@ -4,7 +4,7 @@ from sim.config import (BATCH_RANGE, CHAPTER_BUCKETS, DEFAULT_PRESET, LAYERS_RAN
 from sim.kernels import FUSED_PER_LAYER, FUSIONS, UNFUSED_PER_LAYER, KernelSpec, fusion_table, kernel_times_us, \
     step_kernels
 from sim.schedule import COMBOS, SimulatedStep, StepSettings, Sweep, simulate_step, sweep
-from sim.timeline import CPU_BOUND, GPU_BOUND, StepMetrics, Timeline, regime
+from core.timeline import CPU_BOUND, GPU_BOUND, StepMetrics, Timeline, regime
 
 __all__ = [
     "CPU_BOUND", "GPU_BOUND", "StepMetrics", "Timeline", "regime",

@@ -9,7 +9,7 @@ then predicts each point, and each point again from a fit that never saw it
 (leave-one-out: the honest number). `main` is `python -m sim calibrate RESULT.json`;
 `sim.probe_preset` turns a calibration into a simulator preset.
 
-numpy only; the result file is read through `gpu_probe.result`, which imports no torch.
+numpy only; the result file is read through `core.probe_result`, which imports no torch.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from sim.probe_sim import (
     points_from_result,
 )
 from sim.probe_synthetic import synthetic_result  # noqa: F401  (re-exported: tests and demos)
-from sim.timeline import StepMetrics, Timeline
+from core.timeline import StepMetrics, Timeline
 
 RESIDUAL_WEIGHTS = {"step": 1.0, "cpu": 0.5, "busy": 0.5}  # step time is what the goal is about
 
@@ -276,7 +276,7 @@ def main(argv=None) -> int:
         "or 'recorded' for the shipped H200 run",
     )
     args = parser.parse_args(argv)
-    from gpu_probe.result import load_result, recorded_result  # torch-free
+    from core.probe_result import load_result, recorded_result  # torch-free
 
     try:
         result = recorded_result() if args.result == "recorded" else load_result(args.result)

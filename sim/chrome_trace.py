@@ -21,7 +21,7 @@ import json
 
 import numpy as np
 
-from sim.timeline import Timeline
+from core.timeline import Timeline
 
 CPU_PID, GPU_PID = 1, 2
 CPU_TRACK = "CPU thread: building + submitting launches"

@@ -19,7 +19,7 @@ import numpy as np
 
 from sim.config import ModelConfig
 from sim.kernels import step_kernels
-from sim.timeline import Timeline
+from core.timeline import Timeline
 
 FIT_MODES = ("eager", "fused", "graph", "fused+graph")  # what the simulator can represent
 FUSED_MODES = ("fused", "fused+graph", "compile")  # compile is Inductor's fusion, replayed as a graph

@@ -2,7 +2,7 @@
 
 For tests (a fit must recover the parameters it was generated with) and for a demo before
 any GPU run exists. The result follows the probe's JSON schema, so it goes through
-`gpu_probe.result.load_result` like a real run. numpy only.
+`core.probe_result.load_result` like a real run. numpy only.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ import numpy as np
 from sim.config import (CHAPTER_BUCKETS, MAX_SIM_BATCH, HardwareConfig, ModelConfig, bucket_for,
                         check_buckets)
 from sim.kernels import kernel_arrays, kernel_groups, kernel_names, roofline_us
-from sim.timeline import CPU_BOUND, GPU_BOUND, StepMetrics, Timeline
+from core.timeline import CPU_BOUND, GPU_BOUND, StepMetrics, Timeline
 
 COMBOS = ((False, False), (True, False), (False, True), (True, True))  # (fusion, graphs)
 COMBO_LABELS = {(False, False): "eager", (True, False): "fusion", (False, True): "graphs",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-import gpu_probe.result as probe_result
+import core.probe_result as probe_result
 from sim.calibrate import synthetic_result
 from sim.config import PRESETS
 from synthetic_params import KNOWN_PARAMS  # tests/synthetic_params.py

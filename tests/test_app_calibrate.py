@@ -7,7 +7,7 @@ from contextlib import redirect_stdout
 import pytest
 import streamlit as st
 
-import gpu_probe.result as probe_result
+import core.probe_result as probe_result
 from app_pages import fake_run, open_tab
 from app_pages import metrics as shown
 from sim.calibrate import calibrate, main

@@ -5,7 +5,7 @@ import json
 import pytest
 import streamlit as st
 
-import gpu_probe.result as probe_result
+import core.probe_result as probe_result
 from app_pages import fake_run, metrics, open_tab
 from ui.common import READOUT_LABELS
 

@@ -9,7 +9,7 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from gpu_probe import result as probe_result
+from core import probe_result
 from sim.calibrate import calibrate
 from sim.config import PRESETS
 from sim.probe_preset import calibrated_preset

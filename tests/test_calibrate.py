@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpu_probe.result import load_result
+from core.probe_result import load_result
 from sim.calibrate import (
     NAMES,
     PARAMS,
@@ -200,7 +200,7 @@ def test_a_run_without_model_fields_is_a_named_error():
 
 def test_calibration_imports_neither_torch_nor_scipy():
     code = (
-        "import sys, sim.calibrate, gpu_probe.result; "
+        "import sys, sim.calibrate, core.probe_result; "
         "assert 'torch' not in sys.modules and 'scipy' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

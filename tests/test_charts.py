@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from sim.timeline import Timeline
+from core.timeline import Timeline
 from ui.charts import COMBOS, FIRST_LAUNCHES, format_us, lanes_figure, sweep_figure
 from ui.common import time_split_html
 

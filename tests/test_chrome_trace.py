@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from sim.chrome_trace import CPU_PID, GPU_PID, assign_tracks, to_chrome_trace_json
-from sim.timeline import Timeline
+from core.timeline import Timeline
 
 
 def eager_timeline() -> Timeline:

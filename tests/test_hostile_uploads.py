@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from sim.timeline import Timeline
+from core.timeline import Timeline
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 MB = 2**20
 
 
 def good_result() -> dict:
-    """A small, valid probe result (the schema of gpu_probe.result)."""
+    """A small, valid probe result (the schema of core.probe_result)."""
     timeline = Timeline(cpu_start=[0.0, 6.0], cpu_dur=[6.0, 5.0], cpu_names=["cudaLaunchKernel"] * 2,
                         gpu_start=[7.0, 12.0], gpu_dur=[2.0, 3.0], gpu_names=["k1", "k2"],
                         launched_by=[0, 1], source="measured").to_dict()
@@ -84,7 +84,7 @@ def assert_no_traceback(at: AppTest, what: str) -> None:
 
 @pytest.fixture(scope="module")
 def probe_page_with_good_upload():
-    pytest.importorskip("gpu_probe.result")
+    pytest.importorskip("core.probe_result")
     at = page_on("Live GPU probe")
     assert_no_traceback(at, "probe tab")
     at.file_uploader(key="pr_upload").set_value(("good.json", json.dumps(good_result()).encode(),
@@ -112,7 +112,7 @@ def test_bad_probe_result_is_named_and_the_good_one_stays(probe_page_with_good_u
 
 
 def test_bad_probe_result_on_the_calibration_tab():
-    pytest.importorskip("gpu_probe.result")
+    pytest.importorskip("core.probe_result")
     at = page_on("Calibration")
     assert_no_traceback(at, "calibration tab")
     for name in ("nested_bomb.json", "nan_step.json", "binary.json"):

@@ -46,7 +46,7 @@ def test_no_cuda_exits_2(tmp_path):
 
 @pytest.mark.cuda
 def test_short_end_to_end_run(tmp_path):
-    from gpu_probe.result import MODES, load_result
+    from core.probe_result import MODES, load_result
     out, traces = tmp_path / "r.json", tmp_path / "traces"
     proc = _cli("--preset", "tiny", "--batch", "1", "3", "--modes", "all", "--buckets", "1", "2", "4",
                 "--steps", "5", "--warmup", "2", "--out", str(out), "--trace-dir", str(traces), timeout=600)

@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
-from gpu_probe.result import (MAX_RESULT_BYTES, MODES, ProbeResult, dump_result, load_result)
-from sim.timeline import Timeline
+from core.probe_result import (MAX_RESULT_BYTES, MODES, ProbeResult, dump_result, load_result)
+from core.timeline import Timeline
 
 
 def _timeline() -> dict:
@@ -152,7 +152,7 @@ def test_dump_refuses_nan(tmp_path):
 
 def test_result_module_does_not_import_torch():
     import subprocess
-    code = ("import sys, gpu_probe.result as r; r.load_result(__import__('json').loads(sys.argv[1]));"
+    code = ("import sys, core.probe_result as r; r.load_result(__import__('json').loads(sys.argv[1]));"
             "assert 'torch' not in sys.modules, 'torch imported'")
     proc = subprocess.run([sys.executable, "-c", code, json.dumps(valid_result())], capture_output=True,
                           text=True, cwd=str(__import__('pathlib').Path(__file__).resolve().parents[1]))

@@ -8,7 +8,7 @@ pytestmark = pytest.mark.cuda
 
 def test_a_session_measures_twice_without_recapturing():
     from gpu_probe import live
-    from gpu_probe.result import load_result
+    from core.probe_result import load_result
 
     session = live.open_session("tiny", rows=8, buckets=[1, 2, 4, 8])
     runners = dict(session.runners)

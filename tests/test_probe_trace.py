@@ -2,7 +2,7 @@
 import pytest
 
 from gpu_probe.trace import kernels_per_layer, parse_step, short_kernel_name
-from sim.timeline import CPU_BOUND
+from core.timeline import CPU_BOUND
 
 
 def _x(cat, name, ts, dur, corr=None, **kw):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from gpu_probe.trace import kernels_per_layer, parse_step
-from sim.timeline import CPU_BOUND, Timeline
+from core.timeline import CPU_BOUND, Timeline
 
 DATA = Path(__file__).resolve().parent / "data"
 

@@ -5,7 +5,7 @@ import pytest
 from sim.config import CHAPTER_BUCKETS, PRESETS, HardwareConfig, ModelConfig
 from sim.kernels import kernel_times_us, step_kernels
 from sim.schedule import COMBOS, StepSettings, simulate_step, sweep
-from sim.timeline import CPU_BOUND, GPU_BOUND
+from core.timeline import CPU_BOUND, GPU_BOUND
 
 CHAPTER = PRESETS["chapter"]
 

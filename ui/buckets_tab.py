@@ -80,7 +80,7 @@ def _comparison(preset_key: str, fusion: bool, layouts: tuple, sizes: tuple, wei
 def _probe_captures() -> tuple | None:
     """(bucket, graph bytes, pool bytes) from the shipped probe run; None where unavailable."""
     try:
-        from gpu_probe.result import recorded_result  # torch-free, but optional for this tab
+        from core.probe_result import recorded_result  # torch-free, but optional for this tab
 
         captures = recorded_result().captures
         rows = tuple((int(c["bucket"]), int(c["graph_mem_bytes"]), int(c.get("pool_bytes", 0) or 0))

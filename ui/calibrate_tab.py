@@ -12,7 +12,7 @@ import hashlib
 import numpy as np
 import streamlit as st
 
-from gpu_probe.result import MODES
+from core.probe_result import MODES
 from sim.calibrate import FIT_MODES, PARAMS, Calibration, calibrate, missing_effects
 from sim.config import Preset
 from sim.probe_preset import calibrated_preset

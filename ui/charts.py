@@ -1,6 +1,6 @@
 """Plotly figures for the simulator and the probe pages.
 
-Every figure here draws a `sim.timeline.Timeline` (or numbers derived from one), so
+Every figure here draws a `core.timeline.Timeline` (or numbers derived from one), so
 a simulated step and a measured step go through the same code and can be overlaid.
 
 Lanes are horizontal bars on a linear microsecond axis (`base` = start, `x` =
@@ -15,7 +15,7 @@ import math
 import numpy as np
 import plotly.graph_objects as go
 
-from sim.timeline import Timeline
+from core.timeline import Timeline
 
 # How many launches the lanes show unless the whole step is asked for (the chapter shows 18).
 FIRST_LAUNCHES = 18

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from sim.timeline import StepMetrics, regime
+from core.timeline import StepMetrics, regime
 from ui.charts import CPU_COLOUR, GPU_COLOUR, format_us
 
 KERNELS_LABEL = "Kernels / step"

@@ -12,7 +12,7 @@ import threading
 
 import streamlit as st
 
-from gpu_probe.result import MODES
+from core.probe_result import MODES
 from ui.probe_results import describe, session_results
 
 LIVE_BATCHES = (1, 8, 64, 256)

@@ -11,7 +11,7 @@ from datetime import datetime
 
 import streamlit as st
 
-from gpu_probe import result as probe_result
+from core import probe_result
 
 RESULTS_KEY = "probe_results"  # session: label -> ProbeResult (uploaded and live runs)
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from gpu_probe import result as probe_result
-from sim.timeline import StepMetrics
+from core import probe_result
+from core.timeline import StepMetrics
 from ui.charts import FIRST_LAUNCHES, format_us, lanes_figure
 from ui.common import show_readouts
 from ui.probe_live import LIVE_BATCHES, LIVE_DURATION, measure_live

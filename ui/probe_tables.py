@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from gpu_probe.result import MODES
+from core.probe_result import MODES
 from ui.charts import format_us
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from harness import open_app, rerun_after
 
-from sim.timeline import Timeline
+from core.timeline import Timeline
 
 pytestmark = pytest.mark.browser
 

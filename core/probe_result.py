@@ -34,13 +34,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from sim.timeline import CPU_BOUND, GPU_BOUND, Timeline
+from core.timeline import CPU_BOUND, GPU_BOUND, Timeline
 
 MODES = ("eager", "fused", "graph", "fused+graph", "compile")
 GRAPH_MODES = ("graph", "fused+graph", "compile")
 DEFAULT_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)  # the chapter's capture sizes
 MAX_RESULT_BYTES = 20 * 1024 * 1024
-RECORDED_PATH = Path(__file__).resolve().parent / "recorded" / "h200.json"
+RECORDED_PATH = Path(__file__).resolve().parent.parent / "gpu_probe" / "recorded" / "h200.json"
 SCHEMA_VERSION = 1
 
 # Sanity limits: anything outside these is a corrupt or hand-made file, not a measurement.
