@@ -98,7 +98,7 @@ class HardwareConfig:
     name: str
     hbm_GBps: float  # achievable HBM bandwidth (a large copy), not the datasheet peak
     matrix_TFLOPs: float  # achievable dense matmul rate at the model's precision
-    min_kernel_us: float  # no kernel finishes faster: launch latency on the GPU, ramp-up, tail
+    min_kernel_us: float  # every kernel's fixed latency (an empty kernel): launch on the GPU, fill, drain
     eager_launch_us: float  # host time to build and submit one kernel (Python + dispatcher + driver)
     graph_launch_us: float  # host time for one graph replay, input copies into static buffers included
     graph_node_gap_us: float  # GPU time between one queued kernel's end and the next one's start

@@ -10,8 +10,8 @@ Fused, a layer is four kernels; every boundary between them is a real grid-wide
 dependency (attention needs all of q/k/v, the FFN norm needs the whole attention
 output summed into the residual, down_proj needs the whole SwiGLU output).
 
-GPU time per kernel is a roofline: the larger of bytes moved over bandwidth and
-FLOPs over the matrix rate, never below the minimum kernel time. Weights are read
+GPU time per kernel is `sim.timing.kernel_us`: a fixed latency plus the larger of bytes
+moved over bandwidth and FLOPs over the matrix rate. Weights are read
 once per step whatever the batch; activations and KV-cache reads grow with it.
 """
 from __future__ import annotations
@@ -22,6 +22,7 @@ from functools import lru_cache
 import numpy as np
 
 from sim.config import HardwareConfig, ModelConfig
+from sim.timing import kernel_us
 
 UNFUSED_PER_LAYER = 11
 FUSED_PER_LAYER = 4
@@ -194,11 +195,13 @@ def kernel_groups(model: ModelConfig, fusion: bool) -> tuple[tuple[np.ndarray, .
 
 
 def roofline_us(weight, per_row, flops, hw: HardwareConfig, batches) -> np.ndarray:
-    """[n_batches, n_kernels] GPU time: max(min kernel time, bytes / bandwidth, FLOPs / matrix rate)."""
+    """[n_batches, n_kernels] GPU time: the kernel latency + max(bytes / bandwidth, FLOPs / matrix rate).
+
+    `sim.timing.kernel_us`, the one kernel cost: every kernel here is in one family (the
+    hardware's figures); the calibration fits one per probe kernel family.
+    """
     rows = np.asarray(batches, dtype=np.float64).reshape(-1, 1)
-    memory_us = (weight + rows * per_row) / (hw.hbm_GBps * 1e3)  # GB/s = 1e3 bytes/µs
-    math_us = rows * flops / (hw.matrix_TFLOPs * 1e6)  # TFLOP/s = 1e6 FLOP/µs
-    return np.maximum(np.maximum(memory_us, math_us), hw.min_kernel_us)
+    return kernel_us(weight + rows * per_row, rows * flops, hw.min_kernel_us, hw.hbm_GBps, hw.matrix_TFLOPs)
 
 
 def kernel_times_us(kernels, hw: HardwareConfig, batches) -> np.ndarray:

@@ -10,8 +10,8 @@ what-ifs on an uploaded trace.
 - Kernels of one stream run in order: kernel i starts when it is ready (submitted by the
   host) and the one before it has ended, plus the gap between them: `schedule_starts`.
 - A CUDA graph replay is one host call, fixed plus a little per node, after the step's
-  inputs are copied into the graph's static buffers; on the GPU the nodes then run back
-  to back, `node_gap_us` apart (fill and drain between dependent kernels, which
+  inputs are copied into the graph's static buffers; the nodes reach the GPU one after
+  another while the call runs, and run back to back, `node_gap_us` apart (fill and drain between dependent kernels, which
   programmatic dependent launch partly hides, so it may be negative: the next kernel's
   prologue overlaps the previous one's tail): `GraphReplayCost`, `graph_replay_timeline`.
 
@@ -108,11 +108,16 @@ class GraphReplayCost:
         """Host time of one replay of a graph of n nodes, input copies included."""
         return self.input_copy_us + self.launch_us + self.per_node_host_us * np.asarray(n_nodes, np.float64)
 
+    def ready_us(self, n_nodes: int) -> np.ndarray:
+        """When each node reaches the GPU: after the input copies and the call's fixed cost, the
+        driver submits the nodes one after another (`per_node_host_us` each) while the call runs."""
+        return self.input_copy_us + self.launch_us + self.per_node_host_us * np.arange(1, n_nodes + 1)
+
     def step_us(self, kernel_dur_us) -> float:
-        """Step time of one replay: the host call, then the nodes back to back (no Timeline built)."""
+        """Step time of one replay (no Timeline built): the last node's end, or the host call's."""
         dur = np.asarray(kernel_dur_us, np.float64)
-        n = dur.shape[-1]
-        return self.host_us(n) + dur.sum(axis=-1) + max(n - 1, 0) * self.node_gap_us
+        start = schedule_starts(self.ready_us(dur.shape[-1]), dur, self.node_gap_us)
+        return float(max((start + dur).max(initial=0.0), self.host_us(dur.shape[-1])))
 
 
 def graph_replay_timeline(kernel_dur_us, kernel_names, cost: GraphReplayCost, label: str = "") -> Timeline:
@@ -121,7 +126,7 @@ def graph_replay_timeline(kernel_dur_us, kernel_names, cost: GraphReplayCost, la
     names = tuple(kernel_names)
     n = len(dur)
     host = float(cost.host_us(n))
-    start = schedule_starts(np.full(n, host), dur, cost.node_gap_us)
+    start = schedule_starts(cost.ready_us(n), dur, cost.node_gap_us)
     start = np.maximum(start, 0.0)  # a negative gap never starts a kernel before the step
     return Timeline(
         cpu_start=np.zeros(1),

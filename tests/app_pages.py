@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import core.probe_result as probe_result
-from sim.calibrate import synthetic_result
+from sim.calibration import synthetic_result
 from sim.config import PRESETS
 from synthetic_params import KNOWN_PARAMS  # tests/synthetic_params.py
 
@@ -36,7 +36,6 @@ def fake_run(device="NVIDIA Test GPU", noise=0.02) -> dict:
     data = synthetic_result(
         KNOWN_PARAMS,
         MODEL,
-        extra_kernels={"eager": 100, "graph": 103, "fused": 4, "fused+graph": 6},
         noise=noise,
         device=device,
         modes=("eager", "fused", "graph", "fused+graph"),

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from sim.calibration import graph_cost_from_result, recorded_graph_cost
+from sim.calibration import graph_cost_from_result
 from sim.timing import (
     GraphReplayCost,
     KernelFamilyCost,
@@ -51,7 +51,8 @@ def test_graph_replay_timeline_is_one_launch_then_the_nodes_back_to_back():
     cost = GraphReplayCost(launch_us=10.0, per_node_host_us=0.5, node_gap_us=1.0, input_copy_us=4.0)
     tl = graph_replay_timeline([5.0, 5.0, 5.0], ["a", "b", "c"], cost, label="x")
     assert len(tl.cpu_start) == 1 and tl.cpu_dur[0] == pytest.approx(15.5)  # 4 + 10 + 3 × 0.5
-    np.testing.assert_allclose(tl.gpu_start, [15.5, 21.5, 27.5])
+    # The nodes reach the GPU one after another while the call runs: 14 + 0.5 µs for the first.
+    np.testing.assert_allclose(tl.gpu_start, [14.5, 20.5, 26.5])
     assert tl.step_us == pytest.approx(cost.step_us([5.0, 5.0, 5.0]))
     assert tl.label == "x" and set(tl.launched_by) == {0}
 
@@ -69,20 +70,11 @@ def test_eager_timeline_waits_for_the_host():
     assert tl.metrics().bound_by == "CPU launch"
 
 
-def test_recorded_graph_cost_is_fitted_to_the_h200_run_and_cached():
-    cost = recorded_graph_cost()
-    assert cost is recorded_graph_cost()
-    assert 0 < cost.node_gap_us < 2  # the probe's replays: ~0.4 µs between nodes
-    assert 0 < cost.per_node_host_us < 2
-    # The host time of the recorded fused+graph replays (~100 µs for ~180 nodes) is reproduced.
-    assert 60 < cost.host_us(180) < 140
-
-
-def test_replay_cost_needs_graph_runs_of_two_sizes():
+def test_graph_cost_of_a_run_without_two_runs_is_a_named_error():
     from core.probe_result import recorded_result
 
     result = recorded_result()
     one = type(result)(**{**{f: getattr(result, f) for f in result.__slots__},
                           "runs": [r for r in result.runs if r.mode == "fused+graph"][:1]})
-    with pytest.raises(ValueError, match="two different node counts"):
+    with pytest.raises(ValueError, match="at least two runs"):
         graph_cost_from_result(one)

@@ -101,7 +101,7 @@ def _readouts(result, run) -> None:
 
 
 def _lanes(result, run, source: str, whole: bool) -> None:
-    from ui.calibrate_tab import probe_sim_step  # the simulator's picture of the same settings
+    from ui.calibration_cache import probe_sim_step  # the calibrated model's picture of the same settings
 
     measured_col, sim_col = st.columns(2, gap="medium")
     with measured_col:

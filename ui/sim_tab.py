@@ -31,7 +31,7 @@ HARDWARE_INPUTS = (
     ("node_gap_us", "µs gap between graph nodes", "graph_node_gap_us", 0.0, 100.0, 0.1, "%.2f"),
     ("hbm_GBps", "HBM GB/s", "hbm_GBps", 0.0, 20000.0, 100.0, "%.0f"),
     ("tflops", "Matrix TFLOP/s", "matrix_TFLOPs", 0.0, 10000.0, 10.0, "%.0f"),
-    ("min_kernel_us", "Minimum kernel µs", "min_kernel_us", 0.0, 1000.0, 0.5, "%.2f"),
+    ("min_kernel_us", "Kernel latency µs", "min_kernel_us", 0.0, 1000.0, 0.5, "%.2f"),
 )
 # The widgets accept 0 so that a typed or linked 0 gets a clear warning; the simulator
 # needs these strictly positive, so they are raised to this floor.
