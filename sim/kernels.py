@@ -194,14 +194,30 @@ def kernel_groups(model: ModelConfig, fusion: bool) -> tuple[tuple[np.ndarray, .
     return tuple(groups)
 
 
-def roofline_us(weight, per_row, flops, hw: HardwareConfig, batches) -> np.ndarray:
+def roofline_us(weight, per_row, flops, hw: HardwareConfig, batches, padded=0, kv_per_row=0.0) -> np.ndarray:
     """[n_batches, n_kernels] GPU time: the kernel latency + max(bytes / bandwidth, FLOPs / matrix rate).
 
     `sim.timing.kernel_us`, the one kernel cost: every kernel here is in one family (the
-    hardware's figures); the calibration fits one per probe kernel family.
+    hardware's figures); the calibration fits one per probe kernel family. `padded` rows
+    (per batch) are a graph bucket's dummy rows: they cost their matmul rows but read no
+    KV cache (engines point them at a scratch slot), so their `kv_per_row` is taken off.
     """
     rows = np.asarray(batches, dtype=np.float64).reshape(-1, 1)
-    return kernel_us(weight + rows * per_row, rows * flops, hw.min_kernel_us, hw.hbm_GBps, hw.matrix_TFLOPs)
+    dummy = np.asarray(padded, dtype=np.float64).reshape(-1, 1)
+    moved = weight + rows * per_row - dummy * kv_per_row
+    return kernel_us(moved, rows * flops, hw.min_kernel_us, hw.hbm_GBps, hw.matrix_TFLOPs)
+
+
+@lru_cache(maxsize=64)
+def kv_groups(model: ModelConfig, fusion: bool) -> tuple[np.ndarray, ...]:
+    """(before, one layer, after) KV-cache bytes per row of each kernel (part of `kernel_groups`' per row)."""
+    before, after = _model_ops(model)
+    out = []
+    for ops in (before, _layer_ops(model, bool(fusion)), after):
+        arr = np.array([kv * model.bytes_per_el for _, _, _, kv, _ in ops], dtype=np.float64)
+        arr.setflags(write=False)
+        out.append(arr)
+    return tuple(out)
 
 
 def kernel_times_us(kernels, hw: HardwareConfig, batches) -> np.ndarray:

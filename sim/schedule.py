@@ -19,7 +19,7 @@ import numpy as np
 
 from core.timeline import CPU_BOUND, GPU_BOUND, StepMetrics, Timeline
 from sim.config import CHAPTER_BUCKETS, MAX_SIM_BATCH, HardwareConfig, ModelConfig, bucket_for, check_buckets
-from sim.kernels import kernel_arrays, kernel_groups, kernel_names, roofline_us
+from sim.kernels import kernel_arrays, kernel_groups, kernel_names, kv_groups, roofline_us
 from sim.timing import schedule_starts
 
 COMBOS = ((False, False), (True, False), (False, True), (True, True))  # (fusion, graphs)
@@ -83,7 +83,9 @@ def _launch_names(n_layers: int, fusion: bool) -> tuple[str, ...]:
 def _timeline(model, hw, batch, fusion, graphs, buckets) -> tuple[Timeline, int | None]:
     weight, per_row, flops, names = kernel_arrays(model, fusion)
     rows, use_graph, bucket, submit = _plan(hw, len(names), batch, graphs, buckets)
-    dur = roofline_us(weight, per_row, flops, hw, [rows])[0]
+    kv = np.concatenate([g if i != 1 else np.tile(g, model.n_layers)
+                         for i, g in enumerate(kv_groups(model, fusion))])
+    dur = roofline_us(weight, per_row, flops, hw, [rows], padded=[rows - batch], kv_per_row=kv)[0]
     start = schedule_starts(submit, dur, hw.graph_node_gap_us)
     n = len(names)
     if use_graph:
@@ -208,7 +210,9 @@ def _sweep_series(model, hw, batches: np.ndarray, fusion: bool, graphs: bool, bu
     else:
         bucket_rows, use_graph = batches, np.zeros(len(batches), bool)
     rows = np.where(use_graph, bucket_rows, batches)
-    d_before, d_layer, d_after = (roofline_us(*group, hw, rows) for group in (before, layer, after))
+    padded = rows - batches  # dummy rows: matmul rows, but no KV-cache reads
+    d_before, d_layer, d_after = (roofline_us(*group, hw, rows, padded, kv)
+                                  for group, kv in zip((before, layer, after), kv_groups(model, fusion)))
     busy = d_before.sum(axis=1) + n_layers * d_layer.sum(axis=1) + d_after.sum(axis=1)
     gaps = (n - 1) * hw.graph_node_gap_us
 

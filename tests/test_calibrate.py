@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from synthetic_params import KNOWN_PARAMS  # tests/synthetic_params.py
 
 from core.probe_result import load_result, recorded_result
 from sim.calibration import PARAMS, calibrate, calibrated_preset, recorded_graph_cost, synthetic_result
@@ -15,7 +16,6 @@ from sim.calibration.least_squares import bounded_least_squares
 from sim.calibration.report import main
 from sim.config import PRESETS, Preset
 from sim.schedule import StepSettings, simulate_step
-from synthetic_params import KNOWN_PARAMS  # tests/synthetic_params.py
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = PRESETS["probe-0.5b-h200"].model.with_layers(8)  # fewer layers: same physics, faster tests

@@ -32,8 +32,14 @@ from core.timeline import Timeline
 from sim.calibration.families import FAMILIES, GEMV_MAX_ROWS, INDEX, MATMUL, classify, family_work
 from sim.calibration.families import NAMES as FAMILY_NAMES
 from sim.config import ModelConfig
-from sim.timing import GraphReplayCost, KernelFamilyCost, eager_timeline, graph_replay_timeline, kernel_us, \
-    schedule_starts
+from sim.timing import (
+    GraphReplayCost,
+    KernelFamilyCost,
+    eager_timeline,
+    graph_replay_timeline,
+    kernel_us,
+    schedule_starts,
+)
 
 FIT_MODES = ("eager", "fused", "graph", "fused+graph")  # what the model represents (compile is Inductor's)
 FUSED_MODES = ("fused", "fused+graph", "compile")
@@ -259,6 +265,7 @@ class ProbeModel:
         launch = np.where(self._is_triton, p["triton_launch_us"], p["aten_launch_us"]) * self._valid
         replay = graph_cost(p).ready_us(self._fam.shape[1])  # nodes submitted one after another
         ready = np.where(self._graphs[:, None], replay[None, :], np.cumsum(launch, axis=1))
+        ready = np.where(self._valid, ready, 0.0)  # padding: zero-length, never waits for the host
         gap = np.where(self._pdl[:, None] | ~self._valid, 0.0, p["node_gap_us"])
         start = schedule_starts(ready, dur, gap)
         gpu_end = (start + dur).max(axis=1, initial=0.0)

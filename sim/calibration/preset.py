@@ -56,14 +56,14 @@ def calibrated_preset(result, cal: Calibration | None = None) -> Preset:
         + "; ".join(format_param(n, p[n]) for n in ("gemv_latency_us", "pdl_hidden_us", "gemv_GBps",
                                                      "attention_GBps", "triton_launch_us", "replay_us",
                                                      "replay_per_node_us", "node_gap_us")) + ".",
-        f"- {launch_us:.1f} µs per launch: {p['triton_launch_us']:.1f} µs per Triton launch × the probe's "
-        f"{eager_kernels:.0f} fused kernels a step / the simulator's {sim_kernels}.",
+        (f"- {launch_us:.1f} µs per launch: {p['triton_launch_us']:.1f} µs per Triton launch × the probe's "
+         f"{eager_kernels:.0f} fused kernels a step / the simulator's {sim_kernels}."),
         f"- {replay_us:.1f} µs per graph replay: the fitted replay cost at the probe's {nodes:.0f} nodes.",
         f"- {latency:.2f} µs per kernel: the GEMV's latency less what PDL hides inside a graph.",
-        f"- Attention over an effective {context} tokens (the probe's {cal.model.context_len}), since the "
-        f"attention reaches {p['attention_GBps']:.0f} GB/s where the GEMV reaches {p['gemv_GBps']:.0f}.",
-        "- Not represented: the unfused (PyTorch) path's own costs; with fusion off, the simulator runs its "
-        "11 kernels a layer on these figures, which is not the probe's eager step.",
+        (f"- Attention over an effective {context} tokens (the probe's {cal.model.context_len}), since the "
+         f"attention reaches {p['attention_GBps']:.0f} GB/s where the GEMV reaches {p['gemv_GBps']:.0f}."),
+        ("- Not represented: the unfused (PyTorch) path's own costs; with fusion off, the simulator runs its "
+         "11 kernels a layer on these figures, which is not the probe's eager step."),
     ])  # fmt: skip
     return Preset(
         key=f"calibrated-{device.lower().replace(' ', '-')}",

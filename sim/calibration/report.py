@@ -85,8 +85,8 @@ def format_report(cal: Calibration, check: list[dict] | None = None) -> str:
         lines.append(f"  {p.name:<24} {cal.params[p.name]:>10.4g} {p.unit:<8} {p.what}{note}")
     lines += [
         "",
-        f"{'mode':<12}{'batch':>6}{'kernels':>8}  {'step meas':>10}{'pred':>10}{'err':>8}{'LOO':>8}"
-        f"  {'CPU meas':>10}{'pred':>10}{'err':>8}  {'busy meas':>10}{'pred':>10}{'err':>8}",
+        (f"{'mode':<12}{'batch':>6}{'kernels':>8}  {'step meas':>10}{'pred':>10}{'err':>8}{'LOO':>8}"
+         f"  {'CPU meas':>10}{'pred':>10}{'err':>8}  {'busy meas':>10}{'pred':>10}{'err':>8}"),
     ]
     for r in cal.rows():
         loo = f"{r['step LOO error %']:+7.1f}%" if np.isfinite(r["step LOO error %"]) else "     n/a"
