@@ -300,7 +300,7 @@ def test_calibrated_fused_steps_follow_the_calibration_tabs_predictions(clean_ca
     for i, point in fused:
         at.toggle(key="graphs").set_value(point.graphs)
         at.slider(key="batch").set_value(point.batch).run()
-        step_us, cpu_us, busy_us = cal.predicted[i]
+        step_us, cpu_us, _ = cal.predicted[i]
         expected = simulate_step(preset.model, preset.hardware,
                                  StepSettings(batch=point.batch, fusion=True, graphs=point.graphs)).metrics
         shown = readouts(at)

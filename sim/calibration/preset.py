@@ -65,8 +65,9 @@ def calibrated_preset(result, cal: Calibration | None = None) -> Preset:
                                                      "replay_per_node_us", "node_gap_us")) + ".",
         (f"- {launch_us:.1f} µs per launch: {p['triton_launch_us']:.1f} µs per Triton launch × the probe's "
          f"{eager_kernels:.0f} fused kernels a step / the simulator's {sim_kernels}."),
-        f"- {replay_us:.1f} µs per graph replay: the fitted replay cost at the probe's {nodes:.0f} nodes; no "
-        f"node gap (the probe's PDL chain overlaps its kernels; between plain kernels it is {p['node_gap_us']:.2f} µs).",
+        (f"- {replay_us:.1f} µs per graph replay: the fitted replay cost at the probe's {nodes:.0f} nodes; no "
+         f"node gap (the probe's PDL chain overlaps its kernels; between plain kernels it is "
+         f"{p['node_gap_us']:.2f} µs)."),
         (f"- {latency:.2f} µs latency per kernel: what makes the simulator's {sim_kernels} fused kernels as busy as "
          f"the probe's {smallest.kernels} at batch {smallest.batch} (the GEMV's fitted "
          f"{p['gemv_latency_us']:.2f} µs, of which PDL hides {p['pdl_hidden_us']:.2f} µs inside a graph)."),
