@@ -8,7 +8,7 @@ import pytest
 import streamlit as st
 
 import core.probe_result as probe_result
-from app_pages import fake_run, open_tab
+from app_pages import as_read, fake_run, open_tab
 from app_pages import metrics as shown
 from sim.calibrate import calibrate, main
 from ui.calibrate_tab import LOO_LABEL
@@ -32,7 +32,7 @@ def test_page_shows_fit_table_chart_and_the_loo_figure(recorded):
     assert len(charts) == 2  # predicted-vs-measured panels, and the overlaid lanes
     lanes = json.loads(charts[1].proto.spec)
     assert len(lanes["layout"]["yaxis"]["categoryarray"]) == 4  # measured CPU/GPU over simulated CPU/GPU
-    assert any("probe decoder on Test GPU" in m.value for m in at.markdown)
+    assert any("probe decoder on Test GPU" in as_read(m.value) for m in at.markdown)
 
 
 def test_cli_and_page_report_the_same_figure(recorded):
@@ -49,7 +49,7 @@ def test_bad_upload_keeps_the_calibration(recorded):
     at.file_uploader(key="cal_upload").set_value(("x.json", b'{"device": "GPU"}', "application/json"))
     at.run()
     assert not at.exception
-    assert any("x.json" in e.body and "torch" in e.body for e in at.error)
+    assert any("x.json" in as_read(e.body) and "torch" in e.body for e in at.error)
     assert LOO_LABEL in shown(at)
 
 
@@ -62,7 +62,7 @@ def test_an_uncalibratable_upload_says_why(recorded):
     )
     at.run()
     assert not at.exception
-    assert any("cannot be calibrated" in e.body and "at least two runs" in e.body for e in at.error)
+    assert any("cannot be calibrated" in e.body and "at least two runs" in as_read(e.body) for e in at.error)
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ from sim import workloads as wl
 from sim.config import DEFAULT_PRESET, PRESETS
 from ui import padding_demo
 from ui.bucket_charts import padding_figure, tradeoff_figure
+from ui.common import plain
 
 # One checkbox per layout: a URL can carry a yes/no per key, and a link stays readable.
 LAYOUT_KEYS = {"chapter": "bk_chapter", "powers of two": "bk_pow2", "vLLM": "bk_vllm", "SGLang": "bk_sglang",
@@ -52,14 +53,6 @@ BUCKET_PARAMS: dict[str, tuple] = {
     **padding_demo.DEMO_PARAMS,
 }
 
-
-
-_MARKDOWN_SPECIALS = "\\`*_{}[]()<>#+-.!|~$:"
-
-
-def plain(text: str) -> str:
-    """Text for st.warning/st.error with markdown escaped: a user's input never becomes a link or format."""
-    return "".join("\\" + ch if ch in _MARKDOWN_SPECIALS else ch for ch in str(text))
 
 
 @st.cache_data(max_entries=64, show_spinner=False)

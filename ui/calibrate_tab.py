@@ -18,6 +18,7 @@ from sim.config import Preset
 from sim.probe_preset import calibrated_preset
 from ui.calibrate_charts import predicted_vs_measured_figure
 from ui.charts import format_us, lanes_figure
+from ui.common import plain
 from ui.probe_results import available_results, recorded, run_picker, upload_widget
 
 CALIBRATE_PARAMS: dict[str, tuple] = {
@@ -235,7 +236,7 @@ def render() -> None:
     try:
         cal = calibration_of(result)
     except ValueError as err:
-        st.error(f"This run cannot be calibrated: {err}")
+        st.error(f"This run cannot be calibrated: {plain(err)}")
         return
     _headline(cal)
     st.markdown("**Fitted parameters**")
@@ -254,7 +255,7 @@ def render() -> None:
     st.markdown("**Simulated over measured lanes**")
     _overlay(cal, result)
     preset = preset_for(result)
-    st.markdown(f"**As a simulator preset: “{preset.title}”**")
+    st.markdown(f"**As a simulator preset: “{plain(preset.title)}”**")
     rec, _ = recorded()
     if rec is not None and result_key(rec) == result_key(result):
         from ui.sim_presets import CALIBRATED_TITLE
@@ -263,4 +264,4 @@ def render() -> None:
             f"The Simulator tab offers it as “{CALIBRATED_TITLE}”: batch sizes and layer counts this run "
             "never measured."
         )
-    st.caption(preset.note)
+    st.caption("  \n".join(plain(line) for line in preset.note.splitlines()))  # the note names the file's GPU
