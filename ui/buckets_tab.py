@@ -34,6 +34,7 @@ MAX_BATCH_RANGE = (1, 512)
 BUDGET_RANGE = (0, 4096)  # MiB
 GRAPHS_RANGE = (1, 128)
 CUSTOM_MAX_CHARS = 4000  # room for every size up to 512 typed out, short enough for a link
+CSV_UPLOAD_MB = 1  # the uploader's own limit (Streamlit's default is 200 MB); the parser stops at MAX_CSV_BYTES
 
 BUCKET_PARAMS: dict[str, tuple] = {
     "bk_view": ("choice", VIEWS),
@@ -87,7 +88,9 @@ def _workload(max_batch: int) -> wl.Workload:
     kind = st.session_state.get("bk_workload", WORKLOADS[0])
     if kind == "uploaded CSV":
         upload = st.file_uploader("Batch-size histogram (CSV with a `batch,count` header)",
-                                  type=["csv", "txt"], key="bk_csv_file")
+                                  type=["csv", "txt"], key="bk_csv_file", max_upload_size=CSV_UPLOAD_MB,
+                                  help=f"Up to {wl.MAX_CSV_BYTES:,} bytes and {wl.MAX_CSV_ROWS:,} rows; "
+                                       "it stays in this browser session only.")
         if upload is None:
             st.info("Upload a CSV such as `batch,count` / `1,120` / `8,40` … "
                     "Until then: uniform 1–max batch.")
