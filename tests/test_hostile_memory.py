@@ -7,9 +7,9 @@ import copy
 import json
 
 import pytest
+from test_hostile_uploads import good_result, messages, page_on, picker_options
 
 from core.probe_result import LIMITS, MAX_RESULT_BYTES, load_result
-from test_hostile_uploads import good_result, messages, page_on, picker_options
 
 TEN_MB = "x" * (10 * 2**20)
 
