@@ -3,6 +3,8 @@
 `streamlit run app.py`. Layout only: the simulator lives in `sim/`, the live probe in
 `gpu_probe/`, and each tab's widgets and charts in `ui/`.
 """
+import ui.warmup  # noqa: F401, I001 - first: pandas and Plotly whole before any session draws (see there)
+
 import streamlit as st
 
 from ui import buckets_tab, calibrate_tab, probe_tab, quiz, sim_tab, url_params

@@ -4,6 +4,7 @@ synthetic probe run standing in for the recorded one (the `recorded` fixture).
 Loaded by conftest for every test run, also on the GPU machine where streamlit is not installed:
 streamlit is imported only inside the helpers that use it.
 """
+import re
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,11 @@ def open_tab(tab: str, timeout: float = 120, **params):
     for key, value in params.items():
         at.query_params[key] = value
     return at.run()
+
+
+def as_read(markdown: str) -> str:
+    """Markdown source as a reader sees it: the page escapes strings from files (ui.common.plain)."""
+    return re.sub(r"\\(.)", r"\1", markdown)
 
 
 def metrics(at) -> dict:

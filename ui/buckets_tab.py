@@ -18,6 +18,7 @@ from sim import workloads as wl
 from sim.config import DEFAULT_PRESET, PRESETS
 from ui import padding_demo
 from ui.bucket_charts import padding_figure, tradeoff_figure
+from ui.common import plain
 
 # One checkbox per layout: a URL can carry a yes/no per key, and a link stays readable.
 LAYOUT_KEYS = {"chapter": "bk_chapter", "powers of two": "bk_pow2", "vLLM": "bk_vllm", "SGLang": "bk_sglang",
@@ -33,6 +34,7 @@ MAX_BATCH_RANGE = (1, 512)
 BUDGET_RANGE = (0, 4096)  # MiB
 GRAPHS_RANGE = (1, 128)
 CUSTOM_MAX_CHARS = 4000  # room for every size up to 512 typed out, short enough for a link
+CSV_UPLOAD_MB = 1  # the uploader's own limit (Streamlit's default is 200 MB); the parser stops at MAX_CSV_BYTES
 
 BUCKET_PARAMS: dict[str, tuple] = {
     "bk_view": ("choice", VIEWS),
@@ -52,14 +54,6 @@ BUCKET_PARAMS: dict[str, tuple] = {
     **padding_demo.DEMO_PARAMS,
 }
 
-
-
-_MARKDOWN_SPECIALS = "\\`*_{}[]()<>#+-.!|~$:"
-
-
-def plain(text: str) -> str:
-    """Text for st.warning/st.error with markdown escaped: a user's input never becomes a link or format."""
-    return "".join("\\" + ch if ch in _MARKDOWN_SPECIALS else ch for ch in str(text))
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
@@ -94,7 +88,9 @@ def _workload(max_batch: int) -> wl.Workload:
     kind = st.session_state.get("bk_workload", WORKLOADS[0])
     if kind == "uploaded CSV":
         upload = st.file_uploader("Batch-size histogram (CSV with a `batch,count` header)",
-                                  type=["csv", "txt"], key="bk_csv_file")
+                                  type=["csv", "txt"], key="bk_csv_file", max_upload_size=CSV_UPLOAD_MB,
+                                  help=f"Up to {wl.MAX_CSV_BYTES:,} bytes and {wl.MAX_CSV_ROWS:,} rows; "
+                                       "it stays in this browser session only.")
         if upload is None:
             st.info("Upload a CSV such as `batch,count` / `1,120` / `8,40` … "
                     "Until then: uniform 1–max batch.")

@@ -17,6 +17,7 @@ from sim.config import Preset
 from ui.calibrate_charts import predicted_vs_measured_figure
 from ui.calibration_cache import calibration_of, preset_for, result_key
 from ui.charts import format_us, lanes_figure
+from ui.common import plain
 from ui.probe_results import available_results, recorded, run_picker, upload_widget
 
 CALIBRATE_PARAMS: dict[str, tuple] = {
@@ -172,7 +173,7 @@ def render() -> None:
     try:
         cal = calibration_of(result)
     except ValueError as err:
-        st.error(f"This run cannot be calibrated: {err}")
+        st.error(f"This run cannot be calibrated: {plain(err)}")
         return
     _headline(cal)
     st.markdown("**Fitted parameters**")

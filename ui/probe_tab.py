@@ -14,7 +14,7 @@ import streamlit as st
 from core import probe_result
 from core.timeline import StepMetrics
 from ui.charts import FIRST_LAUNCHES, format_us, lanes_figure
-from ui.common import show_readouts
+from ui.common import code, plain, show_readouts
 from ui.probe_live import LIVE_BATCHES, LIVE_DURATION, measure_live
 from ui.probe_results import available_results, describe, recorded, run_picker, upload_widget
 from ui.probe_tables import modes_table, run_facts
@@ -115,9 +115,9 @@ def _lanes(result, run, source: str, whole: bool) -> None:
         )
     with sim_col:
         step, title = probe_sim_step(result, run.mode, run.batch)
-        st.markdown(f"**Simulated** · {title if step is not None else 'no picture'}")
+        st.markdown(f"**Simulated** · {plain(title) if step is not None else 'no picture'}")
         if step is None:
-            st.info(title)
+            st.info(plain(title))
         else:
             st.plotly_chart(
                 lanes_figure(step, whole_step=whole),
@@ -151,17 +151,18 @@ def render() -> None:
         return
     if source == "recorded":
         st.info(
-            f"**Recorded run** on {describe(result)} (torch {result.torch}, CUDA {result.cuda}), shipped "
-            f"with the app. Made with `{result.command}`.",
+            f"**Recorded run** on {plain(describe(result))} (torch {plain(result.torch)}, CUDA "
+            f"{plain(result.cuda)}), shipped with the app. Made with {code(result.command)}.",
             icon=":material/history:",
         )
     elif source == "live":
         st.info(
-            f"**Measured live** on this GPU: {describe(result)} (torch {result.torch}, CUDA {result.cuda}).",
+            f"**Measured live** on this GPU: {plain(describe(result))} (torch {plain(result.torch)}, CUDA "
+            f"{plain(result.cuda)}).",
             icon=":material/bolt:",
         )
     elif source == "uploaded":
-        st.info(f"**Uploaded run** on {describe(result)}.", icon=":material/upload_file:")
+        st.info(f"**Uploaded run** on {plain(describe(result))}.", icon=":material/upload_file:")
     if not result.runs:
         st.warning("This result holds no measured runs.")
         return

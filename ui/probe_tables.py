@@ -7,6 +7,7 @@ import streamlit as st
 
 from core.probe_result import MODES
 from ui.charts import format_us
+from ui.common import plain
 
 
 def modes_table(result, batch: int) -> None:
@@ -115,7 +116,7 @@ def run_facts(result) -> None:
         else:
             st.caption("This run recorded no checks.")
     for err in result.errors:
-        st.warning(f"During this run: {err}")
+        st.warning(f"During this run: {plain(err)}")
 
 
 def _capture_rows(captures) -> list[dict]:
