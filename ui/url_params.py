@@ -257,5 +257,5 @@ def sanitise(specs: dict | None = None) -> list[str]:
         if len(notices) > MAX_NOTICES:
             shown.append(f"… and {len(notices) - MAX_NOTICES} more")
         st.warning("**Some settings in this link were changed:**\n\n" + "\n".join(f"- {n}" for n in shown),
-                   icon="⚠️")
+                   icon=":material/warning:")
     return notices
