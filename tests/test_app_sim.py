@@ -1,5 +1,6 @@
 """The Simulator tab driven through Streamlit's AppTest: controls move the readouts they should."""
 import base64
+import itertools
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -344,7 +345,7 @@ def test_small_batches_are_one_slider_stop_apart_and_the_number_box_takes_any_ba
     stops = list(BATCH_STOPS)
     assert stops[:8] == list(range(1, 9)) and stops[-1] == 512 and stops == sorted(set(stops))
     assert {16, 24, 32, 48, 64, 96, 128, 192, 256} <= set(stops)
-    assert max(b / a for a, b in zip(stops[7:], stops[8:])) <= 1.25  # from 8 on, four stops per doubling
+    assert max(b / a for a, b in itertools.pairwise(stops[7:])) <= 1.25  # from 8 on, four stops per doubling
     assert nearest_stop(33) == 32 and nearest_stop(500) == 512 and nearest_stop(1) == 1
     at = fresh()
     at.select_slider(key="batch_stops").set_value(4).run()
