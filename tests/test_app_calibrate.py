@@ -6,10 +6,10 @@ from contextlib import redirect_stdout
 
 import pytest
 import streamlit as st
-from app_pages import fake_run, open_tab
+from app_pages import as_read, fake_run, open_tab
 from app_pages import metrics as shown
 
-import core.probe_result as probe_result
+from core import probe_result
 from sim.calibration import calibrate
 from sim.calibration.report import loo_summary, main
 from ui.calibrate_tab import LOO_LABEL
