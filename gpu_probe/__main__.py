@@ -32,12 +32,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=10, help="untimed steps before timing")
     p.add_argument("--out", default="results.json", help="result JSON to write")
     p.add_argument("--trace-dir", default=None, help="keep each profiled step's Chrome trace here (Perfetto)")
+    p.add_argument("--tp", type=int, default=1,
+                   help="tensor-parallel GPUs; above 1, start under torchrun --nproc-per-node N (not yet run on GPUs)")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    if args.tp != 1:
+        from gpu_probe.tensor_parallel import cli_main
+        return cli_main(args, argv)
 
     from gpu_probe.live import cuda_available, main_progress, run_probe, validate_request
     from core.probe_result import dump_result, load_result
