@@ -8,7 +8,9 @@ LM head, sampling) are replicated. After o_proj and after down_proj (the row-par
 projections) each GPU holds a partial sum, so each layer adds two all-reduces of
 batch × hidden × bytes_per_el, costed like any kernel by `sim.timing.kernel_us` with the
 all-reduce's own latency α and bandwidth β: α + bytes / β. Every GPU runs the same kernels,
-so one GPU's lanes stand for all of them (a straggler's wait is not modelled).
+so one GPU's lanes stand for all of them (a straggler's wait is not modelled). With more GPUs
+than KV heads, each GPU keeps one KV head whole (vLLM replicates them), so the KV cache divides
+by min(tp, n_kv_heads).
 
 α and β default to PUBLISHED figures, not fitted: no two-GPU run of the probe exists yet. They
 come from SGLang's custom all-reduce on H100 (sgl-project/sglang #2904, "unit test performance
@@ -80,6 +82,11 @@ def published_allreduce(tp: int) -> AllReduceCost:
                          f"{small_us} µs at 512 B and {large_us} µs at 1 MiB")
 
 
+def kv_share(model: ModelConfig, tp: int) -> float:
+    """The fraction of the KV cache one GPU holds."""
+    return 1.0 / min(check_tp(tp), model.n_kv_heads)
+
+
 def _layer_op_names(fusion: bool) -> list[str]:
     # The order of sim.kernels' layer kernels (the same rule as its kernel_names).
     return [f.kernel for f in FUSIONS] if fusion else [op for f in FUSIONS for op in f.merges]
@@ -88,13 +95,15 @@ def _layer_op_names(fusion: bool) -> list[str]:
 def sharded_layer_groups(model: ModelConfig, fusion: bool, tp: int) -> tuple:
     """One GPU's (before, layer, after) kernel arrays: (weight bytes, bytes per row, FLOPs per row, KV per row)."""
     tp = check_tp(tp)
+    if model.n_heads % tp:
+        raise ValueError(f"tp: {tp} GPUs must divide the {model.n_heads} attention heads")
     groups, kvs = kernel_groups(model, fusion), kv_groups(model, fusion)
     out = []
     for (weight, per_row, flops), kv, ops in zip(groups, kvs, (MODEL_LEVEL[:1], _layer_op_names(fusion),
                                                                 MODEL_LEVEL[1:])):
         share = np.array([1.0 if (op in REPLICATED_OPS or op in MODEL_LEVEL) else 1.0 / tp for op in ops])
-        kv_share = kv * share
-        out.append((weight * share, per_row - kv + kv_share, flops * share, kv_share))
+        kv_gpu = kv * kv_share(model, tp)  # only the attention kernels read KV; they are sharded
+        out.append((weight * share, per_row - kv + kv_gpu, flops * share, kv_gpu))
     return tuple(out)
 
 
@@ -175,7 +184,8 @@ def tp_summary(step: SimulatedStep, tp: int) -> TPSummary:
     model, rows = step.model, step.bucket or step.settings.batch
     before, layer, after = sharded_layer_groups(model, step.settings.fusion, tp)
     weight = before[0].sum() + model.n_layers * layer[0].sum() + after[0].sum()
-    kv = model.n_layers * 2 * model.kv_dim * model.context_len * model.bytes_per_el / tp * step.settings.batch
+    kv = model.n_layers * 2 * model.kv_dim * model.context_len * model.bytes_per_el * step.settings.batch
+    kv *= kv_share(model, tp)
     comm = np.array([ALLREDUCE in name for name in step.timeline.gpu_names])
     return TPSummary(tp=tp, weight_bytes_per_gpu=float(weight), kv_bytes_per_gpu=float(kv),
                      allreduces=int(comm.sum()), allreduce_us=float(step.timeline.gpu_dur[comm].sum()),

@@ -200,7 +200,7 @@ def test_every_preset_draws_at_both_batch_extremes(preset):
 
 
 def test_sim_params_cover_every_bound_widget():
-    assert set(SIM_PARAMS) == {"preset", "batch", "fusion", "graphs", "layers", "whole_step",
+    assert set(SIM_PARAMS) == {"preset", "batch", "fusion", "graphs", "layers", "whole_step", "tp",
                                "launch_us", "graph_launch_us", "node_gap_us", "hbm_GBps", "tflops",
                                "min_kernel_us"}
     assert SIM_PARAMS["batch"] == ("int", 1, 512) and SIM_PARAMS["layers"] == ("int", 1, 128)

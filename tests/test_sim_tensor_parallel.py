@@ -1,4 +1,6 @@
 """Tensor parallelism in the simulator: one GPU's share of the kernels, two all-reduces per layer."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -81,3 +83,16 @@ def test_a_weight_bound_model_gets_faster_a_launch_bound_one_does_not():
 def test_tp_must_be_one_of_the_choices(tp):
     with pytest.raises(ValueError, match=r"tp: must be one of \(1, 2, 4, 8\)"):
         check_tp(tp)
+
+
+def test_more_gpus_than_kv_heads_replicate_them():
+    """The chapter's model has 4 KV heads: on 8 GPUs each keeps one, so KV per GPU stops at a quarter."""
+    s = StepSettings(batch=2)
+    four, eight = (tp_summary(simulate_tp_step(CHAPTER.model, CHAPTER.hardware, s, tp=t), t) for t in (4, 8))
+    assert eight.kv_bytes_per_gpu == four.kv_bytes_per_gpu
+
+
+def test_tp_must_divide_the_heads():
+    model = replace(CHAPTER.model, n_heads=12, n_kv_heads=4, hidden=1536)
+    with pytest.raises(ValueError, match="tp: 8 GPUs must divide the 12 attention heads"):
+        simulate_tp_step(model, CHAPTER.hardware, StepSettings(), tp=8)

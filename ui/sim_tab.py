@@ -19,6 +19,7 @@ from sim.chrome_trace import to_chrome_trace_json
 from sim.config import BATCH_RANGE, DEFAULT_PRESET, LAYERS_RANGE, HardwareConfig, ModelConfig
 from sim.kernels import FUSED_PER_LAYER, UNFUSED_PER_LAYER, step_kernels
 from sim.schedule import SimulatedStep, StepSettings, simulate_step
+from sim.tensor_parallel import TP_CHOICES, simulate_tp_step, tp_summary
 from ui.charts import FIRST_LAUNCHES, lanes_figure
 from ui.common import regime_explanation, show_readouts, show_time_split
 from ui.sim_presets import CALIBRATED_KEY, PRESET_BY_URL_VALUE, PRESET_TITLES, preset_of
@@ -37,6 +38,8 @@ HARDWARE_INPUTS = (
 # needs these strictly positive, so they are raised to this floor.
 POSITIVE_FLOORS = {"launch_us": 0.1, "graph_launch_us": 0.1, "hbm_GBps": 1.0, "tflops": 0.1}
 
+TP_OPTIONS = tuple(str(n) for n in TP_CHOICES)  # "GPUs (tensor parallel)": strings, as the URL holds them
+
 # URL key -> (kind, min, max) or (kind, options). Read by ui.url_params before any widget.
 # The preset selectbox shows titles, and Streamlit puts the shown string in the URL, so
 # its options are the titles; the short keys (?preset=llama3-8b-h100) are aliases of them.
@@ -47,6 +50,7 @@ SIM_PARAMS: dict[str, tuple] = {
     "graphs": ("bool", (False, True)),
     "layers": ("int", *LAYERS_RANGE),
     "whole_step": ("bool", (False, True)),
+    "tp": ("choice", TP_OPTIONS),
     **{key: ("float", low, high) for key, _, _, low, high, _, _ in HARDWARE_INPUTS},
 }
 # The batch slider's stops, spaced about logarithmically: the story happens at batch 1-64, so every
@@ -60,8 +64,10 @@ DEFAULTS = {"preset": DEFAULT_PRESET, "batch": 1, "fusion": False, "graphs": Fal
 
 # -- cached computations -------------------------------------------------------------
 @st.cache_data(max_entries=512, show_spinner=False)
-def simulated(model: ModelConfig, hw: HardwareConfig, batch: int, fusion: bool, graphs: bool) -> SimulatedStep:
-    return simulate_step(model, hw, StepSettings(batch=batch, fusion=fusion, graphs=graphs))
+def simulated(model: ModelConfig, hw: HardwareConfig, batch: int, fusion: bool, graphs: bool,
+              tp: int = 1) -> SimulatedStep:
+    settings = StepSettings(batch=batch, fusion=fusion, graphs=graphs)
+    return simulate_tp_step(model, hw, settings, tp=tp) if tp > 1 else simulate_step(model, hw, settings)
 
 
 # -- settings ------------------------------------------------------------------------
@@ -131,6 +137,10 @@ def _controls() -> tuple:
     graphs = graphs_col.toggle("CUDA graphs", value=False, key="graphs", bind="query-params",
                                help="Replay the captured step with one CPU call; the batch is padded "
                                     "up to the nearest captured size.")
+    st.radio("GPUs (tensor parallel)", TP_OPTIONS, key="tp", bind="query-params", horizontal=True,
+             help="Split every layer over this many GPUs (Megatron-style): weights and KV cache per GPU "
+                  "divide, and each layer adds two all-reduces, costed from published H100 figures. "
+                  "The lanes show one GPU; the sweep below stays on one GPU.")
     values = {}
     with st.expander("Advanced"):
         st.caption(f"Hardware figures. Defaults are the preset's ({preset.hardware.name}); changing "
@@ -277,12 +287,28 @@ def _step_section(batch_cols, model: ModelConfig, hw: HardwareConfig, fusion: bo
     for notice in notices:
         st.warning(notice, icon=":material/warning:")
     try:
-        step = simulated(model, hw, batch, fusion, graphs)
+        tp = int(st.session_state.get("tp") or 1)  # the radio's value: one of TP_OPTIONS
+        step = simulated(model, hw, batch, fusion, graphs, tp)
     except ValueError as err:  # a config the simulator rejects: say which field, keep the page
         st.error(f"These settings cannot be simulated: {err}")
         return False
     _step_view(step)
+    if tp > 1:
+        _tp_note(step, tp)
     return True
+
+
+def _tp_note(step: SimulatedStep, tp: int) -> None:
+    """Per-GPU memory and the all-reduces' share of the step (the figures are published, not measured)."""
+    summary = tp_summary(step, tp)
+    one = simulated(step.model, step.hardware, step.settings.batch, step.settings.fusion, step.settings.graphs)
+    st.info(f"Tensor parallel over {tp} GPUs, one GPU's lanes: {summary.weight_bytes_per_gpu / 1e9:.2f} GB of "
+            f"weights and {summary.kv_bytes_per_gpu / 1e9:.2f} GB of KV cache per GPU. "
+            f"{summary.allreduces} all-reduces of {summary.allreduce_bytes / 1e3:g} KB take "
+            f"{summary.allreduce_us:,.0f} µs of GPU time ({summary.per_call_us:.1f} µs each); the step takes "
+            f"{step.metrics.step_us:,.0f} µs against {one.metrics.step_us:,.0f} µs on one GPU. The all-reduce "
+            f"cost is α + bytes/β from published figures (SGLang's custom all-reduce on H100, sglang #2904), "
+            f"not fitted: no two-GPU run of the probe exists yet.", icon=":material/info:")
 
 
 def _step_view(step: SimulatedStep) -> None:

@@ -1,0 +1,53 @@
+"""The Simulator's "GPUs (tensor parallel)" control: bound to the URL, drawn as one GPU's lanes."""
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+from sim.config import PRESETS
+from sim.schedule import StepSettings
+from sim.tensor_parallel import simulate_tp_step
+from ui.charts import format_us
+
+APP = str(Path(__file__).resolve().parents[1] / "app.py")
+CHAPTER = PRESETS["chapter"]
+
+
+def run_app(**params) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=60)
+    for key, value in params.items():
+        at.query_params[key] = value
+    at.run()
+    assert not at.exception, [e.message for e in at.exception]
+    return at
+
+
+def step_time(at: AppTest) -> str:
+    return next(m.value for m in at.metric if m.label == "Step time")
+
+
+def tp_notes(at: AppTest) -> list[str]:
+    return [i.value for i in at.info if "Tensor parallel over" in i.value]
+
+
+def test_one_gpu_by_default_and_a_link_opens_two():
+    at = run_app()
+    assert at.radio(key="tp").value == "1" and not tp_notes(at)
+    at = run_app(tp="2", fusion="true", graphs="true")
+    expected = simulate_tp_step(CHAPTER.model, CHAPTER.hardware, StepSettings(fusion=True, graphs=True), tp=2)
+    assert at.radio(key="tp").value == "2" and step_time(at) == format_us(expected.metrics.step_us)
+    (note,) = tp_notes(at)
+    assert "64 all-reduces" in note and "published figures" in note and "not fitted" in note
+
+
+def test_the_control_moves_the_step():
+    at = run_app()
+    one = step_time(at)
+    at.radio(key="tp").set_value("8").run()
+    assert not at.exception
+    assert step_time(at) != one and "over 8 GPUs" in tp_notes(at)[0]
+
+
+def test_a_gpu_count_that_is_not_offered_is_reported_and_ignored():
+    at = run_app(tp="3")
+    assert at.radio(key="tp").value == "1" and not tp_notes(at)
+    assert any("`tp`" in w.value for w in at.warning)
