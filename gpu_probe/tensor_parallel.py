@@ -296,13 +296,18 @@ def allreduce_sweep(device, group=None, sizes=(512, 2048, 8192, 32768, 131072, 5
 TP_MODES = ("eager", "graph", "fused+graph")
 
 
+def _rows_needed(batches, buckets) -> int:
+    return max(*batches, *buckets)
+
+
 def _measure_modes(model, batches, modes, buckets, steps, warmup, trace_prefix, progress) -> tuple[list, dict]:
-    """Time and profile each (mode, batch) on this rank; the graph runner's checks on the way."""
+    """Time and profile each (mode, batch) on this rank; the graph runner's checks on the way.
+    The model's KV pool must hold max(batches + buckets) sequences (`_rows_needed`)."""
     from gpu_probe.decode_batch import bucket_for, make_batch
     from gpu_probe.graph_runner import GraphRunner
     from gpu_probe.measure import check_graph_vs_eager, profile_step, run_record, time_steps
 
-    batch = make_batch(model, max(batches))
+    batch = make_batch(model, _rows_needed(batches, buckets))  # the checks fill every bucket
     model.kv_cache.fill_random_()
     runs, checks = [], {}
     for mode in modes:
@@ -359,7 +364,7 @@ def run_tp_probe(preset: str, batches, modes=TP_MODES, buckets=(1, 2, 4, 8, 16, 
             check = check_sharded_vs_unsharded(cfg, rank, tp, device=device, fused=fused, sizes=(1, 8))
             checks[f"sharded_vs_unsharded ({'fused' if fused else 'unfused'})"] = check["sharded_vs_unsharded"]
         torch.cuda.empty_cache()
-        blocks = 1 + max(batches) * cfg.max_blocks_per_seq
+        blocks = 1 + _rows_needed(batches, buckets) * cfg.max_blocks_per_seq
         model = TensorParallelModel.from_config(cfg, rank, tp, device=device, num_blocks=blocks)
         prefix = os.path.join(trace_dir, f"tp{tp}-rank{rank}") if trace_dir else None
         runs, graph_checks = _measure_modes(model, batches, modes, buckets, steps, warmup, prefix, say)
