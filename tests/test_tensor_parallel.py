@@ -5,6 +5,7 @@ only its heads and the canary catches padded rows writing a real sequence's bloc
 the argument checks, and the CLI's answer without CUDA. The two-GPU run (NCCL, graphs) is the
 cuda-marked test at the end, skipped without two GPUs.
 """
+import contextlib
 import datetime
 import os
 import shutil
@@ -27,15 +28,33 @@ from gpu_probe.tensor_parallel import TensorParallelModel, check_sharded_vs_unsh
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_ranks(tp: int, fn) -> list:
-    """fn(rank, all_reduce) on tp threads joined by one gloo group; the results by rank (errors re-raised)."""
+def run_ranks(tp: int, fn, one_at_a_time: bool = False) -> list:
+    """fn(rank, all_reduce) on tp threads joined by one gloo group; the results by rank (errors re-raised).
+
+    one_at_a_time: a rank computes only while holding a lock it lets go of inside each all-reduce,
+    so no two ranks run Triton's CPU interpreter (global state, not thread-safe) at once.
+    """
     store = dist.HashStore()
     results, errors = [None] * tp, []
+    turn = threading.Lock() if one_at_a_time else contextlib.nullcontext()
 
     def worker(rank: int) -> None:
         try:
             group = dist.ProcessGroupGloo(store, rank, tp, datetime.timedelta(seconds=60))
-            results[rank] = fn(rank, lambda t: group.allreduce([t]).wait())
+
+            def all_reduce(t):
+                work = group.allreduce([t])
+                if one_at_a_time:
+                    turn.release()
+                    try:
+                        work.wait()
+                    finally:
+                        turn.acquire()
+                else:
+                    work.wait()
+
+            with turn:
+                results[rank] = fn(rank, all_reduce)
         except BaseException as err:  # noqa: BLE001 - handed to the main thread
             errors.append(err)
 
@@ -71,30 +90,31 @@ def test_sharded_logits_can_fail():
     assert not any(c["sharded_vs_unsharded"]["passed"] for c in checks)
 
 
-def _fused_rank(rank: int, tp: int, store_path: str, out_dir: str) -> None:
-    """One rank in its own process (Triton's CPU interpreter is not thread-safe): gloo over a FileStore."""
-    import json
-
-    dist.init_process_group("gloo", store=dist.FileStore(store_path, tp), rank=rank, world_size=tp)
-    try:
-        cfg = get_config("tiny", n_layers=1, n_heads=8, n_kv_heads=4, max_context=32)
-        check = check_sharded_vs_unsharded(cfg, rank, tp, fused=True, sizes=(1,))
-        Path(out_dir, f"rank{rank}.json").write_text(json.dumps(check))
-    finally:
-        dist.destroy_process_group()
-
-
-def test_fused_shards_match_unsharded(tmp_path):
-    """The Triton kernels per shard (CPU interpreter), residual added on rank 0 only; two processes
-    joined by torch.distributed's gloo backend, as torchrun would start them."""
-    import json
-
+def test_fused_shards_match_unsharded():
+    """The Triton kernels per shard (CPU interpreter, one rank at a time), residual added on rank 0 only."""
     if os.environ.get("TRITON_INTERPRET") != "1":
         pytest.skip("needs Triton's CPU interpreter (TRITON_INTERPRET=1, set by conftest without CUDA)")
-    torch.multiprocessing.spawn(_fused_rank, args=(2, str(tmp_path / "store"), str(tmp_path)), nprocs=2)
-    for rank in range(2):
-        check = json.loads((tmp_path / f"rank{rank}.json").read_text())["sharded_vs_unsharded"]
-        assert check["passed"] and check["fused"], check
+    cfg = get_config("tiny", n_layers=1, n_heads=8, n_kv_heads=4, max_context=32)
+    checks = run_ranks(2, lambda rank, ar: check_sharded_vs_unsharded(cfg, rank, 2, all_reduce=ar, fused=True,
+                                                                      sizes=(1,)), one_at_a_time=True)
+    for check in checks:
+        c = check["sharded_vs_unsharded"]
+        assert c["passed"] and c["fused"], c
+
+
+def test_default_all_reduce_is_torch_distributed():
+    """Without an all_reduce callable the model uses torch.distributed's default group (what torchrun sets up)."""
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        base = ProbeModel("tiny", num_blocks=8)
+        shard = TensorParallelModel(base, 0, 1)
+        batch = make_batch(base, 1)
+        make_batch(shard, 1)
+        shard.load_kv_shard(base.kv_cache.kv)
+        with torch.no_grad():
+            assert torch.allclose(shard(**batch.as_dict()), base(**batch.as_dict()), rtol=1e-5, atol=1e-5)
+    finally:
+        dist.destroy_process_group()
 
 
 def test_each_rank_holds_its_share():
