@@ -51,3 +51,15 @@ def test_a_gpu_count_that_is_not_offered_is_reported_and_ignored():
     at = run_app(tp="3")
     assert at.radio(key="tp").value == "1" and not tp_notes(at)
     assert any("`tp`" in w.value for w in at.warning)
+
+
+def test_allreduces_are_drawn_in_their_own_colour():
+    from ui.charts import COMM_COLOUR, lanes_figure
+
+    tl = simulate_tp_step(CHAPTER.model, CHAPTER.hardware, StepSettings(), tp=2).timeline
+    for whole, expected in ((False, 2), (True, 64)):  # the first 18 launches hold layer 0's two
+        comm = {t.name: t for t in lanes_figure(tl, whole_step=whole).data}["communication"]
+        assert comm.marker.color == COMM_COLOUR and len(comm.customdata) == expected
+        assert all("all_reduce" in row[0] for row in comm.customdata)
+    one = simulate_tp_step(CHAPTER.model, CHAPTER.hardware, StepSettings(), tp=1).timeline
+    assert "communication" not in {t.name for t in lanes_figure(one).data}

@@ -33,6 +33,9 @@ AGGREGATE_BINS = 1200
 CPU_COLOUR = "rgba(224, 123, 57, 0.97)"  # CPU building and submitting a launch
 GPU_COLOUR = "rgba(58, 118, 176, 0.97)"  # GPU executing a kernel
 IDLE_COLOUR = "rgba(150, 150, 150, 0.35)"  # GPU waiting: the bubbles
+COMM_COLOUR = "rgba(44, 160, 44, 0.97)"  # GPU in a communication kernel (tensor parallelism's all-reduces)
+# Lower-cased name fragments of communication kernels: the simulator's, NCCL's, the engines' custom all-reduces.
+COMM_MARKERS = ("all_reduce", "allreduce", "nccl")
 STEP_COLOUR = "#222222"
 
 KINDS = ("CPU launch", "GPU kernel", "idle")
@@ -67,11 +70,17 @@ def _lane_names(steps: list[Timeline]) -> list[tuple[str, str]]:
 def _intervals(timeline: Timeline, cpu_lane: str, gpu_lane: str) -> dict[str, tuple]:
     """kind -> (lane, start, duration, names) for the three kinds of interval."""
     idle_start, idle_dur = timeline.idle_intervals()
-    return {
+    out = {
         "CPU launch": (cpu_lane, timeline.cpu_start, timeline.cpu_dur, timeline.cpu_names),
         "GPU kernel": (gpu_lane, timeline.gpu_start, timeline.gpu_dur, timeline.gpu_names),
         "idle": (gpu_lane, idle_start, idle_dur, ("idle",) * len(idle_start)),
     }
+    comm = np.array([any(m in name.lower() for m in COMM_MARKERS) for name in timeline.gpu_names], bool)
+    if comm.any():  # a kind of its own, only when there is any (one GPU's step has none)
+        names = np.array(timeline.gpu_names, dtype=object)
+        for kind, rows in (("GPU kernel", ~comm), ("communication", comm)):
+            out[kind] = (gpu_lane, timeline.gpu_start[rows], timeline.gpu_dur[rows], tuple(names[rows]))
+    return out
 
 
 def _hover(kind: str) -> str:
@@ -82,7 +91,8 @@ def _hover(kind: str) -> str:
 
 
 def _style(kind: str, faded: bool) -> dict:
-    colour = {"CPU launch": CPU_COLOUR, "GPU kernel": GPU_COLOUR, "idle": IDLE_COLOUR}[kind]
+    colour = {"CPU launch": CPU_COLOUR, "GPU kernel": GPU_COLOUR, "idle": IDLE_COLOUR,
+              "communication": COMM_COLOUR}[kind]
     return {"colour": colour, "opacity": 0.55 if faded and kind != "idle" else 1.0}
 
 

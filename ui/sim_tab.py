@@ -302,7 +302,8 @@ def _tp_note(step: SimulatedStep, tp: int) -> None:
     """Per-GPU memory and the all-reduces' share of the step (the figures are published, not measured)."""
     summary = tp_summary(step, tp)
     one = simulated(step.model, step.hardware, step.settings.batch, step.settings.fusion, step.settings.graphs)
-    st.info(f"Tensor parallel over {tp} GPUs, one GPU's lanes: {summary.weight_bytes_per_gpu / 1e9:.2f} GB of "
+    st.info(f"Tensor parallel over {tp} GPUs, one GPU's lanes (green: the all-reduces): "
+            f"{summary.weight_bytes_per_gpu / 1e9:.2f} GB of "
             f"weights and {summary.kv_bytes_per_gpu / 1e9:.2f} GB of KV cache per GPU. "
             f"{summary.allreduces} all-reduces of {summary.allreduce_bytes / 1e3:g} KB take "
             f"{summary.allreduce_us:,.0f} µs of GPU time ({summary.per_call_us:.1f} µs each); the step takes "
