@@ -107,6 +107,16 @@ def test_tile_choice_by_batch(m, n, k, swiglu):
     assert not linear.pdl_supported(torch.device("cpu"))
 
 
+@pytest.mark.parametrize("shape, tile", list(linear.GEMV_TILES_1B.items()))
+def test_1b_gemv_tiles_apply_at_batch_1_and_2_only(shape, tile):
+    n, k, swiglu = shape
+    for m in (1, 2):
+        cfg = linear._tile_config(m, n, k, swiglu, 132)
+        assert (cfg["BLOCK_N"] * (2 if swiglu else 1), cfg["num_warps"]) == tile
+        assert cfg["BLOCK_M"] * tile[0] * cfg["BLOCK_K"] <= 32768
+    assert linear._tile_config(4, n, k, swiglu, 132)["BLOCK_N"] * (2 if swiglu else 1) != tile[0]
+
+
 def test_fused_linear_writes_into_out_and_rejects_a_wrong_one_on_cpu():
     gen = torch.Generator().manual_seed(7)
     x, weight = torch.randn(3, 36, generator=gen), torch.randn(20, 36, generator=gen)
