@@ -174,6 +174,24 @@ def test_fused_linear_matches_reference_on_cuda(m, variant, n, k):
 
 
 @cuda
+@pytest.mark.parametrize("m", [65, 96, 256])
+@pytest.mark.parametrize("variant, n, k", [("swiglu", 8192, 2048), ("norm", 128256, 2048), ("norm", 3072, 2048),
+                                           ("residual", 2048, 8192), ("swiglu", 2816, 1024)])
+def test_tensor_core_kernel_is_deterministic_on_cuda(m, variant, n, k):
+    """Same inputs, same bits, six times over: a pipelining race here once broke graph == eager (1b preset)."""
+    gen = torch.Generator(device="cuda").manual_seed(m)
+    weight = (torch.randn(2 * n if variant == "swiglu" else n, k, generator=gen, device="cuda") / math.sqrt(k))
+    weight = weight.to(torch.bfloat16)
+    x = (3 * torch.randn(m, k, generator=gen, device="cuda")).to(torch.bfloat16)
+    if variant == "residual":
+        kwargs = {"residual": torch.randn(m, n, generator=gen, device="cuda").to(torch.bfloat16)}
+    else:
+        kwargs = {"rms_eps": 1e-5, "swiglu": variant == "swiglu"}
+    first = fused_linear(x, weight, **kwargs).clone()
+    assert all(torch.equal(fused_linear(x, weight, **kwargs), first) for _ in range(5))
+
+
+@cuda
 @pytest.mark.parametrize("vocab, hidden", [(32000, 1024), (128256, 2048)])
 def test_lm_head_gemv_matches_reference_on_cuda(vocab, hidden):
     gen = torch.Generator(device="cuda").manual_seed(3)

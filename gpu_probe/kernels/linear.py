@@ -33,6 +33,10 @@ GEMV_MAX_ROWS = 4  # above this the 3-D broadcast of the GEMV costs more registe
 # batch 2; at batch 4 these lost, 1435 -> 1590, so the rule below keeps batches 3-4). The small preset's
 # shapes have other K and never match.
 GEMV_TILES_1B = {(3072, 2048, False): (2, 1), (8192, 2048, True): (2, 1), (2048, 8192, False): (4, 4)}
+# (n_out, k, swiglu) of the 1b preset where the tensor-core kernel, software-pipelined (num_stages 2-4),
+# gave different results for the same inputs on the H200 (1e-3 relative; gate/up at 65-256 rows, the LM
+# head at 2 stages; Triton 3.6). Unpipelined (num_stages=1) it was deterministic; see kernels/NOTES.md.
+UNPIPELINED_1B = {(8192, 2048, True), (128256, 2048, False)}
 
 
 @triton.jit
@@ -183,8 +187,9 @@ def _tile_config(m: int, n: int, k: int, swiglu: bool, num_sms: int) -> dict:
         while -(-m // block_m) * -(-n // block_n) < num_sms // 2 and block_n > 32:
             block_n //= 2
         block_k = 64 if block_m == 64 else 128
+    stages = 1 if (n, k, swiglu) in UNPIPELINED_1B else 3 if swiglu and block_m == 64 else 4
     return {"kernel": "dot", "BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "num_warps": 4,
-            "num_stages": 3 if swiglu and block_m == 64 else 4}
+            "num_stages": stages}
 
 
 _SMS: dict[int, int] = {}
