@@ -37,7 +37,7 @@ def step_split_figure(split: dict, step_us: float) -> go.Figure:
         "barmode": "stack",
         "height": 170,
         "margin": {"l": 50, "r": 10, "t": 40, "b": 40},
-        "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.05, "x": 0},
+        "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.05, "x": 0, "traceorder": "normal"},
         "xaxis": {"type": "linear", "title": {"text": f"µs of the {format_us(step_us)} median step"},
                   "range": [0, step_us * 1.01], "showgrid": True, "zeroline": False},
         "yaxis": {"fixedrange": True, "showticklabels": False},

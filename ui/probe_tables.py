@@ -44,7 +44,7 @@ def modes_table(result, batch: int) -> None:
                 "kernels / step": r.kernels_per_step,
                 "kernels / layer": r.kernels_per_layer,
                 "step median (µs)": r.step_us_median,
-                "step p10–p90 (µs)": f"{r.step_us_p10:,.1f} – {r.step_us_p90:,.1f}",
+                "step p10–p90 (µs)": f"{r.step_us_p10:,.0f} – {r.step_us_p90:,.0f}",
                 "host enqueue (µs)": r.enqueue_us_median,
                 "CPU launch, profiled (µs)": r.cpu_launch_us,
                 "GPU busy (µs)": r.gpu_busy_us,
