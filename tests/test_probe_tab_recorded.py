@@ -5,9 +5,9 @@ import json
 
 import pytest
 import streamlit as st
-
-import core.probe_result as probe_result
 from app_pages import metrics, open_tab
+
+from core import probe_result
 from ui.probe_results import MORE_RECORDED
 from ui.probe_tables import MODE_COLUMNS
 
