@@ -3,6 +3,8 @@
 `streamlit run app.py`. Layout only: the simulator lives in `sim/`, the live probe in
 `gpu_probe/`, and each tab's widgets and charts in `ui/`.
 """
+import ui.warmup  # noqa: F401, I001 - first: pandas and Plotly whole before any session draws (see there)
+
 import streamlit as st
 
 from ui import buckets_tab, calibrate_tab, probe_tab, quiz, sim_tab, url_params
@@ -12,7 +14,10 @@ st.set_page_config(page_title="launch-bound", page_icon="⏱", layout="wide")
 # Clean hostile query parameters before any widget reads them.
 url_params.sanitise()
 
-st.title("launch-bound")
+title_col, link_col = st.columns([6, 1], vertical_alignment="center")
+title_col.title("launch-bound")
+with link_col:  # every control is in the URL, so a copied link reopens this view
+    url_params.copy_link_button()
 st.caption(
     "Why a batch-1 decode step leaves the GPU idle, and what kernel fusion and CUDA graphs do about it."
 )

@@ -48,6 +48,33 @@ _MAX_US = 1e7  # 10 s for one decode step
 _MAX_BATCH = 65536
 _MAX_GBPS = 1e5  # 100 TB/s: beyond any memory system today
 
+# Bounds on the work one file can cause (the page fits, draws and keeps every upload). The
+# calibration's leave-one-out refits grow with the square of the runs: 64 take about 5 s on
+# 2 cores. The recorded H200 run has 20 runs and at most 56 kernels per layer plus 18.
+MAX_RUNS = 64  # one per (mode, batch size)
+MAX_KERNELS_PER_LAYER = 128
+MAX_KERNELS_OUTSIDE_LAYERS = 256  # embedding, final norm, LM head, sampling, copies
+MAX_LAYERS = 1024
+MAX_CAPTURES = 256
+MAX_ERRORS = 64
+MAX_STRING = 4000  # characters in one error, check name or kernel name (C++ template names run to ~1,000)
+MAX_HEADER_STRING = 500  # device, torch, cuda, created
+_MAX_BLOCK_CHARS = {"model": 64_000, "settings": 64_000, "checks": 256_000}  # free-form objects, as JSON
+LIMITS = (
+    f"Up to {MAX_RESULT_BYTES // 2**20} MB and {MAX_RUNS} runs (one per mode and batch size); each step at "
+    f"most {MAX_KERNELS_PER_LAYER} kernels per layer plus {MAX_KERNELS_OUTSIDE_LAYERS}, and strings of at most "
+    f"{MAX_STRING:,} characters."
+)
+
+# Known fields of model.config: (low, high) for whole numbers, None for a short string.
+_CONFIG_FIELDS = {
+    "n_layers": (1, MAX_LAYERS), "hidden": (1, 65_536), "n_heads": (1, 1024), "n_kv_heads": (1, 1024),
+    "ffn": (1, 262_144), "vocab": (1, 1_048_576), "context_len": (1, 1_048_576),
+    "prefill_len": (1, 1_048_576), "max_context": (1, 1_048_576), "block_size": (1, 65_536),
+    "max_batch": (1, _MAX_BATCH), "name": None, "dtype": None,
+}
+_SETTINGS_INTS = {"context_len": (1, 1_048_576), "steps": (0, 10**9), "warmup": (0, 10**9)}
+
 
 @dataclass(frozen=True, slots=True)
 class ProbeRun:
@@ -211,6 +238,8 @@ def _read(source):
         return json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ValueError(f"result: not valid JSON ({err})") from None
+    except ValueError as err:  # e.g. an integer past Python's 4,300-digit limit
+        raise ValueError(f"result: not usable JSON ({str(err)[:200]})") from None
     except RecursionError:  # e.g. "[[[[…": json gives up past Python's recursion limit
         raise ValueError("result: not valid JSON (nested too deeply)") from None
 
@@ -220,35 +249,75 @@ def _parse(d: dict, timeline_source: str | None) -> ProbeResult:
     schema = d.get("schema", SCHEMA_VERSION)
     if isinstance(schema, bool) or schema != SCHEMA_VERSION:
         raise ValueError(f"schema: this app reads version {SCHEMA_VERSION} result files, got {schema!r}")
-    strings = {k: _text(d, k) for k in ("device", "torch", "cuda", "created", "command")}
+    strings = {k: _text(d, k, MAX_HEADER_STRING if k != "command" else MAX_STRING)
+               for k in ("device", "torch", "cuda", "created", "command")}
     try:
         datetime.fromisoformat(strings["created"].replace("Z", "+00:00"))
     except ValueError:
         raise ValueError("created: must be an ISO 8601 date and time") from None
     model = _obj(d, "model")
-    _obj(model, "config", "model.config")
+    _bounded_block(model, "model")
+    n_layers = _parse_config(_obj(model, "config", "model.config"))
     _num(model, "n_params", 1, 1e13, "model.n_params", integer=True)
     _num(model, "weight_bytes", 1, 1e14, "model.weight_bytes", integer=True)
     if model.get("read_bytes") is not None:
         _num(model, "read_bytes", 1, 1e14, "model.read_bytes", integer=True)
     hbm = _num(d, "hbm_copy_GBps", 1e-3, _MAX_GBPS)
-    runs = tuple(_parse_run(r, f"runs[{i}]", timeline_source) for i, r in enumerate(_list(d, "runs")))
-    captures = tuple(_parse_capture(c, f"captures[{i}]") for i, c in enumerate(_list(d, "captures")))
+    max_kernels = MAX_KERNELS_PER_LAYER * n_layers + MAX_KERNELS_OUTSIDE_LAYERS
+    raw_runs = _list(d, "runs", MAX_RUNS)
+    runs = tuple(_parse_run(r, f"runs[{i}]", timeline_source, max_kernels) for i, r in enumerate(raw_runs))
+    seen = set()
+    for i, r in enumerate(runs):
+        if (r.mode, r.batch) in seen:
+            raise ValueError(f"runs[{i}]: a second run of mode {r.mode} at batch {r.batch}")
+        seen.add((r.mode, r.batch))
+    raw_captures = _list(d, "captures", MAX_CAPTURES)
+    captures = tuple(_parse_capture(c, f"captures[{i}]") for i, c in enumerate(raw_captures))
     checks = _obj(d, "checks")
+    _bounded_block(checks, "checks")
     for name, check in checks.items():
+        if len(name) > MAX_STRING:
+            raise ValueError(f"checks: a check name is longer than {MAX_STRING:,} characters")
         if not isinstance(check, dict) or not isinstance(check.get("passed"), bool):
             raise ValueError(f"checks.{name}: expected an object with a true/false 'passed'")
+        if not isinstance(check.get("detail", ""), str):
+            raise ValueError(f"checks.{name}.detail: expected a string")  # noqa: TRY004 - the loader raises ValueError
     errors = d.get("errors", [])
     if not isinstance(errors, list) or not all(isinstance(e, str) for e in errors):
         raise ValueError("errors: expected a list of strings")
+    if len(errors) > MAX_ERRORS:
+        raise ValueError(f"errors: more than {MAX_ERRORS} entries")
+    if any(len(e) > MAX_STRING for e in errors):
+        raise ValueError(f"errors: an entry is longer than {MAX_STRING:,} characters")
     settings = d.get("settings", {})
     if not isinstance(settings, dict):
         raise ValueError("settings: expected an object")
+    _bounded_block(settings, "settings")
+    for key, (lo, hi) in _SETTINGS_INTS.items():
+        if key in settings:
+            _num(settings, key, lo, hi, f"settings.{key}", integer=True)
     return ProbeResult(model=model, hbm_copy_GBps=hbm, runs=runs, captures=captures, checks=checks,
                        errors=tuple(errors), settings=settings, **strings)
 
 
-def _parse_run(r, where: str, timeline_source: str | None) -> ProbeRun:
+def _parse_config(config: dict) -> int:
+    """Type and range of every model.config field the app reads; returns n_layers."""
+    _bounded_block(config, "model.config", 16_000)
+    for key, bounds in _CONFIG_FIELDS.items():
+        if key not in config:
+            continue
+        if bounds is None:
+            value = config[key]
+            if not isinstance(value, str) or len(value) > 100:
+                raise ValueError(f"model.config.{key}: expected a string of at most 100 characters")
+        else:
+            _num(config, key, *bounds, f"model.config.{key}", integer=True)
+    if "bytes_per_el" in config:
+        _num(config, "bytes_per_el", 1e-3, 8, "model.config.bytes_per_el")
+    return int(_num(config, "n_layers", *_CONFIG_FIELDS["n_layers"], "model.config.n_layers", integer=True))
+
+
+def _parse_run(r, where: str, timeline_source: str | None, max_kernels: int) -> ProbeRun:
     if not isinstance(r, dict):
         raise ValueError(f"{where}: expected an object")
     mode = r.get("mode")
@@ -261,7 +330,8 @@ def _parse_run(r, where: str, timeline_source: str | None) -> ProbeRun:
         raise ValueError(f"{where}.step_us_median: must lie between step_us_p10 and step_us_p90")
     if times["step_us_median"] <= 0:
         raise ValueError(f"{where}.step_us_median: must be positive")
-    kernels = int(_num(r, "kernels_per_step", 1, 1e6, f"{where}.kernels_per_step", integer=True))
+    # Consistent with the model: a step of n layers runs at most MAX_KERNELS_PER_LAYER per layer plus the rest.
+    kernels = int(_num(r, "kernels_per_step", 1, max_kernels, f"{where}.kernels_per_step", integer=True))
     per_layer = _num(r, "kernels_per_layer", 0, 1e4, f"{where}.kernels_per_layer")
     util = _num(r, "utilisation", 0, 1 + 1e-6, f"{where}.utilisation")
     bound = r.get("bound_by")
@@ -269,6 +339,7 @@ def _parse_run(r, where: str, timeline_source: str | None) -> ProbeRun:
         raise ValueError(f"{where}.bound_by: must be {CPU_BOUND!r} or {GPU_BOUND!r}, got {bound!r}")
     if (times["cpu_launch_us"] > times["gpu_busy_us"]) != (bound == CPU_BOUND):
         raise ValueError(f"{where}.bound_by: disagrees with cpu_launch_us vs gpu_busy_us")
+    _check_timeline_size(r.get("timeline"), f"{where}.timeline", max_kernels)
     try:
         timeline = Timeline.from_dict(r.get("timeline"), source=timeline_source)
     except ValueError as err:
@@ -282,7 +353,10 @@ def _parse_run(r, where: str, timeline_source: str | None) -> ProbeRun:
     enqueue = r.get("enqueue_us_median")
     if enqueue is not None:
         enqueue = _num(r, "enqueue_us_median", 0, _MAX_US, f"{where}.enqueue_us_median")
-    launches = int(_num(r, "launches", 0, 1e6, f"{where}.launches", integer=True)) if "launches" in r else 0
+    launches = int(_num(r, "launches", 0, max_kernels, f"{where}.launches", integer=True)) \
+        if "launches" in r else 0
+    if not isinstance(r.get("eager_fallback", False), bool):
+        raise ValueError(f"{where}.eager_fallback: expected true or false")  # noqa: TRY004 - as above
     return ProbeRun(mode=mode, batch=batch, kernels_per_step=kernels, kernels_per_layer=per_layer,
                     utilisation=util, bound_by=bound, timeline=timeline, bucket=bucket,
                     padded_rows=padded, eager_fallback=bool(r.get("eager_fallback", False)),
@@ -295,7 +369,34 @@ def _parse_capture(c, where: str) -> dict:
     _num(c, "bucket", 1, _MAX_BATCH, f"{where}.bucket", integer=True)
     _num(c, "capture_ms", 0, 1e6, f"{where}.capture_ms")
     _num(c, "graph_mem_bytes", 0, 1e12, f"{where}.graph_mem_bytes", integer=True)
+    for key in ("pool_bytes", "warmup_ms"):
+        if c.get(key) is not None:
+            _num(c, key, 0, 1e12, f"{where}.{key}")
+    if c.get("variant") is not None and (not isinstance(c["variant"], str) or len(c["variant"]) > 40):
+        raise ValueError(f"{where}.variant: expected a string of at most 40 characters")
+    _bounded_block(c, where, 4000)
     return c
+
+
+def _check_timeline_size(data, where: str, max_kernels: int) -> None:
+    """Interval counts within the run's kernel bound and names short, before any array is built."""
+    if not isinstance(data, dict):
+        return  # Timeline.from_dict names the problem
+    for lane in ("cpu", "gpu"):
+        part = data.get(lane)
+        if not isinstance(part, dict):
+            continue
+        for key in ("start_us", "dur_us", "name", "launched_by"):
+            values = part.get(key)
+            if isinstance(values, list) and len(values) > max_kernels:
+                raise ValueError(f"{where}.{lane}.{key}: {len(values):,} entries, more than the {max_kernels:,} "
+                                 "kernels a step of this model may have")
+        names = part.get("name")
+        if isinstance(names, list):
+            if not all(isinstance(n, str) for n in names):
+                raise ValueError(f"{where}.{lane}.name: expected a list of strings")
+            if any(len(n) > MAX_STRING for n in names):
+                raise ValueError(f"{where}.{lane}.name: a name is longer than {MAX_STRING:,} characters")
 
 
 # -- field helpers: every message names the field --------------------------------
@@ -306,22 +407,35 @@ def _num(d: dict, key: str, lo: float, hi: float, where: str | None = None, inte
     v = d[key]
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise ValueError(f"{where}: expected a number, got {type(v).__name__}")
-    if not math.isfinite(v):
+    # Range before anything else: a 400-digit integer compares fine but overflows a float.
+    if isinstance(v, float) and not math.isfinite(v):
         raise ValueError(f"{where}: must be a finite number, got {v}")
+    if not lo <= v <= hi:
+        shown = f"{v:g}" if isinstance(v, float) or abs(v) < 10**15 else f"a {len(str(abs(v)))}-digit number"
+        raise ValueError(f"{where}: {shown} is outside the plausible range [{lo:g}, {hi:g}]")
     if integer and v != int(v):
         raise ValueError(f"{where}: must be a whole number, got {v}")
-    if not lo <= v <= hi:
-        raise ValueError(f"{where}: {v:g} is outside the plausible range [{lo:g}, {hi:g}]")
     return float(v)
 
 
-def _text(d: dict, key: str) -> str:
+def _text(d: dict, key: str, limit: int) -> str:
     v = d.get(key)
     if not isinstance(v, str) or not v.strip():
         raise ValueError(f"{key}: expected a non-empty string")
-    if len(v) > 10_000:
-        raise ValueError(f"{key}: longer than 10,000 characters")
+    if len(v) > limit:
+        raise ValueError(f"{key}: longer than {limit:,} characters")
     return v
+
+
+def _bounded_block(v, where: str, limit: int | None = None) -> None:
+    """A free-form object (settings, checks, model) stays small: its JSON at most `limit` characters."""
+    limit = limit or _MAX_BLOCK_CHARS[where]
+    try:
+        size = len(json.dumps(v, allow_nan=True))
+    except (RecursionError, ValueError, TypeError):
+        raise ValueError(f"{where}: cannot be read back as JSON") from None
+    if size > limit:
+        raise ValueError(f"{where}: {size:,} characters of JSON, more than the {limit:,} allowed")
 
 
 def _obj(d: dict, key: str, where: str | None = None) -> dict:
@@ -331,8 +445,10 @@ def _obj(d: dict, key: str, where: str | None = None) -> dict:
     return v
 
 
-def _list(d: dict, key: str) -> list:
+def _list(d: dict, key: str, limit: int) -> list:
     v = d.get(key)
     if not isinstance(v, list):
         raise ValueError(f"{key}: expected a list")
+    if len(v) > limit:
+        raise ValueError(f"{key}: {len(v):,} entries, more than the {limit} a result may hold")
     return v

@@ -14,7 +14,7 @@ from sim.report import POWERS_OF_TWO, full_report
 
 SUBCOMMANDS = {
     "buckets": "bucket layouts in depth: padding waste, graph memory, optimal layouts (sim.bucket_report)",
-    "calibrate": "fit the simulator's hardware figures to a measured probe run (sim.calibrate)",
+    "calibrate": "fit the timing model to a probe run; --check OTHER predicts another run (sim.calibration)",
 }
 
 
@@ -66,7 +66,7 @@ def main(argv=None) -> int:
         from sim.bucket_report import main as buckets_main  # lazy: only this subcommand needs it
         return buckets_main(argv[1:]) or 0
     if argv and argv[0] == "calibrate":
-        from sim.calibrate import main as calibrate_main
+        from sim.calibration.report import main as calibrate_main
         return calibrate_main(argv[1:]) or 0
     args = build_parser().parse_args(argv)
     preset = PRESETS[args.preset]

@@ -173,6 +173,61 @@ def compare(model: ModelConfig, hw: HardwareConfig, layouts: dict, workload: Wor
     return rows
 
 
+@dataclass(frozen=True, slots=True)
+class Binding:
+    """Which limit holds the optimiser back: the most graphs it may use, the memory budget, both, or neither."""
+
+    graphs: bool  # one more graph allowed would give a better layout within the budget
+    budget: bool  # a larger budget would give a better layout with the same graph limit
+    relaxed: LayoutStats | None  # the optimum with the binding limit(s) raised by one graph / no budget
+
+    def sentence(self, max_buckets: int, best: LayoutStats, budget_bytes: float) -> str:
+        """What binds, in one or two sentences for the page and the CLI."""
+        used = f"{best.memory_bytes / MIB:,.1f} of the {budget_bytes / MIB:,.0f} MiB budget"
+        relaxed = self.relaxed
+        then = ("" if relaxed is None else
+                f" ({relaxed.graphs} graphs, {relaxed.step_us:,.1f} µs per step, {relaxed.memory_bytes / MIB:,.1f} MiB)")
+        if self.graphs and not self.budget:
+            return (f"The limit that binds is the most graphs the optimiser may use ({max_buckets}): its layout "
+                    f"pins {used}, so a larger budget changes nothing; allowing one more graph gives a better "
+                    f"layout{then}.")
+        if self.budget and not self.graphs:
+            return (f"The limit that binds is the memory budget: the optimum pins {used} with {best.graphs} of "
+                    f"the {max_buckets} graphs allowed; without the budget it would use more memory{then}.")
+        if self.budget and self.graphs:
+            return (f"Both limits bind: the optimum uses all {max_buckets} graphs allowed and pins {used}; "
+                    f"raising both gives a better layout{then}.")
+        return (f"Neither limit binds: the optimum uses {best.graphs} of the {max_buckets} graphs allowed and "
+                f"pins {used}; more graphs would not lower the expected "
+                "step time for this workload.")
+
+
+def binding_limits(model: ModelConfig, hw: HardwareConfig, workload: Workload, fusion: bool = False,
+                   memory=None, budget_bytes: float | None = None, max_buckets: int = 64,
+                   objective: str = "time") -> Binding | None:
+    """Which of `compare`'s two limits binds its optimum: re-optimise with each raised (None: nothing fits)."""
+    times = time_model(model, hw, int(workload.batch_sizes.max()), fusion)
+    memory = memory or memory_model(model, fusion)
+
+    def best(budget, count):
+        return optimise(workload, times, memory, budget, count, objective)
+
+    found = best(budget_bytes, max_buckets)
+    if found is None:
+        return None
+    more_graphs = best(budget_bytes, max_buckets + 1)
+    no_budget = best(None, max_buckets) if budget_bytes is not None else found
+    graphs, budget = more_graphs != found, no_budget != found
+    relaxed = more_graphs if graphs else no_budget if budget else None
+    if not graphs and not budget and budget_bytes is not None:
+        both = best(None, max_buckets + 1)
+        if both != found:
+            graphs = budget = True
+            relaxed = both
+    stats = None if relaxed is None else analyse("relaxed", relaxed, workload, times, memory)
+    return Binding(graphs, budget, stats)
+
+
 def table_rows(stats: list[LayoutStats], full_buckets: bool = False) -> list[dict]:
     """The comparison as plain rows (the page's table, its CSV download and the CLI print these).
 

@@ -98,7 +98,7 @@ class HardwareConfig:
     name: str
     hbm_GBps: float  # achievable HBM bandwidth (a large copy), not the datasheet peak
     matrix_TFLOPs: float  # achievable dense matmul rate at the model's precision
-    min_kernel_us: float  # no kernel finishes faster: launch latency on the GPU, ramp-up, tail
+    min_kernel_us: float  # every kernel's fixed latency (an empty kernel): launch on the GPU, fill, drain
     eager_launch_us: float  # host time to build and submit one kernel (Python + dispatcher + driver)
     graph_launch_us: float  # host time for one graph replay, input copies into static buffers included
     graph_node_gap_us: float  # GPU time between one queued kernel's end and the next one's start
@@ -184,7 +184,7 @@ graph replay, 0.2 µs node gap) are starting guesses: the Calibration tab fits t
 The probe's eager PyTorch step launches more than 11 kernels a layer (casts, reshapes, residual adds,
 SiLU and multiply run as kernels of their own), so the measured step is more launch-bound than this."""
 
-_H100 = dict(hbm_GBps=3000.0, matrix_TFLOPs=700.0, min_kernel_us=2.0, eager_launch_us=6.0,
+_H100 = dict(hbm_GBps=3000.0, matrix_TFLOPs=700.0, min_kernel_us=1.0, eager_launch_us=6.0,
              graph_launch_us=10.0, graph_node_gap_us=0.2)
 
 PRESETS: dict[str, Preset] = {

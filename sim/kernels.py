@@ -10,8 +10,8 @@ Fused, a layer is four kernels; every boundary between them is a real grid-wide
 dependency (attention needs all of q/k/v, the FFN norm needs the whole attention
 output summed into the residual, down_proj needs the whole SwiGLU output).
 
-GPU time per kernel is a roofline: the larger of bytes moved over bandwidth and
-FLOPs over the matrix rate, never below the minimum kernel time. Weights are read
+GPU time per kernel is `sim.timing.kernel_us`: a fixed latency plus the larger of bytes
+moved over bandwidth and FLOPs over the matrix rate. Weights are read
 once per step whatever the batch; activations and KV-cache reads grow with it.
 """
 from __future__ import annotations
@@ -22,6 +22,7 @@ from functools import lru_cache
 import numpy as np
 
 from sim.config import HardwareConfig, ModelConfig
+from sim.timing import kernel_us
 
 UNFUSED_PER_LAYER = 11
 FUSED_PER_LAYER = 4
@@ -193,12 +194,30 @@ def kernel_groups(model: ModelConfig, fusion: bool) -> tuple[tuple[np.ndarray, .
     return tuple(groups)
 
 
-def roofline_us(weight, per_row, flops, hw: HardwareConfig, batches) -> np.ndarray:
-    """[n_batches, n_kernels] GPU time: max(min kernel time, bytes / bandwidth, FLOPs / matrix rate)."""
+def roofline_us(weight, per_row, flops, hw: HardwareConfig, batches, padded=0, kv_per_row=0.0) -> np.ndarray:
+    """[n_batches, n_kernels] GPU time: the kernel latency + max(bytes / bandwidth, FLOPs / matrix rate).
+
+    `sim.timing.kernel_us`, the one kernel cost: every kernel here is in one family (the
+    hardware's figures); the calibration fits one per probe kernel family. `padded` rows
+    (per batch) are a graph bucket's dummy rows: they cost their matmul rows but read no
+    KV cache (engines point them at a scratch slot), so their `kv_per_row` is taken off.
+    """
     rows = np.asarray(batches, dtype=np.float64).reshape(-1, 1)
-    memory_us = (weight + rows * per_row) / (hw.hbm_GBps * 1e3)  # GB/s = 1e3 bytes/µs
-    math_us = rows * flops / (hw.matrix_TFLOPs * 1e6)  # TFLOP/s = 1e6 FLOP/µs
-    return np.maximum(np.maximum(memory_us, math_us), hw.min_kernel_us)
+    dummy = np.asarray(padded, dtype=np.float64).reshape(-1, 1)
+    moved = weight + rows * per_row - dummy * kv_per_row
+    return kernel_us(moved, rows * flops, hw.min_kernel_us, hw.hbm_GBps, hw.matrix_TFLOPs)
+
+
+@lru_cache(maxsize=64)
+def kv_groups(model: ModelConfig, fusion: bool) -> tuple[np.ndarray, ...]:
+    """(before, one layer, after) KV-cache bytes per row of each kernel (part of `kernel_groups`' per row)."""
+    before, after = _model_ops(model)
+    out = []
+    for ops in (before, _layer_ops(model, bool(fusion)), after):
+        arr = np.array([kv * model.bytes_per_el for _, _, _, kv, _ in ops], dtype=np.float64)
+        arr.setflags(write=False)
+        out.append(arr)
+    return tuple(out)
 
 
 def kernel_times_us(kernels, hw: HardwareConfig, batches) -> np.ndarray:

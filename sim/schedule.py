@@ -17,10 +17,10 @@ from functools import lru_cache
 
 import numpy as np
 
-from sim.config import (CHAPTER_BUCKETS, MAX_SIM_BATCH, HardwareConfig, ModelConfig, bucket_for,
-                        check_buckets)
-from sim.kernels import kernel_arrays, kernel_groups, kernel_names, roofline_us
 from core.timeline import CPU_BOUND, GPU_BOUND, StepMetrics, Timeline
+from sim.config import CHAPTER_BUCKETS, MAX_SIM_BATCH, HardwareConfig, ModelConfig, bucket_for, check_buckets
+from sim.kernels import kernel_arrays, kernel_groups, kernel_names, kv_groups, roofline_us
+from sim.timing import schedule_starts
 
 COMBOS = ((False, False), (True, False), (False, True), (True, True))  # (fusion, graphs)
 COMBO_LABELS = {(False, False): "eager", (True, False): "fusion", (False, True): "graphs",
@@ -46,12 +46,6 @@ class StepSettings:
         object.__setattr__(self, "fusion", bool(self.fusion))
         object.__setattr__(self, "graphs", bool(self.graphs))
         object.__setattr__(self, "buckets", check_buckets(self.buckets, "StepSettings.buckets"))
-
-
-def _gpu_starts(dur: np.ndarray, submit: np.ndarray, gap: float) -> np.ndarray:
-    """Start of each kernel (last axis) given durations and when the host submitted it."""
-    offset = np.cumsum(dur + gap, axis=-1) - (dur + gap)  # C_i: exclusive cumulative sum
-    return offset + np.maximum.accumulate(submit - offset, axis=-1)
 
 
 def _plan(hw: HardwareConfig, n_kernels: int, batch: int, graphs: bool, buckets) -> tuple:
@@ -89,8 +83,10 @@ def _launch_names(n_layers: int, fusion: bool) -> tuple[str, ...]:
 def _timeline(model, hw, batch, fusion, graphs, buckets) -> tuple[Timeline, int | None]:
     weight, per_row, flops, names = kernel_arrays(model, fusion)
     rows, use_graph, bucket, submit = _plan(hw, len(names), batch, graphs, buckets)
-    dur = roofline_us(weight, per_row, flops, hw, [rows])[0]
-    start = _gpu_starts(dur, submit, hw.graph_node_gap_us)
+    kv = np.concatenate([g if i != 1 else np.tile(g, model.n_layers)
+                         for i, g in enumerate(kv_groups(model, fusion))])
+    dur = roofline_us(weight, per_row, flops, hw, [rows], padded=[rows - batch], kv_per_row=kv)[0]
+    start = schedule_starts(submit, dur, hw.graph_node_gap_us)
     n = len(names)
     if use_graph:
         cpu_start, cpu_dur = np.zeros(1), np.array([hw.graph_launch_us])
@@ -198,7 +194,7 @@ def _exclusive_cumsum(x: np.ndarray) -> np.ndarray:
 
 
 def _sweep_series(model, hw, batches: np.ndarray, fusion: bool, graphs: bool, buckets) -> SweepSeries:
-    """The same schedule as `_gpu_starts`, reduced to what the metrics need, per batch row.
+    """The same schedule as `sim.timing.schedule_starts`, reduced to what the metrics need, per batch row.
 
     Only the last kernel's end matters: end = busy + (n-1)·gap + L - min_j X_j, where
     X_j = Σ_{i<j}(d_i + gap - L) (the host's lead over the GPU shrinks by X_j). Layers repeat,
@@ -214,7 +210,9 @@ def _sweep_series(model, hw, batches: np.ndarray, fusion: bool, graphs: bool, bu
     else:
         bucket_rows, use_graph = batches, np.zeros(len(batches), bool)
     rows = np.where(use_graph, bucket_rows, batches)
-    d_before, d_layer, d_after = (roofline_us(*group, hw, rows) for group in (before, layer, after))
+    padded = rows - batches  # dummy rows: matmul rows, but no KV-cache reads
+    d_before, d_layer, d_after = (roofline_us(*group, hw, rows, padded, kv)
+                                  for group, kv in zip((before, layer, after), kv_groups(model, fusion)))
     busy = d_before.sum(axis=1) + n_layers * d_layer.sum(axis=1) + d_after.sum(axis=1)
     gaps = (n - 1) * hw.graph_node_gap_us
 

@@ -3,7 +3,7 @@
 Continuous batching changes the batch size every step, so the cost of a bucket layout
 depends on the mix of sizes a server actually sees. A `Workload` is that mix: distinct
 batch sizes with non-negative weights (counts or probabilities; users normalise nothing).
-Three sources: uniform over 1..N, a skewed one around a mean (geometric or Poisson), and
+Three sources: uniform over 1..N, one around a mean (geometric: small batches most common; or Poisson), and
 a histogram uploaded as CSV.
 """
 from __future__ import annotations

@@ -4,12 +4,13 @@ synthetic probe run standing in for the recorded one (the `recorded` fixture).
 Loaded by conftest for every test run, also on the GPU machine where streamlit is not installed:
 streamlit is imported only inside the helpers that use it.
 """
+import re
 from pathlib import Path
 
 import pytest
 
 import core.probe_result as probe_result
-from sim.calibrate import synthetic_result
+from sim.calibration import synthetic_result
 from sim.config import PRESETS
 from synthetic_params import KNOWN_PARAMS  # tests/synthetic_params.py
 
@@ -28,6 +29,11 @@ def open_tab(tab: str, timeout: float = 120, **params):
     return at.run()
 
 
+def as_read(markdown: str) -> str:
+    """Markdown source as a reader sees it: the page escapes strings from files (ui.common.plain)."""
+    return re.sub(r"\\(.)", r"\1", markdown)
+
+
 def metrics(at) -> dict:
     return {m.label: m.value for m in at.metric}
 
@@ -36,7 +42,6 @@ def fake_run(device="NVIDIA Test GPU", noise=0.02) -> dict:
     data = synthetic_result(
         KNOWN_PARAMS,
         MODEL,
-        extra_kernels={"eager": 100, "graph": 103, "fused": 4, "fused+graph": 6},
         noise=noise,
         device=device,
         modes=("eager", "fused", "graph", "fused+graph"),

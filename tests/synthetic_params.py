@@ -1,19 +1,19 @@
-"""Known simulator parameters that the synthetic probe runs in the tests are generated with.
+"""Known timing-model parameters that the synthetic probe runs in the tests are generated with.
 
 Deliberately unlike the H200's fitted values, so a fit that returned its starting point
 or the recorded run's figures would fail the recovery tests.
 """
 
 KNOWN_PARAMS = dict(
-    eager_launch_us=7.0,
-    fused_launch_us=18.0,
-    graph_launch_us=25.0,
-    graph_launch_per_node_us=0.05,
-    graph_node_gap_us=0.8,
-    hbm_GBps=3600.0,
-    fused_hbm_GBps=1500.0,
-    matrix_TFLOPs=600.0,
-    min_kernel_us=2.5,
-    kv_traffic_unfused=4.0,
-    kv_traffic_fused=1.2,
-)
+    gemv_latency_us=3.1, gemv_GBps=2500.0, gemv_TFLOPs=90.0,
+    tile_gemm_latency_us=6.5, tile_gemm_GBps=1800.0, tile_gemm_TFLOPs=350.0,
+    attention_latency_us=5.5, attention_GBps=2900.0, attention_TFLOPs=150.0,
+    split_merge_latency_us=1.7, split_merge_GBps=900.0,
+    cublas_gemv_latency_us=3.4, cublas_gemv_GBps=1600.0, cublas_gemv_TFLOPs=70.0,
+    cublas_latency_us=4.2, cublas_GBps=2200.0, cublas_TFLOPs=450.0,
+    aten_latency_us=1.3, aten_GBps=600.0,
+    pdl_hidden_us=1.1,
+    aten_launch_us=7.0, triton_launch_us=18.0,
+    replay_us=25.0, replay_per_node_us=0.05,
+    node_gap_us=0.8, input_copy_share=0.3,
+)  # fmt: skip

@@ -154,10 +154,36 @@ def test_measured_graph_memory_replaces_the_model(monkeypatch):
     # 2 MiB per graph plus 1 KiB per row, and a 64 MiB pool grown at the largest (first) capture.
     pool = {256: 64 * 2**20}
     captures = tuple((b, 2 * 2**20 + 1024 * b + pool.get(b, 0), pool.get(b, 0)) for b in (1, 8, 64, 256))
-    monkeypatch.setattr(buckets_tab, "_probe_captures", lambda: captures)
+    monkeypatch.setattr(buckets_tab, "_probe_captures", lambda fused: captures)
     at = _open(bk_memory="measured by the probe")
     _assert_clean(at)
-    assert any("measured on the probe" in c.value for c in at.caption)
+    assert any("Measured on the probe" in c.value for c in at.caption)
     table = at.dataframe[0].value.set_index("layout")
     chapter = 13 * 2 + 1024 * sum((1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)) / 2**20 + 64
     assert table.loc["chapter", "graph MiB"] == pytest.approx(chapter, abs=0.05)
+
+
+@pytest.mark.parametrize("budget", [256, 512])
+def test_the_page_names_the_binding_limit_and_lists_every_optimal_bucket(budget):
+    # Issue 14: 256 and 512 MiB gave the same 64 graphs and the page did not say why.
+    app = _open(bk_budget=str(budget))
+    said = [i.value for i in app.info if "limit that binds" in i.value]
+    assert said and "most graphs the optimiser may use (64)" in said[0]
+    listed = app.code[0].value
+    assert "…" not in listed
+    buckets = [int(x) for x in listed.split(", ")]
+    assert len(buckets) == 64 and buckets == sorted(buckets) and buckets[-1] == 256
+    assert _metrics(app)["Optimal layout"] == "64 graphs"
+
+
+@pytest.mark.parametrize("fusion", [False, True])
+def test_measured_graph_memory_follows_the_kernel_fusion_toggle(fusion):
+    # The recorded run captures both variants; the unfused graph at 256 pins 1.4 GiB, the fused ones ~0-2 MiB.
+    captures = buckets_tab._probe_captures(fusion)
+    assert captures is not None and len(captures) == 13
+    largest = max(captures)[1]
+    assert (largest < 16 * 2**20) if fusion else (largest > 2**30)
+    at = _open(bk_memory="measured by the probe", bk_fusion=str(fusion).lower())
+    _assert_clean(at)
+    note = next(c.value for c in at.caption if "Measured on the probe's 0.5 B model" in c.value)
+    assert f"its {'fused' if fusion else 'unfused'} graphs" in note and "KiB a node" in note

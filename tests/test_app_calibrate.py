@@ -6,11 +6,12 @@ from contextlib import redirect_stdout
 
 import pytest
 import streamlit as st
-
-import core.probe_result as probe_result
-from app_pages import fake_run, open_tab
+from app_pages import as_read, fake_run, open_tab
 from app_pages import metrics as shown
-from sim.calibrate import calibrate, main
+
+from core import probe_result
+from sim.calibration import calibrate
+from sim.calibration.report import loo_summary, main
 from ui.calibrate_tab import LOO_LABEL
 
 
@@ -25,14 +26,14 @@ def test_page_shows_fit_table_chart_and_the_loo_figure(recorded):
     assert shown(at)[LOO_LABEL] == f"{100 * expected.median_loo_error:.1f}%"
     tables = [df.value for df in at.dataframe]
     params = next(t for t in tables if "parameter" in t.columns)
-    assert params.set_index("parameter").loc["hbm_GBps", "unit"] == "GB/s"
+    assert params.set_index("parameter").loc["gemv_GBps", "unit"] == "GB/s"
     rows = next(t for t in tables if "step LOO error %" in t.columns)
     assert len(rows) == 16 and set(rows["mode"]) == {"eager", "fused", "graph", "fused+graph"}
     charts = at.get("plotly_chart")
     assert len(charts) == 2  # predicted-vs-measured panels, and the overlaid lanes
     lanes = json.loads(charts[1].proto.spec)
     assert len(lanes["layout"]["yaxis"]["categoryarray"]) == 4  # measured CPU/GPU over simulated CPU/GPU
-    assert any("probe decoder on Test GPU" in m.value for m in at.markdown)
+    assert any("probe decoder on Test GPU" in t.value for t in at.text)  # a file's string: text, not markdown
 
 
 def test_cli_and_page_report_the_same_figure(recorded):
@@ -40,8 +41,11 @@ def test_cli_and_page_report_the_same_figure(recorded):
     with redirect_stdout(out):
         assert main(["recorded"]) == 0
     last = out.getvalue().strip().splitlines()[-1]
-    figure = last.removeprefix("median abs error: ").removesuffix(" (leave-one-out)")
-    assert shown(calibration_page())[LOO_LABEL] == figure
+    figure = last.removeprefix("Leave-one-out: median error ").split(" %;")[0]
+    at = calibration_page()
+    assert shown(at)[LOO_LABEL] == f"{figure}%"
+    # The verdict names the worst mode and the worst point, as the CLI does.
+    assert any(last in v.body for v in [*at.success, *at.warning])
 
 
 def test_bad_upload_keeps_the_calibration(recorded):
@@ -49,7 +53,7 @@ def test_bad_upload_keeps_the_calibration(recorded):
     at.file_uploader(key="cal_upload").set_value(("x.json", b'{"device": "GPU"}', "application/json"))
     at.run()
     assert not at.exception
-    assert any("x.json" in e.body and "torch" in e.body for e in at.error)
+    assert any("x.json" in as_read(e.body) and "torch" in e.body for e in at.error)
     assert LOO_LABEL in shown(at)
 
 
@@ -62,7 +66,7 @@ def test_an_uncalibratable_upload_says_why(recorded):
     )
     at.run()
     assert not at.exception
-    assert any("cannot be calibrated" in e.body and "at least two runs" in e.body for e in at.error)
+    assert any("cannot be calibrated" in e.body and "at least two runs" in as_read(e.body) for e in at.error)
 
 
 @pytest.mark.parametrize(
@@ -82,7 +86,7 @@ def test_calibrated_presets_for_the_simulator_tab(recorded):
     assert [p.title for p in presets.values()] == ["probe decoder on Test GPU"]
     preset = next(iter(presets.values()))
     assert preset.model.n_layers == 4
-    assert preset.hardware.hbm_GBps == pytest.approx(calibrate(recorded).params["fused_hbm_GBps"], rel=1e-3)
+    assert preset.hardware.hbm_GBps == pytest.approx(calibrate(recorded).params["gemv_GBps"], rel=1e-3)
 
 
 @pytest.mark.skipif(
@@ -94,8 +98,25 @@ def test_on_the_recorded_run_cli_and_page_agree():
     with redirect_stdout(out):
         assert main(["recorded"]) == 0
     last = out.getvalue().strip().splitlines()[-1]
-    assert last.startswith("median abs error: ") and last.endswith("% (leave-one-out)")
-    figure = last.removeprefix("median abs error: ").removesuffix(" (leave-one-out)")
+    assert last.startswith("Leave-one-out: median error ") and "worst point" in last
     at = calibration_page()
     assert not at.exception
-    assert shown(at)[LOO_LABEL] == figure
+    expected = loo_summary(calibrate(probe_result.recorded_result()))
+    assert shown(at)[LOO_LABEL] == f"{100 * expected['median']:.1f}%"
+    assert any(last in v.body for v in [*at.success, *at.warning])
+
+
+def test_two_sessions_with_different_uploads_see_their_own_calibrations(recorded):
+    """The caches are keyed by a sha256 of the whole result: an upload differing in one field is its own."""
+    data = json.loads(json.dumps(recorded.to_dict()))
+    data["model"]["config"]["n_layers"] = 2  # the same runs, a different model: a different fit
+    first, second = calibration_page(), calibration_page()
+    second.file_uploader(key="cal_upload").set_value(("mine.json", json.dumps(data).encode(), "application/json"))
+    second.run()
+    first.run()
+    assert not first.exception and not second.exception
+    mine = calibrate(probe_result.load_result(data))
+    theirs = calibrate(recorded)
+    assert shown(second)[LOO_LABEL] == f"{100 * loo_summary(mine)['median']:.1f}%"
+    assert shown(first)[LOO_LABEL] == f"{100 * loo_summary(theirs)['median']:.1f}%"
+    assert loo_summary(mine)["median"] != loo_summary(theirs)["median"]

@@ -6,7 +6,7 @@ import pytest
 import streamlit as st
 
 import core.probe_result as probe_result
-from app_pages import fake_run, metrics, open_tab
+from app_pages import as_read, fake_run, metrics, open_tab
 from ui.common import READOUT_LABELS
 
 
@@ -46,13 +46,13 @@ def test_bad_upload_names_the_problem_and_keeps_the_page(recorded):
     at.file_uploader(key="pr_upload").set_value(("mine.json", json.dumps(bad).encode(), "application/json"))
     at.run()
     assert not at.exception
-    errors = " ".join(e.body for e in at.error)
+    errors = as_read(" ".join(e.body for e in at.error))
     assert "mine.json" in errors and "runs[2].step_us_p90" in errors
     assert "Recorded run" in " ".join(i.body for i in at.info)
     assert all(label in metrics(at) for label in READOUT_LABELS)
     at.file_uploader(key="pr_upload").set_value(("junk.json", b"\x00not json", "application/json"))
     at.run()
-    assert not at.exception and any("junk.json" in e.body and "JSON" in e.body for e in at.error)
+    assert not at.exception and any("junk.json" in as_read(e.body) and "JSON" in e.body for e in at.error)
 
 
 def test_a_good_upload_is_shown_as_uploaded(recorded):

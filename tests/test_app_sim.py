@@ -1,5 +1,6 @@
 """The Simulator tab driven through Streamlit's AppTest: controls move the readouts they should."""
 import base64
+import itertools
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -10,14 +11,13 @@ import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from core import probe_result
-from sim.calibrate import calibrate
+from sim.calibration import calibrate, calibrated_preset
 from sim.config import PRESETS
-from sim.probe_preset import calibrated_preset
 from sim.schedule import StepSettings, simulate_step
 from ui.charts import format_us
 from ui.common import READOUT_LABELS
-from ui.sim_presets import CALIBRATED_KEY, CALIBRATED_TITLE, PRESET_TITLES
-from ui.sim_tab import HARDWARE_INPUTS, SIM_PARAMS
+from ui.sim_presets import CALIBRATED_KEY, CALIBRATED_TITLE, PRESET_TITLES, preset_of
+from ui.sim_tab import BATCH_STOPS, HARDWARE_INPUTS, SIM_PARAMS, nearest_stop, note_paragraphs
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 CHAPTER = PRESETS["chapter"]
@@ -65,7 +65,7 @@ def test_opens_on_the_chapter_step_launch_bound(start):
         "GPU utilisation": f"{expected.utilisation * 100:.0f}%",
     }
     assert 0.4 <= expected.utilisation <= 0.6  # the chapter's "nearly half idle"
-    assert at.slider(key="batch").value == 1 and at.slider(key="layers").value == 32
+    assert at.number_input(key="batch").value == 1 and at.slider(key="layers").value == 32
     assert at.toggle(key="fusion").value is False and at.toggle(key="graphs").value is False
     assert at.selectbox(key="preset").value == "chapter"
     assert not warnings(at) and not at.error
@@ -108,16 +108,16 @@ def test_fusion_and_graphs_make_the_step_gpu_bound():
 def test_graphs_pad_the_batch_to_its_bucket_and_fall_back_above_the_largest():
     at = fresh()
     at.toggle(key="graphs").set_value(True)
-    at.slider(key="batch").set_value(5).run()
+    at.number_input(key="batch").set_value(5).run()
     assert any("captured for 8" in i.value and "3 of its 8 rows are padding" in i.value for i in at.info)
-    at.slider(key="batch").set_value(300).run()
+    at.number_input(key="batch").set_value(300).run()
     assert any("falls back to eager" in i.value for i in at.info)
     assert readouts(at)["vs unoptimised"] == "1.00×"  # eager above the buckets: same as unoptimised
 
 
 def test_batch_128_closes_the_gaps_without_any_toggle():
     at = fresh()
-    at.slider(key="batch").set_value(128).run()
+    at.number_input(key="batch").set_value(128).run()
     values = readouts(at)
     assert values["Bound by"] == "GPU"
     assert values["Kernels / step"] == readouts(fresh())["Kernels / step"]
@@ -178,7 +178,7 @@ def test_no_exception_at_control_extremes(toggles):
     at.toggle(key="fusion").set_value(toggles[0])
     at.toggle(key="graphs").set_value(toggles[1])
     for key, value in EXTREMES:
-        widget = at.slider(key=key) if key in ("batch", "layers") else at.number_input(key=key)
+        widget = at.slider(key=key) if key == "layers" else at.number_input(key=key)
         default = widget.value
         widget.set_value(value).run()
         assert not at.exception, (key, value, at.exception)
@@ -193,7 +193,7 @@ def test_every_preset_draws_at_both_batch_extremes(preset):
     at = fresh()
     at.selectbox(key="preset").set_value(preset).run()
     for batch in (512, 1):
-        at.slider(key="batch").set_value(batch).run()
+        at.number_input(key="batch").set_value(batch).run()
         assert not at.exception, at.exception
         assert {"sim_lanes", "sim_sweep"} <= {chart.key for chart in at.get("plotly_chart")}
     assert readouts(at)["Bound by"] in ("CPU launch", "GPU")
@@ -241,7 +241,7 @@ def test_calibrated_preset_is_declared_under_a_stable_key_and_title():
 
 @needs_recorded
 def test_default_page_never_fits_and_the_preset_fits_once(clean_caches, monkeypatch):
-    from ui import calibrate_tab
+    from ui import calibration_cache
 
     calls = []
 
@@ -249,13 +249,13 @@ def test_default_page_never_fits_and_the_preset_fits_once(clean_caches, monkeypa
         calls.append(loo)
         return calibrate(result, loo=loo)
 
-    monkeypatch.setattr(calibrate_tab, "calibrate", counting)
+    monkeypatch.setattr(calibration_cache, "calibrate", counting)
     at = fresh()
-    at.slider(key="batch").set_value(64).run()
+    at.number_input(key="batch").set_value(64).run()
     assert calls == []  # the default page does not pay for the fit
     assert CALIBRATED_TITLE in at.selectbox(key="preset").options
     at.selectbox(key="preset").set_value(CALIBRATED_KEY).run()
-    at.slider(key="batch").set_value(8).run()
+    at.number_input(key="batch").set_value(8).run()
     at.toggle(key="fusion").set_value(True).run()
     assert calls == [False]  # one fit without leave-one-out, then cached
 
@@ -266,7 +266,7 @@ def test_calibrated_preset_brings_the_fitted_figures_and_its_note(clean_caches, 
     at = pick_calibrated()
     for key, _, field, *_ in HARDWARE_INPUTS:
         assert at.number_input(key=key).value == pytest.approx(getattr(preset.hardware, field)), key
-    assert any("'vs unoptimised', are not the probe's" in t.value for t in at.text)
+    assert any("which is not the probe's eager step" in t.value for t in at.text)
     assert not at.warning and not at.error
     expected = simulate_step(preset.model, preset.hardware, StepSettings()).metrics
     assert readouts(at)["Step time"] == format_us(expected.step_us)
@@ -280,7 +280,7 @@ def test_calibrated_preset_at_batch_and_layer_extremes(clean_caches, calibrated,
     at.toggle(key="fusion").set_value(toggles[0])
     at.toggle(key="graphs").set_value(toggles[1])
     for batch, layers in ((1, 1), (512, 1), (512, 128), (1, 128), (300, 64)):
-        at.slider(key="batch").set_value(batch)
+        at.number_input(key="batch").set_value(batch)
         at.slider(key="layers").set_value(layers).run()
         assert not at.exception and not at.error, (batch, layers)
         settings = StepSettings(batch=batch, fusion=toggles[0], graphs=toggles[1])
@@ -291,29 +291,24 @@ def test_calibrated_preset_at_batch_and_layer_extremes(clean_caches, calibrated,
 
 @needs_recorded
 def test_calibrated_fused_steps_follow_the_calibration_tabs_predictions(clean_caches, calibrated):
-    # Fused and fused+graph only: the preset follows the fused kernels; the probe's unfused PyTorch
-    # step (1650+ kernels at 412 GB/s) is not what the simulator's 11 kernels a layer run (see the note).
+    # The preset follows the fused kernels at batch 1 (the GEMV chain, the page's headline). Above
+    # batch 4 the probe's tensor-core GEMM is slower than the simulator's one bandwidth (the note says so).
     preset, cal = calibrated
     at = pick_calibrated()
     at.toggle(key="fusion").set_value(True)
-    fused = [(i, p) for i, p in enumerate(cal.points) if p.fused]
-    assert len(fused) == 8
+    fused = [(i, p) for i, p in enumerate(cal.points) if p.fused and p.batch <= 4]
+    assert len(fused) == 2
     for i, point in fused:
         at.toggle(key="graphs").set_value(point.graphs)
-        at.slider(key="batch").set_value(point.batch).run()
-        step_us, cpu_us, busy_us = cal.predicted[i]
+        at.number_input(key="batch").set_value(point.batch).run()
+        step_us, cpu_us, _ = cal.predicted[i]
         expected = simulate_step(preset.model, preset.hardware,
                                  StepSettings(batch=point.batch, fusion=True, graphs=point.graphs)).metrics
         shown = readouts(at)
         assert shown["Step time"] == format_us(expected.step_us)
         assert expected.step_us == pytest.approx(step_us, rel=0.12), point
-        assert expected.gpu_busy_us == pytest.approx(busy_us, rel=0.08), point
-        # The preset has one fused kernel count per layer; the probe launches 6 at small batch (split
-        # merge) and 5 at large, so host time can differ by a kernel a layer: ~10 %.
+        assert expected.step_us == pytest.approx(point.step_us, rel=0.10), point  # and the measurement
         assert expected.cpu_launch_us == pytest.approx(cpu_us, rel=0.12), point
-        if abs(cpu_us - busy_us) > 0.12 * busy_us:  # closer than the host-time tolerance is a tie
-            assert shown["Bound by"] == ("CPU launch" if cpu_us > busy_us else "GPU"), point
-        assert abs(float(shown["GPU utilisation"].rstrip("%")) - 100 * busy_us / step_us) <= 6, point
 
 
 def test_calibrated_preset_without_a_readable_run_says_why(clean_caches, monkeypatch):
@@ -337,3 +332,37 @@ def test_a_link_to_the_calibrated_preset_opens_it(clean_caches, calibrated):
     assert not at.exception and not at.warning
     assert at.selectbox(key="preset").value == CALIBRATED_KEY
     assert at.number_input(key="hbm_GBps").value == pytest.approx(calibrated[0].hardware.hbm_GBps)
+
+
+def test_small_batches_are_one_slider_stop_apart_and_the_number_box_takes_any_batch():
+    # Issue 14: the story happens at batch 1-64, so each of 1, 2, 3, 4, 8, 16 is a stop of its own.
+    stops = list(BATCH_STOPS)
+    assert stops[:8] == list(range(1, 9)) and stops[-1] == 512 and stops == sorted(set(stops))
+    assert {16, 24, 32, 48, 64, 96, 128, 192, 256} <= set(stops)
+    assert max(b / a for a, b in itertools.pairwise(stops[7:])) <= 1.25  # from 8 on, four stops per doubling
+    assert nearest_stop(33) == 32 and nearest_stop(500) == 512 and nearest_stop(1) == 1
+    at = fresh()
+    at.select_slider(key="batch_stops").set_value(4).run()
+    assert at.number_input(key="batch").value == 4 and at.query_params["batch"] == "4"
+    assert readouts(at)["Step time"] == format_us(
+        simulate_step(CHAPTER.model, CHAPTER.hardware, StepSettings(batch=4)).metrics.step_us)
+    at.number_input(key="batch").set_value(33).run()  # not a stop: the slider shows the nearest one
+    assert at.select_slider(key="batch_stops").value == 32  # (the browser writes a typed value to the URL)
+    assert readouts(at)["Step time"] == format_us(
+        simulate_step(CHAPTER.model, CHAPTER.hardware, StepSettings(batch=33)).metrics.step_us)
+
+
+def test_the_cuda_graphs_note_is_always_there_so_the_lanes_never_jump():
+    at = fresh()
+    assert [i.value for i in at.info if i.value.startswith("CUDA graphs off")]
+    at.toggle(key="graphs").set_value(True).run()
+    assert [i.value for i in at.info if i.value.startswith("CUDA graphs: batch 1 ")]
+
+
+def test_preset_notes_read_as_paragraphs_not_hard_wrapped_lines():
+    note = "First line of a paragraph\nwrapped here.\n- an item\ncontinued\n\nNew paragraph."
+    assert note_paragraphs(note) == ["First line of a paragraph wrapped here.", "- an item continued",
+                                     "New paragraph."]
+    for preset in PRESET_TITLES:
+        for paragraph in note_paragraphs(preset_of(preset)[0].note):
+            assert "\n" not in paragraph

@@ -182,3 +182,21 @@ def test_cli_max_graphs_and_objective(capsys):
     assert optimum.split()[3] == "5"  # "optimal, no budget" then the graph count
     expected = bk.optimal_buckets(np.arange(1, 65), np.ones(64), 5)
     assert optimum.rstrip().endswith(", ".join(map(str, expected)))
+
+
+def test_binding_limit_names_what_holds_the_optimiser_back():
+    w = uniform(256)
+    for budget in (256, 512):  # issue 14: both budgets gave 64 graphs, because the graph count binds
+        binding = br.binding_limits(MODEL, HW, w, budget_bytes=budget * br.MIB, max_buckets=64)
+        assert binding.graphs and not binding.budget and binding.relaxed.graphs == 65
+        best = br.compare(MODEL, HW, {}, w, budget_bytes=budget * br.MIB, max_buckets=64)[-1]
+        text = binding.sentence(64, best, budget * br.MIB)
+        assert "most graphs the optimiser may use (64)" in text and "a larger budget changes nothing" in text
+    tight = br.binding_limits(MODEL, HW, w, budget_bytes=100 * br.MIB, max_buckets=64)
+    assert tight.budget and not tight.graphs and tight.relaxed.memory_bytes > 100 * br.MIB
+    best = br.compare(MODEL, HW, {}, w, budget_bytes=100 * br.MIB, max_buckets=64)[-1]
+    assert best.graphs < 64 and "memory budget" in tight.sentence(64, best, 100 * br.MIB)
+    # Sixteen distinct sizes and room for all: nothing binds, more graphs would not help.
+    free = br.binding_limits(MODEL, HW, geometric(4, 16), budget_bytes=512 * br.MIB, max_buckets=64)
+    assert not free.graphs and not free.budget and free.relaxed is None
+    assert br.binding_limits(MODEL, HW, w, budget_bytes=0.0, max_buckets=64) is None  # nothing fits

@@ -1,5 +1,6 @@
-"""Calibration: on runs the simulator itself generated, the fit recovers the parameters."""
+"""Calibration: on runs the timing model itself generated, the fit reproduces them; on the H200 run, the goals."""
 
+import gzip
 import json
 import subprocess
 import sys
@@ -7,35 +8,29 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from core.probe_result import load_result
-from sim.calibrate import (
-    NAMES,
-    PARAMS,
-    ProbeSimulator,
-    calibrate,
-    main,
-    points_from_result,
-    synthetic_result,
-)
-from sim.config import PRESETS, HardwareConfig, Preset
-from sim.least_squares import bounded_least_squares
-from sim.kernels import step_kernels
-from sim.probe_preset import calibrated_preset
-from sim.schedule import StepSettings, simulate_step
-
 from synthetic_params import KNOWN_PARAMS  # tests/synthetic_params.py
+
+from core.probe_result import load_result, recorded_result
+from sim.calibration import PARAMS, calibrate, calibrated_preset, recorded_graph_cost, synthetic_result
+from sim.calibration.least_squares import bounded_least_squares
+from sim.calibration.report import main
+from sim.config import PRESETS, Preset
+from sim.schedule import StepSettings, simulate_step
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = PRESETS["probe-0.5b-h200"].model.with_layers(8)  # fewer layers: same physics, faster tests
 TRUE = KNOWN_PARAMS
-# The probe's eager step launches many more kernels than the chapter's 11 per layer.
-EXTRA = {"eager": 8 * 30, "graph": 8 * 30 + 3, "fused": 8, "fused+graph": 10}
+# Identifiable from family totals at the synthetic batches (the GEMV runs at one batch only, so its
+# latency and bandwidth trade against each other; no cuBLAS or GEMV kernel is compute-bound).
+RECOVERED = ("tile_gemm_latency_us", "tile_gemm_GBps", "tile_gemm_TFLOPs", "attention_latency_us",
+             "attention_GBps", "cublas_latency_us", "cublas_GBps", "aten_latency_us", "aten_GBps",
+             "pdl_hidden_us", "aten_launch_us", "triton_launch_us", "replay_us", "replay_per_node_us",
+             "node_gap_us")  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def synthetic():
-    return load_result(synthetic_result(TRUE, MODEL, extra_kernels=EXTRA))
+    return load_result(synthetic_result(TRUE, MODEL))
 
 
 @pytest.fixture(scope="module")
@@ -43,85 +38,47 @@ def calibration(synthetic):
     return calibrate(synthetic)
 
 
+@pytest.fixture(scope="module")
+def recorded_cal():
+    return calibrate(recorded_result())
+
+
 def test_fit_recovers_known_parameters(calibration):
-    for name in NAMES:
-        assert calibration.params[name] == pytest.approx(TRUE[name], rel=1e-4), name
+    for name in RECOVERED:
+        assert calibration.params[name] == pytest.approx(TRUE[name], rel=1e-3), name
         assert calibration.fitted[name], name
-    assert calibration.median_loo_error < 1e-4
-    assert np.abs(calibration.errors()).max() < 1e-4
+    assert calibration.median_loo_error < 1e-3
+    assert np.abs(calibration.errors()).max() < 1e-3
 
 
-def test_simulated_kernel_counts_follow_the_measured_ones(calibration):
-    sim = calibration.simulator
-    for i, p in enumerate(sim.points):
-        tl = sim.timeline(calibration.theta, i)
-        assert tl.metrics().kernels == p.kernels
-        assert tl.metrics().launches == (1 if p.graphs else p.kernels)
-    n_eager = len(step_kernels(MODEL, False)) + EXTRA["eager"]
-    assert next(p for p in sim.points if p.mode == "eager").kernels == n_eager
-
-
-def test_predictor_agrees_with_the_simulator_schedule():
-    # No extra kernels, one launch cost and the simulator's own KV traffic: exactly `simulate_step`.
-    params = dict(
-        TRUE,
-        fused_launch_us=TRUE["eager_launch_us"],
-        kv_traffic_unfused=1.0,
-        kv_traffic_fused=1.0,
-        fused_hbm_GBps=TRUE["hbm_GBps"],
-        graph_launch_per_node_us=1e-6,
-    )
-    hw = HardwareConfig(
-        name="test",
-        hbm_GBps=params["hbm_GBps"],
-        matrix_TFLOPs=params["matrix_TFLOPs"],
-        min_kernel_us=params["min_kernel_us"],
-        eager_launch_us=params["eager_launch_us"],
-        graph_launch_us=params["graph_launch_us"],
-        graph_node_gap_us=params["graph_node_gap_us"],
-    )
-    result = load_result(synthetic_result(params, MODEL, batches=(1, 64)))
-    sim = ProbeSimulator(MODEL, points_from_result(result))
-    predicted = sim.predict(np.array([params[n] for n in NAMES]))
-    for p, pred in zip(sim.points, predicted):
-        step = simulate_step(MODEL, hw, StepSettings(batch=p.batch, fusion=p.fused, graphs=p.graphs)).metrics
-        assert pred == pytest.approx([step.step_us, step.cpu_launch_us, step.gpu_busy_us], rel=1e-5)
-        # and the drawn timeline agrees with the fast path
-        tl = sim.timeline(np.array([params[n] for n in NAMES]), sim.points.index(p)).metrics()
-        assert tl.step_us == pytest.approx(pred[0], rel=1e-9)
-
-
-def test_recovery_with_noise_stays_close():
-    noisy = load_result(synthetic_result(TRUE, MODEL, extra_kernels=EXTRA, noise=0.02, seed=3))
-    cal = calibrate(noisy)
-    # The host costs are pinned by every point; the predictions stay within the noise.
-    for name in ("eager_launch_us", "fused_launch_us", "graph_launch_us"):
-        assert cal.params[name] == pytest.approx(TRUE[name], rel=0.1), name
-    assert cal.median_loo_error < 0.04
+def test_predicted_timeline_agrees_with_the_fast_path(calibration):
+    for i, point in enumerate(calibration.points):
+        tl = calibration.timeline(i)
+        assert tl.metrics().kernels == point.kernels
+        assert tl.metrics().launches == (1 if point.graphs else point.kernels)
+        assert tl.step_us == pytest.approx(calibration.predicted[i, 0], rel=1e-9)
 
 
 def test_leave_one_out_predicts_without_the_point():
-    data = synthetic_result(TRUE, MODEL, extra_kernels=EXTRA)
-    bad = next(r for r in data["runs"] if r["mode"] == "fused+graph" and r["batch"] == 8)
-    bad["step_us_median"] *= 1.5  # one outlier the other points cannot explain
-    bad["step_us_p90"] *= 1.6
+    data = synthetic_result(TRUE, MODEL)
+    bad = next(r for r in data["runs"] if r["mode"] == "eager" and r["batch"] == 8)
+    bad["enqueue_us_median"] *= 1.5  # a host outlier the other points cannot explain
+    for key in ("step_us_median", "step_us_p10", "step_us_p90"):
+        bad[key] *= 1.5
     cal = calibrate(load_result(data))
-    i = next(i for i, p in enumerate(cal.points) if p.mode == "fused+graph" and p.batch == 8)
+    i = next(i for i, p in enumerate(cal.points) if p.mode == "eager" and p.batch == 8)
     loo = cal.loo_errors()
-    # Fitted without it, the point is predicted from its neighbours: about 1/1.5 - 1 = -33 %.
-    assert loo[i] == pytest.approx(1 / 1.5 - 1, abs=0.03)
-    assert abs(loo[i]) > abs(cal.errors()[i, 0])  # the in-sample fit hides part of the miss
-    others = np.delete(np.abs(loo), i)
-    assert np.median(others) < 0.05
-    assert cal.median_loo_error == pytest.approx(np.median(np.abs(loo)))
+    assert loo[i] == pytest.approx(1 / 1.5 - 1, abs=0.03)  # predicted from the other eager steps
+    assert np.median(np.abs(np.delete(loo, i))) < 0.02  # least absolute deviations ignore the outlier
+    point, err = cal.worst_point()
+    assert (point.mode, point.batch) == ("eager", 8) and err == loo[i]
 
 
 def test_parameters_the_runs_do_not_constrain_are_held():
-    only_eager = synthetic_result(TRUE, MODEL, modes=("eager",), extra_kernels=EXTRA)
-    cal = calibrate(load_result(only_eager), loo=False)
-    assert cal.fitted["eager_launch_us"] and not cal.fitted["graph_launch_us"]
-    assert not cal.fitted["fused_launch_us"] and not cal.fitted["kv_traffic_fused"]
-    assert cal.params["eager_launch_us"] == pytest.approx(TRUE["eager_launch_us"], rel=1e-3)
+    cal = calibrate(load_result(synthetic_result(TRUE, MODEL, modes=("eager",))), loo=False)
+    assert cal.fitted["aten_launch_us"] and not cal.fitted["triton_launch_us"]
+    assert not cal.fitted["replay_us"] and not cal.fitted["tile_gemm_latency_us"]
+    assert cal.params["aten_launch_us"] == pytest.approx(TRUE["aten_launch_us"], rel=1e-3)
 
 
 def test_bounded_solver_stops_at_the_bound():
@@ -133,55 +90,66 @@ def test_bounded_solver_stops_at_the_bound():
     assert fitted.tolist() == [True, False]
 
 
-def test_fitted_values_respect_the_parameter_bounds(calibration):
+def test_fitted_values_respect_the_parameter_bounds(recorded_cal):
     for p in PARAMS:
-        assert p.low <= calibration.params[p.name] <= p.high
+        assert p.low <= recorded_cal.params[p.name] <= p.high
 
 
-def test_calibrated_preset_follows_the_fused_kernels(synthetic, calibration):
-    preset = calibrated_preset(synthetic, calibration)
-    assert isinstance(preset, Preset) and preset.title == "probe decoder on synthetic GPU"
-    sim_fused = len(step_kernels(MODEL, True))
-    # The simulator has one figure of each: the fused family's, with the probe's extra kernels'
-    # host time spread over its own launches, and the KV traffic as an effective context.
-    assert preset.hardware.hbm_GBps == pytest.approx(TRUE["fused_hbm_GBps"], rel=1e-4)
-    assert preset.hardware.eager_launch_us == pytest.approx(
-        TRUE["fused_launch_us"] * (sim_fused + EXTRA["fused"]) / sim_fused, rel=1e-4
-    )
-    assert preset.hardware.graph_launch_us == pytest.approx(
-        25.0 + 0.05 * (sim_fused + EXTRA["fused+graph"]), rel=1e-4
-    )
-    assert preset.model.n_layers == MODEL.n_layers
-    assert preset.model.context_len == round(MODEL.context_len * TRUE["kv_traffic_fused"])
-    # Its fused steps take the calibrated times, less the extra kernels' GPU time (here up to 10
-    # kernels of 2.5 µs + 0.8 µs gap in a step of 290 µs at batch 1: 11 %).
-    for point, predicted in zip(calibration.points, calibration.predicted):
-        if point.fused:
-            settings = StepSettings(batch=point.batch, fusion=True, graphs=point.graphs)
-            step = simulate_step(preset.model, preset.hardware, settings).metrics
-            assert step.step_us == pytest.approx(predicted[0], rel=0.12), point
-            assert step.cpu_launch_us == pytest.approx(predicted[1], rel=1e-3), point
-    assert "'vs unoptimised', are not the probe's" in preset.note
-    step = simulate_step(preset.model, preset.hardware, StepSettings(batch=512, fusion=True, graphs=True))
-    assert step.metrics.step_us > 0
+def test_recorded_run_meets_the_goals_where_the_data_allows(recorded_cal):
+    # Goals (issue 12): every mode's median leave-one-out error <= 10 %, fused+graph batch 1 within 10 %.
+    for mode in ("eager", "fused", "graph", "fused+graph"):
+        assert recorded_cal.mode_loo_error(mode) <= 0.10, mode
+    assert abs(recorded_cal.point_loo_error("fused+graph", 1)) <= 0.10
+    # The one point beyond 25 % is the eager batch-1 step, whose host took 23.7 µs a launch where the
+    # other eager steps took 16.9-18.7: run-to-run host noise the model cannot predict from the others.
+    errs = {(p.mode, p.batch): e for p, e in zip(recorded_cal.points, recorded_cal.loo_errors())}
+    assert all(abs(e) <= 0.25 for k, e in errs.items() if k != ("eager", 1))
 
 
-def test_calibrated_preset_of_an_unfused_run_follows_the_unfused_kernels():
-    run = load_result(synthetic_result(TRUE, MODEL, modes=("eager", "graph"), extra_kernels=EXTRA))
-    preset = calibrated_preset(run)
-    assert preset.hardware.hbm_GBps == pytest.approx(TRUE["hbm_GBps"], rel=1e-3)
-    assert preset.model.context_len == round(MODEL.context_len * TRUE["kv_traffic_unfused"])
-    assert "Kernel fusion off" in preset.note
+def test_recorded_graph_cost_is_the_calibrated_one_and_cached(recorded_cal):
+    cost = recorded_graph_cost()
+    assert cost is recorded_graph_cost()
+    assert cost == recorded_cal.graph_cost
+    assert 0 < cost.node_gap_us < 2 and 0 < cost.per_node_host_us < 2
+    assert 60 < cost.host_us(180) < 140  # the fused+graph replays: ~100 µs for ~180 nodes
 
 
-def test_cli_prints_parameters_table_and_loo_line(tmp_path, capsys):
+def test_calibrated_preset_follows_the_fused_kernels(recorded_cal):
+    preset = calibrated_preset(recorded_result(), recorded_cal)
+    assert isinstance(preset, Preset) and preset.title == "probe decoder on H200"
+    assert preset.hardware.hbm_GBps == pytest.approx(recorded_cal.params["gemv_GBps"])
+    # The fused+graph batch-1 step, the page's headline, lands near the measured 646 µs.
+    step = simulate_step(preset.model, preset.hardware, StepSettings(batch=1, fusion=True, graphs=True))
+    assert step.metrics.step_us == pytest.approx(646.4, rel=0.25)
+
+
+def test_cli_prints_parameters_points_and_the_worst_point(tmp_path, capsys):
     path = tmp_path / "synthetic.json"
-    path.write_text(json.dumps(synthetic_result(TRUE, MODEL, batches=(1, 8, 64), extra_kernels=EXTRA)))
+    path.write_text(json.dumps(synthetic_result(TRUE, MODEL, batches=(1, 8, 64))))
     assert main([str(path)]) == 0
     out = capsys.readouterr().out.strip().splitlines()
-    assert out[-1] == "median abs error: 0.0% (leave-one-out)"
-    assert any(line.split()[:2] == ["hbm_GBps", "3600"] and "GB/s" in line for line in out)
+    assert out[-1].startswith("Leave-one-out: median error 0.0 %; worst mode")
+    assert "worst point" in out[-1] and out[-1].endswith("Meets the goals (every mode ≤ 10 %, no point beyond "
+                                                          "25 %, fused+graph b1 ≤ 10 %).")
+    assert any(line.split()[:2] == ["aten_launch_us", "7"] for line in out)
     assert sum(line.startswith("fused+graph") for line in out) == 3
+
+
+def test_cli_json_and_check_on_a_gzipped_run(tmp_path, capsys):
+    one, other = tmp_path / "one.json", tmp_path / "other.json.gz"
+    one.write_text(json.dumps(synthetic_result(TRUE, MODEL, batches=(1, 8, 64))))
+    other.write_bytes(gzip.compress(json.dumps(synthetic_result(TRUE, MODEL, batches=(1, 16))).encode()))
+    assert main([str(one), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert len(data["points"]) == 12
+    assert set(data["points"][0]) == {"mode", "batch", "step_us_measured", "step_us_predicted", "step_us_loo"}
+    assert main([str(one), "--check", str(other), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert sorted({p["batch"] for p in data["points"]}) == [1, 16]  # OTHER's points
+    for p in data["points"]:
+        assert p["step_us_predicted"] == pytest.approx(p["step_us_measured"], rel=1e-3)
+    assert main([str(one), "--check", str(other)]) == 0
+    assert "Fit on one run, predict the other" in capsys.readouterr().out
 
 
 def test_cli_rejects_a_bad_file(tmp_path, capsys):
@@ -189,6 +157,9 @@ def test_cli_rejects_a_bad_file(tmp_path, capsys):
     path.write_text('{"device": 3}')
     assert main([str(path)]) == 2
     assert "device" in capsys.readouterr().err
+    bad = tmp_path / "bad.json.gz"
+    bad.write_bytes(b"not gzip")
+    assert main([str(bad)]) == 2
 
 
 def test_a_run_without_model_fields_is_a_named_error():
@@ -200,7 +171,7 @@ def test_a_run_without_model_fields_is_a_named_error():
 
 def test_calibration_imports_neither_torch_nor_scipy():
     code = (
-        "import sys, sim.calibrate, core.probe_result; "
+        "import sys, sim.calibration, sim.calibration.report, core.probe_result; "
         "assert 'torch' not in sys.modules and 'scipy' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -74,7 +75,8 @@ def page_on(tab: str, **params) -> AppTest:
 
 
 def messages(at: AppTest) -> str:
-    return " ".join(m.value for m in list(at.error) + list(at.warning))
+    """The page's errors and warnings as a reader sees them (markdown escapes removed)."""
+    return re.sub(r"\\(.)", r"\1", " ".join(m.value for m in list(at.error) + list(at.warning)))
 
 
 def assert_no_traceback(at: AppTest, what: str) -> None:

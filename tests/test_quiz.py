@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from ui.quiz import ANSWERS_KEY, QUESTIONS, Question
+from ui.quiz import ANSWERS_KEY, QUESTIONS, RIGHT_MARK, WRONG_MARK, Question, option_line
 from ui.url_params import TAB_LABELS
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
@@ -69,7 +69,8 @@ def test_wrong_answer_does_not_score_but_still_explains():
     assert score_text(at) == "0/6"
     assert at.error[0].value.startswith("Not quite.")
     assert any("Simulator tab" in i.value for i in at.info)
-    assert any("(your answer)" in m.value and "❌" in m.value for m in at.markdown)
+    assert any("(your answer)" in m.value and WRONG_MARK in m.value for m in at.markdown)
+    assert any("(right answer)" in m.value and RIGHT_MARK in m.value for m in at.markdown)
 
 
 def test_all_right_scores_six_and_reset_clears():
@@ -91,3 +92,22 @@ def test_score_lives_in_session_state_not_in_the_url():
     assert not any(k.startswith("quiz") for k in at.query_params)
     # A fresh session (someone opening the same link) starts from zero.
     assert score_text(quiz_page()) == "0/6"
+
+
+def test_verdict_marks_need_no_emoji_font():
+    # Debian's Chromium has no emoji font: a mark must be a Material icon or words, never an emoji.
+    for right in (False, True):
+        for chosen in (False, True):
+            line = option_line("An option.", right=right, chosen=chosen)
+            assert all(ord(ch) < 0x2190 for ch in line), line
+            assert ":material/" in line
+    assert "right answer, yours" in option_line("x", right=True, chosen=True)
+
+
+def test_explanations_agree_with_the_page():
+    text = {q.qid: q.explanation + " ".join(q.options) for q in QUESTIONS}
+    # One shared pool (README, Bucketing tab), not a pool per graph.
+    assert "own pool" not in text["q3"] and "its own static buffers and pool" not in text["q3"]
+    assert "shared memory pool" in text["q3"]
+    # Prefill is not always eager: vLLM V1 captures piecewise graphs by token count.
+    assert "piecewise" in text["q2"] and "token count" in text["q2"]

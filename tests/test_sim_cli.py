@@ -53,7 +53,7 @@ def test_help_lists_options_and_subcommands(capsys):
 
 
 @pytest.mark.parametrize("command, module",
-                         [("buckets", "sim.bucket_report"), ("calibrate", "sim.calibrate")])
+                         [("buckets", "sim.bucket_report"), ("calibrate", "sim.calibration.report")])
 def test_subcommands_dispatch(command, module, monkeypatch):
     seen = []
     fake = types.ModuleType(module)

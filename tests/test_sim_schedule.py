@@ -78,7 +78,7 @@ def test_fusion_then_graphs_move_the_bottleneck_to_the_gpu():
     assert fused.metrics.step_us < off.metrics.step_us
     assert graphs.metrics.bound_by == GPU_BOUND and both.metrics.bound_by == GPU_BOUND
     assert both.metrics.launches == 1 and both.metrics.utilisation > 0.9
-    assert both.speedup > 2.5 and both.speedup > fused.speedup > 1
+    assert both.speedup > 2.2 and both.speedup > fused.speedup > 1
 
 
 def test_batch_128_closes_the_gaps_on_its_own():
@@ -90,8 +90,11 @@ def test_bucket_padding():
     step = chapter_step(batch=17, graphs=True)
     assert (step.bucket, step.padded_rows, step.eager_fallback) == (24, 7, False)
     at_bucket = chapter_step(batch=24, graphs=True)
-    np.testing.assert_allclose(step.timeline.gpu_dur, at_bucket.timeline.gpu_dur)
-    assert step.metrics.step_us == pytest.approx(at_bucket.metrics.step_us)
+    # The dummy rows cost their matmul rows, but read no KV cache: only the attention is shorter.
+    attention = np.array([name.endswith(" attention") for name in step.timeline.gpu_names])
+    np.testing.assert_allclose(step.timeline.gpu_dur[~attention], at_bucket.timeline.gpu_dur[~attention])
+    assert np.all(step.timeline.gpu_dur[attention] < at_bucket.timeline.gpu_dur[attention])
+    assert step.metrics.step_us < at_bucket.metrics.step_us
     assert step.metrics.gpu_busy_us > chapter_step(batch=17).metrics.gpu_busy_us  # padding costs GPU time
     exact = chapter_step(batch=24, graphs=True)
     assert exact.padded_rows == 0
@@ -155,3 +158,19 @@ def test_crossover():
 def test_sweep_rejects_bad_batches(batches):
     with pytest.raises(ValueError, match="batches"):
         sweep(CHAPTER.model, CHAPTER.hardware, batches)
+
+
+def test_padded_rows_cost_matmul_rows_not_kv_reads():
+    # Llama-3-8B at batch 33 is padded to the 48 bucket: 15 dummy rows. Engines point them at a
+    # scratch slot, so they read no KV cache; charged full-context reads, the optimised step lost
+    # to the unoptimised one ("vs unoptimised 0.88×").
+    from sim.config import PRESETS
+
+    preset = PRESETS["llama3-8b-h100"]
+    step = simulate_step(preset.model, preset.hardware, StepSettings(batch=33, fusion=True, graphs=True))
+    assert step.bucket == 48 and step.padded_rows == 15
+    assert step.speedup > 1.0
+    exact = simulate_step(preset.model, preset.hardware, StepSettings(batch=48, fusion=True, graphs=True))
+    assert step.metrics.step_us < exact.metrics.step_us  # the dummy rows skip the KV reads
+    sw = sweep(preset.model, preset.hardware, [33])
+    assert sw[(True, True)].step_us[0] == pytest.approx(step.metrics.step_us, rel=1e-9)

@@ -12,6 +12,15 @@ COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#1
 OPTIMUM_COLOUR = "#d62728"
 
 
+def round_step(top: float, ticks: int = 4) -> float:
+    """A 1-2-5 tick spacing that puts about `ticks` round ticks on an axis from 0 to `top`."""
+    if not top > 0:
+        return 1.0
+    raw = top / ticks
+    power = 10.0 ** np.floor(np.log10(raw))
+    return float(next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw))
+
+
 def padding_figure(layouts: dict, workload: wl.Workload, max_batch: int, optimum=None) -> go.Figure:
     """Padded rows at each batch size per layout, bucket markers, eager regions, the workload's shape."""
     top = int(max(max_batch, workload.batch_sizes.max()))
@@ -49,7 +58,8 @@ def padding_figure(layouts: dict, workload: wl.Workload, max_batch: int, optimum
         yaxis=dict(title="padded rows (bucket − batch)", rangemode="tozero"),
         # The workload's shape sits in the lower third, under the sawtooth lines.
         yaxis2=dict(title="share of steps (%)", overlaying="y", side="right", showgrid=False,
-                    range=[0, 3 * 100 * float(share.max())]),
+                    range=[0, 3 * 100 * float(share.max())], tickmode="linear", tick0=0,
+                    dtick=round_step(3 * 100 * float(share.max()))),  # round ticks, not 0.175, 0.351
         legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0),
     )
     return fig

@@ -18,6 +18,7 @@ from sim import workloads as wl
 from sim.config import DEFAULT_PRESET, PRESETS
 from ui import padding_demo
 from ui.bucket_charts import padding_figure, tradeoff_figure
+from ui.common import plain
 
 # One checkbox per layout: a URL can carry a yes/no per key, and a link stays readable.
 LAYOUT_KEYS = {"chapter": "bk_chapter", "powers of two": "bk_pow2", "vLLM": "bk_vllm", "SGLang": "bk_sglang",
@@ -33,6 +34,7 @@ MAX_BATCH_RANGE = (1, 512)
 BUDGET_RANGE = (0, 4096)  # MiB
 GRAPHS_RANGE = (1, 128)
 CUSTOM_MAX_CHARS = 4000  # room for every size up to 512 typed out, short enough for a link
+CSV_UPLOAD_MB = 1  # the uploader's own limit (Streamlit's default is 200 MB); the parser stops at MAX_CSV_BYTES
 
 BUCKET_PARAMS: dict[str, tuple] = {
     "bk_view": ("choice", VIEWS),
@@ -54,14 +56,6 @@ BUCKET_PARAMS: dict[str, tuple] = {
 
 
 
-_MARKDOWN_SPECIALS = "\\`*_{}[]()<>#+-.!|~$:"
-
-
-def plain(text: str) -> str:
-    """Text for st.warning/st.error with markdown escaped: a user's input never becomes a link or format."""
-    return "".join("\\" + ch if ch in _MARKDOWN_SPECIALS else ch for ch in str(text))
-
-
 @st.cache_data(max_entries=64, show_spinner=False)
 def _comparison(preset_key: str, fusion: bool, layouts: tuple, sizes: tuple, weights: tuple, name: str,
                 budget_mib: float, max_graphs: int, objective: str, captures: tuple | None):
@@ -76,25 +70,79 @@ def _comparison(preset_key: str, fusion: bool, layouts: tuple, sizes: tuple, wei
                       objective="time" if objective == "step time" else "rows")
 
 
+@st.cache_data(max_entries=64, show_spinner=False)
+def _binding(preset_key: str, fusion: bool, sizes: tuple, weights: tuple, name: str, budget_mib: float,
+             max_graphs: int, objective: str, captures: tuple | None) -> br.Binding | None:
+    """Which limit binds the optimum (the graph count, the budget, both or neither); same inputs as _comparison."""
+    preset = PRESETS[preset_key]
+    memory = None
+    if captures:
+        memory = br.MeasuredGraphMemory.from_captures(
+            [{"bucket": b, "graph_mem_bytes": g, "pool_bytes": p} for b, g, p in captures])
+    return br.binding_limits(preset.model, preset.hardware, wl.Workload(name, np.array(sizes), np.array(weights)),
+                             fusion=fusion, memory=memory, budget_bytes=budget_mib * br.MIB,
+                             max_buckets=max_graphs, objective="time" if objective == "step time" else "rows")
+
+
 @st.cache_data(max_entries=4, show_spinner=False)
-def _probe_captures() -> tuple | None:
-    """(bucket, graph bytes, pool bytes) from the shipped probe run; None where unavailable."""
+def _probe_captures(fused: bool) -> tuple | None:
+    """(bucket, graph bytes, pool bytes) of the shipped probe run's fused or unfused graphs; None if unavailable.
+
+    The run captures both variants; mixing them would price unfused graphs at the fused ones' memory.
+    """
     try:
         from core.probe_result import recorded_result  # torch-free, but optional for this tab
 
-        captures = recorded_result().captures
+        variant = "fused" if fused else "unfused"
         rows = tuple((int(c["bucket"]), int(c["graph_mem_bytes"]), int(c.get("pool_bytes", 0) or 0))
-                     for c in captures)
+                     for c in recorded_result().captures if c.get("variant", variant) == variant)
         return rows if len({r[0] for r in rows}) >= 2 else None
     except Exception:  # noqa: BLE001 - a missing or unreadable recording falls back to the model
         return None
+
+
+@st.cache_data(max_entries=4, show_spinner=False)
+def _probe_nodes(fused: bool) -> int | None:
+    """Kernel nodes in one of the recorded run's graphs (its median over the measured batches)."""
+    try:
+        from core.probe_result import recorded_result
+
+        counts = sorted(r.kernels_per_step for r in recorded_result().runs
+                        if r.mode == ("fused+graph" if fused else "graph"))
+        return int(counts[len(counts) // 2]) if counts else None
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _memory_gap_note(preset_key: str, fusion: bool, captures: tuple) -> str:
+    """Why modelled and measured graph memory differ, with both per-graph figures side by side."""
+    preset = PRESETS[preset_key]
+    model = br.memory_model(preset.model, fusion)
+    measured = br.MeasuredGraphMemory.from_captures(
+        [{"bucket": b, "graph_mem_bytes": g, "pool_bytes": p} for b, g, p in captures])
+    per_graph = float(np.mean(measured.graph_bytes))
+    nodes = _probe_nodes(fusion)
+    modelled = model.node_bytes * model.nodes_per_graph + model.static_bytes_per_row * 32
+    text = (f"Measured on the probe's 0.5 B model (recorded H200 run, its {'fused' if fusion else 'unfused'} "
+            f"graphs, to match Kernel fusion): {per_graph / br.MIB:.1f} MiB a graph on average")
+    if nodes:
+        text += f" for {nodes:,} kernel nodes, {per_graph / nodes / 1024:.1f} KiB a node"
+    text += (f", plus the shared pool. The model charges {model.node_bytes / 1024:.0f} KiB a node (an assumption "
+             f"of the right order, from engine logs) for this preset's {model.nodes_per_graph:,} nodes plus "
+             f"static buffers: {modelled / br.MIB:.1f} MiB for a graph of 32 rows. Measured graph memory is the "
+             "drop in free device memory, which moves in 2 MiB pages, so many small captures read 0, and it "
+             "belongs to the probe's model whatever preset is chosen: the two differ by model, kernel count "
+             "and per-node cost, not by a bug in either.")
+    return text
 
 
 def _workload(max_batch: int) -> wl.Workload:
     kind = st.session_state.get("bk_workload", WORKLOADS[0])
     if kind == "uploaded CSV":
         upload = st.file_uploader("Batch-size histogram (CSV with a `batch,count` header)",
-                                  type=["csv", "txt"], key="bk_csv_file")
+                                  type=["csv", "txt"], key="bk_csv_file", max_upload_size=CSV_UPLOAD_MB,
+                                  help=f"Up to {wl.MAX_CSV_BYTES:,} bytes and {wl.MAX_CSV_ROWS:,} rows; "
+                                       "it stays in this browser session only.")
         if upload is None:
             st.info("Upload a CSV such as `batch,count` / `1,120` / `8,40` … "
                     "Until then: uniform 1–max batch.")
@@ -144,7 +192,7 @@ def _csv(rows: list[dict]) -> str:
     return buf.getvalue()
 
 
-def _optimum_summary(stats: list, budget_mib: float) -> None:
+def _optimum_summary(stats: list, budget_mib: float, binding: br.Binding | None, max_graphs: int) -> None:
     best = next((s for s in stats if s.is_optimum), None)
     if best is None:
         st.warning(f"Not even one graph fits in {budget_mib:g} MiB: every step would run eager. "
@@ -167,7 +215,11 @@ def _optimum_summary(stats: list, budget_mib: float) -> None:
                        "\"Most graphs the optimiser may use\" to let it match or beat that.")
     else:
         d.metric("Gain vs best preset within budget", "—", help="No chosen layout fits the budget.")
-    st.caption(f"Optimal buckets: {bk.format_layout(best.buckets, limit=40)}")
+    if binding is not None:
+        st.info(binding.sentence(max_graphs, best, budget_mib * br.MIB), icon=":material/info:")
+    st.markdown(f"**The optimal layout's {best.graphs} buckets** (copy them with the icon at the right, or paste "
+                "them into *custom* to compare):")
+    st.code(", ".join(map(str, best.buckets)), language=None, wrap_lines=True)
 
 
 def _layouts_view() -> None:
@@ -187,23 +239,24 @@ def _layouts_view() -> None:
     max_graphs = o2.slider("Most graphs the optimiser may use", *GRAPHS_RANGE, value=64, key="bk_max_graphs",
                            bind="query-params")
     objective = o3.radio("Optimise for", OBJECTIVES, key="bk_objective", bind="query-params", horizontal=True)
+    preset = st.session_state.get("bk_preset", DEFAULT_PRESET)
+    fusion = bool(st.session_state.get("bk_fusion"))
     captures = None
     if st.session_state.get("bk_memory") == MEMORY_SOURCES[1]:
-        captures = _probe_captures()
+        captures = _probe_captures(fusion)
         if captures is None:
             st.info("No probe measurement of graph memory is available here; using the model instead.")
         else:
-            st.caption("Graph memory measured on the probe's 0.5 B model (recorded H200 run), interpolated "
-                       "between the measured buckets; it applies to that model, whatever preset is chosen.")
+            st.caption(_memory_gap_note(preset, fusion, captures))
     if not layouts:
         st.info("Tick at least one layout to compare; the optimiser's layout is shown on its own.")
-    preset = st.session_state.get("bk_preset", DEFAULT_PRESET)
     sizes = tuple(int(s) for s in workload.batch_sizes)
     weights = tuple(float(x) for x in workload.weights)
-    fusion = bool(st.session_state.get("bk_fusion"))
     stats = _comparison(preset, fusion, tuple(layouts.items()), sizes, weights, workload.name, float(budget),
                         int(max_graphs), objective, captures)
-    _optimum_summary(stats, budget)
+    binding = _binding(preset, fusion, sizes, weights, workload.name, float(budget), int(max_graphs), objective,
+                       captures)
+    _optimum_summary(stats, budget, binding, int(max_graphs))
     optimum = next((s.buckets for s in stats if s.is_optimum), None)
     st.markdown("**Padding at each batch size** (ticks on the axis: the buckets; shaded: no graph, eager)")
     st.plotly_chart(padding_figure(layouts, workload, max_batch, optimum), width="stretch",
@@ -229,7 +282,12 @@ _EXPLAINER = """\
   lengths, a block-table row and the output hidden state per row) plus 8 KiB per kernel node; once per
   layout, the shared pool: graphs are captured largest first into one pool, so it holds the largest
   graph's intermediates (one layer's worth: the allocator reuses them layer to layer). The per-node figure
-  is an assumption of the right order; "measured by the probe" replaces the model with real captures.
+  is an assumption of the right order; "measured by the probe" replaces the model with real captures
+  of the probe's own 0.5 B model (fused or unfused, following Kernel fusion). The recorded H200 run
+  measures 2.5-4 KiB a node, so the model overstates per-graph memory a few times over, and the
+  measurement counts the drop in free device memory, which moves in 2 MiB pages.
+- **What binds**: the optimiser is re-run with one more graph allowed and with no budget; whichever
+  of the two changes its answer is the limit that binds.
 - **Optimal layout**: an exact dynamic programme over the sorted batch sizes for each graph count
   (the best bucket for a run of sizes is its largest size), then the best of those that fit the budget.
   Optimising step time often drops the smallest buckets: while a step is memory-bound, padding 1 row

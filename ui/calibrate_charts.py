@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.calibrate import Calibration
+from sim.calibration import Calibration
 
 MODE_COLOURS = {
     "eager": "#d1495b",

@@ -6,7 +6,8 @@ a simulated step and a measured step go through the same code and can be overlai
 Lanes are horizontal bars on a linear microsecond axis (`base` = start, `x` =
 duration), one trace per kind of interval. `px.timeline` is avoided on purpose: it
 forces a date axis. Past a few thousand bars the browser slows down, so a whole
-long step switches to one WebGL line-segment trace per kind.
+long step switches to one WebGL line-segment trace per kind, and past 20,000
+intervals to time bins per lane whose shade is the share of the bin the lane is busy.
 """
 from __future__ import annotations
 
@@ -21,6 +22,10 @@ from core.timeline import Timeline
 FIRST_LAUNCHES = 18
 # Above this many bars in one figure, draw segments with Scattergl instead of Bar.
 MAX_BARS = 5000
+# Above this many, a whole step is drawn as AGGREGATE_BINS time bins per lane (a bin is about a
+# pixel on a wide screen): a 400k-kernel step would otherwise send 1.2 M points to the browser.
+MAX_SEGMENTS = 20_000
+AGGREGATE_BINS = 1200
 
 # Bar colours are very slightly transparent on purpose: Plotly widens fully opaque bars
 # to at least one pixel, so a whole step of sub-pixel kernels would paint the GPU lane
@@ -134,6 +139,55 @@ def _segment_trace(kind, lane, start, dur, names, legend_name, faded) -> dict:
     }
 
 
+def _union(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Intervals merged where they overlap, sorted (a lane's busy time, counted once)."""
+    order = np.argsort(start, kind="stable")
+    start, end = start[order], np.maximum.accumulate(end[order])
+    new = np.ones(len(start), bool)
+    new[1:] = start[1:] > end[:-1]
+    last = np.append(np.flatnonzero(new)[1:] - 1, len(start) - 1)
+    return start[new], end[last]
+
+
+def _busy_per_bin(start: np.ndarray, end: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Busy time of a lane inside each bin, exactly: its cumulative busy time read at the bin edges."""
+    if len(start) == 0:
+        return np.zeros(len(edges) - 1)
+    s, e = _union(start, end)
+    done = np.cumsum(e - s)
+    xp = np.column_stack([s, e]).ravel()
+    fp = np.column_stack([done - (e - s), done]).ravel()
+    return np.diff(np.interp(edges, xp, fp, left=0.0, right=float(done[-1])))
+
+
+def _binned_traces(step: Timeline, cpu_lane: str, gpu_lane: str, suffix: str, faded: bool,
+                   bins: int = AGGREGATE_BINS) -> list[dict]:
+    """A long step as `bins` time bins per lane: each bar's opacity is the share of its bin the lane is
+    busy, so density and bubbles read as in the bar view; stretches where the GPU is idle for a whole
+    bin or more keep their hatched idle bars. Hover gives each bin's launches or kernels and busy share."""
+    edges = np.linspace(0.0, step.step_us, bins + 1)
+    width = float(edges[1] - edges[0]) or 1.0
+    traces = []
+    lanes = (("CPU launch", cpu_lane, step.cpu_start, step.cpu_end, "launches"),
+             ("GPU kernel", gpu_lane, step.gpu_start, step.gpu_end, "kernels"))
+    for kind, lane, start, end, what in lanes:
+        share = np.clip(_busy_per_bin(start, end, edges) / width, 0.0, 1.0)
+        count = np.histogram(start, edges)[0]
+        keep = share > 0
+        names = [f"{n:,} {what} starting here; busy {100 * f:.0f}% of this bin" for n, f in
+                 zip(count[keep], share[keep])]
+        trace = _bar_trace(kind, lane, edges[:-1][keep], np.full(int(keep.sum()), width), names,
+                           kind + suffix, faded)
+        # Never fully transparent: a bin with one short kernel must still show.
+        trace["marker"]["opacity"] = np.maximum(share[keep], 0.12)
+        traces.append(trace)
+    idle_start, idle_dur = step.idle_intervals()
+    wide = idle_dur >= width
+    traces.append(_bar_trace("idle", gpu_lane, idle_start[wide], idle_dur[wide], ("idle",) * int(wide.sum()),
+                             "idle" + suffix, faded))
+    return traces
+
+
 def lanes_figure(
     timeline: Timeline,
     overlay: Timeline | None = None,
@@ -142,6 +196,7 @@ def lanes_figure(
     first: int = FIRST_LAUNCHES,
     title: str | None = None,
     max_bars: int = MAX_BARS,
+    max_segments: int = MAX_SEGMENTS,
 ) -> go.Figure:
     """CPU and GPU lanes of one step; `overlay` adds two more lanes for a second step.
 
@@ -161,10 +216,16 @@ def lanes_figure(
         len(s.cpu_start) + 2 * len(s.gpu_start) + 1 for s, *_ in groups
     )  # kernels + launches + at most one gap per kernel
     make_trace = _segment_trace if total_bars > max_bars else _bar_trace
+    binned = whole_step and total_bars > max_segments
+    if binned and not title:
+        title = f"{total_bars:,} intervals drawn as {AGGREGATE_BINS:,} time bins per lane; a bar's shade is how busy it is"
 
     traces = []
     for step, cpu_lane, gpu_lane, faded in groups:
         suffix = f" · {cpu_lane.split(' · ', 1)[1]}" if overlay is not None else ""
+        if binned:
+            traces += _binned_traces(step, cpu_lane, gpu_lane, suffix, faded)
+            continue
         for kind, (lane, start, dur, names) in _intervals(step, cpu_lane, gpu_lane).items():
             traces.append(make_trace(kind, lane, start, dur, names, kind + suffix, faded))
 

@@ -17,6 +17,21 @@ SPEEDUP_LABEL = "vs unoptimised"
 UTILISATION_LABEL = "GPU utilisation"
 READOUT_LABELS = (KERNELS_LABEL, STEP_LABEL, BOUND_LABEL, SPEEDUP_LABEL, UTILISATION_LABEL)
 
+_MARKDOWN_SPECIALS = "\\`*_{}[]()<>#+-.!|~$:="
+
+
+def plain(text) -> str:
+    """A string from a file or URL, escaped for st.markdown/info/warning/error: it never becomes a link,
+    an image, a heading or a colour/icon directive. Line breaks become spaces (no new blocks)."""
+    flat = " ".join(str(text).splitlines())
+    return "".join("\\" + ch if ch in _MARKDOWN_SPECIALS else ch for ch in flat)
+
+
+def code(text) -> str:
+    """A string from a file shown as inline code when it can be (no backtick or line break in it), else plain."""
+    text = str(text)
+    return f"`{text}`" if "`" not in text and "\n" not in text and "\r" not in text else plain(text)
+
 
 def format_speedup(speedup: float | None) -> str:
     """'3.20×'; '—' when there is nothing to compare with."""

@@ -12,8 +12,10 @@ from datetime import datetime
 import streamlit as st
 
 from core import probe_result
+from ui.common import plain
 
 RESULTS_KEY = "probe_results"  # session: label -> ProbeResult (uploaded and live runs)
+MAX_SESSION_UPLOADS = 4  # uploads a session keeps (the oldest goes first): memory per session stays bounded
 # More shipped runs, offered after the default one (probe_result.RECORDED_PATH): files beside it.
 MORE_RECORDED = ("h200-1b.json",)
 
@@ -55,8 +57,10 @@ def preset_of(result) -> str:
     return name if isinstance(name, str) else ""
 
 
-@st.cache_data(max_entries=16, show_spinner=False)
+@st.cache_resource(max_entries=8, show_spinner=False)
 def _parse_upload(data: bytes):
+    # Keyed by the whole file (Streamlit hashes every byte), shared read-only: a ProbeResult is frozen,
+    # and a cache_resource hands out the object itself instead of unpickling 20 MB on every rerun.
     return probe_result.load_result(data)
 
 
@@ -73,20 +77,34 @@ def upload_widget(key: str, select_key: str) -> None:
         "Probe result made on your GPU (`python -m gpu_probe --out results.json`)",
         type=["json"],
         key=key,
-        max_upload_size=20,
-        help="Schema-checked; up to 20 MB. It stays in this browser session only.",
+        max_upload_size=probe_result.MAX_RESULT_BYTES // 2**20,
+        help=f"Schema-checked. {probe_result.LIMITS} It stays in this browser session only, which keeps "
+        f"its {MAX_SESSION_UPLOADS} most recent uploads.",
     )
     if file is None:
         return
+    seen_key = f"_{key}_seen"  # the upload already handled: a rerun neither re-reads nor re-checks it
+    if st.session_state.get(seen_key, (None,))[0] == file.file_id:
+        why = st.session_state[seen_key][1]
+        if why:
+            st.error(why, icon=":material/error:")
+        return
+    why = None
     try:
         result = _parse_upload(file.getvalue())
     except ValueError as err:
-        st.error(f"**{file.name}** is not a usable probe result: {err}", icon=":material/error:")
-        return
-    label = f"uploaded: {file.name} ({describe(result)})"
-    if label not in session_results():
-        session_results()[label] = result
-        st.session_state[select_key] = label
+        why = f"**{plain(file.name)}** is not a usable probe result: {plain(err)}"
+        st.error(why, icon=":material/error:")
+    else:
+        label = f"uploaded: {file.name[:120]} ({describe(result)})"
+        uploads = session_results()
+        if label not in uploads:
+            uploads[label] = result
+            st.session_state[select_key] = label
+            stale = [k for k in uploads if k.startswith("uploaded")][:-MAX_SESSION_UPLOADS]
+            for old in stale:
+                del uploads[old]
+    st.session_state[seen_key] = (file.file_id, why)
 
 
 def available_results() -> dict:

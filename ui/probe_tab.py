@@ -14,7 +14,7 @@ import streamlit as st
 from core import probe_result
 from core.timeline import StepMetrics
 from ui.charts import FIRST_LAUNCHES, format_us, lanes_figure
-from ui.common import show_readouts
+from ui.common import code, plain, show_readouts
 from ui.probe_charts import mark_profiler_stretch, share_time_axis, step_split_figure
 from ui.probe_live import LIVE_BATCHES, LIVE_DURATION, measure_live
 from ui.probe_results import available_results, describe, recorded, run_picker, upload_widget
@@ -116,7 +116,7 @@ def _readouts(result, run) -> None:
 
 
 def _lanes(result, run, source: str, whole: bool) -> None:
-    from ui.calibrate_tab import probe_sim_step  # the simulator's picture of the same settings
+    from ui.calibration_cache import probe_sim_step  # the calibrated model's picture of the same settings
 
     measured = lanes_figure(run.timeline, whole_step=whole)
     step, title = probe_sim_step(result, run.mode, run.batch)
@@ -145,9 +145,9 @@ def _lanes(result, run, source: str, whole: bool) -> None:
                 "start is mostly the profiler's: the measured step is bound by the GPU."
             )
     with sim_col:
-        st.markdown(f"**Simulated** · {title if step is not None else 'no picture'}")
+        st.markdown(f"**Simulated** · {plain(title) if step is not None else 'no picture'}")
         if step is None:
-            st.info(title)
+            st.info(plain(title))
         else:
             st.plotly_chart(
                 simulated,
@@ -229,17 +229,18 @@ def render() -> None:
     st.caption(_model_line(result))
     if source == "recorded":
         st.info(
-            f"**Recorded run** on {describe(result)} (torch {result.torch}, CUDA {result.cuda}), shipped "
-            f"with the app. Made with `{result.command}`.",
+            f"**Recorded run** on {plain(describe(result))} (torch {plain(result.torch)}, CUDA "
+            f"{plain(result.cuda)}), shipped with the app. Made with {code(result.command)}.",
             icon=":material/history:",
         )
     elif source == "live":
         st.info(
-            f"**Measured live** on this GPU: {describe(result)} (torch {result.torch}, CUDA {result.cuda}).",
+            f"**Measured live** on this GPU: {plain(describe(result))} (torch {plain(result.torch)}, CUDA "
+            f"{plain(result.cuda)}).",
             icon=":material/bolt:",
         )
     elif source == "uploaded":
-        st.info(f"**Uploaded run** on {describe(result)}.", icon=":material/upload_file:")
+        st.info(f"**Uploaded run** on {plain(describe(result))}.", icon=":material/upload_file:")
     if not result.runs:
         st.warning("This result holds no measured runs.")
         return

@@ -7,6 +7,7 @@ import streamlit as st
 
 from core.probe_result import MODES
 from ui.charts import format_us
+from ui.common import plain
 
 # The modes table's columns: key -> (short heading, width in px, number format or None for text, help).
 # Short headings and fixed widths keep all of it readable at 1400 px without scrolling sideways.
@@ -124,7 +125,7 @@ def run_facts(result) -> None:
         else:
             st.caption("This run recorded no checks.")
     for err in result.errors:
-        st.warning(f"During this run: {err}")
+        st.warning(f"During this run: {plain(err)}")
 
 
 def _capture_rows(captures) -> list[dict]:

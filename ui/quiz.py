@@ -53,19 +53,24 @@ QUESTIONS: tuple[Question, ...] = (
     ),
     Question(
         qid="q2",
-        prompt="Engines replay graphs for decode but run prefill eagerly. Why is prefill left out?",
+        prompt="Engines capture decode steps as whole graphs, one per batch size, but not prefill. Why is "
+               "prefill harder to capture, and what do engines do about it?",
         options=(
             "Prefill kernels allocate the KV cache, and allocation is not allowed in a graph.",
             "Graph replay is slower than eager launching once matmuls get large.",
-            "A prompt can be almost any length, so there is no small set of shapes to capture; and prefill "
-            "is compute-bound, so its launch cost already hides behind the arithmetic.",
+            "A prompt can be almost any length, so there is no small set of shapes to capture whole; and "
+            "prefill is compute-bound, so its launch cost mostly hides behind the arithmetic. Engines run "
+            "it eagerly or capture pieces of it by token count.",
             "Prefill runs on the CPU while decode runs on the GPU.",
         ),
         answer=2,
         explanation="A graph is only valid for the shapes it was captured with. Decode has one new token per "
                     "request, so a handful of batch sizes covers it; prefill's token count ranges over "
-                    "thousands of values. Nothing is lost: with hundreds of tokens per kernel the GPU work "
-                    "dwarfs the few microseconds each launch costs.",
+                    "thousands of values. Little is lost by launching it eagerly: with hundreds of tokens per "
+                    "kernel the GPU work dwarfs the few microseconds each launch costs. Engines still claw "
+                    "some of it back: vLLM's V1 engine captures piecewise graphs (everything but attention) "
+                    "for a list of token counts, so a mixed prefill-and-decode step padded up to one of those "
+                    "counts replays graphs too, with attention run eagerly between the pieces.",
         where="Simulator tab → with both toggles off, drag Batch size up until \"Bound by\" reads GPU: "
               "more rows per kernel fill the GPU lane, just as a long prompt's tokens would.",
     ),
@@ -78,13 +83,15 @@ QUESTIONS: tuple[Question, ...] = (
             "They capture once at the largest batch and always run that; it is free because the GPU idles anyway.",
             "Graphs accept a dynamic batch dimension, so nothing is paid.",
             "They capture one graph per bucket (1, 2, 4, 8, 16, 24, 32, …) and pad each batch up to the "
-            "next bucket: the padded rows are wasted work, and every bucket pins its own graph memory.",
+            "next bucket: the padded rows are wasted work, and every bucket pins some graph memory.",
         ),
         answer=3,
         explanation="Bucketing trades a little compute for the launch saving: a batch of 33 runs in the "
                     "48 bucket, so 15 rows compute garbage that is thrown away. Finer buckets waste less "
-                    "padding but each captured graph keeps its own static buffers and pool, so the layout "
-                    "is a trade between padding waste and pinned memory.",
+                    "padding, but every captured graph pins memory of its own (its kernel nodes, and static "
+                    "buffers where an engine does not share them), so the layout is a trade between padding "
+                    "waste and pinned memory. The intermediates are not multiplied: graphs are captured "
+                    "largest first into one shared memory pool, and each smaller graph reuses it.",
         where="Bucketing tab → compare the layouts' padding waste against their graph memory. Simulator "
               "tab → Batch size 33 with CUDA graphs on: the note under the readouts names the bucket (48) "
               "and the 15 padded rows.",
@@ -175,6 +182,19 @@ def _reset() -> None:
         st.session_state.pop(f"quiz_{q.qid}", None)
 
 
+# Verdict marks: Material Symbols (Streamlit ships the font) and words, never emoji, which render as
+# empty boxes where no emoji font is installed (Debian's Chromium, many Linux desktops).
+RIGHT_MARK, WRONG_MARK, OTHER_MARK = ":green[:material/check_circle:]", ":red[:material/cancel:]", \
+    ":gray[:material/radio_button_unchecked:]"
+
+
+def option_line(option: str, right: bool, chosen: bool) -> str:
+    """One answered option as markdown: its mark, its text, and in words what it is."""
+    mark = RIGHT_MARK if right else (WRONG_MARK if chosen else OTHER_MARK)
+    words = ("right answer, yours" if chosen else "right answer") if right else ("your answer" if chosen else "")
+    return f"{mark} {option}" + (f" **({words})**" if words else "")
+
+
 def _render_question(number: int, q: Question) -> None:
     st.markdown(f"**Question {number} of {len(QUESTIONS)}.** {q.prompt}")
     chosen = answers().get(q.qid)
@@ -185,8 +205,7 @@ def _render_question(number: int, q: Question) -> None:
         )
         return
     for i, option in enumerate(q.options):
-        mark = "✅" if i == q.answer else ("❌" if i == chosen else "▫️")
-        st.markdown(f"{mark} {option}" + (" *(your answer)*" if i == chosen else ""))
+        st.markdown(option_line(option, right=i == q.answer, chosen=i == chosen))
     verdict = st.success if chosen == q.answer else st.error
     verdict(("Right. " if chosen == q.answer else "Not quite. ") + q.explanation)
     st.info(f"**See it on this page:** {q.where}")

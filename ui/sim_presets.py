@@ -21,10 +21,10 @@ PRESET_BY_URL_VALUE = {**{t: k for k, t in PRESET_TITLES.items()}, **{k: k for k
 def calibrated() -> tuple[Preset | None, str | None]:
     """(the preset fitted to the recorded probe run, None), or (None, why there is none).
 
-    The fit is cached for every session by the Calibration tab (`preset_for`), so it runs
+    The fit is cached for every session (`ui.calibration_cache.preset_for`), so it runs
     once per server, and only when this preset is picked.
     """
-    from ui.calibrate_tab import preset_for
+    from ui.calibration_cache import preset_for
     from ui.probe_results import recorded
 
     result, why = recorded()

@@ -31,7 +31,7 @@ HARDWARE_INPUTS = (
     ("node_gap_us", "µs gap between graph nodes", "graph_node_gap_us", 0.0, 100.0, 0.1, "%.2f"),
     ("hbm_GBps", "HBM GB/s", "hbm_GBps", 0.0, 20000.0, 100.0, "%.0f"),
     ("tflops", "Matrix TFLOP/s", "matrix_TFLOPs", 0.0, 10000.0, 10.0, "%.0f"),
-    ("min_kernel_us", "Minimum kernel µs", "min_kernel_us", 0.0, 1000.0, 0.5, "%.2f"),
+    ("min_kernel_us", "Kernel latency µs", "min_kernel_us", 0.0, 1000.0, 0.5, "%.2f"),
 )
 # The widgets accept 0 so that a typed or linked 0 gets a clear warning; the simulator
 # needs these strictly positive, so they are raised to this floor.
@@ -49,6 +49,11 @@ SIM_PARAMS: dict[str, tuple] = {
     "whole_step": ("bool", (False, True)),
     **{key: ("float", low, high) for key, _, _, low, high, _, _ in HARDWARE_INPUTS},
 }
+# The batch slider's stops, spaced about logarithmically: the story happens at batch 1-64, so every
+# size up to 8 is a stop of its own, then four stops per doubling (the chapter's buckets 24, 48, 96
+# and 192 among them). The number box beside it takes any batch in BATCH_RANGE and owns the URL key.
+BATCH_STOPS = (*range(1, 9), 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128,
+               160, 192, 224, 256, 320, 384, 448, 512)
 DEFAULTS = {"preset": DEFAULT_PRESET, "batch": 1, "fusion": False, "graphs": False, "layers": 32,
             "whole_step": False}
 
@@ -115,7 +120,8 @@ def _controls() -> tuple:
         st.caption("Fitted to the recorded H200 probe run. With *Kernel fusion* on, its step times follow "
                    "the Calibration tab's predictions; what it cannot represent is under Advanced, "
                    "“Where the preset's figures come from”.")
-    batch_col, layers_col, fusion_col, graphs_col = st.columns([3, 3, 1.2, 1.2], vertical_alignment="center")
+    stops_col, exact_col, layers_col, fusion_col, graphs_col = st.columns([2.5, 0.9, 2.6, 1.2, 1.2],
+                                                                         vertical_alignment="center")
     layers = layers_col.slider("Layers", *LAYERS_RANGE, value=DEFAULTS["layers"], key="layers",
                                bind="query-params",
                                help=f"Each layer launches {UNFUSED_PER_LAYER} kernels unfused, "
@@ -135,13 +141,34 @@ def _controls() -> tuple:
                 label, min_value=low, max_value=high, value=float(getattr(preset.hardware, field)),
                 step=step, format=fmt, key=key, bind="query-params")
         with st.popover("Where the preset's figures come from"):
-            st.text(preset.note)
+            for paragraph in note_paragraphs(preset.note):
+                st.text(paragraph)  # text, not markdown: a calibrated note quotes the result file
     notices = [preset_notice] if preset_notice else []
     layers = _clamped_int(layers, LAYERS_RANGE, "Layers", notices)
     model = preset.model.with_layers(layers)
     n_kernels = len(step_kernels(model, bool(fusion)))
     hardware, hw_notices = checked_hardware(preset.hardware, values, n_kernels)
-    return model, hardware, bool(fusion), bool(graphs), notices + hw_notices, batch_col
+    return model, hardware, bool(fusion), bool(graphs), notices + hw_notices, (stops_col, exact_col)
+
+
+def note_paragraphs(note: str) -> list[str]:
+    """A preset's note, wrapped at ~100 characters in the source, as paragraphs that wrap to the popover.
+
+    A blank line or a line starting with "- " (a list item) begins a new paragraph.
+    """
+    paragraphs: list[str] = []
+    start_new = True
+    for line in note.splitlines():
+        line = line.strip()
+        if not line:
+            start_new = True
+            continue
+        if start_new or line.startswith("- "):
+            paragraphs.append(line)
+        else:
+            paragraphs[-1] += " " + line
+        start_new = False
+    return paragraphs
 
 
 def _clamped_int(value, bounds: tuple[int, int], label: str, notices: list[str]) -> int:
@@ -159,17 +186,18 @@ def _clamped_int(value, bounds: tuple[int, int], label: str, notices: list[str])
 
 
 # -- page ----------------------------------------------------------------------------
-def _bucket_note(step: SimulatedStep) -> str | None:
+def _bucket_note(step: SimulatedStep) -> str:
+    """One line on how this step is launched; always shown, so the lanes below never jump when it changes."""
     if not step.settings.graphs:
-        return None
+        return ("CUDA graphs off: the CPU launches every kernel itself, one call each; switch them on to "
+                "replay the whole step with one call.")
     largest = max(step.settings.buckets)
     if step.eager_fallback:
         return (f"CUDA graphs: batch {step.settings.batch} is above the largest captured bucket ({largest}), "
                 "so this step falls back to eager launches, one per kernel.")
     if step.padded_rows:
         return (f"CUDA graphs: batch {step.settings.batch} replays the graph captured for {step.bucket}; "
-                f"{step.padded_rows} of its {step.bucket} rows are padding (harmless dummy rows the GPU "
-                "still computes).")
+                f"{step.padded_rows} of its {step.bucket} rows are padding (dummy rows the GPU still computes).")
     return f"CUDA graphs: batch {step.settings.batch} is a captured bucket, so no rows are padding."
 
 
@@ -217,19 +245,35 @@ def _freeze_long_lived_objects() -> None:
         _frozen = True
 
 
+def nearest_stop(batch: int) -> int:
+    """The slider stop closest to `batch` on the slider's (logarithmic) scale."""
+    return min(BATCH_STOPS, key=lambda stop: (abs(math.log(stop / batch)), stop))
+
+
+def _batch_from_stops() -> None:
+    # on_change of the slider: the number box holds the batch (and the URL key); the slider moves it.
+    st.session_state["batch"] = st.session_state["batch_stops"]
+
+
 @st.fragment
-def _step_section(batch_col, model: ModelConfig, hw: HardwareConfig, fusion: bool, graphs: bool) -> bool:
+def _step_section(batch_cols, model: ModelConfig, hw: HardwareConfig, fusion: bool, graphs: bool) -> bool:
     """The batch slider (in the controls' row) and the step drawn for it; False if it cannot be simulated.
 
     Moving the slider reruns only this, with the other settings as the last full run passed them
     (any other control reruns the whole tab, so they are current).
     """
-    batch = batch_col.slider("Batch size", *BATCH_RANGE, value=DEFAULTS["batch"], key="batch",
-                             bind="query-params",
-                             help="Sequences decoded together in this step; each adds activation and "
-                                  "KV-cache reads, while the weights are read once for all of them.")
+    stops_col, exact_col = batch_cols
+    batch = exact_col.number_input(
+        "Exact batch", *BATCH_RANGE, value=DEFAULTS["batch"], step=1, key="batch", bind="query-params",
+        help="Any batch from 1 to 512; the slider beside it stops at 1-8, then four sizes per doubling.")
     notices = []
     batch = _clamped_int(batch, BATCH_RANGE, "Batch size", notices)
+    # The slider follows the number box (a typed 33 shows the nearest stop, 32).
+    st.session_state["batch_stops"] = nearest_stop(batch)
+    stops_col.select_slider(
+        "Batch size", BATCH_STOPS, key="batch_stops", on_change=_batch_from_stops,
+        help="Sequences decoded together in this step; each adds activation and KV-cache reads, while the "
+             "weights are read once for all of them. Log-spaced: each size up to 8 is one step apart.")
     for notice in notices:
         st.warning(notice, icon=":material/warning:")
     try:
@@ -244,9 +288,7 @@ def _step_section(batch_col, model: ModelConfig, hw: HardwareConfig, fusion: boo
 def _step_view(step: SimulatedStep) -> None:
     metrics = step.metrics
     show_readouts(metrics, step.speedup)
-    note = _bucket_note(step)
-    if note:
-        st.info(note, icon=":material/info:")
+    st.info(_bucket_note(step), icon=":material/info:")
 
     graph_replay = metrics.launches == 1 and metrics.kernels > 1
     shown = "kernels" if graph_replay else "kernel launches"

@@ -257,5 +257,43 @@ def sanitise(specs: dict | None = None) -> list[str]:
         if len(notices) > MAX_NOTICES:
             shown.append(f"… and {len(notices) - MAX_NOTICES} more")
         st.warning("**Some settings in this link were changed:**\n\n" + "\n".join(f"- {n}" for n in shown),
-                   icon="⚠️")
+                   icon=":material/warning:")
     return notices
+
+
+# A button that copies the address bar, which every bound control keeps current (the server's copy of
+# the query string is not refreshed on reruns, so the link is read in the browser). Static HTML: nothing
+# from the URL or the user is put into it; st.iframe runs it same-origin with clipboard-write allowed.
+COPY_LINK_HTML = """<!doctype html><html><head><style>
+body { margin: 0; font-family: "Source Sans", "Source Sans Pro", sans-serif; }
+button { display: inline-flex; align-items: center; gap: 0.35rem; padding: 0.3rem 0.75rem; font: inherit;
+  font-size: 0.95rem; color: rgb(49, 51, 63); background: #fff; border: 1px solid rgba(49, 51, 63, 0.2);
+  border-radius: 0.5rem; cursor: pointer; white-space: nowrap; }
+button:hover { border-color: rgb(255, 75, 75); color: rgb(255, 75, 75); }
+svg { width: 1.1rem; height: 1.1rem; fill: currentColor; }
+</style></head><body>
+<button id="copy" type="button" title="Copy a link that reopens this view, every control and the tab included">
+<svg viewBox="0 0 24 24" aria-hidden="true"><path d="M3.9 12c0-1.71 1.39-3.1 3.1-3.1h4V7H7c-2.76 0-5 2.24-5 5s2.24
+5 5 5h4v-1.9H7c-1.71 0-3.1-1.39-3.1-3.1zM8 13h8v-2H8v2zm9-6h-4v1.9h4c1.71 0 3.1 1.39 3.1 3.1s-1.39 3.1-3.1
+3.1h-4V17h4c2.76 0 5-2.24 5-5s-2.24-5-5-5z"/></svg><span id="label">Copy link</span></button>
+<script>
+const label = document.getElementById("label");
+document.getElementById("copy").addEventListener("click", async () => {
+  const url = window.parent.location.href;
+  let copied = false;
+  try { await navigator.clipboard.writeText(url); copied = true; } catch (err) {
+    const area = document.createElement("textarea");
+    area.value = url; document.body.appendChild(area); area.select();
+    try { copied = document.execCommand("copy"); } catch (err2) { copied = false; }
+    area.remove();
+  }
+  document.body.dataset.copied = copied ? url : "";
+  label.textContent = copied ? "Link copied" : "Copy failed: copy the address bar";
+  setTimeout(() => { label.textContent = "Copy link"; }, 2500);
+});
+</script></body></html>"""
+
+
+def copy_link_button() -> None:
+    """A visible "Copy link" control: the current URL (every control, the tab included) to the clipboard."""
+    st.iframe(COPY_LINK_HTML, width="stretch", height=40, alt="Copy a link to this view")

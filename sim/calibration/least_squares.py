@@ -1,4 +1,4 @@
-"""A small bounded nonlinear least-squares solver (numpy only), used by sim.calibrate.
+"""A small bounded nonlinear least-squares solver (numpy only), used by the calibration.
 
 Levenberg-Marquardt on a box: few parameters, few points, no scipy dependency.
 """

@@ -1,0 +1,38 @@
+"""Fitting the timing model (`sim.timing`) to a measured probe run.
+
+- `families`: the probe's kernels by family, and each family's work in a step;
+- `model`: the timing model applied to a run's measured points (`ProbeModel`);
+- `fit`: the fit, leave-one-out, and a fit predicting another run (`calibrate`, `Calibration`);
+- `report`: the text / JSON report and `python -m sim calibrate`;
+- `preset`: a calibration as a simulator preset;
+- `synthetic`: results made by the model with known parameters (tests, demos);
+- `least_squares`: the bounded solver.
+"""
+
+from functools import lru_cache
+
+from sim.calibration.fit import GOAL, WORST_GOAL, Calibration, calibrate
+from sim.calibration.model import FIT_MODES, NAMES, PARAMS, model_from_result, points_from_result
+from sim.calibration.preset import calibrated_preset
+from sim.calibration.synthetic import synthetic_result
+from sim.timing import GraphReplayCost
+
+
+def graph_cost_from_result(result) -> GraphReplayCost:
+    """The replay cost calibrated to `result` (raises ValueError when it cannot be calibrated)."""
+    return calibrate(result, loo=False).graph_cost
+
+
+@lru_cache(maxsize=1)
+def recorded_graph_cost() -> GraphReplayCost:
+    """The replay cost calibrated to the shipped H200 run (gpu_probe/recorded/h200.json); cached."""
+    from core.probe_result import recorded_result
+
+    return graph_cost_from_result(recorded_result())
+
+
+__all__ = [
+    "FIT_MODES", "GOAL", "NAMES", "PARAMS", "WORST_GOAL", "Calibration", "GraphReplayCost", "calibrate",
+    "calibrated_preset", "graph_cost_from_result", "model_from_result", "points_from_result",
+    "recorded_graph_cost", "synthetic_result",
+]

@@ -1,0 +1,282 @@
+"""The timing model (`sim.timing`) applied to a probe run's measured steps.
+
+Each measured (mode, batch) is a `Point`: its kernels in launch order, each put in a
+family (`sim.calibration.families`), with what the profiled step measured: every
+kernel's exclusive GPU time (the time it adds to the busy union: a kernel launched
+with programmatic dependent launch overlaps its predecessor, and only its tail counts),
+the unprofiled host time and the step time.
+
+`ProbeModel.predict(params)` gives, per point:
+
+- each family's GPU time: its kernel count × the family's latency + max(bytes /
+  bandwidth, FLOPs / matrix rate) over the family's work in the step
+  (`sim.timing.kernel_us`). In a graph, a GEMV launched with PDL hides part of its
+  latency behind its predecessor (`pdl_hidden_us`);
+- the host time: eager, one launch per kernel (a PyTorch op and a Triton launch cost
+  differently); a graph, one replay (`sim.timing.GraphReplayCost`), whose nodes reach
+  the GPU one after another while the call runs;
+- the step: the kernels scheduled by `sim.timing.schedule_starts`, each family's time
+  shared evenly by its kernels, `node_gap_us` apart when they queue (none inside a
+  PDL chain, whose overlap is already in its kernels' exclusive times).
+
+numpy only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from core.timeline import Timeline
+from sim.calibration.families import FAMILIES, GEMV_MAX_ROWS, INDEX, MATMUL, classify, family_work
+from sim.calibration.families import NAMES as FAMILY_NAMES
+from sim.config import ModelConfig
+from sim.timing import (
+    GraphReplayCost,
+    KernelFamilyCost,
+    eager_timeline,
+    graph_replay_timeline,
+    kernel_us,
+    schedule_starts,
+)
+
+FIT_MODES = ("eager", "fused", "graph", "fused+graph")  # what the model represents (compile is Inductor's)
+FUSED_MODES = ("fused", "fused+graph", "compile")
+GRAPH_MODES = ("graph", "fused+graph", "compile")
+INPUT_COPY = "multi_tensor_apply_kernel"  # torch._foreach_copy_ of a step's inputs into a graph's buffers
+
+# The latency a PDL GEMV hides inside a graph, before a run shows it: tools/kernel_sweep.py on the H200
+# (gpu_probe/kernels/NOTES.md, run 3), five batch-1 projections back to back in a graph, without and with
+# PDL: 4.3→2.4, 2.9→1.9, 6.0→3.9, 4.4→3.2, 19.7→17.9 µs; 1.6 µs on average.
+PDL_HIDDEN_PRIOR_US = 1.6
+
+
+@dataclass(frozen=True, slots=True)
+class Param:
+    name: str
+    unit: str
+    low: float
+    high: float
+    what: str
+    start: float  # where a fit starts, and what it keeps when no point constrains it
+
+
+def _family_params() -> tuple[Param, ...]:
+    out = []
+    for f in FAMILIES:
+        out.append(Param(f"{f.name}_latency_us", "µs", 0.05, 200.0, f"fixed GPU latency: {f.what}", 2.0))
+        out.append(Param(f"{f.name}_GBps", "GB/s", 10.0, 20_000.0, f"bandwidth: {f.what}", 3000.0))
+        if f.name in MATMUL:
+            out.append(Param(f"{f.name}_TFLOPs", "TFLOP/s", 5.0, 5_000.0, f"matrix rate: {f.what}", 400.0))
+    return tuple(out)
+
+
+PARAMS: tuple[Param, ...] = (
+    *_family_params(),
+    Param("pdl_hidden_us", "µs", 1e-3, 20.0, "latency a PDL-launched GEMV hides inside a graph", PDL_HIDDEN_PRIOR_US),
+    Param("aten_launch_us", "µs", 0.3, 500.0, "host cost of one eager PyTorch launch", 15.0),
+    Param("triton_launch_us", "µs", 0.3, 500.0, "host cost of one eager Triton launch", 40.0),
+    Param("replay_us", "µs", 0.3, 20_000.0, "host cost of a graph replay: input copies + cudaGraphLaunch", 50.0),
+    Param("replay_per_node_us", "µs", 1e-4, 10.0, "added to a replay's host cost per node", 0.3),
+    Param("node_gap_us", "µs", 0.0, 50.0, "GPU gap between queued kernels (eager or replayed)", 0.4),
+    Param("input_copy_share", "×", 0.0, 1.0, "share of the replay's fixed host cost spent copying inputs", 0.3),
+)
+NAMES = tuple(p.name for p in PARAMS)
+GPU_PARAMS = tuple(n for n in NAMES if n.endswith(("_latency_us", "_GBps", "_TFLOPs")) or n == "pdl_hidden_us")
+
+
+def params_vector(params: dict) -> np.ndarray:
+    return np.array([float(params[n]) for n in NAMES])
+
+
+def family_cost(params: dict, family: str) -> KernelFamilyCost:
+    rate = params[f"{family}_TFLOPs"] if family in MATMUL else float("inf")
+    return KernelFamilyCost(params[f"{family}_latency_us"], params[f"{family}_GBps"], rate)
+
+
+def graph_cost(params: dict, pdl_chain: bool = False) -> GraphReplayCost:
+    fixed = params["replay_us"]
+    return GraphReplayCost(
+        launch_us=fixed * (1 - params["input_copy_share"]),
+        per_node_host_us=params["replay_per_node_us"],
+        node_gap_us=0.0 if pdl_chain else params["node_gap_us"],
+        input_copy_us=fixed * params["input_copy_share"],
+    )
+
+
+# -- the probe's model and measured points ---------------------------------------
+def model_from_result(result) -> ModelConfig:
+    """The simulator's ModelConfig for the probe's decoder (`result.model["config"]`)."""
+    cfg = result.model.get("config", {})
+    settings = getattr(result, "settings", {}) or {}
+    dtype_bytes = {"float32": 4, "bfloat16": 2, "float16": 2}
+    try:
+        bytes_per_el = cfg.get("bytes_per_el") or dtype_bytes.get(cfg.get("dtype", "bfloat16"), 2)
+        context = cfg.get("context_len") or cfg.get("prefill_len") or settings.get("context_len") or 512
+        return ModelConfig(
+            name=str(cfg.get("name", "probe")),
+            n_layers=cfg["n_layers"],
+            hidden=cfg["hidden"],
+            n_heads=cfg["n_heads"],
+            n_kv_heads=cfg.get("n_kv_heads", cfg["n_heads"]),
+            ffn=cfg["ffn"],
+            vocab=cfg["vocab"],
+            bytes_per_el=bytes_per_el,
+            context_len=int(context),
+        )
+    except KeyError as missing:
+        raise ValueError(f"model.config: missing field {missing}") from None
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"model.config: {err}") from None
+
+
+@dataclass(frozen=True, eq=False)
+class Point:
+    mode: str
+    batch: int
+    rows: int  # rows the GPU runs: the bucket when a graph replays a padded batch
+    fused: bool
+    graphs: bool  # a graph was replayed (False for a graph mode that fell back to eager)
+    kernel_names: tuple[str, ...]  # the profiled step's kernels, in order (the workload, not a measurement)
+    families: np.ndarray  # family index of each kernel
+    step_us: float
+    host_us: float  # unprofiled host enqueue time where recorded, else the profiled step's
+    busy_us: float
+    family_us: np.ndarray  # measured exclusive GPU time per family
+    spread: float = 0.0  # (p90 - p10) / median of the measured step times: run-to-run noise
+    node_gaps: np.ndarray = None  # measured gaps between queued kernels (>= 0), for node_gap_us
+
+    @property
+    def kernels(self) -> int:
+        return len(self.kernel_names)
+
+    @property
+    def counts(self) -> np.ndarray:
+        return np.bincount(self.families, minlength=len(FAMILIES))
+
+    @property
+    def pdl_chain(self) -> bool:
+        """The probe launches its fused kernels with PDL at batch <= 4; inside a graph they overlap."""
+        return self.graphs and self.fused and self.rows <= GEMV_MAX_ROWS
+
+    @property
+    def utilisation(self) -> float:
+        return min(self.busy_us / self.step_us, 1.0)
+
+
+def _exclusive_us(tl: Timeline) -> tuple[np.ndarray, np.ndarray]:
+    """(time each kernel adds to the GPU's busy union, gap before it) in launch order."""
+    start, end = tl.gpu_start, tl.gpu_end
+    before = np.concatenate(([-np.inf], np.maximum.accumulate(end)[:-1]))
+    return np.maximum(end - np.maximum(start, before), 0.0), start - before
+
+
+def points_from_result(result) -> list[Point]:
+    """One point per run of a mode the model represents."""
+    points = []
+    for run in result.runs:
+        if run.mode not in FIT_MODES:
+            continue
+        graphs = run.mode in GRAPH_MODES and not run.eager_fallback
+        rows = int(run.bucket if (graphs and run.bucket) else run.batch)
+        tl = run.timeline
+        fams = np.array([INDEX[classify(n, rows)] for n in tl.gpu_names], np.int64)
+        excl, gaps = _exclusive_us(tl)
+        family_us = np.bincount(fams, weights=excl, minlength=len(FAMILIES))
+        queued = np.array([INPUT_COPY not in n for n in tl.gpu_names])
+        queued[0] = False  # no predecessor
+        node_gaps = gaps[queued & (gaps >= 0) & (gaps < 50.0)] if graphs else np.zeros(0)
+        host = run.enqueue_us_median if run.enqueue_us_median else run.cpu_launch_us
+        points.append(
+            Point(
+                mode=run.mode,
+                batch=run.batch,
+                rows=rows,
+                fused=run.mode in FUSED_MODES,
+                graphs=graphs,
+                kernel_names=tl.gpu_names,
+                families=fams,
+                step_us=run.step_us_median,
+                host_us=max(host, 1e-3),
+                busy_us=max(run.gpu_busy_us, 1e-3),
+                family_us=family_us,
+                spread=(run.step_us_p90 - run.step_us_p10) / run.step_us_median,
+                node_gaps=node_gaps,
+            )
+        )
+    return points
+
+
+# -- the model -------------------------------------------------------------------
+class ProbeModel:
+    """Predicts the points' family times, host times and steps from a parameter vector."""
+
+    def __init__(self, model: ModelConfig, points: list[Point]):
+        self.model, self.points = model, list(points)
+        n_points, n_fam = len(self.points), len(FAMILIES)
+        rows = np.array([p.rows for p in self.points], float)
+        fused = np.array([p.fused for p in self.points])
+        self._bytes, self._flops = family_work(model, rows, fused) if n_points else (np.zeros((0, n_fam)),) * 2
+        self._counts = np.array([p.counts for p in self.points], float).reshape(n_points, n_fam)
+        self._graphs = np.array([p.graphs for p in self.points], bool)
+        self._pdl = np.array([p.pdl_chain for p in self.points], bool)
+        host_of = np.array([f.host == "triton" for f in FAMILIES])
+        self._triton_launches = (self._counts * host_of).sum(axis=1)
+        self._aten_launches = (self._counts * ~host_of).sum(axis=1)
+        self._n = self._counts.sum(axis=1)
+        # Every point's kernels as one padded [n_points, longest] array of family indices (-1: padding).
+        width = max((p.kernels for p in self.points), default=0)
+        self._fam = np.full((n_points, width), -1, np.int64)
+        for i, p in enumerate(self.points):
+            self._fam[i, : p.kernels] = p.families
+        self._valid = self._fam >= 0
+        self._is_triton = self._valid & host_of[np.maximum(self._fam, 0)]
+        self._is_pdl = np.array([f.pdl for f in FAMILIES])
+
+    def family_us(self, theta) -> np.ndarray:
+        """[n_points, n_families] GPU time of each family's kernels in each step (0 where it has none)."""
+        p = dict(zip(NAMES, theta))
+        latency = np.array([p[f"{n}_latency_us"] for n in FAMILY_NAMES])
+        GBps = np.array([p[f"{n}_GBps"] for n in FAMILY_NAMES])
+        rate = np.array([p[f"{n}_TFLOPs"] if n in MATMUL else np.inf for n in FAMILY_NAMES])
+        hidden = np.where(self._pdl[:, None] & self._is_pdl[None, :], min(p["pdl_hidden_us"], 1e9), 0.0)
+        per_kernel = np.maximum(latency[None, :] - hidden, 0.0)
+        work = kernel_us(self._bytes, self._flops, 0.0, GBps, rate)
+        return np.where(self._counts > 0, self._counts * per_kernel + work, 0.0)
+
+    def host_us(self, theta) -> np.ndarray:
+        p = dict(zip(NAMES, theta))
+        eager = self._aten_launches * p["aten_launch_us"] + self._triton_launches * p["triton_launch_us"]
+        replay = p["replay_us"] + p["replay_per_node_us"] * self._n
+        return np.where(self._graphs, replay, eager)
+
+    def kernel_us(self, theta) -> np.ndarray:
+        """[n_points, longest] each kernel's GPU time: its family's time shared evenly (0: padding)."""
+        fam_us = self.family_us(theta)
+        share = np.divide(fam_us, self._counts, out=np.zeros_like(fam_us), where=self._counts > 0)
+        return np.where(self._valid, np.take_along_axis(share, np.maximum(self._fam, 0), axis=1), 0.0)
+
+    def predict(self, theta) -> np.ndarray:
+        """[n_points, 3]: step, host and GPU busy time."""
+        p = dict(zip(NAMES, theta))
+        dur = self.kernel_us(theta)
+        host = self.host_us(theta)
+        launch = np.where(self._is_triton, p["triton_launch_us"], p["aten_launch_us"]) * self._valid
+        replay = graph_cost(p).ready_us(self._fam.shape[1])  # nodes submitted one after another
+        ready = np.where(self._graphs[:, None], replay[None, :], np.cumsum(launch, axis=1))
+        ready = np.where(self._valid, ready, 0.0)  # padding: zero-length, never waits for the host
+        gap = np.where(self._pdl[:, None] | ~self._valid, 0.0, p["node_gap_us"])
+        start = schedule_starts(ready, dur, gap)
+        gpu_end = (start + dur).max(axis=1, initial=0.0)
+        return np.column_stack([np.maximum(gpu_end, host), host, dur.sum(axis=1)])
+
+    def timeline(self, theta, i: int) -> Timeline:
+        """The predicted lanes of point i, drawn with the measured step's kernel names."""
+        p, pt = dict(zip(NAMES, theta)), self.points[i]
+        dur = self.kernel_us(theta)[i, : pt.kernels]
+        label = f"calibrated model · {pt.mode} · batch {pt.batch}"
+        if pt.graphs:
+            return graph_replay_timeline(dur, pt.kernel_names, graph_cost(p, pt.pdl_chain), label=label)
+        launch = np.where(self._is_triton[i, : pt.kernels], p["triton_launch_us"], p["aten_launch_us"])
+        return eager_timeline(dur, pt.kernel_names, launch, p["node_gap_us"], label=label)

@@ -1,0 +1,141 @@
+"""The one timing model: what a kernel costs, when it starts, and what a graph replay adds.
+
+Every engine of this project that predicts a step uses these functions: the page's
+simulator (`sim.schedule`), the calibrated probe model (`sim.calibration`) and the
+what-ifs on an uploaded trace.
+
+- A kernel costs a fixed latency for its family (launch on the GPU, fill and drain of
+  its grid) plus the larger of bytes over the family's bandwidth and FLOPs over its
+  matrix rate: `kernel_us`.
+- Kernels of one stream run in order: kernel i starts when it is ready (submitted by the
+  host) and the one before it has ended, plus the gap between them: `schedule_starts`.
+- A CUDA graph replay is one host call, fixed plus a little per node, after the step's
+  inputs are copied into the graph's static buffers; the nodes reach the GPU one after
+  another while the call runs, and run back to back, `node_gap_us` apart (fill and drain between dependent kernels, which
+  programmatic dependent launch partly hides, so it may be negative: the next kernel's
+  prologue overlaps the previous one's tail): `GraphReplayCost`, `graph_replay_timeline`.
+
+numpy only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from core.timeline import Timeline
+
+
+# -- one kernel ----------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class KernelFamilyCost:
+    """How fast one family of kernels (GEMV, tiled GEMM, attention, elementwise, ...) runs."""
+
+    latency_us: float  # an empty kernel of this family: launch on the GPU, fill and drain
+    GBps: float  # effective bandwidth of its memory traffic
+    TFLOPs: float = float("inf")  # effective matrix rate (inf: never compute-bound)
+
+
+def kernel_us(bytes_moved, flops, latency_us, GBps, TFLOPs=float("inf")) -> np.ndarray:
+    """GPU time of a kernel: latency + max(bytes / bandwidth, FLOPs / matrix rate). Broadcasts."""
+    memory_us = np.asarray(bytes_moved, np.float64) / (np.asarray(GBps, np.float64) * 1e3)  # GB/s = 1e3 B/µs
+    math_us = np.asarray(flops, np.float64) / (np.asarray(TFLOPs, np.float64) * 1e6)  # TFLOP/s = 1e6 FLOP/µs
+    return np.asarray(latency_us, np.float64) + np.maximum(memory_us, math_us)
+
+
+def family_kernel_us(bytes_moved, flops, family: KernelFamilyCost) -> np.ndarray:
+    return kernel_us(bytes_moved, flops, family.latency_us, family.GBps, family.TFLOPs)
+
+
+# -- one stream ------------------------------------------------------------------------
+def schedule_starts(ready_us, dur_us, gap_us=0.0) -> np.ndarray:
+    """Start of each kernel of one stream (last axis): start[i] = max(ready[i], end[i-1] + gap[i]).
+
+    `ready` is when the host has submitted kernel i; `gap[i]` is the GPU's cost between
+    kernel i-1 and kernel i (gap[0] is unused). Unrolled without a loop: with offsets
+    C_0 = 0, C_i = C_{i-1} + dur[i-1] + gap[i], start_i = C_i + max_{j<=i}(ready_j - C_j).
+    Leading axes broadcast (one row per batch size, say).
+    """
+    ready = np.asarray(ready_us, np.float64)
+    dur = np.asarray(dur_us, np.float64)
+    shape = np.broadcast_shapes(ready.shape, dur.shape, np.shape(gap_us))
+    ready, dur = np.broadcast_to(ready, shape), np.broadcast_to(dur, shape)
+    gap = np.broadcast_to(np.asarray(gap_us, np.float64), shape)
+    step = np.zeros(shape)
+    step[..., 1:] = dur[..., :-1] + gap[..., 1:]
+    offset = np.cumsum(step, axis=-1)
+    return offset + np.maximum.accumulate(ready - offset, axis=-1)
+
+
+def eager_ready_us(launch_us, n: int) -> np.ndarray:
+    """When each of n eager launches has been submitted: the host issues them back to back."""
+    launch = np.broadcast_to(np.asarray(launch_us, np.float64), (n,))
+    return np.cumsum(launch)
+
+
+def eager_timeline(kernel_dur_us, kernel_names, launch_us, gap_us=0.0, label: str = "") -> Timeline:
+    """An eager step: the host launches each kernel in turn (`launch_us` each, or one per kernel)."""
+    dur = np.asarray(kernel_dur_us, np.float64)
+    n = len(dur)
+    ready = eager_ready_us(launch_us, n)
+    launch = np.broadcast_to(np.asarray(launch_us, np.float64), (n,))
+    names = tuple(kernel_names)
+    return Timeline(
+        cpu_start=ready - launch,
+        cpu_dur=launch,
+        cpu_names=tuple(f"launch {k}" for k in names),
+        gpu_start=schedule_starts(ready, dur, gap_us),
+        gpu_dur=dur,
+        gpu_names=names,
+        launched_by=np.arange(n),
+        source="simulated",
+        label=label,
+    )
+
+
+# -- a graph replay --------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class GraphReplayCost:
+    """What replaying a captured step costs beyond its kernels."""
+
+    launch_us: float  # host: one cudaGraphLaunch, fixed
+    per_node_host_us: float = 0.0  # host: added per node of the graph
+    node_gap_us: float = 0.0  # GPU: between dependent replayed kernels (PDL hides part; may be < 0)
+    input_copy_us: float = 0.0  # host: copying a step's inputs into the static buffers
+
+    def host_us(self, n_nodes) -> np.ndarray | float:
+        """Host time of one replay of a graph of n nodes, input copies included."""
+        return self.input_copy_us + self.launch_us + self.per_node_host_us * np.asarray(n_nodes, np.float64)
+
+    def ready_us(self, n_nodes: int) -> np.ndarray:
+        """When each node reaches the GPU: after the input copies and the call's fixed cost, the
+        driver submits the nodes one after another (`per_node_host_us` each) while the call runs."""
+        return self.input_copy_us + self.launch_us + self.per_node_host_us * np.arange(1, n_nodes + 1)
+
+    def step_us(self, kernel_dur_us) -> float:
+        """Step time of one replay (no Timeline built): the last node's end, or the host call's."""
+        dur = np.asarray(kernel_dur_us, np.float64)
+        start = schedule_starts(self.ready_us(dur.shape[-1]), dur, self.node_gap_us)
+        return float(max((start + dur).max(initial=0.0), self.host_us(dur.shape[-1])))
+
+
+def graph_replay_timeline(kernel_dur_us, kernel_names, cost: GraphReplayCost, label: str = "") -> Timeline:
+    """One graph launch on the CPU lane; the kernels back to back on the GPU, `node_gap_us` apart."""
+    dur = np.asarray(kernel_dur_us, np.float64)
+    names = tuple(kernel_names)
+    n = len(dur)
+    host = float(cost.host_us(n))
+    start = schedule_starts(cost.ready_us(n), dur, cost.node_gap_us)
+    start = np.maximum(start, 0.0)  # a negative gap never starts a kernel before the step
+    return Timeline(
+        cpu_start=np.zeros(1),
+        cpu_dur=np.array([host]),
+        cpu_names=(f"cudaGraphLaunch ({n} nodes)",),
+        gpu_start=start,
+        gpu_dur=dur,
+        gpu_names=names,
+        launched_by=np.zeros(n, np.int64),
+        source="simulated",
+        label=label,
+    )

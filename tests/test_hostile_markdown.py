@@ -1,0 +1,66 @@
+"""Issue 15, item 4: strings from an uploaded file (device, versions, command, errors, check
+details, the file's own name) render as text. A device name made of a markdown image and link
+must not become a live image or link anywhere: the probe tab's info box and warnings, the
+Calibration preset's title and caption, the upload error."""
+from __future__ import annotations
+
+import json
+import re
+
+from app_pages import fake_run
+from test_hostile_uploads import good_result, page_on
+
+from ui.common import code, plain
+
+HOSTILE = "![x](http://127.0.0.1:9/pixel.png) [click me](https://example.com) <b>bold</b> :red[red] # head"
+LIVE = re.compile(r"(?<!\\)(\]\(|!\[|<http|:red\[|:material/)")  # unescaped link, image, autolink, directive
+
+
+def page_text(at) -> list[str]:
+    """Every string the page sent: markdown sources (markdown, captions, alerts, subheaders) and plain text."""
+    kinds = ("markdown", "caption", "info", "warning", "error", "success", "subheader", "text")
+    return [el.value for kind in kinds for el in at.get(kind)]
+
+
+def assert_inert(at, where: str) -> None:
+    assert not at.exception, f"{where}: {[e.message for e in at.exception]}"
+    texts = page_text(at)
+    assert any("click me" in t for t in texts), f"{where}: the hostile string is not shown at all"
+    as_text = [el.value for el in at.get("text")]  # st.text: never parsed as markdown
+    live = [t for t in texts if LIVE.search(t) and "click me" in t and t not in as_text]
+    assert not live, f"{where}: rendered as markdown: {live}"
+
+
+def test_plain_escapes_every_markdown_construct():
+    assert LIVE.search(HOSTILE)
+    assert not LIVE.search(plain(HOSTILE))
+    assert plain("a\nb\r\n# c") == "a b \\# c"  # no new block from a line break
+    assert code("python -m gpu_probe") == "`python -m gpu_probe`"
+    assert not LIVE.search(code("`x` " + HOSTILE))
+
+
+def test_probe_tab_shows_file_strings_as_text():
+    data = good_result()
+    data["device"] = HOSTILE
+    data["torch"] = "[t](https://example.com/t)"
+    data["errors"] = [HOSTILE]
+    data["checks"] = {"c": {"passed": False, "detail": HOSTILE}}
+    at = page_on("Live GPU probe")
+    at.file_uploader(key="pr_upload").set_value(("x.json", json.dumps(data).encode(), "application/json")).run()
+    assert_inert(at, "probe tab")
+    assert any("During this run" in w.value for w in at.warning)
+
+
+def test_upload_error_names_the_file_as_text():
+    at = page_on("Live GPU probe")
+    at.file_uploader(key="pr_upload").set_value((f"{HOSTILE}.json", b"not json", "application/json")).run()
+    assert_inert(at, "upload error")
+
+
+def test_calibration_title_and_caption_are_text():
+    data = fake_run(device=HOSTILE)
+    at = page_on("Calibration")
+    at.file_uploader(key="cal_upload").set_value(("c.json", json.dumps(data).encode(), "application/json")).run()
+    assert_inert(at, "calibration tab")
+    assert any("As a simulator preset" in m.value for m in at.markdown)
+    assert any("click me" in t.value for t in at.text)  # the preset title, with the file's device name, as text
