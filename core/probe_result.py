@@ -126,8 +126,48 @@ class ProbeResult:
         Uses `read_bytes` (weights a step actually reads: an untied embedding table is
         only gathered row by row) when the file has it, else all weight bytes.
         """
-        read = self.model.get("read_bytes") or self.model["weight_bytes"]
-        return float(read) / (self.hbm_copy_GBps * 1e3)
+        return float(self._weight_read_bytes) / (self.hbm_copy_GBps * 1e3)
+
+    @property
+    def _weight_read_bytes(self) -> int:
+        return self.model.get("read_bytes") or self.model["weight_bytes"]
+
+    def kv_read_bytes(self, batch: int) -> int:
+        """Cached K and V a step reads: every layer, `settings.context_len` tokens per sequence.
+        0 where the file does not say (an older or hand-made result)."""
+        cfg = self.model.get("config") or {}
+        try:
+            layers, hidden, heads, kv_heads = (int(cfg[k]) for k in ("n_layers", "hidden", "n_heads", "n_kv_heads"))
+            context = int(self.settings["context_len"])
+        except (KeyError, TypeError, ValueError):
+            return 0
+        if min(layers, hidden, heads, kv_heads, context, batch) < 1:
+            return 0
+        element = 4 if cfg.get("dtype") == "float32" else 2
+        return layers * 2 * batch * context * kv_heads * (hidden // heads) * element
+
+    def read_bytes(self, batch: int) -> int:
+        """Bytes one step at this batch must read: the weights it reads plus the KV cache at the run's context."""
+        return int(self._weight_read_bytes) + self.kv_read_bytes(batch)
+
+    def read_floor_us(self, batch: int) -> float:
+        """The read floor: `read_bytes(batch)` over the copy bandwidth, in µs. No step can be faster."""
+        return self.read_bytes(batch) / (self.hbm_copy_GBps * 1e3)
+
+    def hbm_used_GBps(self, run: ProbeRun) -> float:
+        """Bandwidth the step's median time implies for the bytes it must read."""
+        return self.read_bytes(run.batch) / (run.step_us_median * 1e3)
+
+    def step_split(self, run: ProbeRun) -> dict:
+        """A step's median time cut into the read floor, the host's launch and input copies
+        (`enqueue_us_median`: the GPU of a replayed graph waits through it, since each timed step
+        starts on an idle GPU) and the rest, spread over the step's kernels: kernel boundaries."""
+        floor = min(self.read_floor_us(run.batch), run.step_us_median)
+        host = min(max(run.enqueue_us_median or 0.0, 0.0), run.step_us_median - floor)
+        boundaries = run.step_us_median - floor - host
+        kernels = max(run.kernels_per_step, 1)
+        return {"floor_us": floor, "host_us": host, "boundaries_us": boundaries, "kernels": run.kernels_per_step,
+                "per_kernel_us": boundaries / kernels}
 
     @property
     def modes(self) -> tuple[str, ...]:

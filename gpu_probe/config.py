@@ -1,8 +1,10 @@
-"""The probe decoder's shape: a frozen, validated dataclass and two presets.
+"""The probe decoder's shape: a frozen, validated dataclass and its presets.
 
 "tiny" exists for the CPU tests (fp32, seconds under Triton's interpreter); "small" is the
 GPU default, large enough to be realistic (about 0.48 B parameters, 0.95 GB of bf16
 weights) and small enough that a batch-1 decode step is launch-bound when run eagerly.
+"1b" has Llama-3.2-1B's shape (GQA, tied embeddings, 1.24 B parameters, 2.47 GB of bf16):
+what people serve at batch 1, where a step is mostly the weight read.
 """
 from __future__ import annotations
 
@@ -32,6 +34,8 @@ class ProbeModelConfig:
     rope_theta: float = 10000.0
     norm_eps: float = 1e-5
     seed: int = 0
+    # The LM head reuses the embedding table (Llama-3.2-1B): one table, read whole by the LM head.
+    tie_embeddings: bool = False
 
     def __post_init__(self) -> None:
         for field_name in ("n_layers", "hidden", "n_heads", "n_kv_heads", "ffn", "vocab",
@@ -84,7 +88,8 @@ class ProbeModelConfig:
                      + self.q_size * self.hidden  # o
                      + 3 * self.hidden * self.ffn  # gate, up, down
                      + 2 * self.hidden)  # two RMSNorm weights
-        return self.n_layers * per_layer + 2 * self.vocab * self.hidden + self.hidden
+        tables = 1 if self.tie_embeddings else 2  # embedding and LM head
+        return self.n_layers * per_layer + tables * self.vocab * self.hidden + self.hidden
 
     @property
     def bytes_per_el(self) -> int:
@@ -92,8 +97,10 @@ class ProbeModelConfig:
 
     @property
     def weight_bytes(self) -> int:
-        """Bytes one decode step must read at least once: every weight (embedding: one row, ignored)."""
-        return (self.n_params - self.vocab * self.hidden) * self.bytes_per_el
+        """Bytes one decode step must read at least once: every weight (an untied embedding table is
+        only gathered one row per token, ignored; a tied one is read whole as the LM head)."""
+        untied_embedding = 0 if self.tie_embeddings else self.vocab * self.hidden
+        return (self.n_params - untied_embedding) * self.bytes_per_el
 
     def kv_cache_bytes(self, num_blocks: int | None = None) -> int:
         blocks = self.num_blocks if num_blocks is None else num_blocks
@@ -112,6 +119,9 @@ PRESETS: dict[str, ProbeModelConfig] = {
     # The issue's GPU default: a Llama-shaped 0.48 B model; 512 tokens of context, 128 to spare.
     "small": ProbeModelConfig(name="small", n_layers=32, hidden=1024, n_heads=16, n_kv_heads=16, ffn=2816,
                               vocab=32000, dtype="bfloat16"),
+    # Llama-3.2-1B's shape with random weights: 32 query heads over 8 KV heads (head dim 64).
+    "1b": ProbeModelConfig(name="1b", n_layers=16, hidden=2048, n_heads=32, n_kv_heads=8, ffn=8192,
+                           vocab=128256, dtype="bfloat16", rope_theta=500000.0, tie_embeddings=True),
 }
 DEFAULT_PRESET = "small"
 

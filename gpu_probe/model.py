@@ -125,13 +125,18 @@ class ProbeModel(nn.Module):
         # previous one drains. Larger batches run tensor-core GEMMs, launched plainly (linear.py).
         self.pdl = True
         gen = torch.Generator(device=device).manual_seed(cfg.seed)
-        self.tok_embeddings = nn.Parameter(torch.randn(cfg.vocab, cfg.hidden, generator=gen, device=device)
-                                           .to(dtype), requires_grad=False)
+        # A tied table is also the LM head, so it gets the LM head's scale.
+        embed_scale = 1 / math.sqrt(cfg.hidden) if cfg.tie_embeddings else 1.0
+        self.tok_embeddings = nn.Parameter((torch.randn(cfg.vocab, cfg.hidden, generator=gen, device=device)
+                                            * embed_scale).to(dtype), requires_grad=False)
         self.layers = nn.ModuleList(DecoderLayer(cfg, gen, device, dtype) for _ in range(cfg.n_layers))
         self.final_norm = nn.Parameter((1.0 + 0.1 * torch.randn(cfg.hidden, generator=gen, device=device))
                                        .to(dtype), requires_grad=False)
-        self.lm_head = nn.Parameter((torch.randn(cfg.vocab, cfg.hidden, generator=gen, device=device)
-                                     / math.sqrt(cfg.hidden)).to(dtype), requires_grad=False)
+        if cfg.tie_embeddings:
+            self.lm_head = self.tok_embeddings  # the same Parameter: parameters() lists it once
+        else:
+            self.lm_head = nn.Parameter((torch.randn(cfg.vocab, cfg.hidden, generator=gen, device=device)
+                                         / math.sqrt(cfg.hidden)).to(dtype), requires_grad=False)
         self.kv_cache = PagedKVCache(cfg, num_blocks=num_blocks, device=device, dtype=dtype)
         cos, sin = rope_tables(cfg, device)
         self.register_buffer("rope_cos", cos, persistent=False)
@@ -156,8 +161,10 @@ class ProbeModel(nn.Module):
 
     @property
     def weight_bytes(self) -> int:
-        """Bytes of weights one decode step reads (all but the embedding table)."""
-        return sum(p.numel() * p.element_size() for n, p in self.named_parameters() if n != "tok_embeddings")
+        """Bytes of weights one decode step reads (all but an untied embedding table, which is only
+        gathered row by row; a tied one is read whole as the LM head)."""
+        return sum(p.numel() * p.element_size() for n, p in self.named_parameters()
+                   if n != "tok_embeddings" or self.cfg.tie_embeddings)
 
     @staticmethod
     def fusion_report() -> list[dict]:

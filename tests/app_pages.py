@@ -58,11 +58,14 @@ def fake_run(device="NVIDIA Test GPU", noise=0.02) -> dict:
 
 @pytest.fixture()
 def recorded(monkeypatch):
-    """A synthetic run served as the recorded one, with Streamlit's caches cleared around it."""
+    """A synthetic run served as the (only) recorded one, with Streamlit's caches cleared around it."""
     import streamlit as st
+
+    import ui.probe_results
 
     res = probe_result.load_result(fake_run(), timeline_source="recorded")
     monkeypatch.setattr(probe_result, "recorded_result", lambda: res)
+    monkeypatch.setattr(ui.probe_results, "MORE_RECORDED", ())  # the shipped 1b run
     st.cache_resource.clear()
     st.cache_data.clear()
     yield res

@@ -79,7 +79,8 @@ def test_controls_at_their_extremes(recorded, mode, batch, whole):
     assert not at.exception
     assert at.selectbox(key="pr_mode").value in recorded.modes
     assert at.selectbox(key="pr_batch").value in recorded.batches
-    assert len(at.get("plotly_chart")) == 2
+    # Measured and simulated lanes; fused+graph adds its step split.
+    assert len(at.get("plotly_chart")) == 2 + (at.selectbox(key="pr_mode").value == "fused+graph")
 
 
 def test_without_a_recorded_run_the_page_asks_for_a_file(monkeypatch):

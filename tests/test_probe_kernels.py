@@ -107,6 +107,16 @@ def test_tile_choice_by_batch(m, n, k, swiglu):
     assert not linear.pdl_supported(torch.device("cpu"))
 
 
+@pytest.mark.parametrize("shape, tile", list(linear.GEMV_TILES_1B.items()))
+def test_1b_gemv_tiles_apply_at_batch_1_and_2_only(shape, tile):
+    n, k, swiglu = shape
+    for m in (1, 2):
+        cfg = linear._tile_config(m, n, k, swiglu, 132)
+        assert (cfg["BLOCK_N"] * (2 if swiglu else 1), cfg["num_warps"]) == tile
+        assert cfg["BLOCK_M"] * tile[0] * cfg["BLOCK_K"] <= 32768
+    assert linear._tile_config(4, n, k, swiglu, 132)["BLOCK_N"] * (2 if swiglu else 1) != tile[0]
+
+
 def test_fused_linear_writes_into_out_and_rejects_a_wrong_one_on_cpu():
     gen = torch.Generator().manual_seed(7)
     x, weight = torch.randn(3, 36, generator=gen), torch.randn(20, 36, generator=gen)
@@ -140,14 +150,16 @@ def test_paged_attention_skips_the_write_for_pad_slot_on_cpu():
     assert torch.equal(before, case["k_cache"])
 
 
-# ---- CUDA, bf16 at the small preset's shapes ------------------------------------------------------
+# ---- CUDA, bf16 at the small and 1b presets' shapes -------------------------------------------------
 cuda = pytest.mark.cuda
 
 
 @cuda
 @pytest.mark.parametrize("m", [1, 2, 4, 7, 64, 256])
 @pytest.mark.parametrize("variant, n, k", [("norm", 3072, 1024), ("swiglu", 2816, 1024), ("residual", 1024, 1024),
-                                           ("residual", 1024, 2816)])
+                                           ("residual", 1024, 2816),  # small; then the 1b preset's shapes
+                                           ("norm", 3072, 2048), ("swiglu", 8192, 2048), ("residual", 2048, 2048),
+                                           ("residual", 2048, 8192)])
 def test_fused_linear_matches_reference_on_cuda(m, variant, n, k):
     gen = torch.Generator(device="cuda").manual_seed(m + n)
     bf16 = torch.bfloat16
@@ -162,17 +174,37 @@ def test_fused_linear_matches_reference_on_cuda(m, variant, n, k):
 
 
 @cuda
-def test_lm_head_gemv_matches_reference_on_cuda():
+@pytest.mark.parametrize("m", [65, 96, 256])
+@pytest.mark.parametrize("variant, n, k", [("swiglu", 8192, 2048), ("norm", 128256, 2048), ("norm", 3072, 2048),
+                                           ("residual", 2048, 8192), ("swiglu", 2816, 1024)])
+def test_tensor_core_kernel_is_deterministic_on_cuda(m, variant, n, k):
+    """Same inputs, same bits, six times over: a pipelining race here once broke graph == eager (1b preset)."""
+    gen = torch.Generator(device="cuda").manual_seed(m)
+    weight = (torch.randn(2 * n if variant == "swiglu" else n, k, generator=gen, device="cuda") / math.sqrt(k))
+    weight = weight.to(torch.bfloat16)
+    x = (3 * torch.randn(m, k, generator=gen, device="cuda")).to(torch.bfloat16)
+    if variant == "residual":
+        kwargs = {"residual": torch.randn(m, n, generator=gen, device="cuda").to(torch.bfloat16)}
+    else:
+        kwargs = {"rms_eps": 1e-5, "swiglu": variant == "swiglu"}
+    first = fused_linear(x, weight, **kwargs).clone()
+    assert all(torch.equal(fused_linear(x, weight, **kwargs), first) for _ in range(5))
+
+
+@cuda
+@pytest.mark.parametrize("vocab, hidden", [(32000, 1024), (128256, 2048)])
+def test_lm_head_gemv_matches_reference_on_cuda(vocab, hidden):
     gen = torch.Generator(device="cuda").manual_seed(3)
-    x = torch.randn(1, 1024, generator=gen, device="cuda").to(torch.bfloat16)
-    weight = (torch.randn(32000, 1024, generator=gen, device="cuda") / 32).to(torch.bfloat16)
+    x = torch.randn(1, hidden, generator=gen, device="cuda").to(torch.bfloat16)
+    weight = (torch.randn(vocab, hidden, generator=gen, device="cuda") / math.sqrt(hidden)).to(torch.bfloat16)
     out = fused_linear(x, weight, rms_eps=1e-5)
     assert rel_err(out, fused_linear_reference(x, weight, rms_eps=1e-5)) < 1e-2
 
 
 @cuda
 @pytest.mark.parametrize("batch, n_heads, n_kv_heads, n_splits",
-                         [(1, 16, 16, 16), (3, 16, 16, 4), (64, 16, 16, 1), (5, 32, 8, 2)])
+                         [(1, 16, 16, 16), (3, 16, 16, 4), (64, 16, 16, 1), (5, 32, 8, 2), (1, 32, 8, 16),
+                          (64, 32, 8, 1)])
 def test_paged_attention_matches_reference_on_cuda(batch, n_heads, n_kv_heads, n_splits):
     lens = torch.randint(1, 600, (batch,), generator=torch.Generator().manual_seed(batch)).tolist()
     lens[0] = 512
@@ -181,7 +213,8 @@ def test_paged_attention_matches_reference_on_cuda(batch, n_heads, n_kv_heads, n
 
 
 @cuda
-def test_small_model_fused_step_equals_unfused_on_cuda():
+@pytest.mark.parametrize("preset", ["small", "1b"])
+def test_model_fused_step_equals_unfused_on_cuda(preset):
     """Both bf16 variants against the same model in fp32: the fused step is no less accurate.
 
     Over 32 random layers bf16 rounding alone moves the logits by ~3% (the unfused bf16 step
@@ -191,8 +224,8 @@ def test_small_model_fused_step_equals_unfused_on_cuda():
     from gpu_probe.config import get_config
     from gpu_probe.model import ProbeModel
 
-    model = ProbeModel("small", device="cuda", num_blocks=1 + 4 * 40)
-    reference = ProbeModel(get_config("small", dtype="float32"), device="cuda", num_blocks=1 + 4 * 40)
+    model = ProbeModel(preset, device="cuda", num_blocks=1 + 4 * 40)
+    reference = ProbeModel(get_config(preset, dtype="float32"), device="cuda", num_blocks=1 + 4 * 40)
     with torch.no_grad():
         for p32, p in zip(reference.parameters(), model.parameters()):
             p32.copy_(p.float())  # the very same (bf16-representable) weights
@@ -211,11 +244,12 @@ def test_small_model_fused_step_equals_unfused_on_cuda():
 
 
 @cuda
-def test_captured_fused_step_replays_like_eager_on_cuda():
+@pytest.mark.parametrize("preset", ["small", "1b"])
+def test_captured_fused_step_replays_like_eager_on_cuda(preset):
     from gpu_probe.kv_cache import pad_decode_inputs
     from gpu_probe.model import ProbeModel
 
-    model = ProbeModel("small", device="cuda", num_blocks=1 + 8 * 40, fused=True)
+    model = ProbeModel(preset, device="cuda", num_blocks=1 + 8 * 40, fused=True)
     cache = model.kv_cache.fill_random_(2)
     seqs = [cache.add_sequence(n) for n in (500, 37, 260)]
     inputs = pad_decode_inputs(cache.decode_inputs(seqs), 8, torch.tensor([5, 6, 7], device="cuda"), 16)
@@ -237,12 +271,13 @@ def test_captured_fused_step_replays_like_eager_on_cuda():
 
 @cuda
 @pytest.mark.parametrize("batch", [1, 2, 4])  # PDL is used up to GEMV_MAX_ROWS
-def test_pdl_changes_timing_not_results_on_cuda(batch):
+@pytest.mark.parametrize("preset", ["small", "1b"])
+def test_pdl_changes_timing_not_results_on_cuda(batch, preset):
     """The fused step launched with programmatic dependent launch, captured as a graph, is
     bit-identical to the same step launched plainly: early starts never read unfinished data."""
     from gpu_probe.model import ProbeModel
 
-    model = ProbeModel("small", device="cuda", num_blocks=1 + batch * 40, fused=True)
+    model = ProbeModel(preset, device="cuda", num_blocks=1 + batch * 40, fused=True)
     cache = model.kv_cache.fill_random_(3)
     inputs = cache.decode_inputs([cache.add_sequence(300 + 40 * i) for i in range(batch)])
     inputs["input_ids"] = torch.arange(batch, device="cuda") + 7

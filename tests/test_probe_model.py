@@ -39,9 +39,30 @@ def test_presets_have_the_issue_shapes():
         get_config("huge")
 
 
+def test_1b_preset_is_llama_3_2_1b_shaped():
+    cfg = PRESETS["1b"]
+    assert (cfg.n_layers, cfg.hidden, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.ffn, cfg.vocab, cfg.dtype) == \
+        (16, 2048, 32, 8, 64, 8192, 128256, "bfloat16")
+    assert cfg.tie_embeddings and 1.23e9 < cfg.n_params < 1.24e9
+    assert cfg.weight_bytes == cfg.n_params * 2  # the tied table is read whole, as the LM head
+
+
 def test_tiny_model_counts_its_parameters(model):
     assert model.n_params == model.cfg.n_params
     assert model.weight_bytes == (model.cfg.n_params - 256 * 64) * 4
+
+
+def tied_gqa_model(num_blocks: int = 12) -> ProbeModel:
+    """Tiny, with the 1b preset's traits: 4 query heads per KV head and the LM head tied to the embedding."""
+    return ProbeModel(get_config("tiny", n_heads=8, n_kv_heads=2, tie_embeddings=True), num_blocks=num_blocks)
+
+
+def test_tied_model_shares_one_table_and_counts_it_once():
+    model = tied_gqa_model()
+    assert model.lm_head is model.tok_embeddings
+    untied = get_config("tiny", n_heads=8, n_kv_heads=2)
+    assert model.n_params == model.cfg.n_params == untied.n_params - 256 * 64
+    assert model.weight_bytes == model.cfg.weight_bytes == model.n_params * 4
 
 
 # ---- paged KV bookkeeping ------------------------------------------------------------------------
@@ -116,6 +137,32 @@ def test_token_by_token_decode_equals_full_sequence_attention(fused):
         inputs = model.kv_cache.decode_inputs([seq])
         logits = forward(torch.tensor([token]), **inputs)
         torch.testing.assert_close(logits[0], expected[step], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_tied_gqa_decode_equals_full_sequence_attention(fused):
+    model = tied_gqa_model()
+    model.kv_cache.fill_random_(7)
+    tokens = [11, 2, 250, 40, 8]
+    seq = model.kv_cache.add_sequence(0)
+    expected = naive_full_sequence_logits(model, tokens)
+    forward = model.fused_forward if fused else model.unfused_forward
+    for step, token in enumerate(tokens):
+        logits = forward(torch.tensor([token]), **model.kv_cache.decode_inputs([seq]))
+        torch.testing.assert_close(logits[0], expected[step], rtol=1e-4, atol=1e-4)
+
+
+def test_tied_gqa_fused_equals_unfused_on_a_ragged_batch():
+    model = tied_gqa_model(num_blocks=16)
+    cache = model.kv_cache.fill_random_(8)
+    inputs = cache.decode_inputs([cache.add_sequence(n) for n in (0, 5, 14)])
+    ids = torch.tensor([1, 100, 255])
+    before = cache.kv.clone()
+    unfused = model.unfused_forward(ids, **inputs)
+    after_unfused = cache.kv.clone()
+    cache.kv.copy_(before)
+    torch.testing.assert_close(model.fused_forward(ids, **inputs), unfused, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(cache.kv, after_unfused, rtol=1e-5, atol=1e-5)
 
 
 def _real_blocks_except(cache, kv_before, written_slots):

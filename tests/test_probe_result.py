@@ -157,3 +157,33 @@ def test_result_module_does_not_import_torch():
     proc = subprocess.run([sys.executable, "-c", code, json.dumps(valid_result())], capture_output=True,
                           text=True, cwd=str(__import__('pathlib').Path(__file__).resolve().parents[1]))
     assert proc.returncode == 0, proc.stderr
+
+
+def test_read_floor_adds_the_kv_cache_at_the_runs_context():
+    data = valid_result()
+    data["model"]["config"] = {"name": "1b", "n_layers": 16, "hidden": 2048, "n_heads": 32, "n_kv_heads": 8,
+                               "dtype": "bfloat16"}
+    data["settings"] = {"context_len": 512}
+    res = load_result(data)
+    kv_per_sequence = 16 * 2 * 512 * 8 * 64 * 2  # layers x (K, V) x tokens x KV heads x head dim x bytes
+    assert res.kv_read_bytes(1) == kv_per_sequence and res.kv_read_bytes(4) == 4 * kv_per_sequence
+    assert res.read_bytes(4) == 888_000_000 + 4 * kv_per_sequence
+    assert res.read_floor_us(1) == pytest.approx(res.read_bytes(1) / (res.hbm_copy_GBps * 1e3))
+    assert res.read_floor_us(1) > res.weight_floor_us
+    del data["settings"]["context_len"]  # a file that does not say: the weights alone
+    assert load_result(data).read_floor_us(1) == pytest.approx(load_result(data).weight_floor_us)
+
+
+def test_step_split_adds_up_to_the_step():
+    data = valid_result()
+    data["hbm_copy_GBps"] = 4_000.0
+    data["runs"][1].update(step_us_median=400.0, step_us_p10=390.0, step_us_p90=420.0, enqueue_us_median=60.0,
+                           kernels_per_step=100)
+    res = load_result(data)
+    run = res.run("fused+graph", 3)
+    split = res.step_split(run)
+    assert split["floor_us"] == pytest.approx(222.0)  # 888 MB at 4 TB/s
+    assert split["host_us"] == 60.0 and split["kernels"] == 100
+    assert split["floor_us"] + split["host_us"] + split["boundaries_us"] == pytest.approx(400.0)
+    assert split["per_kernel_us"] == pytest.approx(1.18)
+    assert res.hbm_used_GBps(run) == pytest.approx(888_000_000 / 400e3)

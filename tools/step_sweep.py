@@ -1,9 +1,9 @@
 """GPU sweep of the fused decode step's GEMV tiles, timed in the whole step rather than alone.
 
 Usage (on a CUDA machine, from the repo root):
-    python tools/step_sweep.py [--rounds 3] [--out DIR]
+    python tools/step_sweep.py [--preset small] [--rounds 3] [--out DIR]
 
-Every variant is the small preset's whole fused step captured as one CUDA graph, so each tile is
+Every variant is the preset's whole fused step captured as one CUDA graph, so each tile is
 timed in the company it keeps in a real step (tools/kernel_sweep.py times each shape alone):
 1. GEMV tiles by coordinate descent at batch 1: for each projection in turn, rows per program x
    warps, the others held at the best so far; a candidate replaces the incumbent only when more
@@ -38,8 +38,16 @@ from tools.kernel_sweep import replay_us  # noqa: E402
 from tools.probe_model_check import (capture_with_output, gpu_warm, hbm_copy_GBps, kernel_breakdown,  # noqa: E402
                                      make_inputs)
 
-SHAPES = {"qkv": (3072, 1024, False), "o": (1024, 1024, False), "gate_up": (2816, 1024, True),
-          "down": (1024, 2816, False), "lm_head": (32000, 1024, False)}  # (n_out, k, swiglu)
+
+
+def shapes_of(cfg) -> dict:
+    """(n_out, k, swiglu) of each projection of a preset."""
+    qkv = cfg.q_size + 2 * cfg.kv_size
+    return {"qkv": (qkv, cfg.hidden, False), "o": (cfg.hidden, cfg.q_size, False), "gate_up": (cfg.ffn, cfg.hidden, True),
+            "down": (cfg.hidden, cfg.ffn, False), "lm_head": (cfg.vocab, cfg.hidden, False)}
+
+
+SHAPES = shapes_of(get_config("small"))  # main() sets the --preset's
 DEFAULT_TILE_CONFIG = linear._tile_config
 
 
@@ -183,6 +191,7 @@ def input_load_ab(model: ProbeModel, bench: Bench) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--preset", default="small")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     parser.add_argument("--inputs", action="store_true", help="only the per-step input copies, as the probe times")
     args = parser.parse_args(argv)
@@ -190,7 +199,9 @@ def main(argv=None) -> int:
         print("needs CUDA", file=sys.stderr)
         return 2
     torch.manual_seed(0)
-    cfg = get_config("small")
+    global SHAPES
+    cfg = get_config(args.preset)
+    SHAPES = shapes_of(cfg)
     model = ProbeModel(cfg, device="cuda", num_blocks=1 + 12 * cfg.max_blocks_per_seq)
     model.kv_cache.fill_random_(1)
     bandwidth = hbm_copy_GBps()

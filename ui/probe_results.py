@@ -16,6 +16,8 @@ from ui.common import plain
 
 RESULTS_KEY = "probe_results"  # session: label -> ProbeResult (uploaded and live runs)
 MAX_SESSION_UPLOADS = 4  # uploads a session keeps (the oldest goes first): memory per session stays bounded
+# More shipped runs, offered after the default one (probe_result.RECORDED_PATH): files beside it.
+MORE_RECORDED = ("h200-1b.json",)
 
 
 def describe(result) -> str:
@@ -34,6 +36,25 @@ def recorded() -> tuple:
         return probe_result.recorded_result(), None
     except (ValueError, OSError) as err:
         return None, str(err)
+
+
+@st.cache_resource(show_spinner=False)
+def more_recorded() -> tuple:
+    """The other shipped runs that can be read (a missing or broken one is left out)."""
+    out = []
+    for name in MORE_RECORDED:
+        try:
+            out.append(probe_result.load_result(probe_result.RECORDED_PATH.with_name(name), timeline_source="recorded"))
+        except (ValueError, OSError):
+            continue
+    return tuple(out)
+
+
+def preset_of(result) -> str:
+    """The probe preset a run measured ('small', '1b'), or '' where the file does not say."""
+    config = result.model.get("config")
+    name = config.get("name") if isinstance(config, dict) else None
+    return name if isinstance(name, str) else ""
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)
@@ -90,8 +111,10 @@ def available_results() -> dict:
     """label -> (result, source): the recorded run, then this session's uploads and live runs."""
     out = {}
     rec, _ = recorded()
-    if rec is not None:
-        out[f"recorded: {describe(rec)}"] = (rec, "recorded")
+    # The other shipped runs come with the default one (a page without it asks for a file).
+    for run in (rec, *more_recorded()) if rec is not None else ():
+        preset = preset_of(run)
+        out[f"recorded: {preset + ' preset, ' if preset else ''}{describe(run)}"] = (run, "recorded")
     for label, res in session_results().items():
         out[label] = (res, "live" if label.startswith("live") else "uploaded")
     return out

@@ -9,6 +9,28 @@ from core.probe_result import MODES
 from ui.charts import format_us
 from ui.common import plain
 
+# The modes table's columns: key -> (short heading, width in px, number format or None for text, help).
+# Short headings and fixed widths keep all of it readable at 1400 px without scrolling sideways.
+MODE_COLUMNS = {
+    "mode": ("mode", 95, None, None),
+    "kernels / step": ("kernels", 70, "%d", "Kernels the GPU ran in the profiled step."),
+    "kernels / layer": ("/ layer", 62, "%g", "Kernels per decoder layer."),
+    "step median (µs)": ("median µs", 88, "%.1f", "Median step time over the measured steps (CUDA events)."),
+    "step p10–p90 (µs)": ("p10–p90 µs", 112, None, "10th and 90th percentile step times."),
+    "host enqueue (µs)": ("enqueue µs", 86, "%.1f",
+                          "The host's time to submit one step, median, without the profiler."),
+    "CPU launch, profiled (µs)": ("launch µs, prof.", 112, "%.1f",
+                                  "The same from the profiled step drawn above, which the profiler slows down."),
+    "GPU busy (µs)": ("GPU busy µs", 96, "%.1f", "Union of the profiled step's kernel intervals."),
+    "GPU utilisation %": ("GPU util.", 72, "%.0f%%", "GPU busy / profiled step time."),
+    "bound by": ("bound by", 88, None, "Whichever side, host or GPU, needs longer in the profiled step."),
+    "vs eager": ("vs eager", 70, "%.2f×", "Median eager step time at this batch / this mode's."),
+    "× read floor": ("× floor", 66, "%.2f×", ("Median step time / the read floor: weights read plus the KV cache "
+                                              "at the run's context, at the measured copy bandwidth.")),
+    "HBM used (GB/s)": ("HBM GB/s", 82, "%,.0f", "Bytes the step must read / its median time."),
+    "graph bucket": ("bucket", 80, None, "The captured graph replayed (padded up to this batch)."),
+}
+
 
 def modes_table(result, batch: int) -> None:
     base = result.run("eager", batch)
@@ -22,45 +44,31 @@ def modes_table(result, batch: int) -> None:
                 "mode": mode,
                 "kernels / step": r.kernels_per_step,
                 "kernels / layer": r.kernels_per_layer,
-                "step p10 (µs)": r.step_us_p10,
                 "step median (µs)": r.step_us_median,
-                "step p90 (µs)": r.step_us_p90,
+                "step p10–p90 (µs)": f"{r.step_us_p10:,.0f} – {r.step_us_p90:,.0f}",
                 "host enqueue (µs)": r.enqueue_us_median,
                 "CPU launch, profiled (µs)": r.cpu_launch_us,
                 "GPU busy (µs)": r.gpu_busy_us,
                 "GPU utilisation %": 100 * r.utilisation,
                 "bound by": r.bound_by,
                 "vs eager": (base.step_us_median / r.step_us_median) if base else None,
-                "× weight-read floor": r.step_us_median / result.weight_floor_us,
+                "× read floor": r.step_us_median / result.read_floor_us(r.batch),
+                "HBM used (GB/s)": result.hbm_used_GBps(r),
                 "graph bucket": str(r.bucket)
                 if r.bucket is not None
                 else ("above the largest: eager" if r.eager_fallback else "—"),
             }
         )
-    st.dataframe(
-        rows,
-        hide_index=True,
-        width="stretch",
-        column_config={
-            k: st.column_config.NumberColumn(format="%.1f")
-            for k in (
-                "step p10 (µs)",
-                "step median (µs)",
-                "step p90 (µs)",
-                "host enqueue (µs)",
-                "CPU launch, profiled (µs)",
-                "GPU busy (µs)",
-                "GPU utilisation %",
-            )
-        }
-        | {
-            "vs eager": st.column_config.NumberColumn(format="%.2f×"),
-            "× weight-read floor": st.column_config.NumberColumn(format="%.2f×"),
-        },
-    )
+    config = {}
+    for key, (label, width, number_format, help_text) in MODE_COLUMNS.items():
+        column = st.column_config.NumberColumn if number_format else st.column_config.TextColumn
+        extra = {"format": number_format} if number_format else {}
+        config[key] = column(label, width=width, help=help_text, **extra)
+    st.dataframe(rows, hide_index=True, width="content", column_config=config)
     st.caption(
-        "Host enqueue: the host's time to submit one step, median, without the profiler. CPU launch, "
-        "profiled: the same from the profiled step drawn above, which the profiler slows down."
+        "Host enqueue: the host's time to submit one step, median, without the profiler. Launch, "
+        "profiled: the same from the profiled step drawn above, which the profiler slows down. "
+        "Hover a heading for what it measures."
     )
 
 
@@ -72,14 +80,15 @@ def run_facts(result) -> None:
         help="A large device-to-device copy, bytes read plus bytes written per second.",
     )
     floor.metric(
-        "Weight-read floor",
-        format_us(result.weight_floor_us),
-        help="Bytes of weights one decode step must read, over the copy bandwidth: no step can be faster.",
+        "Read floor at batch 1",
+        format_us(result.read_floor_us(1)),
+        help=f"Bytes one batch-1 decode step must read ({result.read_bytes(1) / 1e9:.2f} GB: the weights it reads "
+        "plus the KV cache at the run's context), over the copy bandwidth: no step can be faster.",
     )
     best = result.run("fused+graph", 1)
     fg.metric(
         "fused+graph at batch 1",
-        f"{best.step_us_median / result.weight_floor_us:.2f}× the floor" if best else "not measured",
+        f"{best.step_us_median / result.read_floor_us(1):.2f}× the floor" if best else "not measured",
     )
     caps, checks = st.columns(2, gap="large")
     with caps:

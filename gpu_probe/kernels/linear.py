@@ -28,6 +28,15 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 GEMV_MAX_ROWS = 4  # above this the 3-D broadcast of the GEMV costs more registers than it saves
+# (n_out, k, swiglu) -> (weight rows per program, warps) for the 1b preset's projections at batch <= 2,
+# from `tools/step_sweep.py --preset 1b` on the H200 (whole step 883 -> 805 µs at batch 1, 1041 -> 990 at
+# batch 2; at batch 4 these lost, 1435 -> 1590, so the rule below keeps batches 3-4). The small preset's
+# shapes have other K and never match.
+GEMV_TILES_1B = {(3072, 2048, False): (2, 1), (8192, 2048, True): (2, 1), (2048, 8192, False): (4, 4)}
+# (n_out, k, swiglu) of the 1b preset where the tensor-core kernel, software-pipelined (num_stages 2-4),
+# gave different results for the same inputs on the H200 (1e-3 relative; gate/up at 65-256 rows, the LM
+# head at 2 stages; Triton 3.6). Unpipelined (num_stages=1) it was deterministic; see kernels/NOTES.md.
+UNPIPELINED_1B = {(8192, 2048, True), (128256, 2048, False)}
 
 
 @triton.jit
@@ -154,11 +163,14 @@ def _tile_config(m: int, n: int, k: int, swiglu: bool, num_sms: int) -> dict:
     if m <= GEMV_MAX_ROWS:
         rows = n * (2 if swiglu else 1)  # weight rows; a SwiGLU program reads its gate and up rows
         rows_per_program = 2 if rows <= 16 * num_sms else 4 if rows <= 64 * num_sms else 8
+        tuned = GEMV_TILES_1B.get((n, k, swiglu)) if m <= 2 else None
+        if tuned:
+            rows_per_program = tuned[0]
         block_n = max(1, rows_per_program // (2 if swiglu else 1))
         block_m, block_k = triton.next_power_of_2(m), min(triton.next_power_of_2(k), 4096)
         while block_m * rows_per_program * block_k > 32768 and block_k > 64:
             block_k //= 2
-        warps = min(8, max(1, rows_per_program * block_k // 4096))
+        warps = tuned[1] if tuned else min(8, max(1, rows_per_program * block_k // 4096))
         return {"kernel": "gemv", "BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "num_warps": warps}
     if m <= 16:
         block_m, block_k = 16, 128
@@ -175,8 +187,9 @@ def _tile_config(m: int, n: int, k: int, swiglu: bool, num_sms: int) -> dict:
         while -(-m // block_m) * -(-n // block_n) < num_sms // 2 and block_n > 32:
             block_n //= 2
         block_k = 64 if block_m == 64 else 128
+    stages = 1 if (n, k, swiglu) in UNPIPELINED_1B else 3 if swiglu and block_m == 64 else 4
     return {"kernel": "dot", "BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "num_warps": 4,
-            "num_stages": 3 if swiglu and block_m == 64 else 4}
+            "num_stages": stages}
 
 
 _SMS: dict[int, int] = {}

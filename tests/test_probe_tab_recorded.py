@@ -1,0 +1,85 @@
+"""The probe tab on the shipped H200 runs: the 1b run beside the small one, the "× read floor" and
+"HBM bandwidth used" readouts, what a fused+graph step is made of, one time axis for the measured and
+simulated lanes, and the profiler's stretch of a graph launch marked."""
+import json
+
+import pytest
+import streamlit as st
+from app_pages import metrics, open_tab
+
+from core import probe_result
+from ui.probe_results import MORE_RECORDED
+from ui.probe_tables import MODE_COLUMNS
+
+ONE_B = probe_result.RECORDED_PATH.with_name(MORE_RECORDED[0])
+pytestmark = pytest.mark.skipif(not (probe_result.RECORDED_PATH.is_file() and ONE_B.is_file()),
+                                reason="the recorded H200 runs are not shipped")
+
+
+@pytest.fixture(scope="module")
+def one_b():
+    return probe_result.load_result(ONE_B)
+
+
+def open_run(preset: str, mode: str, batch: int = 1):
+    st.cache_resource.clear()
+    at = open_tab("Live GPU probe", pr_mode=mode, pr_batch=str(batch))
+    picker = at.selectbox(key="pr_run")
+    picker.set_value(next(o for o in picker.options if o.startswith(f"recorded: {preset} preset")))
+    at.run()
+    assert not at.exception
+    return at
+
+
+def test_the_1b_run_is_offered_beside_the_small_one_with_its_readouts(one_b):
+    at = open_run("1b", "fused+graph")
+    assert any(o.startswith("recorded: small preset") for o in at.selectbox(key="pr_run").options)
+    assert any("1.24 B parameters, 16 layers" in c.value for c in at.caption)
+    run = one_b.run("fused+graph", 1)
+    shown = metrics(at)
+    assert shown["× read floor"] == f"{run.step_us_median / one_b.read_floor_us(1):.2f}×"
+    assert shown["HBM bandwidth used"] == f"{one_b.read_bytes(1) / (run.step_us_median * 1e3):,.0f} GB/s"
+    assert 1.0 < run.step_us_median / one_b.read_floor_us(1) < 3.0
+
+
+def test_a_fused_graph_step_is_split_and_the_next_step_is_explained(one_b):
+    at = open_run("1b", "fused+graph")
+    charts = at.get("plotly_chart")
+    assert len(charts) == 3
+    split = json.loads(charts[2].proto.spec)
+    parts = {t["name"].split(":")[0]: t["x"][0] for t in split["data"]}
+    run = one_b.run("fused+graph", 1)
+    assert set(parts) == {"read floor", "kernel boundaries", "host launch + input copies"}
+    assert sum(parts.values()) == pytest.approx(run.step_us_median)
+    assert parts["read floor"] == pytest.approx(one_b.read_floor_us(1))
+    assert any(f"kernel boundaries: {run.kernels_per_step} ×" in t["name"] for t in split["data"])
+    text = " ".join(m.value for m in at.markdown)
+    assert "794.7 µs" in text and "759.8 µs" in text and "78 %" in text
+    assert "megakernels-vs-cuda-graphs/blob/main/llama/docs/RESULTS.md" in text and "no-bubbles" in text
+
+
+@pytest.mark.parametrize("preset, mode", [("small", "eager"), ("1b", "graph"), ("1b", "fused+graph")])
+def test_measured_and_simulated_lanes_share_one_time_axis(preset, mode):
+    at = open_run(preset, mode)
+    measured, simulated = (json.loads(c.proto.spec)["layout"]["xaxis"] for c in at.get("plotly_chart")[:2])
+    assert measured["range"] == simulated["range"] and measured["range"][1] > 0
+
+
+def test_the_profilers_stretch_of_a_graph_launch_is_marked(one_b):
+    at = open_run("1b", "fused+graph")
+    layout = json.loads(at.get("plotly_chart")[0].proto.spec)["layout"]
+    run = one_b.run("fused+graph", 1)
+    (shape,) = layout["shapes"]
+    assert shape["x0"] == pytest.approx(run.enqueue_us_median)
+    assert shape["x1"] == pytest.approx(float(run.timeline.cpu_end[0])) and shape["x1"] > shape["x0"]
+    assert any("profiler's stretch" in a["text"] for a in layout["annotations"])
+    eager = json.loads(open_run("1b", "eager").get("plotly_chart")[0].proto.spec)["layout"]
+    assert not eager.get("shapes")  # many launches: nothing to mark
+
+
+def test_the_modes_table_fits_1400_px():
+    at = open_run("small", "eager")
+    table = next(df.value for df in at.dataframe if "mode" in df.value.columns)
+    assert list(table.columns) == list(MODE_COLUMNS)
+    # The app's wide layout leaves about 1,240 px of a 1400 px window for the table.
+    assert sum(width for _, width, _, _ in MODE_COLUMNS.values()) <= 1240
