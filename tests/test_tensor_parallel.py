@@ -73,8 +73,9 @@ def run_ranks(tp: int, fn, one_at_a_time: bool = False) -> list:
 GQA = get_config("tiny", n_heads=8, n_kv_heads=4)
 
 
-@pytest.mark.parametrize("cfg,tp", [(get_config("tiny"), 2), (GQA, 2), (GQA, 4)],
-                         ids=["tiny-tp2", "gqa-tp2", "gqa-tp4"])
+@pytest.mark.parametrize("cfg,tp", [(get_config("tiny"), 2), (GQA, 2), (GQA, 4),
+                                    (get_config("tiny", tie_embeddings=True), 2)],
+                         ids=["tiny-tp2", "gqa-tp2", "gqa-tp4", "tied-tp2"])
 def test_sharded_logits_match_unsharded(cfg, tp):
     checks = run_ranks(tp, lambda rank, ar: check_sharded_vs_unsharded(cfg, rank, tp, all_reduce=ar))
     for rank, check in enumerate(checks):
