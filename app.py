@@ -3,6 +3,7 @@
 `streamlit run app.py`. Layout only: the simulator lives in `sim/`, the live probe in
 `gpu_probe/`, and each tab's widgets and charts in `ui/`.
 """
+
 import ui.warmup  # noqa: F401, I001 - first: pandas and Plotly whole before any session draws (see there)
 
 import streamlit as st
@@ -24,7 +25,9 @@ st.caption(
 
 # Bound to the URL and lazy: only the open tab runs, so the simulator never pays for the
 # probe tab's 6 MB recorded run, the calibration fit or the padding demo's torch import.
-simulator, probe, bucketing, calibration, check = st.tabs(url_params.TAB_LABELS, key="tab", bind="query-params")
+simulator, probe, bucketing, calibration, check = st.tabs(
+    url_params.TAB_LABELS, key="tab", bind="query-params"
+)
 
 if simulator.open:
     with simulator:

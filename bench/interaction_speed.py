@@ -19,6 +19,7 @@ would stop the clock at its removal, which can come before the new chart is draw
 Prints the median and p90 in ms; the goal is a median of at most 300 ms on a
 2-core machine.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -126,10 +127,14 @@ def main(argv: list[str] | None = None) -> int:
     if not timings:
         return 1
     median, p90 = statistics.median(timings), percentile(timings, 0.9)
-    print(f"slider change -> redrawn chart/readouts, {len(timings)} changes in Chromium "
-          f"({time.monotonic() - started:.0f} s total, load average {os.getloadavg()[0]:.1f} "
-          f"on {os.cpu_count()} cores)")
-    print(f"median {median:.0f} ms   p90 {p90:.0f} ms   min {min(timings):.0f} ms   max {max(timings):.0f} ms")
+    print(
+        f"slider change -> redrawn chart/readouts, {len(timings)} changes in Chromium "
+        f"({time.monotonic() - started:.0f} s total, load average {os.getloadavg()[0]:.1f} "
+        f"on {os.cpu_count()} cores)"
+    )
+    print(
+        f"median {median:.0f} ms   p90 {p90:.0f} ms   min {min(timings):.0f} ms   max {max(timings):.0f} ms"
+    )
     print(f"goal: median <= {GOAL_MEDIAN_MS:.0f} ms -> {'met' if median <= GOAL_MEDIAN_MS else 'NOT met'}")
     return 0
 

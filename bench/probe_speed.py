@@ -10,6 +10,7 @@ fused+graph / compile step time <= 1.0; all default buckets captured in < 2 s in
 < 10 MiB of graph memory per bucket. Goals are reported, never asserted. Last, the fused+graph
 batch-1 step is split into the read floor, host launch + input copies and kernel boundaries.
 """
+
 from __future__ import annotations
 
 import sys
@@ -17,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from core.probe_result import DEFAULT_BUCKETS, RECORDED_PATH, load_result  # noqa: E402
+from core.probe_result import DEFAULT_BUCKETS, RECORDED_PATH, load_result
 
 
 def goals(res) -> list[tuple[str, float | None, str, bool | None]]:
@@ -26,29 +27,71 @@ def goals(res) -> list[tuple[str, float | None, str, bool | None]]:
     preset = (res.model.get("config") or {}).get("name")
     rows = []
     floor = res.weight_floor_us
-    rows.append((f"fused+graph b1 / weight-read floor ({floor:.1f} µs)",
-                 fg1.step_us_median / floor if fg1 else None, "<= 2.0", None))
+    rows.append(
+        (
+            f"fused+graph b1 / weight-read floor ({floor:.1f} µs)",
+            fg1.step_us_median / floor if fg1 else None,
+            "<= 2.0",
+            None,
+        )
+    )
     read_floor = res.read_floor_us(1)
     if preset == "1b":
-        rows.append((f"fused+graph b1 / read floor, weights + KV ({read_floor:.1f} µs)",
-                     fg1.step_us_median / read_floor if fg1 else None, "<= 1.35", None))
+        rows.append(
+            (
+                f"fused+graph b1 / read floor, weights + KV ({read_floor:.1f} µs)",
+                fg1.step_us_median / read_floor if fg1 else None,
+                "<= 1.35",
+                None,
+            )
+        )
     else:
-        rows.append((f"(fused+graph b1 - read floor {read_floor:.1f} µs) / kernels per step, µs",
-                     (fg1.step_us_median - read_floor) / fg1.kernels_per_step if fg1 else None, "<= 1.8", None))
-    rows.append(("eager b1 / fused+graph b1",
-                 eager1.step_us_median / fg1.step_us_median if fg1 and eager1 else None, ">= 20", None))
+        rows.append(
+            (
+                f"(fused+graph b1 - read floor {read_floor:.1f} µs) / kernels per step, µs",
+                (fg1.step_us_median - read_floor) / fg1.kernels_per_step if fg1 else None,
+                "<= 1.8",
+                None,
+            )
+        )
+    rows.append(
+        (
+            "eager b1 / fused+graph b1",
+            eager1.step_us_median / fg1.step_us_median if fg1 and eager1 else None,
+            ">= 20",
+            None,
+        )
+    )
     for batch in res.batches:
         fg, comp = res.run("fused+graph", batch), res.run("compile", batch)
-        rows.append((f"fused+graph / compile step time, b{batch}",
-                     fg.step_us_median / comp.step_us_median if fg and comp else None, "<= 1.0", None))
+        rows.append(
+            (
+                f"fused+graph / compile step time, b{batch}",
+                fg.step_us_median / comp.step_us_median if fg and comp else None,
+                "<= 1.0",
+                None,
+            )
+        )
     fused = [c for c in res.captures if c.get("variant", "fused") == "fused"]
     default = tuple(sorted(c["bucket"] for c in fused)) == DEFAULT_BUCKETS
     total_s = sum(c["capture_ms"] for c in fused) / 1e3 if fused else None
-    rows.append((f"capture time, all {'default' if default else 'captured'} buckets (fused), s",
-                 total_s, "< 3" if preset == "1b" else "< 2", None))
+    rows.append(
+        (
+            f"capture time, all {'default' if default else 'captured'} buckets (fused), s",
+            total_s,
+            "< 3" if preset == "1b" else "< 2",
+            None,
+        )
+    )
     biggest = max(fused, key=lambda c: c["graph_mem_bytes"]) if fused else None
-    rows.append((f"largest graph memory per bucket (fused, bucket {biggest['bucket'] if biggest else '-'}), MiB",
-                 biggest["graph_mem_bytes"] / 2**20 if biggest else None, "< 10", None))
+    rows.append(
+        (
+            f"largest graph memory per bucket (fused, bucket {biggest['bucket'] if biggest else '-'}), MiB",
+            biggest["graph_mem_bytes"] / 2**20 if biggest else None,
+            "< 10",
+            None,
+        )
+    )
     out = []
     for what, value, goal, _ in rows:
         op, limit = goal.split()
@@ -63,9 +106,13 @@ def main(argv: list[str]) -> int:
         res = load_result(argv[0])
     else:
         from gpu_probe.live import cuda_available, main_progress, run_probe
+
         if cuda_available():
-            res = load_result(run_probe("small", (1, 8, 64, 256), "all", progress=main_progress,
-                                        command="bench/probe_speed.py"))
+            res = load_result(
+                run_probe(
+                    "small", (1, 8, 64, 256), "all", progress=main_progress, command="bench/probe_speed.py"
+                )
+            )
         else:
             print(f"no CUDA device: reading the recorded run {RECORDED_PATH}")
             res = load_result(RECORDED_PATH)
@@ -77,14 +124,18 @@ def main(argv: list[str]) -> int:
     fg1 = res.run("fused+graph", 1)
     if fg1:
         split = res.step_split(fg1)
-        print(f"fused+graph b1 {fg1.step_us_median:.1f} µs = read floor {split['floor_us']:.1f} "
-              f"+ host launch and input copies {split['host_us']:.1f} + kernel boundaries {split['boundaries_us']:.1f} "
-              f"({split['kernels']} kernels x {split['per_kernel_us']:.2f} µs); HBM used "
-              f"{res.hbm_used_GBps(fg1):,.0f} GB/s of {res.hbm_copy_GBps:,.0f}")
+        print(
+            f"fused+graph b1 {fg1.step_us_median:.1f} µs = read floor {split['floor_us']:.1f} "
+            f"+ host launch and input copies {split['host_us']:.1f} + kernel boundaries {split['boundaries_us']:.1f} "
+            f"({split['kernels']} kernels x {split['per_kernel_us']:.2f} µs); HBM used "
+            f"{res.hbm_used_GBps(fg1):,.0f} GB/s of {res.hbm_copy_GBps:,.0f}"
+        )
     for r in res.runs:
         if r.batch == 1:
-            print(f"  b1 {r.mode:<12} median {r.step_us_median:9.1f} µs  kernels/layer {r.kernels_per_layer:g}  "
-                  f"{r.bound_by}-bound, utilisation {r.utilisation:.0%}")
+            print(
+                f"  b1 {r.mode:<12} median {r.step_us_median:9.1f} µs  kernels/layer {r.kernels_per_layer:g}  "
+                f"{r.bound_by}-bound, utilisation {r.utilisation:.0%}"
+            )
     return 0
 
 

@@ -14,6 +14,7 @@
     rerun simulates a step the cache has not seen; the sweep is cached (same model and
     hardware). Layers changes also miss the sweep cache and show that worst case.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,8 +28,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sim.config import PRESETS
-from sim.schedule import StepSettings, simulate_step, sweep
+from sim.config import PRESETS  # noqa: E402 - after the sys.path insert
+from sim.schedule import StepSettings, simulate_step, sweep  # noqa: E402
 
 
 def bench_simulator(repeats: int) -> None:
@@ -45,8 +46,10 @@ def bench_simulator(repeats: int) -> None:
     cold = once()
     warm = [once() for _ in range(repeats)]
     print("(a) simulate_step (32 layers, batch 1) + sweep 1..512 x 4 combinations, chapter preset")
-    print(f"    cold {cold:.1f} ms | warm median {statistics.median(warm):.1f} ms, "
-          f"p90 {np.percentile(warm, 90):.1f} ms over {repeats}  (goal: well under 20 ms)")
+    print(
+        f"    cold {cold:.1f} ms | warm median {statistics.median(warm):.1f} ms, "
+        f"p90 {np.percentile(warm, 90):.1f} ms over {repeats}  (goal: well under 20 ms)"
+    )
 
 
 def bench_page(repeats: int) -> None:
@@ -75,11 +78,15 @@ def bench_page(repeats: int) -> None:
     layers_ms = [timed(lambda n=int(n): at.slider(key="layers").set_value(n)) for n in layer_values]
 
     print("(b) page rerun after a control change (AppTest.run() wall time; see the docstring)")
-    for name, values in (("Batch size slider (new step, cached sweep)", batch_ms),
-                         ("Kernel fusion toggle (cached after the first two)", toggle_ms),
-                         ("Layers slider (new step and new sweep)", layers_ms)):
-        print(f"    {name:52s} median {statistics.median(values):6.1f} ms, "
-              f"p90 {np.percentile(values, 90):6.1f} ms over {len(values)}")
+    for name, values in (
+        ("Batch size slider (new step, cached sweep)", batch_ms),
+        ("Kernel fusion toggle (cached after the first two)", toggle_ms),
+        ("Layers slider (new step and new sweep)", layers_ms),
+    ):
+        print(
+            f"    {name:52s} median {statistics.median(values):6.1f} ms, "
+            f"p90 {np.percentile(values, 90):6.1f} ms over {len(values)}"
+        )
     print("    goal: median under 150 ms for the slider change")
 
 

@@ -26,6 +26,7 @@ step's timeline through `Timeline.metrics()`, exactly as the simulator computes 
 so the readouts always agree with the lanes drawn. The profiler adds some host time
 to each launch; `enqueue_us_median` is the same host cost measured without it.
 """
+
 from __future__ import annotations
 
 import json
@@ -68,10 +69,19 @@ LIMITS = (
 
 # Known fields of model.config: (low, high) for whole numbers, None for a short string.
 _CONFIG_FIELDS = {
-    "n_layers": (1, MAX_LAYERS), "hidden": (1, 65_536), "n_heads": (1, 1024), "n_kv_heads": (1, 1024),
-    "ffn": (1, 262_144), "vocab": (1, 1_048_576), "context_len": (1, 1_048_576),
-    "prefill_len": (1, 1_048_576), "max_context": (1, 1_048_576), "block_size": (1, 65_536),
-    "max_batch": (1, _MAX_BATCH), "name": None, "dtype": None,
+    "n_layers": (1, MAX_LAYERS),
+    "hidden": (1, 65_536),
+    "n_heads": (1, 1024),
+    "n_kv_heads": (1, 1024),
+    "ffn": (1, 262_144),
+    "vocab": (1, 1_048_576),
+    "context_len": (1, 1_048_576),
+    "prefill_len": (1, 1_048_576),
+    "max_context": (1, 1_048_576),
+    "block_size": (1, 65_536),
+    "max_batch": (1, _MAX_BATCH),
+    "name": None,
+    "dtype": None,
 }
 _SETTINGS_INTS = {"context_len": (1, 1_048_576), "steps": (0, 10**9), "warmup": (0, 10**9)}
 
@@ -137,7 +147,9 @@ class ProbeResult:
         0 where the file does not say (an older or hand-made result)."""
         cfg = self.model.get("config") or {}
         try:
-            layers, hidden, heads, kv_heads = (int(cfg[k]) for k in ("n_layers", "hidden", "n_heads", "n_kv_heads"))
+            layers, hidden, heads, kv_heads = (
+                int(cfg[k]) for k in ("n_layers", "hidden", "n_heads", "n_kv_heads")
+            )
             context = int(self.settings["context_len"])
         except (KeyError, TypeError, ValueError):
             return 0
@@ -166,8 +178,13 @@ class ProbeResult:
         host = min(max(run.enqueue_us_median or 0.0, 0.0), run.step_us_median - floor)
         boundaries = run.step_us_median - floor - host
         kernels = max(run.kernels_per_step, 1)
-        return {"floor_us": floor, "host_us": host, "boundaries_us": boundaries, "kernels": run.kernels_per_step,
-                "per_kernel_us": boundaries / kernels}
+        return {
+            "floor_us": floor,
+            "host_us": host,
+            "boundaries_us": boundaries,
+            "kernels": run.kernels_per_step,
+            "per_kernel_us": boundaries / kernels,
+        }
 
     @property
     def modes(self) -> tuple[str, ...]:
@@ -186,10 +203,18 @@ class ProbeResult:
 
     def to_dict(self) -> dict:
         return {
-            "schema": SCHEMA_VERSION, "device": self.device, "torch": self.torch, "cuda": self.cuda,
-            "created": self.created, "command": self.command, "model": self.model,
-            "hbm_copy_GBps": self.hbm_copy_GBps, "runs": [r.to_dict() for r in self.runs],
-            "captures": list(self.captures), "checks": self.checks, "errors": list(self.errors),
+            "schema": SCHEMA_VERSION,
+            "device": self.device,
+            "torch": self.torch,
+            "cuda": self.cuda,
+            "created": self.created,
+            "command": self.command,
+            "model": self.model,
+            "hbm_copy_GBps": self.hbm_copy_GBps,
+            "runs": [r.to_dict() for r in self.runs],
+            "captures": list(self.captures),
+            "checks": self.checks,
+            "errors": list(self.errors),
             "settings": self.settings,
         }
 
@@ -249,8 +274,10 @@ def _parse(d: dict, timeline_source: str | None) -> ProbeResult:
     schema = d.get("schema", SCHEMA_VERSION)
     if isinstance(schema, bool) or schema != SCHEMA_VERSION:
         raise ValueError(f"schema: this app reads version {SCHEMA_VERSION} result files, got {schema!r}")
-    strings = {k: _text(d, k, MAX_HEADER_STRING if k != "command" else MAX_STRING)
-               for k in ("device", "torch", "cuda", "created", "command")}
+    strings = {
+        k: _text(d, k, MAX_HEADER_STRING if k != "command" else MAX_STRING)
+        for k in ("device", "torch", "cuda", "created", "command")
+    }
     try:
         datetime.fromisoformat(strings["created"].replace("Z", "+00:00"))
     except ValueError:
@@ -281,7 +308,7 @@ def _parse(d: dict, timeline_source: str | None) -> ProbeResult:
         if not isinstance(check, dict) or not isinstance(check.get("passed"), bool):
             raise ValueError(f"checks.{name}: expected an object with a true/false 'passed'")
         if not isinstance(check.get("detail", ""), str):
-            raise ValueError(f"checks.{name}.detail: expected a string")  # noqa: TRY004 - the loader raises ValueError
+            raise ValueError(f"checks.{name}.detail: expected a string")
     errors = d.get("errors", [])
     if not isinstance(errors, list) or not all(isinstance(e, str) for e in errors):
         raise ValueError("errors: expected a list of strings")
@@ -296,8 +323,16 @@ def _parse(d: dict, timeline_source: str | None) -> ProbeResult:
     for key, (lo, hi) in _SETTINGS_INTS.items():
         if key in settings:
             _num(settings, key, lo, hi, f"settings.{key}", integer=True)
-    return ProbeResult(model=model, hbm_copy_GBps=hbm, runs=runs, captures=captures, checks=checks,
-                       errors=tuple(errors), settings=settings, **strings)
+    return ProbeResult(
+        model=model,
+        hbm_copy_GBps=hbm,
+        runs=runs,
+        captures=captures,
+        checks=checks,
+        errors=tuple(errors),
+        settings=settings,
+        **strings,
+    )
 
 
 def _parse_config(config: dict) -> int:
@@ -324,8 +359,10 @@ def _parse_run(r, where: str, timeline_source: str | None, max_kernels: int) -> 
     if mode not in MODES:
         raise ValueError(f"{where}.mode: must be one of {MODES}, got {mode!r}")
     batch = int(_num(r, "batch", 1, _MAX_BATCH, f"{where}.batch", integer=True))
-    times = {k: _num(r, k, 0, _MAX_US, f"{where}.{k}")
-             for k in ("step_us_median", "step_us_p10", "step_us_p90", "cpu_launch_us", "gpu_busy_us")}
+    times = {
+        k: _num(r, k, 0, _MAX_US, f"{where}.{k}")
+        for k in ("step_us_median", "step_us_p10", "step_us_p90", "cpu_launch_us", "gpu_busy_us")
+    }
     if not times["step_us_p10"] <= times["step_us_median"] * (1 + 1e-9) <= times["step_us_p90"] * (1 + 2e-9):
         raise ValueError(f"{where}.step_us_median: must lie between step_us_p10 and step_us_p90")
     if times["step_us_median"] <= 0:
@@ -344,23 +381,40 @@ def _parse_run(r, where: str, timeline_source: str | None, max_kernels: int) -> 
         timeline = Timeline.from_dict(r.get("timeline"), source=timeline_source)
     except ValueError as err:
         msg = str(err)
-        raise ValueError(f"{where}.{msg}" if msg.startswith("timeline") else f"{where}.timeline.{msg}") from None
+        raise ValueError(
+            f"{where}.{msg}" if msg.startswith("timeline") else f"{where}.timeline.{msg}"
+        ) from None
     bucket = r.get("bucket")
     if bucket is not None:
         bucket = int(_num(r, "bucket", batch, _MAX_BATCH, f"{where}.bucket", integer=True))
-    padded = int(_num(r, "padded_rows", 0, _MAX_BATCH, f"{where}.padded_rows", integer=True)) \
-        if "padded_rows" in r else 0
+    padded = (
+        int(_num(r, "padded_rows", 0, _MAX_BATCH, f"{where}.padded_rows", integer=True))
+        if "padded_rows" in r
+        else 0
+    )
     enqueue = r.get("enqueue_us_median")
     if enqueue is not None:
         enqueue = _num(r, "enqueue_us_median", 0, _MAX_US, f"{where}.enqueue_us_median")
-    launches = int(_num(r, "launches", 0, max_kernels, f"{where}.launches", integer=True)) \
-        if "launches" in r else 0
+    launches = (
+        int(_num(r, "launches", 0, max_kernels, f"{where}.launches", integer=True)) if "launches" in r else 0
+    )
     if not isinstance(r.get("eager_fallback", False), bool):
-        raise ValueError(f"{where}.eager_fallback: expected true or false")  # noqa: TRY004 - as above
-    return ProbeRun(mode=mode, batch=batch, kernels_per_step=kernels, kernels_per_layer=per_layer,
-                    utilisation=util, bound_by=bound, timeline=timeline, bucket=bucket,
-                    padded_rows=padded, eager_fallback=bool(r.get("eager_fallback", False)),
-                    enqueue_us_median=enqueue, launches=launches, **times)
+        raise ValueError(f"{where}.eager_fallback: expected true or false")
+    return ProbeRun(
+        mode=mode,
+        batch=batch,
+        kernels_per_step=kernels,
+        kernels_per_layer=per_layer,
+        utilisation=util,
+        bound_by=bound,
+        timeline=timeline,
+        bucket=bucket,
+        padded_rows=padded,
+        eager_fallback=bool(r.get("eager_fallback", False)),
+        enqueue_us_median=enqueue,
+        launches=launches,
+        **times,
+    )
 
 
 def _parse_capture(c, where: str) -> dict:
@@ -389,8 +443,10 @@ def _check_timeline_size(data, where: str, max_kernels: int) -> None:
         for key in ("start_us", "dur_us", "name", "launched_by"):
             values = part.get(key)
             if isinstance(values, list) and len(values) > max_kernels:
-                raise ValueError(f"{where}.{lane}.{key}: {len(values):,} entries, more than the {max_kernels:,} "
-                                 "kernels a step of this model may have")
+                raise ValueError(
+                    f"{where}.{lane}.{key}: {len(values):,} entries, more than the {max_kernels:,} "
+                    "kernels a step of this model may have"
+                )
         names = part.get("name")
         if isinstance(names, list):
             if not all(isinstance(n, str) for n in names):

@@ -11,6 +11,7 @@ interval is one kernel executing. `launched_by[i]` is the CPU interval that
 submitted kernel i (-1 where unknown), which the Chrome-trace export turns into
 flow arrows.
 """
+
 from __future__ import annotations
 
 import math
@@ -81,7 +82,9 @@ class Timeline:
         if len(self.gpu_start) == 0:
             raise ValueError("gpu_start: a step needs at least one kernel")
         by = self.launched_by
-        by = np.full(len(self.gpu_start), -1, np.int64) if by is None else np.asarray(by, np.int64).reshape(-1)
+        by = (
+            np.full(len(self.gpu_start), -1, np.int64) if by is None else np.asarray(by, np.int64).reshape(-1)
+        )
         if len(by) != len(self.gpu_start):
             raise ValueError("launched_by: needs one entry per GPU kernel")
         if np.any((by < -1) | (by >= max(len(self.cpu_start), 1))):
@@ -141,7 +144,7 @@ class Timeline:
             bound_by=CPU_BOUND if cpu > busy else GPU_BOUND,
         )
 
-    def first_launches(self, n: int) -> "Timeline":
+    def first_launches(self, n: int) -> Timeline:
         """The step cut down to its first n CPU launches and the kernels they submitted.
 
         With graphs there is a single launch, so the cut is on kernels instead.
@@ -172,22 +175,33 @@ class Timeline:
         return {
             "source": self.source,
             "label": self.label,
-            "cpu": {"start_us": _rounded(self.cpu_start), "dur_us": _rounded(self.cpu_dur),
-                    "name": list(self.cpu_names)},
-            "gpu": {"start_us": _rounded(self.gpu_start), "dur_us": _rounded(self.gpu_dur),
-                    "name": list(self.gpu_names), "launched_by": self.launched_by.tolist()},
+            "cpu": {
+                "start_us": _rounded(self.cpu_start),
+                "dur_us": _rounded(self.cpu_dur),
+                "name": list(self.cpu_names),
+            },
+            "gpu": {
+                "start_us": _rounded(self.gpu_start),
+                "dur_us": _rounded(self.gpu_dur),
+                "name": list(self.gpu_names),
+                "launched_by": self.launched_by.tolist(),
+            },
         }
 
     @classmethod
-    def from_dict(cls, data: dict, source: str | None = None) -> "Timeline":
+    def from_dict(cls, data: dict, source: str | None = None) -> Timeline:
         """Rebuild a timeline from `to_dict` output; raises ValueError naming a bad field."""
         if not isinstance(data, dict):
             raise ValueError("timeline: expected an object")
         try:
             cpu, gpu = data["cpu"], data["gpu"]
             return cls(
-                cpu_start=cpu["start_us"], cpu_dur=cpu["dur_us"], cpu_names=tuple(cpu["name"]),
-                gpu_start=gpu["start_us"], gpu_dur=gpu["dur_us"], gpu_names=tuple(gpu["name"]),
+                cpu_start=cpu["start_us"],
+                cpu_dur=cpu["dur_us"],
+                cpu_names=tuple(cpu["name"]),
+                gpu_start=gpu["start_us"],
+                gpu_dur=gpu["dur_us"],
+                gpu_names=tuple(gpu["name"]),
                 launched_by=gpu.get("launched_by"),
                 source=source or data.get("source", "measured"),
                 label=str(data.get("label", "")),

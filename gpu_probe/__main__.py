@@ -4,6 +4,7 @@ Progress goes to stderr. Exit codes: 0 all measured; 1 the run hit errors (e.g. 
 during a capture) but the results gathered so far were written; 2 invalid arguments or no
 CUDA device, with a one-line reason and nothing allocated.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,23 +18,36 @@ class _OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from core.probe_result import DEFAULT_BUCKETS, MODES
     from gpu_probe.config import DEFAULT_PRESET, PRESETS
     from gpu_probe.live import DEFAULT_BATCHES
-    from core.probe_result import DEFAULT_BUCKETS, MODES
 
-    p = _OneLineParser(prog="python -m gpu_probe",
-                       description="Measure one decode step eagerly, fused, with CUDA graphs and with torch.compile.")
+    p = _OneLineParser(
+        prog="python -m gpu_probe",
+        description="Measure one decode step eagerly, fused, with CUDA graphs and with torch.compile.",
+    )
     p.add_argument("--preset", default=DEFAULT_PRESET, help=f"model preset: {', '.join(sorted(PRESETS))}")
-    p.add_argument("--batch", nargs="+", type=int, default=list(DEFAULT_BATCHES), help="batch sizes to measure")
+    p.add_argument(
+        "--batch", nargs="+", type=int, default=list(DEFAULT_BATCHES), help="batch sizes to measure"
+    )
     p.add_argument("--modes", nargs="+", default=["all"], help=f"'all' or some of: {' '.join(MODES)}")
-    p.add_argument("--buckets", nargs="+", type=int, default=list(DEFAULT_BUCKETS),
-                   help="batch sizes to capture graphs for (default: the chapter's)")
+    p.add_argument(
+        "--buckets",
+        nargs="+",
+        type=int,
+        default=list(DEFAULT_BUCKETS),
+        help="batch sizes to capture graphs for (default: the chapter's)",
+    )
     p.add_argument("--steps", type=int, default=100, help="timed steps per (mode, batch)")
     p.add_argument("--warmup", type=int, default=10, help="untimed steps before timing")
     p.add_argument("--out", default="results.json", help="result JSON to write")
     p.add_argument("--trace-dir", default=None, help="keep each profiled step's Chrome trace here (Perfetto)")
-    p.add_argument("--tp", type=int, default=1,
-                   help="tensor-parallel GPUs; above 1, start under torchrun --nproc-per-node N (not yet run on GPUs)")
+    p.add_argument(
+        "--tp",
+        type=int,
+        default=1,
+        help="tensor-parallel GPUs; above 1, start under torchrun --nproc-per-node N (not yet run on GPUs)",
+    )
     return p
 
 
@@ -42,10 +56,11 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.tp != 1:
         from gpu_probe.tensor_parallel import cli_main
+
         return cli_main(args, argv)
 
-    from gpu_probe.live import cuda_available, main_progress, run_probe, validate_request
     from core.probe_result import dump_result, load_result
+    from gpu_probe.live import cuda_available, main_progress, run_probe, validate_request
 
     try:
         validate_request(args.preset, args.batch, args.modes, args.buckets, args.steps, args.warmup)
@@ -53,14 +68,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpu_probe: error: {err}", file=sys.stderr)
         return 2
     if not cuda_available():
-        print("gpu_probe: error: no CUDA device (torch.cuda.is_available() is False); "
-              "gpu_probe/recorded/h200.json holds a recorded H200 run", file=sys.stderr)
+        print(
+            "gpu_probe: error: no CUDA device (torch.cuda.is_available() is False); "
+            "gpu_probe/recorded/h200.json holds a recorded H200 run",
+            file=sys.stderr,
+        )
         return 2
 
     command = "python -m gpu_probe " + shlex.join(argv)
-    data = run_probe(args.preset, args.batch, args.modes, buckets=args.buckets, steps=args.steps,
-                     warmup=args.warmup, trace_dir=args.trace_dir, progress=main_progress, command=command,
-                     checkpoint=lambda partial: dump_result(partial, args.out))  # survives a kill mid-run
+    data = run_probe(
+        args.preset,
+        args.batch,
+        args.modes,
+        buckets=args.buckets,
+        steps=args.steps,
+        warmup=args.warmup,
+        trace_dir=args.trace_dir,
+        progress=main_progress,
+        command=command,
+        checkpoint=lambda partial: dump_result(partial, args.out),
+    )  # survives a kill mid-run
     try:
         result = load_result(data)
         dump_result(result, args.out)
@@ -69,22 +96,28 @@ def main(argv: list[str] | None = None) -> int:
         main_progress(f"result fails its schema check ({err}); writing it unchecked")
         dump_result(data, args.out)
         return 1
-    main_progress(f"wrote {args.out}: {len(result.runs)} runs, {len(result.captures)} captures, "
-                  f"checks {'all passed' if result.all_checks_passed else 'FAILED'}")
+    main_progress(
+        f"wrote {args.out}: {len(result.runs)} runs, {len(result.captures)} captures, "
+        f"checks {'all passed' if result.all_checks_passed else 'FAILED'}"
+    )
     for line in summary(result):
         print(line)
     return 1 if result.errors or not result.all_checks_passed else 0
 
 
 def summary(result) -> list[str]:
-    lines = [f"{result.device} · torch {result.torch} · CUDA {result.cuda} · HBM copy {result.hbm_copy_GBps:,.0f} GB/s"
-             f" · weight-read floor {result.weight_floor_us:,.1f} µs",
-             f"{'mode':<12}{'batch':>6}{'median µs':>11}{'p10':>9}{'p90':>9}{'kernels':>9}{'/layer':>8}"
-             f"{'cpu µs':>9}{'gpu µs':>9}{'util':>6}  bound by"]
+    lines = [
+        f"{result.device} · torch {result.torch} · CUDA {result.cuda} · HBM copy {result.hbm_copy_GBps:,.0f} GB/s"
+        f" · weight-read floor {result.weight_floor_us:,.1f} µs",
+        f"{'mode':<12}{'batch':>6}{'median µs':>11}{'p10':>9}{'p90':>9}{'kernels':>9}{'/layer':>8}"
+        f"{'cpu µs':>9}{'gpu µs':>9}{'util':>6}  bound by",
+    ]
     for r in result.runs:
-        lines.append(f"{r.mode:<12}{r.batch:>6}{r.step_us_median:>11.1f}{r.step_us_p10:>9.1f}{r.step_us_p90:>9.1f}"
-                     f"{r.kernels_per_step:>9}{r.kernels_per_layer:>8g}{r.cpu_launch_us:>9.1f}{r.gpu_busy_us:>9.1f}"
-                     f"{r.utilisation:>6.0%}  {r.bound_by}{' (eager fallback)' if r.eager_fallback else ''}")
+        lines.append(
+            f"{r.mode:<12}{r.batch:>6}{r.step_us_median:>11.1f}{r.step_us_p10:>9.1f}{r.step_us_p90:>9.1f}"
+            f"{r.kernels_per_step:>9}{r.kernels_per_layer:>8g}{r.cpu_launch_us:>9.1f}{r.gpu_busy_us:>9.1f}"
+            f"{r.utilisation:>6.0%}  {r.bound_by}{' (eager fallback)' if r.eager_fallback else ''}"
+        )
     for name, check in result.checks.items():
         lines.append(f"check {name}: {'passed' if check['passed'] else 'FAILED'} - {check.get('detail', '')}")
     lines += [f"error: {e}" for e in result.errors]

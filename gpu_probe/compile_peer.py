@@ -21,6 +21,7 @@ An index_put_ on a buffer of the module is the pattern Inductor reinplaces into 
 the batch's rows (tests/test_probe_compile_peer.py checks the CPU output code: no
 cache-sized temporaries).
 """
+
 from __future__ import annotations
 
 import logging
@@ -78,8 +79,9 @@ class CompilePeer:
         self.dynamic, self.per_layer_cache = dynamic, per_layer_cache
         self.compile_s: dict[int, float] = {}
         self._log = _LogCapture()
-        self._fn = torch.compile(self.model.unfused_forward, mode="reduce-overhead", fullgraph=True,
-                                 dynamic=dynamic)
+        self._fn = torch.compile(
+            self.model.unfused_forward, mode="reduce-overhead", fullgraph=True, dynamic=dynamic
+        )
 
     def __call__(self, batch) -> torch.Tensor:
         # Tells cudagraph trees a new step begins, so the previous step's outputs may be overwritten.
@@ -126,22 +128,34 @@ class CompilePeer:
         skip_lines = [line for line in self._log.lines if SKIP_MARKER in line.lower()]
         skips = getattr(self, "_skips", 0)
         passed = not skip_lines and skips == 0 and graph_launches_seen is not False
-        detail = (f"inductor log: {len(self._log.lines)} lines captured while compiling, "
-                  f"{len(skip_lines)} saying '{SKIP_MARKER}', skip counter {skips}")
+        detail = (
+            f"inductor log: {len(self._log.lines)} lines captured while compiling, "
+            f"{len(skip_lines)} saying '{SKIP_MARKER}', skip counter {skips}"
+        )
         if graph_launches_seen is not None:
-            detail += "; profiled steps show cudaGraphLaunch" if graph_launches_seen else \
-                "; profiled steps show NO cudaGraphLaunch"
-        return {"compile_cudagraphs": {
-            "passed": passed, "detail": detail, "skip_messages": skip_lines[:5],
-            "compile_s": {str(k): round(v, 3) for k, v in self.compile_s.items()},
-            "compile_s_total": round(sum(self.compile_s.values()), 3), "dynamic": self.dynamic,
-            "kv_cache": "one buffer per layer" if self.per_layer_cache else "one buffer for all layers",
-            "cache_write": "index_put_ at (block, offset)"}}
+            detail += (
+                "; profiled steps show cudaGraphLaunch"
+                if graph_launches_seen
+                else "; profiled steps show NO cudaGraphLaunch"
+            )
+        return {
+            "compile_cudagraphs": {
+                "passed": passed,
+                "detail": detail,
+                "skip_messages": skip_lines[:5],
+                "compile_s": {str(k): round(v, 3) for k, v in self.compile_s.items()},
+                "compile_s_total": round(sum(self.compile_s.values()), 3),
+                "dynamic": self.dynamic,
+                "kv_cache": "one buffer per layer" if self.per_layer_cache else "one buffer for all layers",
+                "cache_write": "index_put_ at (block, offset)",
+            }
+        }
 
 
 def _skip_count() -> int:
     try:
         from torch._dynamo.utils import counters
+
         return int(counters["inductor"]["cudagraph_skips"])
     except Exception:  # the counter moved in some torch version: the log check still stands
         return 0

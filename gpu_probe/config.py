@@ -6,6 +6,7 @@ weights) and small enough that a batch-1 decode step is launch-bound when run ea
 "1b" has Llama-3.2-1B's shape (GQA, tied embeddings, 1.24 B parameters, 2.47 GB of bf16):
 what people serve at batch 1, where a step is mostly the weight read.
 """
+
 from __future__ import annotations
 
 import math
@@ -38,8 +39,18 @@ class ProbeModelConfig:
     tie_embeddings: bool = False
 
     def __post_init__(self) -> None:
-        for field_name in ("n_layers", "hidden", "n_heads", "n_kv_heads", "ffn", "vocab",
-                           "block_size", "max_context", "prefill_len", "max_batch"):
+        for field_name in (
+            "n_layers",
+            "hidden",
+            "n_heads",
+            "n_kv_heads",
+            "ffn",
+            "vocab",
+            "block_size",
+            "max_context",
+            "prefill_len",
+            "max_batch",
+        ):
             value = getattr(self, field_name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{field_name} must be a positive integer, got {value!r}")
@@ -54,7 +65,9 @@ class ProbeModelConfig:
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         if self.prefill_len >= self.max_context:
-            raise ValueError(f"prefill_len ({self.prefill_len}) must be below max_context ({self.max_context})")
+            raise ValueError(
+                f"prefill_len ({self.prefill_len}) must be below max_context ({self.max_context})"
+            )
         if not (self.rope_theta > 0 and math.isfinite(self.rope_theta)):
             raise ValueError(f"rope_theta must be a positive number, got {self.rope_theta!r}")
         if not (0 < self.norm_eps < 1):
@@ -84,10 +97,12 @@ class ProbeModelConfig:
 
     @property
     def n_params(self) -> int:
-        per_layer = (self.hidden * (self.q_size + 2 * self.kv_size)  # q, k, v
-                     + self.q_size * self.hidden  # o
-                     + 3 * self.hidden * self.ffn  # gate, up, down
-                     + 2 * self.hidden)  # two RMSNorm weights
+        per_layer = (
+            self.hidden * (self.q_size + 2 * self.kv_size)  # q, k, v
+            + self.q_size * self.hidden  # o
+            + 3 * self.hidden * self.ffn  # gate, up, down
+            + 2 * self.hidden
+        )  # two RMSNorm weights
         tables = 1 if self.tie_embeddings else 2  # embedding and LM head
         return self.n_layers * per_layer + tables * self.vocab * self.hidden + self.hidden
 
@@ -113,15 +128,44 @@ class ProbeModelConfig:
 PRESETS: dict[str, ProbeModelConfig] = {
     # Two layers, GQA (2 query heads per KV head), an FFN width that is not a tile multiple
     # and a 4-token block so short test sequences still span several blocks.
-    "tiny": ProbeModelConfig(name="tiny", n_layers=2, hidden=64, n_heads=4, n_kv_heads=2, ffn=172,
-                             vocab=256, dtype="float32", block_size=4, max_context=64, prefill_len=12,
-                             max_batch=8),
+    "tiny": ProbeModelConfig(
+        name="tiny",
+        n_layers=2,
+        hidden=64,
+        n_heads=4,
+        n_kv_heads=2,
+        ffn=172,
+        vocab=256,
+        dtype="float32",
+        block_size=4,
+        max_context=64,
+        prefill_len=12,
+        max_batch=8,
+    ),
     # The issue's GPU default: a Llama-shaped 0.48 B model; 512 tokens of context, 128 to spare.
-    "small": ProbeModelConfig(name="small", n_layers=32, hidden=1024, n_heads=16, n_kv_heads=16, ffn=2816,
-                              vocab=32000, dtype="bfloat16"),
+    "small": ProbeModelConfig(
+        name="small",
+        n_layers=32,
+        hidden=1024,
+        n_heads=16,
+        n_kv_heads=16,
+        ffn=2816,
+        vocab=32000,
+        dtype="bfloat16",
+    ),
     # Llama-3.2-1B's shape with random weights: 32 query heads over 8 KV heads (head dim 64).
-    "1b": ProbeModelConfig(name="1b", n_layers=16, hidden=2048, n_heads=32, n_kv_heads=8, ffn=8192,
-                           vocab=128256, dtype="bfloat16", rope_theta=500000.0, tie_embeddings=True),
+    "1b": ProbeModelConfig(
+        name="1b",
+        n_layers=16,
+        hidden=2048,
+        n_heads=32,
+        n_kv_heads=8,
+        ffn=8192,
+        vocab=128256,
+        dtype="bfloat16",
+        rope_theta=500000.0,
+        tie_embeddings=True,
+    ),
 }
 DEFAULT_PRESET = "small"
 

@@ -1,4 +1,5 @@
 """The decode step's inputs as one batch, and which captured bucket a batch size runs in."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ class DecodeBatch:
     def size(self) -> int:
         return int(self.input_ids.shape[0])
 
-    def head(self, n: int) -> "DecodeBatch":
+    def head(self, n: int) -> DecodeBatch:
         """The first n rows (the same sequences, so smaller batches reuse one allocation)."""
         if not 1 <= n <= self.size:
             raise ValueError(f"n must be in [1, {self.size}], got {n}")

@@ -19,6 +19,7 @@ padding. `check_padding` (before replay) and the KV canary (after) catch it and 
 `use_graphs=False` runs the same bookkeeping eagerly over the static buffers: the CPU
 version the tests and the page's padding demo use.
 """
+
 from __future__ import annotations
 
 import time
@@ -26,9 +27,9 @@ from dataclasses import dataclass
 
 import torch
 
+from core.probe_result import DEFAULT_BUCKETS  # the chapter's 1, 2, 4, 8, 16, 24, ..., 256
 from gpu_probe.decode_batch import INPUT_NAMES, DecodeBatch, bucket_for, validate_buckets
 from gpu_probe.kv_cache import PAD_SLOT, SCRATCH_BLOCK
-from core.probe_result import DEFAULT_BUCKETS  # the chapter's 1, 2, 4, 8, 16, 24, ..., 256
 
 PAD_POLICIES = ("scratch", "real")
 CHECKS = (False, True, "before", "after", "both")
@@ -58,8 +59,15 @@ class CaptureStats:
 
 
 class GraphRunner:
-    def __init__(self, model, kv_cache=None, buckets=DEFAULT_BUCKETS, use_graphs: bool = True,
-                 pad_rows_to: str = "scratch", progress=None):
+    def __init__(
+        self,
+        model,
+        kv_cache=None,
+        buckets=DEFAULT_BUCKETS,
+        use_graphs: bool = True,
+        pad_rows_to: str = "scratch",
+        progress=None,
+    ):
         if pad_rows_to not in PAD_POLICIES:
             raise ValueError(f"pad_rows_to must be one of {PAD_POLICIES}, got {pad_rows_to!r}")
         self.model, self.kv_cache = model, kv_cache if kv_cache is not None else model.kv_cache
@@ -89,7 +97,9 @@ class GraphRunner:
         # The LM head's output, also at a fixed address: every bucket's graph writes rows [0, bucket).
         self.static_logits = torch.zeros((big, model.cfg.vocab), dtype=model.dtype, device=dev)
         # The fused step's widest activations too (see ProbeModel.fused_workspace): outside the pool.
-        self.workspace = model.fused_workspace(big) if self.fused and hasattr(model, "fused_workspace") else {}
+        self.workspace = (
+            model.fused_workspace(big) if self.fused and hasattr(model, "fused_workspace") else {}
+        )
         self._dirty = 0  # rows [0, _dirty) may hold a previous batch's real rows
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.outputs: dict[int, torch.Tensor] = {}
@@ -149,8 +159,13 @@ class GraphRunner:
         if self.pool is None:
             self.pool = graph.pool()
         self.graphs[bucket], self.outputs[bucket] = graph, out
-        return CaptureStats(bucket=bucket, capture_ms=capture_ms, warmup_ms=warmup_ms,
-                            graph_mem_bytes=max(free0 - free1, 0), pool_bytes=max(reserved1 - reserved0, 0))
+        return CaptureStats(
+            bucket=bucket,
+            capture_ms=capture_ms,
+            warmup_ms=warmup_ms,
+            graph_mem_bytes=max(free0 - free1, 0),
+            pool_bytes=max(reserved1 - reserved0, 0),
+        )
 
     # ---- replay --------------------------------------------------------------------------------
     @torch.no_grad()
@@ -197,8 +212,11 @@ class GraphRunner:
         # One copy launch per dtype rather than per input: at batch 1 the GPU idles through the
         # host time of every launch before the graph (5 copies -> 2).
         for names in self._copy_groups:
-            torch._foreach_copy_([self.static[name][:n] for name in names], [getattr(batch, name) for name in names],
-                                 non_blocking=True)
+            torch._foreach_copy_(
+                [self.static[name][:n] for name in names],
+                [getattr(batch, name) for name in names],
+                non_blocking=True,
+            )
         if self.pad_rows_to == "real":
             if bucket > n:
                 # The bug: padding aimed at a real sequence's first block (slot 0 of it).
@@ -236,16 +254,29 @@ class GraphRunner:
             raise PaddingCorruption(
                 f"batch {n} padded to {bucket}: {len(bad_rows)} padded row(s) have a block table pointing at "
                 f"real block {block} (first: row {n + row}); they must point at scratch block {SCRATCH_BLOCK}",
-                kind="block_table", batch=n, bucket=bucket)
+                kind="block_table",
+                batch=n,
+                bucket=bucket,
+            )
         in_scratch = (slots == PAD_SLOT) | ((slots // self.block_size) == SCRATCH_BLOCK)
         if not bool(in_scratch.all()):
             bad = slots[~in_scratch].tolist()
             raise PaddingCorruption(
                 f"batch {n} padded to {bucket}: padded rows would write KV slot(s) {bad[:4]} outside the "
-                f"scratch block", kind="slot_mapping", batch=n, bucket=bucket, slots=tuple(bad))
+                f"scratch block",
+                kind="slot_mapping",
+                batch=n,
+                bucket=bucket,
+                slots=tuple(bad),
+            )
         if bool((lens > self.block_size).any()) or bool((lens < 1).any()):
-            raise PaddingCorruption(f"batch {n} padded to {bucket}: padded rows must attend over 1..{self.block_size} "
-                                    f"scratch tokens", kind="context_lens", batch=n, bucket=bucket)
+            raise PaddingCorruption(
+                f"batch {n} padded to {bucket}: padded rows must attend over 1..{self.block_size} "
+                f"scratch tokens",
+                kind="context_lens",
+                batch=n,
+                bucket=bucket,
+            )
 
     def _real_slots(self, n: int) -> torch.Tensor:
         """Every slot of every block the real rows own, minus the slots this step writes."""
@@ -258,7 +289,9 @@ class GraphRunner:
             blocks.update(int(b) for b in tables[row, :used])
         blocks.discard(SCRATCH_BLOCK)
         slots = [b * self.block_size + o for b in sorted(blocks) for o in range(self.block_size)]
-        return torch.tensor([s for s in slots if s not in written], dtype=torch.long, device=self.model.device)
+        return torch.tensor(
+            [s for s in slots if s not in written], dtype=torch.long, device=self.model.device
+        )
 
     def _flat_kv(self) -> torch.Tensor:
         kv = self.kv_cache.kv  # [layer, K|V, block, slot_in_block, kv_head, head_dim]
@@ -276,8 +309,9 @@ class GraphRunner:
         """Per-slot sums of the raw bit patterns, one layer at a time (no full copy of the cache)."""
         flat = self._flat_kv()
         bits = {2: torch.int16, 4: torch.int32, 8: torch.int64}[flat.element_size()]
-        return torch.stack([flat[layer].view(bits).sum(-1, dtype=torch.int64)[:, slots]
-                            for layer in range(flat.shape[0])])
+        return torch.stack(
+            [flat[layer].view(bits).sum(-1, dtype=torch.int64)[:, slots] for layer in range(flat.shape[0])]
+        )
 
     def _canary_after(self, canary, n: int, bucket: int) -> None:
         slots, kind, before = canary
@@ -290,4 +324,9 @@ class GraphRunner:
             raise PaddingCorruption(
                 f"batch {n} padded to {bucket}: KV canary changed at {len(hit)} slot(s) of real sequences that "
                 f"this step was not meant to write (first: block {hit[0] // self.block_size}, "
-                f"offset {hit[0] % self.block_size})", kind="canary", batch=n, bucket=bucket, slots=tuple(hit))
+                f"offset {hit[0] % self.block_size})",
+                kind="canary",
+                batch=n,
+                bucket=bucket,
+                slots=tuple(hit),
+            )

@@ -14,6 +14,7 @@ Padding convention (what makes padded rows of a captured batch harmless):
 - a slot of `PAD_SLOT` (= -1, vLLM's convention) is also accepted: the fused kernel skips the
   write, the unfused path redirects it to slot 0, which is in the scratch block.
 """
+
 from __future__ import annotations
 
 import torch
@@ -28,8 +29,13 @@ PAD_SLOT = -1
 class PagedKVCache(nn.Module):
     """The block pool (a buffer) plus a small host-side allocator for sequences."""
 
-    def __init__(self, cfg: ProbeModelConfig, num_blocks: int | None = None,
-                 device: torch.device | str | None = None, dtype: torch.dtype | None = None):
+    def __init__(
+        self,
+        cfg: ProbeModelConfig,
+        num_blocks: int | None = None,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ):
         super().__init__()
         num_blocks = cfg.num_blocks if num_blocks is None else int(num_blocks)
         if num_blocks < 2:
@@ -56,7 +62,7 @@ class PagedKVCache(nn.Module):
     def free_blocks(self) -> int:
         return len(self._free)
 
-    def fill_random_(self, seed: int = 0, std: float = 1.0) -> "PagedKVCache":
+    def fill_random_(self, seed: int = 0, std: float = 1.0) -> PagedKVCache:
         """Random K/V everywhere: stands in for a prefill (the values do not matter for timing)."""
         gen = torch.Generator(device=self.kv.device).manual_seed(seed)
         self.kv.normal_(0.0, std, generator=gen)
@@ -66,7 +72,9 @@ class PagedKVCache(nn.Module):
     def add_sequence(self, n_tokens: int) -> int:
         """Allocate blocks for a sequence whose first n_tokens are already cached; returns its id."""
         if n_tokens < 0 or n_tokens > self.max_blocks_per_seq * self.block_size:
-            raise ValueError(f"n_tokens must be in [0, {self.max_blocks_per_seq * self.block_size}], got {n_tokens}")
+            raise ValueError(
+                f"n_tokens must be in [0, {self.max_blocks_per_seq * self.block_size}], got {n_tokens}"
+            )
         need = -(-n_tokens // self.block_size)
         if need > len(self._free):
             raise RuntimeError(f"KV pool exhausted: need {need} blocks, {len(self._free)} free")
@@ -127,7 +135,9 @@ class PagedKVCache(nn.Module):
         device = self.kv.device
         return {
             "positions": torch.tensor(positions, dtype=torch.long, device=device),
-            "block_tables": torch.tensor(tables, dtype=torch.int32, device=device).reshape(-1, self.max_blocks_per_seq),
+            "block_tables": torch.tensor(tables, dtype=torch.int32, device=device).reshape(
+                -1, self.max_blocks_per_seq
+            ),
             "slot_mapping": torch.tensor(slots, dtype=torch.long, device=device),
             "context_lens": torch.tensor(lens, dtype=torch.int32, device=device),
         }
@@ -138,8 +148,9 @@ def scratch_slot(row: int = 0, block_size: int = 1) -> int:
     return SCRATCH_BLOCK * block_size + row % block_size
 
 
-def pad_decode_inputs(inputs: dict[str, torch.Tensor], batch: int, input_ids: torch.Tensor | None = None,
-                      block_size: int = 1) -> dict[str, torch.Tensor]:
+def pad_decode_inputs(
+    inputs: dict[str, torch.Tensor], batch: int, input_ids: torch.Tensor | None = None, block_size: int = 1
+) -> dict[str, torch.Tensor]:
     """Pad a decode batch to `batch` rows with harmless rows aimed at the scratch block.
 
     A convenience for CPU tests and eager runs; the graph runner does the same into its
@@ -153,12 +164,23 @@ def pad_decode_inputs(inputs: dict[str, torch.Tensor], batch: int, input_ids: to
     width = inputs["block_tables"].shape[1]
     out = {
         "positions": torch.cat([inputs["positions"], torch.zeros(pad, dtype=torch.long, device=device)]),
-        "block_tables": torch.cat([inputs["block_tables"],
-                                   torch.full((pad, width), SCRATCH_BLOCK, dtype=torch.int32, device=device)]),
-        "slot_mapping": torch.cat([inputs["slot_mapping"],
-                                   torch.tensor([scratch_slot(r, block_size) for r in range(pad)],
-                                                dtype=torch.long, device=device)]),
-        "context_lens": torch.cat([inputs["context_lens"], torch.ones(pad, dtype=torch.int32, device=device)]),
+        "block_tables": torch.cat(
+            [
+                inputs["block_tables"],
+                torch.full((pad, width), SCRATCH_BLOCK, dtype=torch.int32, device=device),
+            ]
+        ),
+        "slot_mapping": torch.cat(
+            [
+                inputs["slot_mapping"],
+                torch.tensor(
+                    [scratch_slot(r, block_size) for r in range(pad)], dtype=torch.long, device=device
+                ),
+            ]
+        ),
+        "context_lens": torch.cat(
+            [inputs["context_lens"], torch.ones(pad, dtype=torch.int32, device=device)]
+        ),
     }
     if input_ids is not None:
         out["input_ids"] = torch.cat([input_ids, torch.zeros(pad, dtype=input_ids.dtype, device=device)])

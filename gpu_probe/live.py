@@ -6,15 +6,16 @@ on with the rest. `measure` wraps it into a schema-checked `ProbeResult` for the
 model, KV pool and captured graphs live in a `ProbeSession` (gpu_probe/session.py), built per
 run by the CLI and kept across runs by the page (`open_session`).
 """
+
 from __future__ import annotations
 
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpu_probe.config import PRESETS
 from core.probe_result import DEFAULT_BUCKETS, MODES, ProbeResult, load_result
+from gpu_probe.config import PRESETS
 
 if TYPE_CHECKING:  # gpu_probe.session imports torch
     from gpu_probe.session import ProbeSession
@@ -51,8 +52,14 @@ def validate_request(preset: str, batches, modes, buckets, steps: int, warmup: i
     for name, value, (lo, hi) in (("steps", steps, STEPS_RANGE), ("warmup", warmup, WARMUP_RANGE)):
         if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
             raise ValueError(f"{name} must be an integer in [{lo}, {hi}], got {value!r}")
-    return {"preset": preset, "batches": batches, "modes": [m for m in MODES if m in modes],
-            "buckets": buckets, "steps": steps, "warmup": warmup}
+    return {
+        "preset": preset,
+        "batches": batches,
+        "modes": [m for m in MODES if m in modes],
+        "buckets": buckets,
+        "steps": steps,
+        "warmup": warmup,
+    }
 
 
 def _positive_ints(values, what: str) -> list[int]:
@@ -66,8 +73,9 @@ def _positive_ints(values, what: str) -> list[int]:
     return sorted(set(ints))
 
 
-def measure(preset: str = "small", batches=DEFAULT_BATCHES, modes=MODES, progress=None, session=None,
-            **kwargs) -> ProbeResult:
+def measure(
+    preset: str = "small", batches=DEFAULT_BATCHES, modes=MODES, progress=None, session=None, **kwargs
+) -> ProbeResult:
     """Run the probe on this GPU and return the checked result (for the page).
 
     session: a `ProbeSession` from `open_session` to measure with, so its model and captured graphs
@@ -75,8 +83,13 @@ def measure(preset: str = "small", batches=DEFAULT_BATCHES, modes=MODES, progres
     return load_result(run_probe(preset, batches, modes, progress=progress, session=session, **kwargs))
 
 
-def open_session(preset: str = "small", rows: int = max(DEFAULT_BATCHES), buckets=DEFAULT_BUCKETS,
-                 graph_modes=("graph", "fused+graph"), progress=None) -> "ProbeSession":
+def open_session(
+    preset: str = "small",
+    rows: int = max(DEFAULT_BATCHES),
+    buckets=DEFAULT_BUCKETS,
+    graph_modes=("graph", "fused+graph"),
+    progress=None,
+) -> ProbeSession:
     """Build the model, its KV pool and the CUDA graphs once, for any number of `measure` calls."""
     from gpu_probe.session import ProbeSession
 
@@ -84,9 +97,19 @@ def open_session(preset: str = "small", rows: int = max(DEFAULT_BATCHES), bucket
     return ProbeSession(req["preset"], rows, req["buckets"], list(graph_modes), progress)
 
 
-def run_probe(preset: str = "small", batches=DEFAULT_BATCHES, modes=MODES, buckets=None, steps: int = 100,
-              warmup: int = 10, trace_dir=None, progress=None, command: str = "", checkpoint=None,
-              session=None) -> dict:
+def run_probe(
+    preset: str = "small",
+    batches=DEFAULT_BATCHES,
+    modes=MODES,
+    buckets=None,
+    steps: int = 100,
+    warmup: int = 10,
+    trace_dir=None,
+    progress=None,
+    command: str = "",
+    checkpoint=None,
+    session=None,
+) -> dict:
     """The whole probe as a result dict (see core.probe_result); `checkpoint(out)` after each run."""
     import torch
 
@@ -103,10 +126,17 @@ def run_probe(preset: str = "small", batches=DEFAULT_BATCHES, modes=MODES, bucke
     rows = max(max(req["batches"]), max(req["buckets"]))
     graph_modes = [mode for mode in ("graph", "fused+graph") if mode in req["modes"]]
     out = {
-        "schema": 1, "device": torch.cuda.get_device_name(), "torch": torch.__version__,
-        "cuda": str(torch.version.cuda), "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "command": command or f"gpu_probe.live.run_probe({req})", "runs": [], "captures": [], "checks": {},
-        "errors": [], "settings": {**req},
+        "schema": 1,
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "cuda": str(torch.version.cuda),
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": command or f"gpu_probe.live.run_probe({req})",
+        "runs": [],
+        "captures": [],
+        "checks": {},
+        "errors": [],
+        "settings": {**req},
     }
     say("measuring HBM copy bandwidth")
     out["hbm_copy_GBps"] = m.hbm_copy_GBps()

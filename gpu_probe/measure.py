@@ -10,6 +10,7 @@
 - checks: graph == eager per bucket, the KV canary, the padding assertion with the bug on
   and off, fused == unfused.
 """
+
 from __future__ import annotations
 
 import os
@@ -60,8 +61,12 @@ def time_steps(step, steps: int = 100, warmup: int = 10) -> dict:
         events.append((start, end))
     step_us = np.array([s.elapsed_time(e) * 1e3 for s, e in events])
     p10, med, p90 = np.percentile(step_us, [10, 50, 90])
-    return {"step_us_median": float(med), "step_us_p10": float(p10), "step_us_p90": float(p90),
-            "enqueue_us_median": float(np.median(enqueue))}
+    return {
+        "step_us_median": float(med),
+        "step_us_p10": float(p10),
+        "step_us_p90": float(p90),
+        "enqueue_us_median": float(np.median(enqueue)),
+    }
 
 
 def profile_step(step, label: str, trace_path: str | os.PathLike | None = None) -> TraceStep:
@@ -74,8 +79,11 @@ def profile_step(step, label: str, trace_path: str | os.PathLike | None = None) 
     path = Path(trace_path) if keep else Path(tempfile.mkstemp(suffix=".json")[1])
     try:
         schedule = torch.profiler.schedule(wait=0, warmup=1, active=1, repeat=1)
-        with torch.profiler.profile(activities=activities, schedule=schedule,
-                                    on_trace_ready=lambda p: p.export_chrome_trace(str(path))) as prof:
+        with torch.profiler.profile(
+            activities=activities,
+            schedule=schedule,
+            on_trace_ready=lambda p: p.export_chrome_trace(str(path)),
+        ) as prof:
             for _ in range(2):
                 with torch.profiler.record_function(STEP_ANNOTATION):
                     step()
@@ -87,19 +95,36 @@ def profile_step(step, label: str, trace_path: str | os.PathLike | None = None) 
             path.unlink(missing_ok=True)
 
 
-def run_record(mode: str, batch: int, timing: dict, traced: TraceStep, n_layers: int,
-               bucket: int | None = None, eager_fallback: bool = False) -> dict:
+def run_record(
+    mode: str,
+    batch: int,
+    timing: dict,
+    traced: TraceStep,
+    n_layers: int,
+    bucket: int | None = None,
+    eager_fallback: bool = False,
+) -> dict:
     """One entry of the result's `runs` (see core.probe_result for the fields)."""
     m = traced.timeline.metrics()
     per_layer, exact = kernels_per_layer(traced.kernel_names, n_layers)
     return {
-        "mode": mode, "batch": batch, "bucket": bucket,
-        "padded_rows": (bucket - batch) if bucket else 0, "eager_fallback": eager_fallback,
+        "mode": mode,
+        "batch": batch,
+        "bucket": bucket,
+        "padded_rows": (bucket - batch) if bucket else 0,
+        "eager_fallback": eager_fallback,
         **timing,
-        "kernels_per_step": traced.kernels_per_step, "kernels_per_layer": per_layer,
-        "kernels_per_layer_exact": exact, "launches": traced.launches, "graph_launches": traced.graph_launches,
-        "cpu_launch_us": m.cpu_launch_us, "gpu_busy_us": m.gpu_busy_us, "utilisation": m.utilisation,
-        "bound_by": m.bound_by, "idle_us": m.idle_us, "timeline": traced.timeline.to_dict(),
+        "kernels_per_step": traced.kernels_per_step,
+        "kernels_per_layer": per_layer,
+        "kernels_per_layer_exact": exact,
+        "launches": traced.launches,
+        "graph_launches": traced.graph_launches,
+        "cpu_launch_us": m.cpu_launch_us,
+        "gpu_busy_us": m.gpu_busy_us,
+        "utilisation": m.utilisation,
+        "bound_by": m.bound_by,
+        "idle_us": m.idle_us,
+        "timeline": traced.timeline.to_dict(),
     }
 
 
@@ -142,13 +167,28 @@ def check_graph_vs_eager(runner: GraphRunner, model, batch, tolerance: float | N
             err = _rel_err(graph_out, eager)
             ok = exact and err <= tolerance and quiet
             passed, canary = passed and ok, canary and quiet
-            per_bucket.append({"bucket": bucket, "batch": n, "bit_exact_vs_padded_eager": exact,
-                               "rel_err_vs_unpadded_eager": err, "kv_canary_quiet": quiet, "passed": ok})
-    detail = (f"{sum(r['passed'] for r in per_bucket)}/{len(per_bucket)} buckets: graph replay bit-exact with an "
-              f"eager step on the same padded inputs, real rows within {tolerance:g} of an unpadded eager step")
-    return {"graph_vs_eager": {"passed": passed, "detail": detail, "buckets": per_bucket},
-            "kv_canary": {"passed": canary, "detail": "real sequences' KV blocks unchanged by every replay "
-                          "except the slots they were meant to write"}}
+            per_bucket.append(
+                {
+                    "bucket": bucket,
+                    "batch": n,
+                    "bit_exact_vs_padded_eager": exact,
+                    "rel_err_vs_unpadded_eager": err,
+                    "kv_canary_quiet": quiet,
+                    "passed": ok,
+                }
+            )
+    detail = (
+        f"{sum(r['passed'] for r in per_bucket)}/{len(per_bucket)} buckets: graph replay bit-exact with an "
+        f"eager step on the same padded inputs, real rows within {tolerance:g} of an unpadded eager step"
+    )
+    return {
+        "graph_vs_eager": {"passed": passed, "detail": detail, "buckets": per_bucket},
+        "kv_canary": {
+            "passed": canary,
+            "detail": "real sequences' KV blocks unchanged by every replay "
+            "except the slots they were meant to write",
+        },
+    }
 
 
 def check_padding_assertion(runner: GraphRunner, batch, canary_sizes=None) -> dict:
@@ -185,14 +225,20 @@ def check_padding_assertion(runner: GraphRunner, batch, canary_sizes=None) -> di
     padded_canary = [n for n in canary_sizes if n in need]
     canary_ok = canary_hits == set(padded_canary)
     passed = fired_bug == need and not fired_safe and canary_ok
-    return {"padding_assertion": {
-        "passed": passed,
-        "detail": f"bug on: fired for {len(fired_bug)} of the {len(need)} batch sizes in 1..{runner.max_bucket} that "
-                  f"need padding and {len(fired_bug - need)} others; bug off: fired {len(fired_safe)} times; "
-                  f"KV canary caught the write at {len(canary_hits & need)}/{len(padded_canary)} padded sizes tried",
-        "sizes_needing_padding": len(need), "fired_with_bug": len(fired_bug & need),
-        "fired_without_padding": len(fired_bug - need), "fired_with_fix": len(fired_safe),
-        "canary_sizes": canary_sizes, "canary_fired": sorted(canary_hits)}}
+    return {
+        "padding_assertion": {
+            "passed": passed,
+            "detail": f"bug on: fired for {len(fired_bug)} of the {len(need)} batch sizes in 1..{runner.max_bucket} that "
+            f"need padding and {len(fired_bug - need)} others; bug off: fired {len(fired_safe)} times; "
+            f"KV canary caught the write at {len(canary_hits & need)}/{len(padded_canary)} padded sizes tried",
+            "sizes_needing_padding": len(need),
+            "fired_with_bug": len(fired_bug & need),
+            "fired_without_padding": len(fired_bug - need),
+            "fired_with_fix": len(fired_safe),
+            "canary_sizes": canary_sizes,
+            "canary_fired": sorted(canary_hits),
+        }
+    }
 
 
 def check_fused_vs_unfused(model, batch, sizes=(1, 8), tolerance: float | None = None) -> dict:
@@ -210,5 +256,10 @@ def check_fused_vs_unfused(model, batch, sizes=(1, 8), tolerance: float | None =
             errs[n] = _rel_err(model(**rows), ref)
     model.fused = saved
     passed = all(e <= tolerance for e in errs.values()) and bool(errs)
-    return {"fused_vs_unfused": {"passed": passed, "rel_err": {str(k): v for k, v in errs.items()},
-                                 "detail": f"fused logits within {tolerance:g} (relative) of the unfused ones"}}
+    return {
+        "fused_vs_unfused": {
+            "passed": passed,
+            "rel_err": {str(k): v for k, v in errs.items()},
+            "detail": f"fused logits within {tolerance:g} (relative) of the unfused ones",
+        }
+    }

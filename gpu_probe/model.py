@@ -8,6 +8,7 @@ Same weights, two forwards (after gpt-fast's model.py and nano-vllm's layers):
 
 Randomly initialised from cfg.seed; nothing is downloaded.
 """
+
 from __future__ import annotations
 
 import math
@@ -23,39 +24,85 @@ from gpu_probe.kv_cache import PagedKVCache
 # One row per fused kernel of a layer: the unfused ops it replaces and the intermediate
 # activations (per token) that no longer make a round trip through HBM.
 FUSIONS: tuple[dict, ...] = (
-    {"kernel": "rmsnorm_qkv", "where": "kernels/linear.py",
-     "merges": ["RMSNorm (square, mean, rsqrt, scale, weight)", "q_proj", "k_proj", "v_proj"],
-     "how": "norm weight folded into the packed QKV weight; 1/rms from the sum of squares "
-            "accumulated while x streams through the GEMM, applied in the epilogue",
-     "intermediates_removed": ["normed x", "fp32 copy of x", "variance", "x * rsqrt"]},
-    {"kernel": "paged_attention", "where": "kernels/attention.py",
-     "merges": ["RoPE(q)", "RoPE(k)", "K/V write into the paged cache", "block-table gather",
-                "QK^T", "mask", "softmax", "PV"],
-     "how": "rotates q and the new k in registers, writes k/v at slot_mapping, online softmax over "
-            "the blocks the table lists on tensor cores; at small batch the context is split over "
-            "several programs and one small extra kernel merges the splits",
-     "intermediates_removed": ["rotated q", "rotated k", "cos/sin gathers", "gathered K", "gathered V",
-                               "scores", "probabilities"]},
-    {"kernel": "o_proj_residual", "where": "kernels/linear.py",
-     "merges": ["o_proj", "residual add"],
-     "how": "residual added in the GEMM epilogue",
-     "intermediates_removed": ["o_proj output"]},
-    {"kernel": "rmsnorm_gate_up_swiglu", "where": "kernels/linear.py",
-     "merges": ["RMSNorm", "gate_proj", "up_proj", "SiLU", "multiply"],
-     "how": "packed gate/up weight (norm folded in), two accumulators, silu(gate) * up in the epilogue",
-     "intermediates_removed": ["normed x", "fp32 copy of x", "variance", "x * rsqrt", "gate", "up", "silu(gate)"]},
-    {"kernel": "down_residual", "where": "kernels/linear.py",
-     "merges": ["down_proj", "residual add"],
-     "how": "residual added in the GEMM epilogue",
-     "intermediates_removed": ["down output"]},
+    {
+        "kernel": "rmsnorm_qkv",
+        "where": "kernels/linear.py",
+        "merges": ["RMSNorm (square, mean, rsqrt, scale, weight)", "q_proj", "k_proj", "v_proj"],
+        "how": "norm weight folded into the packed QKV weight; 1/rms from the sum of squares "
+        "accumulated while x streams through the GEMM, applied in the epilogue",
+        "intermediates_removed": ["normed x", "fp32 copy of x", "variance", "x * rsqrt"],
+    },
+    {
+        "kernel": "paged_attention",
+        "where": "kernels/attention.py",
+        "merges": [
+            "RoPE(q)",
+            "RoPE(k)",
+            "K/V write into the paged cache",
+            "block-table gather",
+            "QK^T",
+            "mask",
+            "softmax",
+            "PV",
+        ],
+        "how": "rotates q and the new k in registers, writes k/v at slot_mapping, online softmax over "
+        "the blocks the table lists on tensor cores; at small batch the context is split over "
+        "several programs and one small extra kernel merges the splits",
+        "intermediates_removed": [
+            "rotated q",
+            "rotated k",
+            "cos/sin gathers",
+            "gathered K",
+            "gathered V",
+            "scores",
+            "probabilities",
+        ],
+    },
+    {
+        "kernel": "o_proj_residual",
+        "where": "kernels/linear.py",
+        "merges": ["o_proj", "residual add"],
+        "how": "residual added in the GEMM epilogue",
+        "intermediates_removed": ["o_proj output"],
+    },
+    {
+        "kernel": "rmsnorm_gate_up_swiglu",
+        "where": "kernels/linear.py",
+        "merges": ["RMSNorm", "gate_proj", "up_proj", "SiLU", "multiply"],
+        "how": "packed gate/up weight (norm folded in), two accumulators, silu(gate) * up in the epilogue",
+        "intermediates_removed": [
+            "normed x",
+            "fp32 copy of x",
+            "variance",
+            "x * rsqrt",
+            "gate",
+            "up",
+            "silu(gate)",
+        ],
+    },
+    {
+        "kernel": "down_residual",
+        "where": "kernels/linear.py",
+        "merges": ["down_proj", "residual add"],
+        "how": "residual added in the GEMM epilogue",
+        "intermediates_removed": ["down output"],
+    },
 )
 FUSED_KERNELS_PER_LAYER = len(FUSIONS)  # plus the split-merge kernel at small batch: see kernels_per_layer()
 
 
 def fusion_report() -> list[dict]:
     """FUSIONS as table rows (counts included) for the probe's result and page."""
-    return [{"kernel": f["kernel"], "merges": " + ".join(f["merges"]), "ops_merged": len(f["merges"]),
-             "intermediates_removed": len(f["intermediates_removed"]), "how": f["how"]} for f in FUSIONS]
+    return [
+        {
+            "kernel": f["kernel"],
+            "merges": " + ".join(f["merges"]),
+            "ops_merged": len(f["merges"]),
+            "intermediates_removed": len(f["intermediates_removed"]),
+            "how": f["how"],
+        }
+        for f in FUSIONS
+    ]
 
 
 def rope_tables(cfg: ProbeModelConfig, device=None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -113,8 +160,13 @@ class ProbeModel(nn.Module):
     All shapes are static and nothing syncs with the host, so a step can be captured in a CUDA graph.
     """
 
-    def __init__(self, cfg: ProbeModelConfig | str = "tiny", device=None, num_blocks: int | None = None,
-                 fused: bool = False):
+    def __init__(
+        self,
+        cfg: ProbeModelConfig | str = "tiny",
+        device=None,
+        num_blocks: int | None = None,
+        fused: bool = False,
+    ):
         super().__init__()
         cfg = get_config(cfg) if isinstance(cfg, str) else cfg
         device = torch.device(device) if device is not None else torch.device("cpu")
@@ -127,16 +179,23 @@ class ProbeModel(nn.Module):
         gen = torch.Generator(device=device).manual_seed(cfg.seed)
         # A tied table is also the LM head, so it gets the LM head's scale.
         embed_scale = 1 / math.sqrt(cfg.hidden) if cfg.tie_embeddings else 1.0
-        self.tok_embeddings = nn.Parameter((torch.randn(cfg.vocab, cfg.hidden, generator=gen, device=device)
-                                            * embed_scale).to(dtype), requires_grad=False)
+        self.tok_embeddings = nn.Parameter(
+            (torch.randn(cfg.vocab, cfg.hidden, generator=gen, device=device) * embed_scale).to(dtype),
+            requires_grad=False,
+        )
         self.layers = nn.ModuleList(DecoderLayer(cfg, gen, device, dtype) for _ in range(cfg.n_layers))
-        self.final_norm = nn.Parameter((1.0 + 0.1 * torch.randn(cfg.hidden, generator=gen, device=device))
-                                       .to(dtype), requires_grad=False)
+        self.final_norm = nn.Parameter(
+            (1.0 + 0.1 * torch.randn(cfg.hidden, generator=gen, device=device)).to(dtype), requires_grad=False
+        )
         if cfg.tie_embeddings:
             self.lm_head = self.tok_embeddings  # the same Parameter: parameters() lists it once
         else:
-            self.lm_head = nn.Parameter((torch.randn(cfg.vocab, cfg.hidden, generator=gen, device=device)
-                                         / math.sqrt(cfg.hidden)).to(dtype), requires_grad=False)
+            self.lm_head = nn.Parameter(
+                (torch.randn(cfg.vocab, cfg.hidden, generator=gen, device=device) / math.sqrt(cfg.hidden)).to(
+                    dtype
+                ),
+                requires_grad=False,
+            )
         self.kv_cache = PagedKVCache(cfg, num_blocks=num_blocks, device=device, dtype=dtype)
         cos, sin = rope_tables(cfg, device)
         self.register_buffer("rope_cos", cos, persistent=False)
@@ -163,8 +222,11 @@ class ProbeModel(nn.Module):
     def weight_bytes(self) -> int:
         """Bytes of weights one decode step reads (all but an untied embedding table, which is only
         gathered row by row; a tied one is read whole as the LM head)."""
-        return sum(p.numel() * p.element_size() for n, p in self.named_parameters()
-                   if n != "tok_embeddings" or self.cfg.tie_embeddings)
+        return sum(
+            p.numel() * p.element_size()
+            for n, p in self.named_parameters()
+            if n != "tok_embeddings" or self.cfg.tie_embeddings
+        )
 
     @staticmethod
     def fusion_report() -> list[dict]:
@@ -204,18 +266,36 @@ class ProbeModel(nn.Module):
         return max(1, min(16, self.cfg.max_blocks_per_seq, -(-target // programs)))
 
     # ---- forwards ------------------------------------------------------------------------------
-    def forward(self, input_ids, positions, block_tables, slot_mapping, context_lens,
-                logits_out: torch.Tensor | None = None, workspace: dict | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        input_ids,
+        positions,
+        block_tables,
+        slot_mapping,
+        context_lens,
+        logits_out: torch.Tensor | None = None,
+        workspace: dict | None = None,
+    ) -> torch.Tensor:
         """logits_out: a [B, vocab] tensor (model dtype, contiguous rows) the LM head writes into and
         that is returned, e.g. a graph runner's static buffer kept outside the graph pool.
         workspace: `fused_workspace` buffers (at least B rows) for the fused path's activations."""
         if self.fused:
-            return self.fused_forward(input_ids, positions, block_tables, slot_mapping, context_lens, logits_out,
-                                      workspace)
-        return self.unfused_forward(input_ids, positions, block_tables, slot_mapping, context_lens, logits_out)
+            return self.fused_forward(
+                input_ids, positions, block_tables, slot_mapping, context_lens, logits_out, workspace
+            )
+        return self.unfused_forward(
+            input_ids, positions, block_tables, slot_mapping, context_lens, logits_out
+        )
 
-    def unfused_forward(self, input_ids, positions, block_tables, slot_mapping, context_lens,
-                        logits_out: torch.Tensor | None = None) -> torch.Tensor:
+    def unfused_forward(
+        self,
+        input_ids,
+        positions,
+        block_tables,
+        slot_mapping,
+        context_lens,
+        logits_out: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         cfg = self.cfg
         batch = input_ids.shape[0]
         h = F.embedding(input_ids, self.tok_embeddings)
@@ -274,13 +354,25 @@ class ProbeModel(nn.Module):
         allocator gives any 1-10 MiB request in a pool a whole 20 MiB segment.
         """
         cfg = self.cfg
-        return {"qkv": torch.empty((rows, cfg.q_size + 2 * cfg.kv_size), dtype=self.dtype, device=self.device),
-                "act": torch.empty((rows, cfg.ffn), dtype=self.dtype, device=self.device)}
+        return {
+            "qkv": torch.empty((rows, cfg.q_size + 2 * cfg.kv_size), dtype=self.dtype, device=self.device),
+            "act": torch.empty((rows, cfg.ffn), dtype=self.dtype, device=self.device),
+        }
 
-    def fused_forward(self, input_ids, positions, block_tables, slot_mapping, context_lens,
-                      logits_out: torch.Tensor | None = None, workspace: dict | None = None) -> torch.Tensor:
+    def fused_forward(
+        self,
+        input_ids,
+        positions,
+        block_tables,
+        slot_mapping,
+        context_lens,
+        logits_out: torch.Tensor | None = None,
+        workspace: dict | None = None,
+    ) -> torch.Tensor:
         if self.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
-            raise RuntimeError("the fused path needs CUDA, or TRITON_INTERPRET=1 set before triton is imported")
+            raise RuntimeError(
+                "the fused path needs CUDA, or TRITON_INTERPRET=1 set before triton is imported"
+            )
         from gpu_probe.kernels import fused_linear, paged_decode_attention
         from gpu_probe.kernels.linear import GEMV_MAX_ROWS
 
@@ -294,10 +386,24 @@ class ProbeModel(nn.Module):
         for index, layer in enumerate(self.layers):
             qkv = fused_linear(h, layer.w_qkv_folded, rms_eps=cfg.norm_eps, out=qkv_out, pdl=pdl)
             k_cache, v_cache = self.kv_cache.layer(index)
-            attn = paged_decode_attention(qkv, positions, block_tables, slot_mapping, context_lens,
-                                          k_cache, v_cache, self.rope_cos, self.rope_sin,
-                                          cfg.n_heads, cfg.n_kv_heads, splits, pdl=pdl)
+            attn = paged_decode_attention(
+                qkv,
+                positions,
+                block_tables,
+                slot_mapping,
+                context_lens,
+                k_cache,
+                v_cache,
+                self.rope_cos,
+                self.rope_sin,
+                cfg.n_heads,
+                cfg.n_kv_heads,
+                splits,
+                pdl=pdl,
+            )
             h = fused_linear(attn, layer.wo, residual=h, pdl=pdl)
-            act = fused_linear(h, layer.w_gate_up_folded, rms_eps=cfg.norm_eps, swiglu=True, out=act_out, pdl=pdl)
+            act = fused_linear(
+                h, layer.w_gate_up_folded, rms_eps=cfg.norm_eps, swiglu=True, out=act_out, pdl=pdl
+            )
             h = fused_linear(act, layer.w_down, residual=h, pdl=pdl)
         return fused_linear(h, self.lm_head_folded, rms_eps=cfg.norm_eps, out=logits_out, pdl=pdl)

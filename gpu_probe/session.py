@@ -7,6 +7,7 @@ graphs' static buffers are shared, so callers serialise capture and replay with 
 Errors never escape: an out-of-memory error while building or measuring is recorded and the
 rest goes on, so what was gathered is still written.
 """
+
 from __future__ import annotations
 
 import torch
@@ -33,7 +34,7 @@ def run_check(checks: dict, errors: list[str], name: str, say, fn, *args) -> Non
     """Merge fn(*args)'s check results into `checks`; a check that raises is a failed check, not a lost run."""
     try:
         checks.update(fn(*args))
-    except Exception as err:  # noqa: BLE001
+    except Exception as err:
         record_failure(errors, f"check {name}", err, say)
         checks[name] = {"passed": False, "detail": f"raised {type(err).__name__}"}
 
@@ -49,13 +50,21 @@ class ProbeSession:
         self.runners: dict[str, GraphRunner] = {}
         self.static: dict[str, int] = {}
         self.model = self.batch = self.peer = None
-        self.model_info = {"config": cfg.to_dict(), "n_params": cfg.n_params,
-                           "weight_bytes": cfg.n_params * cfg.bytes_per_el, "read_bytes": cfg.weight_bytes}
+        self.model_info = {
+            "config": cfg.to_dict(),
+            "n_params": cfg.n_params,
+            "weight_bytes": cfg.n_params * cfg.bytes_per_el,
+            "read_bytes": cfg.weight_bytes,
+        }
         self._build(progress or (lambda msg: None))
 
     def serves(self, preset: str, rows: int, buckets, graph_modes) -> bool:
-        return (preset == self.cfg.name and rows <= self.rows and list(buckets) == self.buckets
-                and set(graph_modes) <= set(self.graph_modes))
+        return (
+            preset == self.cfg.name
+            and rows <= self.rows
+            and list(buckets) == self.buckets
+            and set(graph_modes) <= set(self.graph_modes)
+        )
 
     def describe(self) -> str:
         return f"preset {self.cfg.name}, {self.rows} rows, buckets {self.buckets}, graphs {self.graph_modes}"
@@ -72,14 +81,20 @@ class ProbeSession:
                 model = ProbeModel(cfg, device="cuda", num_blocks=self.num_blocks)
                 model.kv_cache.fill_random_(seed=cfg.seed + 1)
                 self.batch = make_batch(model, self.rows, seed=cfg.seed + 2)
-        except Exception as err:  # noqa: BLE001
-            record_failure(self.errors, f"building the model and a KV pool for {self.rows} sequences", err, say)
+        except Exception as err:
+            record_failure(
+                self.errors, f"building the model and a KV pool for {self.rows} sequences", err, say
+            )
             return
         self.model = model
         params = list(model.parameters())
-        self.model_info = {"config": cfg.to_dict(), "n_params": sum(p.numel() for p in params),
-                           "weight_bytes": sum(p.numel() * p.element_size() for p in params),
-                           "read_bytes": model.weight_bytes, "fusions": model.fusion_report()}
+        self.model_info = {
+            "config": cfg.to_dict(),
+            "n_params": sum(p.numel() for p in params),
+            "weight_bytes": sum(p.numel() * p.element_size() for p in params),
+            "read_bytes": model.weight_bytes,
+            "fusions": model.fusion_report(),
+        }
         self._check("fused_vs_unfused", say, m.check_fused_vs_unfused, model, self.batch)
         for mode, fused in (("graph", False), ("fused+graph", True)):
             if mode in self.graph_modes:
@@ -89,16 +104,18 @@ class ProbeSession:
             say("checking the padding assertion with the bug on and off")
             self._check("padding_assertion", say, m.check_padding_assertion, runner, self.batch)
             # Allocated once outside the graph pool (inputs, logits, fused workspace): not in any graph_mem_bytes.
-            self.static = {"static_buffer_bytes": runner.static_buffer_bytes,
-                           "static_logits_bytes": runner.static_logits_bytes,
-                           "static_workspace_bytes": runner.workspace_bytes}
+            self.static = {
+                "static_buffer_bytes": runner.static_buffer_bytes,
+                "static_logits_bytes": runner.static_logits_bytes,
+                "static_workspace_bytes": runner.workspace_bytes,
+            }
 
     def _capture(self, mode: str, fused: bool, say) -> None:
         variant = "fused" if fused else "unfused"
         self.model.fused = fused
         try:
             runner = GraphRunner(self.model, buckets=self.buckets, progress=lambda s: say(f"{variant}: {s}"))
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:
             record_failure(self.errors, f"capturing {variant} graphs", err, say)
             return
         self.runners[mode] = runner
@@ -109,7 +126,7 @@ class ProbeSession:
                 merged = self.checks.setdefault(name, {"passed": True, "detail": result["detail"]})
                 merged["passed"] = merged["passed"] and result["passed"]
                 merged[variant] = result
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:
             record_failure(self.errors, f"check graph_vs_eager ({variant})", err, say)
             self.checks["graph_vs_eager"] = {"passed": False, "detail": f"raised {type(err).__name__}"}
 
@@ -134,7 +151,7 @@ class ProbeSession:
                         continue
                     step = lambda rows=rows: self.peer(rows)  # noqa: E731
                 elif mode in ("eager", "fused"):
-                    step = lambda inputs=rows.as_dict(), fused=mode == "fused": self._eager(inputs, fused)  # noqa: E731
+                    step = lambda inputs=rows.as_dict(), fused=mode == "fused": self._eager(inputs, fused)  # noqa: E731, B008 - bound now, on purpose
                 elif mode in self.runners:
                     runner = self.runners[mode]
                     bucket = bucket_for(n, runner.buckets)
@@ -145,8 +162,14 @@ class ProbeSession:
                 self._time(out, mode, n, step, req, bucket, fallback, say, trace_dir, checkpoint)
         if compile_ran and self.peer is not None:
             seen = [r["graph_launches"] > 0 for r in out["runs"] if r["mode"] == "compile"]
-            run_check(out["checks"], out["errors"], "compile_cudagraphs", say, self.peer.check,
-                      all(seen) if seen else None)
+            run_check(
+                out["checks"],
+                out["errors"],
+                "compile_cudagraphs",
+                say,
+                self.peer.check,
+                all(seen) if seen else None,
+            )
 
     def _eager(self, inputs: dict, fused: bool):
         self.model.fused = fused
@@ -159,7 +182,7 @@ class ProbeSession:
         try:
             self.peer.warm(rows)
             return True
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:
             record_failure(errors, f"compile at batch {n}", err, say)
             return False
 
@@ -169,9 +192,10 @@ class ProbeSession:
         try:
             with torch.no_grad():
                 timing = m.time_steps(step, steps=req["steps"], warmup=req["warmup"])
-                traced = m.profile_step(step, label=f"{mode} · batch {n}",
-                                        trace_path=trace_dir / slug if trace_dir else None)
-        except Exception as err:  # noqa: BLE001
+                traced = m.profile_step(
+                    step, label=f"{mode} · batch {n}", trace_path=trace_dir / slug if trace_dir else None
+                )
+        except Exception as err:
             record_failure(out["errors"], f"{mode} at batch {n}", err, say)
             return
         out["runs"].append(m.run_record(mode, n, timing, traced, self.cfg.n_layers, bucket, fallback))

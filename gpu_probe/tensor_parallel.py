@@ -26,6 +26,7 @@ over a process group by default (NCCL on CUDA, gloo on CPU); the tests pass a gl
 yet been run on two GPUs (no two-GPU machine was lent); only the sharded model, its checks and
 the CPU path are tested (tests/test_tensor_parallel.py, gloo).
 """
+
 from __future__ import annotations
 
 import json
@@ -65,18 +66,24 @@ def shard_config(cfg: ProbeModelConfig, tp: int) -> ProbeModelConfig:
     check_tp(cfg, tp)
     if tp == 1:
         return cfg
-    return replace(cfg, name=f"{cfg.name}-tp{tp}-shard", hidden=cfg.hidden // tp, n_heads=cfg.n_heads // tp,
-                   n_kv_heads=cfg.n_kv_heads // tp, ffn=cfg.ffn // tp)
+    return replace(
+        cfg,
+        name=f"{cfg.name}-tp{tp}-shard",
+        hidden=cfg.hidden // tp,
+        n_heads=cfg.n_heads // tp,
+        n_kv_heads=cfg.n_kv_heads // tp,
+        ffn=cfg.ffn // tp,
+    )
 
 
 def _rows(w: torch.Tensor, rank: int, tp: int) -> torch.Tensor:
     size = w.shape[0] // tp
-    return w[rank * size:(rank + 1) * size].contiguous()
+    return w[rank * size : (rank + 1) * size].contiguous()
 
 
 def _cols(w: torch.Tensor, rank: int, tp: int) -> torch.Tensor:
     size = w.shape[1] // tp
-    return w[:, rank * size:(rank + 1) * size].contiguous()
+    return w[:, rank * size : (rank + 1) * size].contiguous()
 
 
 def _frozen(t: torch.Tensor) -> nn.Parameter:
@@ -89,8 +96,9 @@ class TensorParallelModel(ProbeModel):
     Every rank must run the same steps in the same order: each forward makes 2·n_layers all-reduces.
     """
 
-    def __init__(self, base: ProbeModel, rank: int, tp: int, all_reduce=None, group=None,
-                 num_blocks: int | None = None):
+    def __init__(
+        self, base: ProbeModel, rank: int, tp: int, all_reduce=None, group=None, num_blocks: int | None = None
+    ):
         nn.Module.__init__(self)  # the weights come from `base`, not from a fresh initialisation
         full = base.cfg
         tp = check_tp(full, tp)
@@ -98,7 +106,9 @@ class TensorParallelModel(ProbeModel):
             raise ValueError(f"rank must be an integer in [0, {tp}), got {rank!r}")
         self.full_cfg, self.cfg = full, shard_config(full, tp)
         self.rank, self.tp, self.fused, self.dtype, self.pdl = rank, tp, base.fused, base.dtype, base.pdl
-        self.all_reduce = all_reduce if all_reduce is not None else (lambda t: dist.all_reduce(t, group=group))
+        self.all_reduce = (
+            all_reduce if all_reduce is not None else (lambda t: dist.all_reduce(t, group=group))
+        )
         self.tok_embeddings = base.tok_embeddings
         self.final_norm, self.lm_head = base.final_norm, base.lm_head
         # Head-contiguous split: query heads [r·hq, (r+1)·hq) read KV heads [r·hk, (r+1)·hk).
@@ -120,8 +130,17 @@ class TensorParallelModel(ProbeModel):
         self.pack_fused_weights()  # folds the (replicated) norm weights into this rank's packed shards
 
     @classmethod
-    def from_config(cls, cfg: ProbeModelConfig | str, rank: int, tp: int, device=None, all_reduce=None,
-                    group=None, num_blocks: int | None = None, fused: bool = False) -> TensorParallelModel:
+    def from_config(
+        cls,
+        cfg: ProbeModelConfig | str,
+        rank: int,
+        tp: int,
+        device=None,
+        all_reduce=None,
+        group=None,
+        num_blocks: int | None = None,
+        fused: bool = False,
+    ) -> TensorParallelModel:
         """Build the full model from cfg.seed (every rank gets the same weights), keep this rank's shard."""
         cfg = get_config(cfg) if isinstance(cfg, str) else cfg
         check_tp(cfg, tp)
@@ -146,8 +165,15 @@ class TensorParallelModel(ProbeModel):
         return self.full_cfg.hidden * self.dtype.itemsize
 
     # ---- forwards ------------------------------------------------------------------------------
-    def unfused_forward(self, input_ids, positions, block_tables, slot_mapping, context_lens,
-                        logits_out: torch.Tensor | None = None) -> torch.Tensor:
+    def unfused_forward(
+        self,
+        input_ids,
+        positions,
+        block_tables,
+        slot_mapping,
+        context_lens,
+        logits_out: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         cfg = self.cfg  # the shard's head counts and widths
         batch = input_ids.shape[0]
         h = F.embedding(input_ids, self.tok_embeddings)
@@ -181,10 +207,20 @@ class TensorParallelModel(ProbeModel):
             return x @ self.lm_head.t()
         return torch.mm(x, self.lm_head.t(), out=logits_out)
 
-    def fused_forward(self, input_ids, positions, block_tables, slot_mapping, context_lens,
-                      logits_out: torch.Tensor | None = None, workspace: dict | None = None) -> torch.Tensor:
+    def fused_forward(
+        self,
+        input_ids,
+        positions,
+        block_tables,
+        slot_mapping,
+        context_lens,
+        logits_out: torch.Tensor | None = None,
+        workspace: dict | None = None,
+    ) -> torch.Tensor:
         if self.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
-            raise RuntimeError("the fused path needs CUDA, or TRITON_INTERPRET=1 set before triton is imported")
+            raise RuntimeError(
+                "the fused path needs CUDA, or TRITON_INTERPRET=1 set before triton is imported"
+            )
         from gpu_probe.kernels import fused_linear, paged_decode_attention
         from gpu_probe.kernels.linear import GEMV_MAX_ROWS
 
@@ -199,13 +235,27 @@ class TensorParallelModel(ProbeModel):
         for index, layer in enumerate(self.layers):
             qkv = fused_linear(h, layer.w_qkv_folded, rms_eps=cfg.norm_eps, out=qkv_out, pdl=pdl)
             k_cache, v_cache = self.kv_cache.layer(index)
-            attn = paged_decode_attention(qkv, positions, block_tables, slot_mapping, context_lens,
-                                          k_cache, v_cache, self.rope_cos, self.rope_sin,
-                                          cfg.n_heads, cfg.n_kv_heads, splits, pdl=pdl)
+            attn = paged_decode_attention(
+                qkv,
+                positions,
+                block_tables,
+                slot_mapping,
+                context_lens,
+                k_cache,
+                v_cache,
+                self.rope_cos,
+                self.rope_sin,
+                cfg.n_heads,
+                cfg.n_kv_heads,
+                splits,
+                pdl=pdl,
+            )
             h_next = fused_linear(attn, layer.wo, residual=h if owner else None, pdl=pdl)
             self.all_reduce(h_next)
             h = h_next
-            act = fused_linear(h, layer.w_gate_up_folded, rms_eps=cfg.norm_eps, swiglu=True, out=act_out, pdl=pdl)
+            act = fused_linear(
+                h, layer.w_gate_up_folded, rms_eps=cfg.norm_eps, swiglu=True, out=act_out, pdl=pdl
+            )
             h_next = fused_linear(act, layer.w_down, residual=h if owner else None, pdl=pdl)
             self.all_reduce(h_next)
             h = h_next
@@ -214,9 +264,18 @@ class TensorParallelModel(ProbeModel):
 
 # ---- checks (CPU tests and the CUDA run use the same ones) ---------------------------------------
 @torch.no_grad()
-def check_sharded_vs_unsharded(cfg: ProbeModelConfig, rank: int, tp: int, device=None, all_reduce=None,
-                               group=None, sizes=(1, 3), fused: bool = False, seed: int = 0,
-                               tolerance: float | None = None) -> dict:
+def check_sharded_vs_unsharded(
+    cfg: ProbeModelConfig,
+    rank: int,
+    tp: int,
+    device=None,
+    all_reduce=None,
+    group=None,
+    sizes=(1, 3),
+    fused: bool = False,
+    seed: int = 0,
+    tolerance: float | None = None,
+) -> dict:
     """Logits of this rank's shard == the unsharded model's, on the same weights and the same random KV.
 
     Every rank builds the full model (small KV pool) and fills its cache from one seed, so no
@@ -238,19 +297,35 @@ def check_sharded_vs_unsharded(cfg: ProbeModelConfig, rank: int, tp: int, device
         rows = batch.head(n).as_dict()
         errs[n] = _rel_err(shard(**rows), full(**rows))
     # The same slots were written: the shard's cache must equal the full one's heads.
-    kv_equal = bool(torch.allclose(shard.kv_cache.kv, full.kv_cache.kv[..., shard.kv_heads, :],
-                                   rtol=tolerance, atol=tolerance))
+    kv_equal = bool(
+        torch.allclose(
+            shard.kv_cache.kv, full.kv_cache.kv[..., shard.kv_heads, :], rtol=tolerance, atol=tolerance
+        )
+    )
     passed = all(e <= tolerance for e in errs.values()) and kv_equal
-    return {"sharded_vs_unsharded": {
-        "passed": passed, "rank": rank, "tp": tp, "fused": fused, "rel_err": {str(k): v for k, v in errs.items()},
-        "kv_shard_matches": kv_equal,
-        "detail": f"rank {rank} of {tp}: logits within {tolerance:g} (relative) of the unsharded model's, "
-                  f"KV written into this rank's heads only"}}
+    return {
+        "sharded_vs_unsharded": {
+            "passed": passed,
+            "rank": rank,
+            "tp": tp,
+            "fused": fused,
+            "rel_err": {str(k): v for k, v in errs.items()},
+            "kv_shard_matches": kv_equal,
+            "detail": f"rank {rank} of {tp}: logits within {tolerance:g} (relative) of the unsharded model's, "
+            f"KV written into this rank's heads only",
+        }
+    }
 
 
 # ---- the two-GPU run (torchrun) -----------------------------------------------------------------
-def allreduce_sweep(device, group=None, sizes=(512, 2048, 8192, 32768, 131072, 524288, 2097152),
-                    calls: int = 20, reps: int = 20, dtype=torch.bfloat16) -> list[dict]:
+def allreduce_sweep(
+    device,
+    group=None,
+    sizes=(512, 2048, 8192, 32768, 131072, 524288, 2097152),
+    calls: int = 20,
+    reps: int = 20,
+    dtype=torch.bfloat16,
+) -> list[dict]:
     """All-reduce time per call against message size, eager and captured in a CUDA graph.
 
     NOT YET RUN ON TWO GPUS. The graph holds `calls` all-reduces back to back and is replayed
@@ -300,7 +375,9 @@ def _rows_needed(batches, buckets) -> int:
     return max(*batches, *buckets)
 
 
-def _measure_modes(model, batches, modes, buckets, steps, warmup, trace_prefix, progress) -> tuple[list, dict]:
+def _measure_modes(
+    model, batches, modes, buckets, steps, warmup, trace_prefix, progress
+) -> tuple[list, dict]:
     """Time and profile each (mode, batch) on this rank; the graph runner's checks on the way.
     The model's KV pool must hold max(batches + buckets) sequences (`_rows_needed`)."""
     from gpu_probe.decode_batch import bucket_for, make_batch
@@ -319,11 +396,14 @@ def _measure_modes(model, batches, modes, buckets, steps, warmup, trace_prefix, 
         for n in batches:
             rows = batch.head(n)
             if mode == "eager":
+
                 def step(rows=rows):
                     return model(**rows.as_dict())
             else:
+
                 def step(rows=rows, runner=runner):
                     return runner.run(rows)
+
             progress(f"{mode} batch {n}")
             timing = time_steps(step, steps=steps, warmup=warmup)
             path = f"{trace_prefix}-{mode.replace('+', '_')}-b{n}.json" if trace_prefix else None
@@ -335,9 +415,18 @@ def _measure_modes(model, batches, modes, buckets, steps, warmup, trace_prefix, 
     return runs, checks
 
 
-def run_tp_probe(preset: str, batches, modes=TP_MODES, buckets=(1, 2, 4, 8, 16, 32, 64), steps: int = 100,
-                 warmup: int = 10, out: str = "tp-results.json", trace_dir: str | None = None,
-                 command: str = "", progress=print) -> int:
+def run_tp_probe(
+    preset: str,
+    batches,
+    modes=TP_MODES,
+    buckets=(1, 2, 4, 8, 16, 32, 64),
+    steps: int = 100,
+    warmup: int = 10,
+    out: str = "tp-results.json",
+    trace_dir: str | None = None,
+    command: str = "",
+    progress=print,
+) -> int:
     """One rank of `torchrun --nproc-per-node 2 -m gpu_probe --tp 2 ...`: NOT YET RUN ON TWO GPUS.
 
     Per rank: sharded == unsharded logits (fused and unfused), graph == eager per bucket and the
@@ -362,7 +451,9 @@ def run_tp_probe(preset: str, batches, modes=TP_MODES, buckets=(1, 2, 4, 8, 16, 
         checks = {}
         for fused in (False, True):
             check = check_sharded_vs_unsharded(cfg, rank, tp, device=device, fused=fused, sizes=(1, 8))
-            checks[f"sharded_vs_unsharded ({'fused' if fused else 'unfused'})"] = check["sharded_vs_unsharded"]
+            checks[f"sharded_vs_unsharded ({'fused' if fused else 'unfused'})"] = check[
+                "sharded_vs_unsharded"
+            ]
         torch.cuda.empty_cache()
         blocks = 1 + _rows_needed(batches, buckets) * cfg.max_blocks_per_seq
         model = TensorParallelModel.from_config(cfg, rank, tp, device=device, num_blocks=blocks)
@@ -381,17 +472,33 @@ def run_tp_probe(preset: str, batches, modes=TP_MODES, buckets=(1, 2, 4, 8, 16, 
             del full
             torch.cuda.empty_cache()
         dist.barrier()
-        mine = {"rank": rank, "device": torch.cuda.get_device_name(device), "runs": runs, "checks": checks,
-                "allreduce": allreduce, "allreduce_bytes_per_row": cfg.hidden * 2}
+        mine = {
+            "rank": rank,
+            "device": torch.cuda.get_device_name(device),
+            "runs": runs,
+            "checks": checks,
+            "allreduce": allreduce,
+            "allreduce_bytes_per_row": cfg.hidden * 2,
+        }
         gathered = [None] * tp
         dist.all_gather_object(gathered, mine)
         passed = all(c["passed"] for r in gathered for c in r["checks"].values())
         if rank == 0:
-            result = {"kind": "tensor_parallel", "tp": tp, "preset": cfg.to_dict(), "command": command,
-                      "torch": torch.__version__, "nccl": ".".join(map(str, torch.cuda.nccl.version())),
-                      "batches": list(batches), "modes": list(modes), "buckets": list(buckets),
-                      "ranks": gathered, "tp1_runs": tp1_runs, "all_checks_passed": passed,
-                      "wall_s": time.perf_counter() - t0}
+            result = {
+                "kind": "tensor_parallel",
+                "tp": tp,
+                "preset": cfg.to_dict(),
+                "command": command,
+                "torch": torch.__version__,
+                "nccl": ".".join(map(str, torch.cuda.nccl.version())),
+                "batches": list(batches),
+                "modes": list(modes),
+                "buckets": list(buckets),
+                "ranks": gathered,
+                "tp1_runs": tp1_runs,
+                "all_checks_passed": passed,
+                "wall_s": time.perf_counter() - t0,
+            }
             with open(out, "w") as f:
                 json.dump(result, f)
             say(f"wrote {out}: checks {'all passed' if passed else 'FAILED'}")
@@ -421,12 +528,24 @@ def cli_main(args, argv: list[str]) -> int:
     if any(b < 1 for b in args.batch) or args.steps < 1 or args.warmup < 0:
         return refuse("batches and steps must be positive, warmup at least 0")
     if not torch.cuda.is_available():
-        return refuse(f"--tp {args.tp} needs {args.tp} CUDA GPUs and torchrun (torch.cuda.is_available() is False); "
-                      "the CPU path is covered by tests/test_tensor_parallel.py")
+        return refuse(
+            f"--tp {args.tp} needs {args.tp} CUDA GPUs and torchrun (torch.cuda.is_available() is False); "
+            "the CPU path is covered by tests/test_tensor_parallel.py"
+        )
     if os.environ.get("WORLD_SIZE") != str(args.tp) or torch.cuda.device_count() < args.tp:
-        return refuse(f"--tp {args.tp} runs one process per GPU: start it with torchrun --nproc-per-node "
-                      f"{args.tp} on a machine with {args.tp} GPUs ({torch.cuda.device_count()} here)")
-    return run_tp_probe(args.preset, sorted(set(args.batch)), modes, buckets=tuple(sorted(set(args.buckets))),
-                        steps=args.steps, warmup=args.warmup, out=args.out, trace_dir=args.trace_dir,
-                        command=f"torchrun --nproc-per-node {args.tp} -m gpu_probe {shlex.join(argv)}",
-                        progress=lambda msg: print(msg, file=sys.stderr, flush=True))
+        return refuse(
+            f"--tp {args.tp} runs one process per GPU: start it with torchrun --nproc-per-node "
+            f"{args.tp} on a machine with {args.tp} GPUs ({torch.cuda.device_count()} here)"
+        )
+    return run_tp_probe(
+        args.preset,
+        sorted(set(args.batch)),
+        modes,
+        buckets=tuple(sorted(set(args.buckets))),
+        steps=args.steps,
+        warmup=args.warmup,
+        out=args.out,
+        trace_dir=args.trace_dir,
+        command=f"torchrun --nproc-per-node {args.tp} -m gpu_probe {shlex.join(argv)}",
+        progress=lambda msg: print(msg, file=sys.stderr, flush=True),
+    )

@@ -19,6 +19,7 @@ How the lanes are built:
   step's launches (kernels replayed from a graph carry the graph launch's id).
   `launched_by` maps each to its CPU interval.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,9 +33,18 @@ from core.timeline import Timeline
 STEP_ANNOTATION = "decode_step"
 API_CATEGORIES = ("cuda_runtime", "cuda_driver")
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
-_LAUNCH_PREFIXES = ("cudaLaunch", "cuLaunch", "cudaGraphLaunch", "cuGraphLaunch",
-                    "cudaMemcpyAsync", "cuMemcpyAsync", "cudaMemsetAsync", "cuMemsetAsync",
-                    "cuMemcpyDtoDAsync", "cuMemcpyHtoDAsync")
+_LAUNCH_PREFIXES = (
+    "cudaLaunch",
+    "cuLaunch",
+    "cudaGraphLaunch",
+    "cuGraphLaunch",
+    "cudaMemcpyAsync",
+    "cuMemcpyAsync",
+    "cudaMemsetAsync",
+    "cuMemsetAsync",
+    "cuMemcpyDtoDAsync",
+    "cuMemcpyHtoDAsync",
+)
 _GRAPH_LAUNCH = ("cudaGraphLaunch", "cuGraphLaunch")
 
 
@@ -58,6 +68,7 @@ def load_trace(source) -> dict:
         raw = path.read_bytes()
         if path.suffix == ".gz":
             import gzip
+
             raw = gzip.decompress(raw)
     else:
         raw = bytes(source)
@@ -73,8 +84,9 @@ def _is_launch_name(name: str) -> bool:
     return name.startswith(_LAUNCH_PREFIXES)
 
 
-def parse_step(trace, label: str = "", step_name: str = STEP_ANNOTATION,
-               merge_graph: bool = True) -> TraceStep:
+def parse_step(
+    trace, label: str = "", step_name: str = STEP_ANNOTATION, merge_graph: bool = True
+) -> TraceStep:
     """Build the timeline of the (last) annotated step in a Chrome trace."""
     events = [e for e in load_trace(trace).get("traceEvents", []) if e.get("ph") == "X"]
     steps = [e for e in events if e.get("name") == step_name and e.get("cat") == "user_annotation"]
@@ -85,8 +97,13 @@ def parse_step(trace, label: str = "", step_name: str = STEP_ANNOTATION,
 
     gpu = [e for e in events if e.get("cat") in GPU_CATEGORIES and _corr(e) is not None]
     gpu_corrs = {_corr(e) for e in gpu}
-    api = [e for e in events if e.get("cat") in API_CATEGORIES and t0 <= float(e["ts"]) <= t1
-           and (_is_launch_name(e.get("name", "")) or _corr(e) in gpu_corrs)]
+    api = [
+        e
+        for e in events
+        if e.get("cat") in API_CATEGORIES
+        and t0 <= float(e["ts"]) <= t1
+        and (_is_launch_name(e.get("name", "")) or _corr(e) in gpu_corrs)
+    ]
     launches = _outermost(sorted(api, key=lambda e: float(e["ts"])))
     if not launches:
         raise ValueError("trace: the step has no launch calls")
@@ -111,20 +128,30 @@ def parse_step(trace, label: str = "", step_name: str = STEP_ANNOTATION,
         merged = f"{copies} input copies + cudaGraphLaunch" if copies else "cudaGraphLaunch"
         if len(graph_idx) > 1:
             merged = f"{copies} input copies + {len(graph_idx)} cudaGraphLaunch"
-        starts = np.concatenate(([0.0], starts[last + 1:]))
-        ends = np.concatenate(([ends[last]], ends[last + 1:]))
-        names = [merged] + names[last + 1:]
+        starts = np.concatenate(([0.0], starts[last + 1 :]))
+        ends = np.concatenate(([ends[last]], ends[last + 1 :]))
+        names = [merged] + names[last + 1 :]
         owner = np.where(owner <= last, 0, owner - last)
 
     gpu_start = np.array([float(e["ts"]) for e in gpu]) - t0
     timeline = Timeline(
-        cpu_start=starts, cpu_dur=ends - starts, cpu_names=tuple(names),
-        gpu_start=np.maximum(gpu_start, 0.0), gpu_dur=np.array([float(e.get("dur", 0)) for e in gpu]),
-        gpu_names=tuple(e.get("name", "?") for e in gpu), launched_by=owner,
-        source="measured", label=label,
+        cpu_start=starts,
+        cpu_dur=ends - starts,
+        cpu_names=tuple(names),
+        gpu_start=np.maximum(gpu_start, 0.0),
+        gpu_dur=np.array([float(e.get("dur", 0)) for e in gpu]),
+        gpu_names=tuple(e.get("name", "?") for e in gpu),
+        launched_by=owner,
+        source="measured",
+        label=label,
     )
-    return TraceStep(timeline=timeline, kernels_per_step=len(gpu), launches=len(launches),
-                     graph_launches=len(graph_idx), kernel_names=tuple(e.get("name", "?") for e in gpu))
+    return TraceStep(
+        timeline=timeline,
+        kernels_per_step=len(gpu),
+        launches=len(launches),
+        graph_launches=len(graph_idx),
+        kernel_names=tuple(e.get("name", "?") for e in gpu),
+    )
 
 
 def _outermost(api: list[dict]) -> list[dict]:
@@ -188,7 +215,7 @@ def kernels_per_layer(names, n_layers: int) -> tuple[int, bool]:
 def _repeats_somewhere(names: list, period: int, repeats: int) -> bool:
     span = period * repeats
     for offset in range(0, len(names) - span + 1):
-        if names[offset: offset + span - period] == names[offset + period: offset + span]:
+        if names[offset : offset + span - period] == names[offset + period : offset + span]:
             return True
     return False
 

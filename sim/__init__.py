@@ -1,16 +1,54 @@
 """Timeline simulator of one LLM decode step (numpy only)."""
-from sim.config import (BATCH_RANGE, CHAPTER_BUCKETS, DEFAULT_PRESET, LAYERS_RANGE, PRESETS, HardwareConfig,
-                        ModelConfig, Preset, bucket_for)
-from sim.kernels import FUSED_PER_LAYER, FUSIONS, UNFUSED_PER_LAYER, KernelSpec, fusion_table, kernel_times_us, \
-    step_kernels
-from sim.schedule import COMBOS, SimulatedStep, StepSettings, Sweep, simulate_step, sweep
+
 from core.timeline import CPU_BOUND, GPU_BOUND, StepMetrics, Timeline, regime
+from sim.config import (
+    BATCH_RANGE,
+    CHAPTER_BUCKETS,
+    DEFAULT_PRESET,
+    LAYERS_RANGE,
+    PRESETS,
+    HardwareConfig,
+    ModelConfig,
+    Preset,
+    bucket_for,
+)
+from sim.kernels import (
+    FUSED_PER_LAYER,
+    FUSIONS,
+    UNFUSED_PER_LAYER,
+    KernelSpec,
+    fusion_table,
+    kernel_times_us,
+    step_kernels,
+)
+from sim.schedule import COMBOS, SimulatedStep, StepSettings, Sweep, simulate_step, sweep
 
 __all__ = [
-    "CPU_BOUND", "GPU_BOUND", "StepMetrics", "Timeline", "regime",
-    "BATCH_RANGE", "CHAPTER_BUCKETS", "DEFAULT_PRESET", "LAYERS_RANGE", "PRESETS", "HardwareConfig",
-    "ModelConfig", "Preset", "bucket_for",
-    "FUSED_PER_LAYER", "FUSIONS", "UNFUSED_PER_LAYER", "KernelSpec", "fusion_table", "kernel_times_us",
+    "CPU_BOUND",
+    "GPU_BOUND",
+    "StepMetrics",
+    "Timeline",
+    "regime",
+    "BATCH_RANGE",
+    "CHAPTER_BUCKETS",
+    "DEFAULT_PRESET",
+    "LAYERS_RANGE",
+    "PRESETS",
+    "HardwareConfig",
+    "ModelConfig",
+    "Preset",
+    "bucket_for",
+    "FUSED_PER_LAYER",
+    "FUSIONS",
+    "UNFUSED_PER_LAYER",
+    "KernelSpec",
+    "fusion_table",
+    "kernel_times_us",
     "step_kernels",
-    "COMBOS", "SimulatedStep", "StepSettings", "Sweep", "simulate_step", "sweep",
+    "COMBOS",
+    "SimulatedStep",
+    "StepSettings",
+    "Sweep",
+    "simulate_step",
+    "sweep",
 ]

@@ -4,6 +4,7 @@ Prints a batch-size sweep that marks the launch-bound region and the crossover, 
 fusion table (11 → 4 kernels per layer), and a bucket-layout comparison. Two
 subcommands hand over to their own modules: `buckets` and `calibrate`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,7 +35,8 @@ def _batches(text: str) -> tuple[int, ...]:
         values = tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"--batches must be comma-separated integers, got {text!r}") from None
+            f"--batches must be comma-separated integers, got {text!r}"
+        ) from None
     if not values or min(values) < 1 or max(values) > 4096:
         raise argparse.ArgumentTypeError("--batches: each batch must be from 1 to 4096")
     return values
@@ -42,21 +44,37 @@ def _batches(text: str) -> tuple[int, ...]:
 
 def build_parser() -> argparse.ArgumentParser:
     epilog = "subcommands (each has its own --help):\n" + "\n".join(
-        f"  python -m sim {name:<10} {text}" for name, text in SUBCOMMANDS.items())
+        f"  python -m sim {name:<10} {text}" for name, text in SUBCOMMANDS.items()
+    )
     epilog += "\n\npresets:\n" + "\n".join(f"  {key:<16} {p.title}" for key, p in PRESETS.items())
     parser = argparse.ArgumentParser(
         prog="python -m sim",
         description="Simulate one LLM decode step: where the launch-bound region ends,\n"
-                    "what kernel fusion and CUDA graphs change, and what bucket layouts cost.",
-        epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--preset", choices=sorted(PRESETS), default=DEFAULT_PRESET,
-                        help=f"model + hardware to simulate (default: {DEFAULT_PRESET})")
-    parser.add_argument("--layers", type=_layers, default=None,
-                        help=f"override the preset's layer count ({LAYERS_RANGE[0]}-{LAYERS_RANGE[1]})")
-    parser.add_argument("--batches", type=_batches, default=POWERS_OF_TWO,
-                        help="comma-separated batch sizes for the sweep table (default: 1,2,4,...,512)")
-    parser.add_argument("--note", action="store_true",
-                        help="also print why the preset's figures are what they are")
+        "what kernel fusion and CUDA graphs change, and what bucket layouts cost.",
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        default=DEFAULT_PRESET,
+        help=f"model + hardware to simulate (default: {DEFAULT_PRESET})",
+    )
+    parser.add_argument(
+        "--layers",
+        type=_layers,
+        default=None,
+        help=f"override the preset's layer count ({LAYERS_RANGE[0]}-{LAYERS_RANGE[1]})",
+    )
+    parser.add_argument(
+        "--batches",
+        type=_batches,
+        default=POWERS_OF_TWO,
+        help="comma-separated batch sizes for the sweep table (default: 1,2,4,...,512)",
+    )
+    parser.add_argument(
+        "--note", action="store_true", help="also print why the preset's figures are what they are"
+    )
     return parser
 
 
@@ -64,9 +82,11 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "buckets":
         from sim.bucket_report import main as buckets_main  # lazy: only this subcommand needs it
+
         return buckets_main(argv[1:]) or 0
     if argv and argv[0] == "calibrate":
         from sim.calibration.report import main as calibrate_main
+
         return calibrate_main(argv[1:]) or 0
     args = build_parser().parse_args(argv)
     preset = PRESETS[args.preset]

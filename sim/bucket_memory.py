@@ -4,6 +4,7 @@ A model per graph (static buffers, per-node overhead, one shared pool), fed eith
 simulator model's shapes (`GraphMemoryModel.for_model`) or, in sim/bucket_report.py, from a
 probe's measured captures. `sim.buckets.best_layout_under_budget` takes it as the memory function.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -43,14 +44,19 @@ class GraphMemoryModel:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1e12:
                 raise ValueError(f"GraphMemoryModel.{name}: must be a number from 0 to 1e12, got {value!r}")
-        if isinstance(self.nodes_per_graph, bool) or not isinstance(self.nodes_per_graph, int) \
-                or not 1 <= self.nodes_per_graph <= 1_000_000:
-            raise ValueError("GraphMemoryModel.nodes_per_graph: must be an integer ≥ 1, "
-                             f"got {self.nodes_per_graph!r}")
+        if (
+            isinstance(self.nodes_per_graph, bool)
+            or not isinstance(self.nodes_per_graph, int)
+            or not 1 <= self.nodes_per_graph <= 1_000_000
+        ):
+            raise ValueError(
+                f"GraphMemoryModel.nodes_per_graph: must be an integer ≥ 1, got {self.nodes_per_graph!r}"
+            )
 
     @classmethod
-    def for_model(cls, model, nodes_per_graph: int, node_bytes: float = NODE_BYTES,
-                  static_per_graph: bool = True) -> "GraphMemoryModel":
+    def for_model(
+        cls, model, nodes_per_graph: int, node_bytes: float = NODE_BYTES, static_per_graph: bool = True
+    ) -> GraphMemoryModel:
         """Per-row sizes from a `sim.config.ModelConfig` (duck-typed: its shape fields)."""
         act = float(model.bytes_per_el)
         blocks = -(-int(model.context_len) // KV_BLOCK_SIZE)

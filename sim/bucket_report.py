@@ -6,6 +6,7 @@ step runs every kernel at the bucket's rows, so the time lost to padding is the 
 time at the bucket minus that at the real batch; a batch above the largest bucket runs
 eager, and costs the eager step minus the graph step it would have had.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,7 +46,7 @@ class MeasuredGraphMemory:
     source: str = "measured"
 
     @classmethod
-    def from_captures(cls, captures, source: str = "measured") -> "MeasuredGraphMemory":
+    def from_captures(cls, captures, source: str = "measured") -> MeasuredGraphMemory:
         points: dict[int, tuple[float, float]] = {}
         for c in captures:
             total = float(c["graph_mem_bytes"])
@@ -112,8 +113,11 @@ def time_model(model: ModelConfig, hw: HardwareConfig, max_size: int, fusion: bo
     sw = sweep(model, hw, sizes, buckets=tuple(int(s) for s in sizes))  # every size is its own bucket
     pad = np.array([np.nan])  # index 0 is no batch size
     graph, eager = sw[(fusion, True)], sw[(fusion, False)]
-    return TimeModel(np.concatenate((pad, graph.step_us)), np.concatenate((pad, graph.gpu_busy_us)),
-                     np.concatenate((pad, eager.step_us)))
+    return TimeModel(
+        np.concatenate((pad, graph.step_us)),
+        np.concatenate((pad, graph.gpu_busy_us)),
+        np.concatenate((pad, eager.step_us)),
+    )
 
 
 def memory_model(model: ModelConfig, fusion: bool = False, **kwargs) -> bm.GraphMemoryModel:
@@ -121,8 +125,9 @@ def memory_model(model: ModelConfig, fusion: bool = False, **kwargs) -> bm.Graph
     return bm.GraphMemoryModel.for_model(model, nodes, **kwargs)
 
 
-def analyse(name: str, buckets, workload: Workload, times: TimeModel, memory,
-            budget_bytes=None) -> LayoutStats:
+def analyse(
+    name: str, buckets, workload: Workload, times: TimeModel, memory, budget_bytes=None
+) -> LayoutStats:
     sizes, w = workload.batch_sizes, workload.weights
     lay = tuple(int(b) for b in np.unique(np.asarray(buckets)))
     chosen = bk.bucket_sizes_for(lay, sizes)
@@ -135,17 +140,28 @@ def analyse(name: str, buckets, workload: Workload, times: TimeModel, memory,
     eager_extra = np.where(covered, 0.0, times.eager_step_us[sizes] - times.graph_step_us[sizes])
     memory_bytes = float(memory.breakdown(lay)["total"])
     return LayoutStats(
-        name=name, buckets=lay, padded_rows=float(np.dot(w, pad)),
+        name=name,
+        buckets=lay,
+        padded_rows=float(np.dot(w, pad)),
         waste_pct=100.0 * float(np.dot(w, pad)) / rows_on_graphs if rows_on_graphs > 0 else 0.0,
-        padding_gpu_us=float(np.dot(w, lost)), eager_sizes=int(np.count_nonzero(~covered & (w > 0))),
-        eager_share=float(w[~covered].sum()), eager_cost_us=float(np.dot(w, eager_extra)),
-        step_us=float(np.dot(w, step)), memory_bytes=memory_bytes,
+        padding_gpu_us=float(np.dot(w, lost)),
+        eager_sizes=int(np.count_nonzero(~covered & (w > 0))),
+        eager_share=float(w[~covered].sum()),
+        eager_cost_us=float(np.dot(w, eager_extra)),
+        step_us=float(np.dot(w, step)),
+        memory_bytes=memory_bytes,
         fits_budget=None if budget_bytes is None else memory_bytes <= budget_bytes,
     )
 
 
-def optimise(workload: Workload, times: TimeModel, memory, budget_bytes: float | None, max_buckets: int = 64,
-             objective: str = "time"):
+def optimise(
+    workload: Workload,
+    times: TimeModel,
+    memory,
+    budget_bytes: float | None,
+    max_buckets: int = 64,
+    objective: str = "time",
+):
     """The exact optimum under the budget: least expected step time ("time") or padded rows ("rows").
 
     Returns the layout, or None when not even one graph fits the budget.
@@ -153,14 +169,23 @@ def optimise(workload: Workload, times: TimeModel, memory, budget_bytes: float |
     sizes, w = workload.batch_sizes, workload.weights
     cost = times.graph_step_us[sizes] if objective == "time" else None
     budget = np.inf if budget_bytes is None else budget_bytes
-    found = bk.best_layout_under_budget(sizes, w, lambda lay: memory.breakdown(lay)["total"], budget,
-                                        max_buckets, cost=cost)
+    found = bk.best_layout_under_budget(
+        sizes, w, lambda lay: memory.breakdown(lay)["total"], budget, max_buckets, cost=cost
+    )
     return None if found is None else found[0]
 
 
-def compare(model: ModelConfig, hw: HardwareConfig, layouts: dict, workload: Workload, fusion: bool = False,
-            memory=None, budget_bytes=None, max_buckets: int = 64,
-            objective: str = "time") -> list[LayoutStats]:
+def compare(
+    model: ModelConfig,
+    hw: HardwareConfig,
+    layouts: dict,
+    workload: Workload,
+    fusion: bool = False,
+    memory=None,
+    budget_bytes=None,
+    max_buckets: int = 64,
+    objective: str = "time",
+) -> list[LayoutStats]:
     """Stats for each named layout, then the optimiser's layout under the budget (if any fits)."""
     top = max([workload.batch_sizes.max()] + [max(lay) for lay in layouts.values()])
     times = time_model(model, hw, int(top), fusion)
@@ -185,26 +210,44 @@ class Binding:
         """What binds, in one or two sentences for the page and the CLI."""
         used = f"{best.memory_bytes / MIB:,.1f} of the {budget_bytes / MIB:,.0f} MiB budget"
         relaxed = self.relaxed
-        then = ("" if relaxed is None else
-                f" ({relaxed.graphs} graphs, {relaxed.step_us:,.1f} µs per step, {relaxed.memory_bytes / MIB:,.1f} MiB)")
+        then = (
+            ""
+            if relaxed is None
+            else f" ({relaxed.graphs} graphs, {relaxed.step_us:,.1f} µs per step, {relaxed.memory_bytes / MIB:,.1f} MiB)"
+        )
         if self.graphs and not self.budget:
-            return (f"The limit that binds is the most graphs the optimiser may use ({max_buckets}): its layout "
-                    f"pins {used}, so a larger budget changes nothing; allowing one more graph gives a better "
-                    f"layout{then}.")
+            return (
+                f"The limit that binds is the most graphs the optimiser may use ({max_buckets}): its layout "
+                f"pins {used}, so a larger budget changes nothing; allowing one more graph gives a better "
+                f"layout{then}."
+            )
         if self.budget and not self.graphs:
-            return (f"The limit that binds is the memory budget: the optimum pins {used} with {best.graphs} of "
-                    f"the {max_buckets} graphs allowed; without the budget it would use more memory{then}.")
+            return (
+                f"The limit that binds is the memory budget: the optimum pins {used} with {best.graphs} of "
+                f"the {max_buckets} graphs allowed; without the budget it would use more memory{then}."
+            )
         if self.budget and self.graphs:
-            return (f"Both limits bind: the optimum uses all {max_buckets} graphs allowed and pins {used}; "
-                    f"raising both gives a better layout{then}.")
-        return (f"Neither limit binds: the optimum uses {best.graphs} of the {max_buckets} graphs allowed and "
-                f"pins {used}; more graphs would not lower the expected "
-                "step time for this workload.")
+            return (
+                f"Both limits bind: the optimum uses all {max_buckets} graphs allowed and pins {used}; "
+                f"raising both gives a better layout{then}."
+            )
+        return (
+            f"Neither limit binds: the optimum uses {best.graphs} of the {max_buckets} graphs allowed and "
+            f"pins {used}; more graphs would not lower the expected "
+            "step time for this workload."
+        )
 
 
-def binding_limits(model: ModelConfig, hw: HardwareConfig, workload: Workload, fusion: bool = False,
-                   memory=None, budget_bytes: float | None = None, max_buckets: int = 64,
-                   objective: str = "time") -> Binding | None:
+def binding_limits(
+    model: ModelConfig,
+    hw: HardwareConfig,
+    workload: Workload,
+    fusion: bool = False,
+    memory=None,
+    budget_bytes: float | None = None,
+    max_buckets: int = 64,
+    objective: str = "time",
+) -> Binding | None:
     """Which of `compare`'s two limits binds its optimum: re-optimise with each raised (None: nothing fits)."""
     times = time_model(model, hw, int(workload.batch_sizes.max()), fusion)
     memory = memory or memory_model(model, fusion)
@@ -236,11 +279,17 @@ def table_rows(stats: list[LayoutStats], full_buckets: bool = False) -> list[dic
     out = []
     for s in stats:
         row = {
-            "layout": s.name, "graphs": s.graphs, "largest": s.buckets[-1],
-            "padded rows/step": round(s.padded_rows, 2), "padding waste %": round(s.waste_pct, 1),
-            "GPU µs lost to padding": round(s.padding_gpu_us, 1), "eager sizes": s.eager_sizes,
-            "eager steps %": round(100 * s.eager_share, 1), "eager cost µs": round(s.eager_cost_us, 1),
-            "step µs": round(s.step_us, 1), "graph MiB": round(s.memory_bytes / MIB, 1),
+            "layout": s.name,
+            "graphs": s.graphs,
+            "largest": s.buckets[-1],
+            "padded rows/step": round(s.padded_rows, 2),
+            "padding waste %": round(s.waste_pct, 1),
+            "GPU µs lost to padding": round(s.padding_gpu_us, 1),
+            "eager sizes": s.eager_sizes,
+            "eager steps %": round(100 * s.eager_share, 1),
+            "eager cost µs": round(s.eager_cost_us, 1),
+            "step µs": round(s.step_us, 1),
+            "graph MiB": round(s.memory_bytes / MIB, 1),
         }
         if s.fits_budget is not None:
             row["fits budget"] = "yes" if s.fits_budget else "no"
@@ -255,24 +304,40 @@ def format_table(rows: list[dict]) -> str:
     columns = list(rows[0])
     cells = [[str(r.get(c, "")) for c in columns] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.ljust(widths[i]) if i in (0, len(columns) - 1) else c.rjust(widths[i])
-                       for i, c in enumerate(columns))]
+    lines = [
+        "  ".join(
+            c.ljust(widths[i]) if i in (0, len(columns) - 1) else c.rjust(widths[i])
+            for i, c in enumerate(columns)
+        )
+    ]
     for row in cells:
-        lines.append("  ".join(v.ljust(widths[i]) if i in (0, len(columns) - 1) else v.rjust(widths[i])
-                               for i, v in enumerate(row)))
+        lines.append(
+            "  ".join(
+                v.ljust(widths[i]) if i in (0, len(columns) - 1) else v.rjust(widths[i])
+                for i, v in enumerate(row)
+            )
+        )
     return "\n".join(lines)
 
 
-def format_layout_comparison(model: ModelConfig, hw: HardwareConfig, max_batch: int, budget_mib=None,
-                             names=COMPARE_DEFAULT, workload: Workload | None = None,
-                             fusion: bool = False) -> str:
+def format_layout_comparison(
+    model: ModelConfig,
+    hw: HardwareConfig,
+    max_batch: int,
+    budget_mib=None,
+    names=COMPARE_DEFAULT,
+    workload: Workload | None = None,
+    fusion: bool = False,
+) -> str:
     """Padding waste against pinned graph memory for a few layouts, as printable text."""
     workload = workload or uniform(int(max_batch))
     layouts = {name: bk.layout(name, int(max_batch)) for name in names}
     budget = None if budget_mib is None else float(budget_mib) * MIB
     stats = compare(model, hw, layouts, workload, fusion=fusion, budget_bytes=budget)
-    head = (f"Bucket layouts for {model.name} on {hw.name}, workload {workload.name} "
-            f"({'fused' if fusion else 'unfused'} kernels; graph memory modelled per graph)")
+    head = (
+        f"Bucket layouts for {model.name} on {hw.name}, workload {workload.name} "
+        f"({'fused' if fusion else 'unfused'} kernels; graph memory modelled per graph)"
+    )
     if budget is not None:
         head += f"\nMemory budget {budget_mib:g} MiB"
         if not any(s.is_optimum for s in stats):
@@ -281,24 +346,35 @@ def format_layout_comparison(model: ModelConfig, hw: HardwareConfig, max_batch: 
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sim buckets",
-                                     description="Compare CUDA-graph bucket layouts: padding waste, eager "
-                                                 "fallback, step time and pinned graph memory.")
+    parser = argparse.ArgumentParser(
+        prog="python -m sim buckets",
+        description="Compare CUDA-graph bucket layouts: padding waste, eager "
+        "fallback, step time and pinned graph memory.",
+    )
     parser.add_argument("--preset", choices=sorted(PRESETS), default="chapter")
     parser.add_argument("--max-batch", type=int, default=256, help="largest batch the engine runs (1-1024)")
-    parser.add_argument("--budget-mib", type=float, default=None,
-                        help="graph memory budget for the optimiser")
-    parser.add_argument("--layouts", default=",".join(bk.LAYOUTS),
-                        help=f"comma-separated layout names from: {', '.join(bk.LAYOUTS)}")
+    parser.add_argument(
+        "--budget-mib", type=float, default=None, help="graph memory budget for the optimiser"
+    )
+    parser.add_argument(
+        "--layouts",
+        default=",".join(bk.LAYOUTS),
+        help=f"comma-separated layout names from: {', '.join(bk.LAYOUTS)}",
+    )
     parser.add_argument("--custom", default=None, help='an extra layout, e.g. "1,2,4,8,32,128,256"')
     parser.add_argument("--workload", choices=("uniform", "geometric", "poisson"), default="uniform")
     parser.add_argument("--mean", type=float, default=16.0, help="mean batch of a geometric/Poisson workload")
     parser.add_argument("--csv", default=None, help="a batch,count histogram CSV to use as the workload")
     parser.add_argument("--fusion", action="store_true", help="fused kernels (4 per layer instead of 11)")
-    parser.add_argument("--max-graphs", type=int, default=64,
-                        help="most graphs the optimiser may use (1-128)")
-    parser.add_argument("--objective", choices=("time", "rows"), default="time",
-                        help="optimise expected step time or expected padded rows")
+    parser.add_argument(
+        "--max-graphs", type=int, default=64, help="most graphs the optimiser may use (1-128)"
+    )
+    parser.add_argument(
+        "--objective",
+        choices=("time", "rows"),
+        default="time",
+        help="optimise expected step time or expected padded rows",
+    )
     args = parser.parse_args(argv)
     try:
         from sim import workloads as wl
@@ -322,16 +398,25 @@ def main(argv=None) -> int:
             workload = getattr(wl, args.workload)(args.mean, args.max_batch)
         preset = PRESETS[args.preset]
         budget = None if args.budget_mib is None else args.budget_mib * MIB
-        stats = compare(preset.model, preset.hardware, layouts, workload, fusion=args.fusion,
-                        budget_bytes=budget,
-                        max_buckets=args.max_graphs, objective=args.objective)
+        stats = compare(
+            preset.model,
+            preset.hardware,
+            layouts,
+            workload,
+            fusion=args.fusion,
+            budget_bytes=budget,
+            max_buckets=args.max_graphs,
+            objective=args.objective,
+        )
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"{preset.title}; workload: {workload.name} (mean batch {workload.mean:.1f})")
     if budget is not None:
-        print(f"Graph memory budget: {args.budget_mib:g} MiB"
-              + ("" if any(s.is_optimum for s in stats) else " (not even one graph fits)"))
+        print(
+            f"Graph memory budget: {args.budget_mib:g} MiB"
+            + ("" if any(s.is_optimum for s in stats) else " (not even one graph fits)")
+        )
     print(format_table(table_rows(stats)))
     return 0
 

@@ -9,9 +9,11 @@ arrays of batch sizes and weights (a workload: how often each batch size occurs)
 the sorted batch sizes, because the best bucket for any contiguous run of sizes is the
 largest size in the run (anything above it only adds padding).
 """
+
 from __future__ import annotations
 
 import re
+
 import numpy as np
 
 # Guard rails for user-typed layouts: beyond these the page would only slow down.
@@ -238,8 +240,9 @@ def optimal_layouts(batch_sizes, weights, max_buckets: int, cost=None) -> list[t
     keep = (w > 0) | (np.arange(uniq.size) == uniq.size - 1)
     uniq, w, values = uniq[keep], w[keep], values[keep]
     if uniq.size > MAX_DP_SIZES:
-        raise ValueError(f"batch_sizes: at most {MAX_DP_SIZES} distinct sizes can be optimised, "
-                         f"got {uniq.size}")
+        raise ValueError(
+            f"batch_sizes: at most {MAX_DP_SIZES} distinct sizes can be optimised, got {uniq.size}"
+        )
     k_max = min(int(max_buckets), uniq.size)
     f, parent = _dp_tables(uniq, w, values, k_max)
     total_w = w.sum()
@@ -260,8 +263,9 @@ def optimal_buckets(batch_sizes, weights, max_buckets: int, cost=None) -> tuple[
     return next(lay for lay, c in layouts if c <= best + tol)
 
 
-def best_layout_under_budget(batch_sizes, weights, memory_bytes, budget_bytes: float, max_buckets: int,
-                             cost=None):
+def best_layout_under_budget(
+    batch_sizes, weights, memory_bytes, budget_bytes: float, max_buckets: int, cost=None
+):
     """The memory-budget form of `optimal_buckets`.
 
     For every bucket count k ≤ max_buckets take the exact optimum (`optimal_layouts`, by padded

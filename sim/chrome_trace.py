@@ -15,6 +15,7 @@ Measured kernels can overlap (the profiler's clock, or a second stream), so
 overlapping intervals are spread over extra tracks ("GPU stream: kernels (2)"),
 greedily: each interval takes the first track that is free at its start.
 """
+
 from __future__ import annotations
 
 import json
@@ -62,13 +63,22 @@ def _lane_events(
     for t in range(int(tracks.max()) + 1 if len(tracks) else 1):
         label = base_name if t == 0 else f"{base_name} ({t + 1})"
         meta.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": t + 1, "args": {"name": label}})
-        meta.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": t + 1,
-                     "args": {"sort_index": t}})
+        meta.append(
+            {"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": t + 1, "args": {"sort_index": t}}
+        )
     for i in range(len(start)):
-        slices.append({
-            "ph": "X", "cat": category, "name": names[i], "pid": pid, "tid": int(tracks[i]) + 1,
-            "ts": float(start[i]), "dur": float(dur[i]), "args": {"index": i, **extra_args(i)},
-        })
+        slices.append(
+            {
+                "ph": "X",
+                "cat": category,
+                "name": names[i],
+                "pid": pid,
+                "tid": int(tracks[i]) + 1,
+                "ts": float(start[i]),
+                "dur": float(dur[i]),
+                "args": {"index": i, **extra_args(i)},
+            }
+        )
     return meta, slices
 
 
@@ -86,17 +96,35 @@ def to_chrome_trace(timeline: Timeline, name: str = "decode step") -> dict:
             submitted.setdefault(launch, []).append(k)
 
     events: list[dict] = [
-        {"ph": "M", "name": "process_name", "pid": CPU_PID, "tid": 0, "args": {"name": f"CPU (host): {title}"}},
+        {
+            "ph": "M",
+            "name": "process_name",
+            "pid": CPU_PID,
+            "tid": 0,
+            "args": {"name": f"CPU (host): {title}"},
+        },
         {"ph": "M", "name": "process_sort_index", "pid": CPU_PID, "tid": 0, "args": {"sort_index": 0}},
         {"ph": "M", "name": "process_name", "pid": GPU_PID, "tid": 0, "args": {"name": f"GPU: {title}"}},
         {"ph": "M", "name": "process_sort_index", "pid": GPU_PID, "tid": 0, "args": {"sort_index": 1}},
     ]
     cpu_meta, cpu_slices = _lane_events(
-        CPU_PID, CPU_TRACK, "launch", tl.cpu_start, tl.cpu_dur, tl.cpu_names, cpu_tracks,
+        CPU_PID,
+        CPU_TRACK,
+        "launch",
+        tl.cpu_start,
+        tl.cpu_dur,
+        tl.cpu_names,
+        cpu_tracks,
         lambda i: {"kernels_submitted": len(submitted.get(i, ()))},
     )
     gpu_meta, gpu_slices = _lane_events(
-        GPU_PID, GPU_TRACK, "kernel", tl.gpu_start, tl.gpu_dur, tl.gpu_names, gpu_tracks,
+        GPU_PID,
+        GPU_TRACK,
+        "kernel",
+        tl.gpu_start,
+        tl.gpu_dur,
+        tl.gpu_names,
+        gpu_tracks,
         lambda i: {"launched_by": int(tl.launched_by[i])},
     )
     events += cpu_meta + gpu_meta + cpu_slices + gpu_slices
@@ -106,22 +134,41 @@ def to_chrome_trace(timeline: Timeline, name: str = "decode step") -> dict:
         if launch < 0:
             continue
         flow_id = k + 1  # ids must be unique per arrow; 0 reads as "unset" in some viewers
-        events.append({
-            "ph": "s", "cat": "launch", "name": "launch", "id": flow_id, "pid": CPU_PID,
-            "tid": int(cpu_tracks[launch]) + 1, "ts": _anchor(tl.cpu_start[launch], tl.cpu_dur[launch]),
-        })
-        events.append({
-            "ph": "f", "bp": "e", "cat": "launch", "name": "launch", "id": flow_id, "pid": GPU_PID,
-            "tid": int(gpu_tracks[k]) + 1, "ts": _anchor(tl.gpu_start[k], tl.gpu_dur[k]),
-        })
+        events.append(
+            {
+                "ph": "s",
+                "cat": "launch",
+                "name": "launch",
+                "id": flow_id,
+                "pid": CPU_PID,
+                "tid": int(cpu_tracks[launch]) + 1,
+                "ts": _anchor(tl.cpu_start[launch], tl.cpu_dur[launch]),
+            }
+        )
+        events.append(
+            {
+                "ph": "f",
+                "bp": "e",
+                "cat": "launch",
+                "name": "launch",
+                "id": flow_id,
+                "pid": GPU_PID,
+                "tid": int(gpu_tracks[k]) + 1,
+                "ts": _anchor(tl.gpu_start[k], tl.gpu_dur[k]),
+            }
+        )
 
     m = tl.metrics()
     return {
         "traceEvents": events,
         "displayTimeUnit": "ns",
         "otherData": {
-            "name": name, "source": tl.source, "label": tl.label,
-            "exported_by": "launch-bound", "time_unit": "us", **m.to_dict(),
+            "name": name,
+            "source": tl.source,
+            "label": tl.label,
+            "exported_by": "launch-bound",
+            "time_unit": "us",
+            **m.to_dict(),
         },
     }
 

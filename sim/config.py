@@ -4,6 +4,7 @@ Every config validates itself at construction and raises `ValueError` naming the
 field, so a bad slider value or a hand-edited URL fails with a message instead of
 producing a nonsense timeline.
 """
+
 from __future__ import annotations
 
 import math
@@ -87,7 +88,7 @@ class ModelConfig:
         per_layer = h * self.q_dim + 2 * h * self.kv_dim + self.q_dim * h + 3 * h * self.ffn + 2 * h
         return self.n_layers * per_layer + 2 * self.vocab * h + h
 
-    def with_layers(self, n_layers: int) -> "ModelConfig":
+    def with_layers(self, n_layers: int) -> ModelConfig:
         return replace(self, n_layers=n_layers)
 
 
@@ -184,34 +185,73 @@ graph replay, 0.2 µs node gap) are starting guesses: the Calibration tab fits t
 The probe's eager PyTorch step launches more than 11 kernels a layer (casts, reshapes, residual adds,
 SiLU and multiply run as kernels of their own), so the measured step is more launch-bound than this."""
 
-_H100 = dict(hbm_GBps=3000.0, matrix_TFLOPs=700.0, min_kernel_us=1.0, eager_launch_us=6.0,
-             graph_launch_us=10.0, graph_node_gap_us=0.2)
+_H100 = dict(
+    hbm_GBps=3000.0,
+    matrix_TFLOPs=700.0,
+    min_kernel_us=1.0,
+    eager_launch_us=6.0,
+    graph_launch_us=10.0,
+    graph_node_gap_us=0.2,
+)
 
 PRESETS: dict[str, Preset] = {
     "chapter": Preset(
         key="chapter",
         title="Chapter: 32 layers, 11 kernels/layer, 6 µs/launch",
-        model=ModelConfig(name="chapter-1.2b", n_layers=32, hidden=2048, n_heads=16, n_kv_heads=4,
-                          ffn=3584, vocab=32000, bytes_per_el=2, context_len=1024),
+        model=ModelConfig(
+            name="chapter-1.2b",
+            n_layers=32,
+            hidden=2048,
+            n_heads=16,
+            n_kv_heads=4,
+            ffn=3584,
+            vocab=32000,
+            bytes_per_el=2,
+            context_len=1024,
+        ),
         hardware=HardwareConfig(name="H100-class (achievable rates)", **_H100),
         note=_CHAPTER_NOTE,
     ),
     "llama3-8b-h100": Preset(
         key="llama3-8b-h100",
         title="Llama-3-8B on an H100 SXM",
-        model=ModelConfig(name="llama3-8b", n_layers=32, hidden=4096, n_heads=32, n_kv_heads=8,
-                          ffn=14336, vocab=128256, bytes_per_el=2, context_len=2048),
+        model=ModelConfig(
+            name="llama3-8b",
+            n_layers=32,
+            hidden=4096,
+            n_heads=32,
+            n_kv_heads=8,
+            ffn=14336,
+            vocab=128256,
+            bytes_per_el=2,
+            context_len=2048,
+        ),
         hardware=HardwareConfig(name="H100 SXM (achievable rates)", **_H100),
         note=_LLAMA_NOTE,
     ),
     "probe-0.5b-h200": Preset(
         key="probe-0.5b-h200",
         title="Live probe's 0.5 B decoder on an H200",
-        model=ModelConfig(name="probe-0.5b", n_layers=32, hidden=1024, n_heads=16, n_kv_heads=16,
-                          ffn=2816, vocab=32000, bytes_per_el=2, context_len=512),
-        hardware=HardwareConfig(name="H200 (measured rates)", hbm_GBps=4200.0, matrix_TFLOPs=790.0,
-                                min_kernel_us=2.0, eager_launch_us=6.0, graph_launch_us=10.0,
-                                graph_node_gap_us=0.2),
+        model=ModelConfig(
+            name="probe-0.5b",
+            n_layers=32,
+            hidden=1024,
+            n_heads=16,
+            n_kv_heads=16,
+            ffn=2816,
+            vocab=32000,
+            bytes_per_el=2,
+            context_len=512,
+        ),
+        hardware=HardwareConfig(
+            name="H200 (measured rates)",
+            hbm_GBps=4200.0,
+            matrix_TFLOPs=790.0,
+            min_kernel_us=2.0,
+            eager_launch_us=6.0,
+            graph_launch_us=10.0,
+            graph_node_gap_us=0.2,
+        ),
         note=_PROBE_NOTE,
     ),
 }

@@ -14,6 +14,7 @@ GPU time per kernel is `sim.timing.kernel_us`: a fixed latency plus the larger o
 moved over bandwidth and FLOPs over the matrix rate. Weights are read
 once per step whatever the batch; activations and KV-cache reads grow with it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -62,31 +63,35 @@ FUSIONS: tuple[Fusion, ...] = (
         merges=("attn_norm", "q_proj", "k_proj", "v_proj"),
         kept_on_chip=(Intermediate("normed hidden state", "hidden", writes=1, reads=3),),
         why="RMSNorm recomputed in the GEMV prologue (a decode row is a few KB, every CTA can afford "
-            "it) feeding one packed QKV weight: 4 launches become 1.",
+        "it) feeding one packed QKV weight: 4 launches become 1.",
     ),
     Fusion(
         kernel="rope_attn_o",
         merges=("rope", "attention", "o_proj"),
-        kept_on_chip=(Intermediate("rotated q", "q_dim", writes=1, reads=1),
-                      Intermediate("rotated k", "kv_dim", writes=1, reads=1),
-                      Intermediate("attention output", "q_dim", writes=1, reads=1)),
+        kept_on_chip=(
+            Intermediate("rotated q", "q_dim", writes=1, reads=1),
+            Intermediate("rotated k", "kv_dim", writes=1, reads=1),
+            Intermediate("attention output", "q_dim", writes=1, reads=1),
+        ),
         why="RoPE in the attention prologue; each head's slice of W_o applied in the epilogue and "
-            "summed into the residual by split-K atomics, which also carry the residual add.",
+        "summed into the residual by split-K atomics, which also carry the residual add.",
     ),
     Fusion(
         kernel="norm_gate_up",
         merges=("ffn_norm", "gate_proj", "up_proj"),
-        kept_on_chip=(Intermediate("normed hidden state", "hidden", writes=1, reads=2),
-                      Intermediate("gate output", "ffn", writes=1, reads=1)),
+        kept_on_chip=(
+            Intermediate("normed hidden state", "hidden", writes=1, reads=2),
+            Intermediate("gate output", "ffn", writes=1, reads=1),
+        ),
         why="RMSNorm in the prologue, gate and up as one packed GEMV, SwiGLU (SiLU(gate)·up) in the "
-            "epilogue: only the SwiGLU output is written.",
+        "epilogue: only the SwiGLU output is written.",
     ),
     Fusion(
         kernel="down_proj",
         merges=("down_proj",),
         kept_on_chip=(),
         why="Already one kernel with the residual add in its epilogue; it stays separate because it "
-            "needs the whole SwiGLU output of every CTA before it can start.",
+        "needs the whole SwiGLU output of every CTA before it can start.",
     ),
 )
 
@@ -245,16 +250,19 @@ def fusion_table(model: ModelConfig) -> list[dict]:
     for fu in FUSIONS:
         saved_el = sum(unfused[op] for op in fu.merges) - fused[fu.kernel]
         saved = saved_el * model.bytes_per_el
-        rows.append({
-            "fused_kernel": fu.kernel,
-            "merges": fu.merges,
-            "launches_saved_per_layer": len(fu.merges) - 1,
-            "kept_on_chip": tuple(f"{t.tensor} ({_dim(model, t.dim)} el, {t.writes}w+{t.reads}r)"
-                                  for t in fu.kept_on_chip),
-            "bytes_saved_per_token": float(saved),
-            "bytes_saved_per_token_all_layers": float(saved * model.n_layers),
-            "why": fu.why,
-        })
+        rows.append(
+            {
+                "fused_kernel": fu.kernel,
+                "merges": fu.merges,
+                "launches_saved_per_layer": len(fu.merges) - 1,
+                "kept_on_chip": tuple(
+                    f"{t.tensor} ({_dim(model, t.dim)} el, {t.writes}w+{t.reads}r)" for t in fu.kept_on_chip
+                ),
+                "bytes_saved_per_token": float(saved),
+                "bytes_saved_per_token_all_layers": float(saved * model.n_layers),
+                "why": fu.why,
+            }
+        )
     return rows
 
 

@@ -1,4 +1,5 @@
 """Plain-text tables for `python -m sim`: the batch sweep, the fusion table, the bucket layouts."""
+
 from __future__ import annotations
 
 import textwrap
@@ -23,8 +24,9 @@ def _combo_name(combo) -> str:
     return COMBO_LABELS[combo]
 
 
-def format_sweep_table(model: ModelConfig, hw: HardwareConfig, batches=POWERS_OF_TWO,
-                       buckets=CHAPTER_BUCKETS) -> str:
+def format_sweep_table(
+    model: ModelConfig, hw: HardwareConfig, batches=POWERS_OF_TWO, buckets=CHAPTER_BUCKETS
+) -> str:
     """Step time and bound per toggle combination at `batches`, the launch-bound rows marked.
 
     Crossovers come from a dense sweep (every batch from 1 to the largest shown), so they
@@ -40,9 +42,14 @@ def format_sweep_table(model: ModelConfig, hw: HardwareConfig, batches=POWERS_OF
     sub = f"{'':>6} │" + "".join(f" {'step µs':>9} {'bound':<5} {'util':>4} │" for _ in COMBOS)
     lines = [
         "(1) Batch-size sweep: one decode step per toggle combination",
-        *_wrap(f"{model.name}, {model.n_layers} layers, on {hw.name}; {n_unfused} kernels/step unfused, "
-               f"{n_fused} fused; graphs replay buckets {_short(buckets)} and run eagerly above them"),
-        "", head, sub, "─" * len(head),
+        *_wrap(
+            f"{model.name}, {model.n_layers} layers, on {hw.name}; {n_unfused} kernels/step unfused, "
+            f"{n_fused} fused; graphs replay buckets {_short(buckets)} and run eagerly above them"
+        ),
+        "",
+        head,
+        sub,
+        "─" * len(head),
     ]
     base_x = crossover[(False, False)]
     marked = False
@@ -57,18 +64,27 @@ def format_sweep_table(model: ModelConfig, hw: HardwareConfig, batches=POWERS_OF
             if combo[1] and s.launches[row] > 1:
                 bound += "*"  # graphs asked for, batch above the largest bucket: ran eagerly
             cells.append(f" {s.step_us[row]:>9.1f} {bound:<5} {s.utilisation[row] * 100:>3.0f}% │")
-        tag = " ◀ launch-bound" if dense[(False, False)].cpu_launch_us[row] > \
-            dense[(False, False)].gpu_busy_us[row] else ""
+        tag = (
+            " ◀ launch-bound"
+            if dense[(False, False)].cpu_launch_us[row] > dense[(False, False)].gpu_busy_us[row]
+            else ""
+        )
         lines.append(f"{b:>6} │" + "".join(cells) + tag)
     lines.append("")
-    lines += _wrap("bound: CPU = the host's launches take longer than the kernels, so the GPU waits "
-                   "(◀ launch-bound with both toggles off); GPU = the kernels take longer. "
-                   "util = GPU busy time / step time."
-                   + (f" * above the largest bucket ({max(buckets)}) the graph columns run eagerly."
-                      if buckets and shown[-1] > max(buckets) else ""))
-    lines += _wrap("Crossover (smallest batch from which the step stays GPU-bound, dense sweep 1.."
-                   f"{shown[-1]}): "
-                   + ", ".join(f"{_combo_name(c)} {_fmt_x(crossover[c])}" for c in COMBOS) + ".")
+    lines += _wrap(
+        "bound: CPU = the host's launches take longer than the kernels, so the GPU waits "
+        "(◀ launch-bound with both toggles off); GPU = the kernels take longer. "
+        "util = GPU busy time / step time."
+        + (
+            f" * above the largest bucket ({max(buckets)}) the graph columns run eagerly."
+            if buckets and shown[-1] > max(buckets)
+            else ""
+        )
+    )
+    lines += _wrap(
+        "Crossover (smallest batch from which the step stays GPU-bound, dense sweep 1.."
+        f"{shown[-1]}): " + ", ".join(f"{_combo_name(c)} {_fmt_x(crossover[c])}" for c in COMBOS) + "."
+    )
     lines += _wrap(_batch1_line(model, hw))
     return "\n".join(lines)
 
@@ -88,10 +104,12 @@ def _short(buckets) -> str:
 
 def _batch1_line(model: ModelConfig, hw: HardwareConfig) -> str:
     base = simulate_step(model, hw, StepSettings(batch=1)).metrics
-    return (f"Batch 1, both toggles off: {base.launches} launches × {hw.eager_launch_us:g} µs = "
-            f"{base.cpu_launch_us / 1e3:.2f} ms of CPU launch time vs {base.gpu_busy_us / 1e3:.2f} ms of GPU "
-            f"work; step {base.step_us / 1e3:.2f} ms, bound by {base.bound_by}, "
-            f"utilisation {base.utilisation:.0%}.")
+    return (
+        f"Batch 1, both toggles off: {base.launches} launches × {hw.eager_launch_us:g} µs = "
+        f"{base.cpu_launch_us / 1e3:.2f} ms of CPU launch time vs {base.gpu_busy_us / 1e3:.2f} ms of GPU "
+        f"work; step {base.step_us / 1e3:.2f} ms, bound by {base.bound_by}, "
+        f"utilisation {base.utilisation:.0%}."
+    )
 
 
 def format_fusion_table(model: ModelConfig) -> str:
@@ -100,9 +118,11 @@ def format_fusion_table(model: ModelConfig) -> str:
     n = model.n_layers
     out = [
         f"(2) Kernel fusion: {UNFUSED_PER_LAYER} → {FUSED_PER_LAYER} kernels per layer",
-        *_wrap(f"{UNFUSED_PER_LAYER * n + len(MODEL_LEVEL)} → {FUSED_PER_LAYER * n + len(MODEL_LEVEL)} "
-               f"kernels per step over {n} layers; the {len(MODEL_LEVEL)} outside the layers "
-               f"({', '.join(MODEL_LEVEL)}) are launched either way."),
+        *_wrap(
+            f"{UNFUSED_PER_LAYER * n + len(MODEL_LEVEL)} → {FUSED_PER_LAYER * n + len(MODEL_LEVEL)} "
+            f"kernels per step over {n} layers; the {len(MODEL_LEVEL)} outside the layers "
+            f"({', '.join(MODEL_LEVEL)}) are launched either way."
+        ),
         "",
         f"  {'fused kernel':<13} {'replaces (unfused kernels)':<37} {'launches':>8}  "
         f"{'kept on chip (no HBM round trip)':<38} {'saved/token':>11}",
@@ -110,40 +130,52 @@ def format_fusion_table(model: ModelConfig) -> str:
     ]
     for row in rows:
         kept = row["kept_on_chip"] or ("— (nothing new: see note)",)
-        out.append(f"  {row['fused_kernel']:<13} {' + '.join(row['merges']):<37} "
-                   f"{-row['launches_saved_per_layer']:>+8}  {kept[0]:<38} "
-                   f"{_bytes(row['bytes_saved_per_token']):>11}")
+        out.append(
+            f"  {row['fused_kernel']:<13} {' + '.join(row['merges']):<37} "
+            f"{-row['launches_saved_per_layer']:>+8}  {kept[0]:<38} "
+            f"{_bytes(row['bytes_saved_per_token']):>11}"
+        )
         out.extend(f"  {'':<13} {'':<37} {'':>8}  {extra}" for extra in kept[1:])
     saved_layer = sum(r["bytes_saved_per_token"] for r in rows)
     out += [
         "  " + "─" * 111,
         f"  {'per layer':<13} {f'{UNFUSED_PER_LAYER} kernels → {FUSED_PER_LAYER}':<37} "
         f"{FUSED_PER_LAYER - UNFUSED_PER_LAYER:>+8}  {'':<38} {_bytes(saved_layer):>11}",
-        *_wrap(f"Whole step: {(UNFUSED_PER_LAYER - FUSED_PER_LAYER) * n} fewer launches and "
-               f"{_bytes(saved_layer * n)} less activation traffic per token (× batch per step). Weights are "
-               "read once either way, so at batch 1 fusion saves launches far more than bytes.", "  "),
+        *_wrap(
+            f"Whole step: {(UNFUSED_PER_LAYER - FUSED_PER_LAYER) * n} fewer launches and "
+            f"{_bytes(saved_layer * n)} less activation traffic per token (× batch per step). Weights are "
+            "read once either way, so at batch 1 fusion saves launches far more than bytes.",
+            "  ",
+        ),
         "",
         "  How each fused kernel works:",
     ]
     for fu in FUSIONS:
         out += _wrap(f"{fu.kernel}: {fu.why}", "    ")
-    out += _wrap("Note: the unfused column already runs the residual adds in the o_proj and down_proj "
-                 "epilogues and SiLU·mul in the up_proj epilogue (the chapter's 11 kernels count no kernels "
-                 "for them); a naive eager PyTorch step launches those, plus casts and copies, as kernels of "
-                 "their own, so the live probe counts more than 11 per layer. w = written, r = read, "
-                 "el = elements per token.", "  ")
+    out += _wrap(
+        "Note: the unfused column already runs the residual adds in the o_proj and down_proj "
+        "epilogues and SiLU·mul in the up_proj epilogue (the chapter's 11 kernels count no kernels "
+        "for them); a naive eager PyTorch step launches those, plus casts and copies, as kernels of "
+        "their own, so the live probe counts more than 11 per layer. w = written, r = read, "
+        "el = elements per token.",
+        "  ",
+    )
     return "\n".join(out)
 
 
 def format_bucket_section(model: ModelConfig, hw: HardwareConfig, max_batch: int = 256) -> str:
     from sim.bucket_report import format_layout_comparison  # only this section needs it
 
-    return "(3) Bucket layouts: padding waste against pinned graph memory\n\n" + \
-        format_layout_comparison(model, hw, max_batch=max_batch)
+    return "(3) Bucket layouts: padding waste against pinned graph memory\n\n" + format_layout_comparison(
+        model, hw, max_batch=max_batch
+    )
 
 
 def full_report(model: ModelConfig, hw: HardwareConfig, title: str = "", batches=POWERS_OF_TWO) -> str:
     parts = [title] if title else []
-    parts += [format_sweep_table(model, hw, batches), format_fusion_table(model),
-              format_bucket_section(model, hw)]
+    parts += [
+        format_sweep_table(model, hw, batches),
+        format_fusion_table(model),
+        format_bucket_section(model, hw),
+    ]
     return "\n\n".join(parts) + "\n"

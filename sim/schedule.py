@@ -10,6 +10,7 @@ to eager by the gap alone; it is hidden whenever the GPU waits for the host.
 The recurrence unrolls without a Python loop: with offsets C_i = Σ_{j<i}(d_j + gap),
 start_i = C_i + max_{j≤i}(submit_j - C_j), a cumulative max along the kernel axis.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -23,8 +24,12 @@ from sim.kernels import kernel_arrays, kernel_groups, kernel_names, kv_groups, r
 from sim.timing import schedule_starts
 
 COMBOS = ((False, False), (True, False), (False, True), (True, True))  # (fusion, graphs)
-COMBO_LABELS = {(False, False): "eager", (True, False): "fusion", (False, True): "graphs",
-                (True, True): "fusion+graphs"}
+COMBO_LABELS = {
+    (False, False): "eager",
+    (True, False): "fusion",
+    (False, True): "graphs",
+    (True, True): "fusion+graphs",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,8 +88,9 @@ def _launch_names(n_layers: int, fusion: bool) -> tuple[str, ...]:
 def _timeline(model, hw, batch, fusion, graphs, buckets) -> tuple[Timeline, int | None]:
     weight, per_row, flops, names = kernel_arrays(model, fusion)
     rows, use_graph, bucket, submit = _plan(hw, len(names), batch, graphs, buckets)
-    kv = np.concatenate([g if i != 1 else np.tile(g, model.n_layers)
-                         for i, g in enumerate(kv_groups(model, fusion))])
+    kv = np.concatenate(
+        [g if i != 1 else np.tile(g, model.n_layers) for i, g in enumerate(kv_groups(model, fusion))]
+    )
     dur = roofline_us(weight, per_row, flops, hw, [rows], padded=[rows - batch], kv_per_row=kv)[0]
     start = schedule_starts(submit, dur, hw.graph_node_gap_us)
     n = len(names)
@@ -103,12 +109,22 @@ def _timeline(model, hw, batch, fusion, graphs, buckets) -> tuple[Timeline, int 
         label += f" (padded to bucket {bucket})"
     if graphs and not use_graph:
         label += " (above the largest bucket: eager)"
-    return Timeline(cpu_start, cpu_dur, cpu_names, start, dur, names, launched_by=launched_by,
-                    source="simulated", label=label), bucket
+    return Timeline(
+        cpu_start,
+        cpu_dur,
+        cpu_names,
+        start,
+        dur,
+        names,
+        launched_by=launched_by,
+        source="simulated",
+        label=label,
+    ), bucket
 
 
-def simulate_step(model: ModelConfig, hw: HardwareConfig,
-                  settings: StepSettings | None = None) -> SimulatedStep:
+def simulate_step(
+    model: ModelConfig, hw: HardwareConfig, settings: StepSettings | None = None
+) -> SimulatedStep:
     """One decode step as a timeline, its metrics, and the unoptimised step it is compared with."""
     s = settings or StepSettings()
     timeline, bucket = _timeline(model, hw, s.batch, s.fusion, s.graphs, s.buckets)
@@ -119,9 +135,15 @@ def simulate_step(model: ModelConfig, hw: HardwareConfig,
     else:
         baseline = metrics
     return SimulatedStep(
-        timeline=timeline, metrics=metrics, settings=s, bucket=bucket,
+        timeline=timeline,
+        metrics=metrics,
+        settings=s,
+        bucket=bucket,
         padded_rows=(bucket - s.batch) if bucket is not None else 0,
-        eager_fallback=bool(s.graphs and bucket is None), baseline=baseline, model=model, hardware=hw,
+        eager_fallback=bool(s.graphs and bucket is None),
+        baseline=baseline,
+        model=model,
+        hardware=hw,
     )
 
 
@@ -211,8 +233,10 @@ def _sweep_series(model, hw, batches: np.ndarray, fusion: bool, graphs: bool, bu
         bucket_rows, use_graph = batches, np.zeros(len(batches), bool)
     rows = np.where(use_graph, bucket_rows, batches)
     padded = rows - batches  # dummy rows: matmul rows, but no KV-cache reads
-    d_before, d_layer, d_after = (roofline_us(*group, hw, rows, padded, kv)
-                                  for group, kv in zip((before, layer, after), kv_groups(model, fusion)))
+    d_before, d_layer, d_after = (
+        roofline_us(*group, hw, rows, padded, kv)
+        for group, kv in zip((before, layer, after), kv_groups(model, fusion))
+    )
     busy = d_before.sum(axis=1) + n_layers * d_layer.sum(axis=1) + d_after.sum(axis=1)
     gaps = (n - 1) * hw.graph_node_gap_us
 
@@ -221,18 +245,27 @@ def _sweep_series(model, hw, batches: np.ndarray, fusion: bool, graphs: bool, bu
     x_before, x_layer, x_after = d_before + lead, d_layer + lead, d_after + lead
     s_before = x_before.sum(axis=1)
     per_layer = x_layer.sum(axis=1)
-    lowest = np.minimum.reduce([
-        _exclusive_cumsum(x_before).min(axis=1, initial=0.0),
-        s_before + np.minimum(0.0, (n_layers - 1) * per_layer) + _exclusive_cumsum(x_layer).min(axis=1),
-        s_before + n_layers * per_layer + _exclusive_cumsum(x_after).min(axis=1, initial=np.inf),
-    ])
+    lowest = np.minimum.reduce(
+        [
+            _exclusive_cumsum(x_before).min(axis=1, initial=0.0),
+            s_before + np.minimum(0.0, (n_layers - 1) * per_layer) + _exclusive_cumsum(x_layer).min(axis=1),
+            s_before + n_layers * per_layer + _exclusive_cumsum(x_after).min(axis=1, initial=np.inf),
+        ]
+    )
     eager_end = busy + gaps + hw.eager_launch_us - lowest
     graph_end = hw.graph_launch_us + busy + gaps  # nodes back to back after the replay call
     gpu_end = np.where(use_graph, graph_end, eager_end)
     cpu_launch = np.where(use_graph, hw.graph_launch_us, n * hw.eager_launch_us)
     step = np.maximum(gpu_end, cpu_launch)  # host intervals run back to back from 0
-    return SweepSeries(step_us=step, cpu_launch_us=cpu_launch, gpu_busy_us=busy, utilisation=busy / step,
-                       kernels=n, launches=np.where(use_graph, 1, n), rows=rows)
+    return SweepSeries(
+        step_us=step,
+        cpu_launch_us=cpu_launch,
+        gpu_busy_us=busy,
+        utilisation=busy / step,
+        kernels=n,
+        launches=np.where(use_graph, 1, n),
+        rows=rows,
+    )
 
 
 def sweep(model: ModelConfig, hw: HardwareConfig, batches, buckets=CHAPTER_BUCKETS) -> Sweep:

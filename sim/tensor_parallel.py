@@ -21,6 +21,7 @@ NCCL's NVLS tree all-reduce takes about 6 µs on 2 H100s at small sizes with CUD
 
 numpy only.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -77,9 +78,13 @@ def published_allreduce(tp: int) -> AllReduceCost:
         return AllReduceCost(1, 0.0, float("inf"), "one GPU: no all-reduce")
     small_us, large_us = SGLANG_H100_CUSTOM_ALLREDUCE_US[tp]
     GBps = (PUBLISHED_LARGE_BYTES - PUBLISHED_SMALL_BYTES) / (large_us - small_us) / 1e3  # B/µs -> GB/s
-    return AllReduceCost(tp, small_us, GBps,
-                         f"published, not fitted: SGLang custom all-reduce on {tp}×H100 (sglang #2904), "
-                         f"{small_us} µs at 512 B and {large_us} µs at 1 MiB")
+    return AllReduceCost(
+        tp,
+        small_us,
+        GBps,
+        f"published, not fitted: SGLang custom all-reduce on {tp}×H100 (sglang #2904), "
+        f"{small_us} µs at 512 B and {large_us} µs at 1 MiB",
+    )
 
 
 def kv_share(model: ModelConfig, tp: int) -> float:
@@ -99,20 +104,30 @@ def sharded_layer_groups(model: ModelConfig, fusion: bool, tp: int) -> tuple:
         raise ValueError(f"tp: {tp} GPUs must divide the {model.n_heads} attention heads")
     groups, kvs = kernel_groups(model, fusion), kv_groups(model, fusion)
     out = []
-    for (weight, per_row, flops), kv, ops in zip(groups, kvs, (MODEL_LEVEL[:1], _layer_op_names(fusion),
-                                                                MODEL_LEVEL[1:])):
+    for (weight, per_row, flops), kv, ops in zip(
+        groups, kvs, (MODEL_LEVEL[:1], _layer_op_names(fusion), MODEL_LEVEL[1:])
+    ):
         share = np.array([1.0 if (op in REPLICATED_OPS or op in MODEL_LEVEL) else 1.0 / tp for op in ops])
         kv_gpu = kv * kv_share(model, tp)  # only the attention kernels read KV; they are sharded
         out.append((weight * share, per_row - kv + kv_gpu, flops * share, kv_gpu))
     return tuple(out)
 
 
-def tp_step_kernels(model: ModelConfig, hw: HardwareConfig, fusion: bool, tp: int, rows: int, padded: int,
-                    allreduce: AllReduceCost) -> tuple[np.ndarray, tuple[str, ...]]:
+def tp_step_kernels(
+    model: ModelConfig,
+    hw: HardwareConfig,
+    fusion: bool,
+    tp: int,
+    rows: int,
+    padded: int,
+    allreduce: AllReduceCost,
+) -> tuple[np.ndarray, tuple[str, ...]]:
     """GPU time and name of every kernel one GPU runs in a step, the all-reduces in place."""
     before, layer, after = sharded_layer_groups(model, fusion, tp)
-    d_before, d_layer, d_after = (roofline_us(w, r, f, hw, [rows], padded=[padded], kv_per_row=kv)[0]
-                                  for w, r, f, kv in (before, layer, after))
+    d_before, d_layer, d_after = (
+        roofline_us(w, r, f, hw, [rows], padded=[padded], kv_per_row=kv)[0]
+        for w, r, f, kv in (before, layer, after)
+    )
     ops = _layer_op_names(fusion)
     comm_us = float(allreduce.us(rows * model.hidden * model.bytes_per_el)) if tp > 1 else None
     names, durs = list(MODEL_LEVEL[:1]), [d_before]
@@ -144,8 +159,13 @@ def _tp_timeline(model, hw, s: StepSettings, tp: int, allreduce: AllReduceCost):
     return eager_timeline(dur, names, hw.eager_launch_us, hw.graph_node_gap_us, label=label), None
 
 
-def simulate_tp_step(model: ModelConfig, hw: HardwareConfig, settings: StepSettings | None = None, tp: int = 2,
-                     allreduce: AllReduceCost | None = None) -> SimulatedStep:
+def simulate_tp_step(
+    model: ModelConfig,
+    hw: HardwareConfig,
+    settings: StepSettings | None = None,
+    tp: int = 2,
+    allreduce: AllReduceCost | None = None,
+) -> SimulatedStep:
     """One GPU of a `tp`-way tensor-parallel step, like `sim.schedule.simulate_step` (same result type;
     the baseline is the same TP with fusion and graphs off). tp=1 gives simulate_step's step."""
     s = settings or StepSettings()
@@ -158,9 +178,17 @@ def simulate_tp_step(model: ModelConfig, hw: HardwareConfig, settings: StepSetti
         baseline = _tp_timeline(model, hw, plain, tp, allreduce)[0].metrics()
     else:
         baseline = metrics
-    return SimulatedStep(timeline=timeline, metrics=metrics, settings=s, bucket=bucket,
-                         padded_rows=(bucket - s.batch) if bucket is not None else 0,
-                         eager_fallback=bool(s.graphs and bucket is None), baseline=baseline, model=model, hardware=hw)
+    return SimulatedStep(
+        timeline=timeline,
+        metrics=metrics,
+        settings=s,
+        bucket=bucket,
+        padded_rows=(bucket - s.batch) if bucket is not None else 0,
+        eager_fallback=bool(s.graphs and bucket is None),
+        baseline=baseline,
+        model=model,
+        hardware=hw,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +215,11 @@ def tp_summary(step: SimulatedStep, tp: int) -> TPSummary:
     kv = model.n_layers * 2 * model.kv_dim * model.context_len * model.bytes_per_el * step.settings.batch
     kv *= kv_share(model, tp)
     comm = np.array([ALLREDUCE in name for name in step.timeline.gpu_names])
-    return TPSummary(tp=tp, weight_bytes_per_gpu=float(weight), kv_bytes_per_gpu=float(kv),
-                     allreduces=int(comm.sum()), allreduce_us=float(step.timeline.gpu_dur[comm].sum()),
-                     allreduce_bytes=float(rows * model.hidden * model.bytes_per_el))
+    return TPSummary(
+        tp=tp,
+        weight_bytes_per_gpu=float(weight),
+        kv_bytes_per_gpu=float(kv),
+        allreduces=int(comm.sum()),
+        allreduce_us=float(step.timeline.gpu_dur[comm].sum()),
+        allreduce_bytes=float(rows * model.hidden * model.bytes_per_el),
+    )

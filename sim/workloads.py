@@ -6,6 +6,7 @@ batch sizes with non-negative weights (counts or probabilities; users normalise 
 Three sources: uniform over 1..N, one around a mean (geometric: small batches most common; or Poisson), and
 a histogram uploaded as CSV.
 """
+
 from __future__ import annotations
 
 import csv
@@ -134,8 +135,11 @@ def parse_histogram_csv(data, name: str = "uploaded histogram") -> Workload:
         raise ValueError("expected the CSV file's text or bytes")
     if "\x00" in text:
         raise ValueError("the file contains binary data; expected a plain CSV")
-    rows = [(number, row) for number, row in enumerate(csv.reader(io.StringIO(text)), start=1)
-            if any(cell.strip() for cell in row)]
+    rows = [
+        (number, row)
+        for number, row in enumerate(csv.reader(io.StringIO(text)), start=1)
+        if any(cell.strip() for cell in row)
+    ]
     if not rows:
         raise ValueError("the file is empty; expected a header `batch,count` and one row per batch size")
     header_line, header = rows[0]

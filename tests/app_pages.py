@@ -4,15 +4,16 @@ synthetic probe run standing in for the recorded one (the `recorded` fixture).
 Loaded by conftest for every test run, also on the GPU machine where streamlit is not installed:
 streamlit is imported only inside the helpers that use it.
 """
+
 import re
 from pathlib import Path
 
 import pytest
+from synthetic_params import KNOWN_PARAMS  # tests/synthetic_params.py
 
 import core.probe_result as probe_result
 from sim.calibration import synthetic_result
 from sim.config import PRESETS
-from synthetic_params import KNOWN_PARAMS  # tests/synthetic_params.py
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 MODEL = PRESETS["probe-0.5b-h200"].model.with_layers(4)  # small: the page logic is the same

@@ -1,5 +1,6 @@
 """Shared test plumbing: CUDA detection, Triton's CPU interpreter, the cuda marker, and the page
 tests' fixtures (tests/app_pages.py)."""
+
 import os
 
 import pytest

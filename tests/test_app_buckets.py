@@ -1,10 +1,11 @@
 """AppTest of the Bucketing tab: controls at their extremes, bad custom lists, bad CSVs, the demo."""
+
 from pathlib import Path
 
 import pytest
-
 from app_pages import APP, open_tab
 from app_pages import metrics as _metrics
+
 from ui import buckets_tab
 
 
@@ -35,17 +36,30 @@ def test_default_view(app):
 
 
 def test_every_bound_widget_is_declared(app):
-    keys = {w.key for w in list(app.slider) + list(app.checkbox) + list(app.selectbox) + list(app.radio)
-            + list(app.toggle)}
+    keys = {
+        w.key
+        for w in list(app.slider)
+        + list(app.checkbox)
+        + list(app.selectbox)
+        + list(app.radio)
+        + list(app.toggle)
+    }
     keys.discard(None)
     assert keys and keys <= set(buckets_tab.BUCKET_PARAMS)
     assert all(k.startswith("bk_") for k in buckets_tab.BUCKET_PARAMS)
 
 
-@pytest.mark.parametrize("key, value", [
-    ("bk_max_batch", 1), ("bk_max_batch", 512), ("bk_budget", 0), ("bk_budget", 4096),
-    ("bk_max_graphs", 1), ("bk_max_graphs", 128),
-])
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("bk_max_batch", 1),
+        ("bk_max_batch", 512),
+        ("bk_budget", 0),
+        ("bk_budget", 4096),
+        ("bk_max_graphs", 1),
+        ("bk_max_graphs", 128),
+    ],
+)
 def test_sliders_at_their_extremes(app, key, value):
     at = app.slider(key=key).set_value(value).run()
     _assert_clean(at)
@@ -138,14 +152,17 @@ def test_the_layouts_view_never_loads_torch():
     import subprocess
     import sys
 
-    code = ("import sys; from streamlit.testing.v1 import AppTest; "
-            "import ui.buckets_tab, sim.bucket_report; "
-            "at = AppTest.from_string('from ui import buckets_tab; buckets_tab.render()', "
-            "default_timeout=120); "
-            "at.run(); assert not at.exception, at.exception; "
-            "print('torch' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                         cwd=Path(APP).parent)
+    code = (
+        "import sys; from streamlit.testing.v1 import AppTest; "
+        "import ui.buckets_tab, sim.bucket_report; "
+        "at = AppTest.from_string('from ui import buckets_tab; buckets_tab.render()', "
+        "default_timeout=120); "
+        "at.run(); assert not at.exception, at.exception; "
+        "print('torch' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=Path(APP).parent
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "False"
 

@@ -111,7 +111,9 @@ def test_two_sessions_with_different_uploads_see_their_own_calibrations(recorded
     data = json.loads(json.dumps(recorded.to_dict()))
     data["model"]["config"]["n_layers"] = 2  # the same runs, a different model: a different fit
     first, second = calibration_page(), calibration_page()
-    second.file_uploader(key="cal_upload").set_value(("mine.json", json.dumps(data).encode(), "application/json"))
+    second.file_uploader(key="cal_upload").set_value(
+        ("mine.json", json.dumps(data).encode(), "application/json")
+    )
     second.run()
     first.run()
     assert not first.exception and not second.exception

@@ -4,9 +4,9 @@ import json
 
 import pytest
 import streamlit as st
+from app_pages import as_read, fake_run, metrics, open_tab
 
 import core.probe_result as probe_result
-from app_pages import as_read, fake_run, metrics, open_tab
 from ui.common import READOUT_LABELS
 
 

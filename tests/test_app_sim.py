@@ -1,4 +1,5 @@
 """The Simulator tab driven through Streamlit's AppTest: controls move the readouts they should."""
+
 import base64
 import itertools
 import json
@@ -167,9 +168,14 @@ def test_zero_bandwidth_and_costly_graph_launch_warn_and_are_clamped():
     assert readouts(at)["Step time"] == format_us(expected.step_us)
 
 
-EXTREMES = [("batch", 1), ("batch", 512), ("layers", 1), ("layers", 128),
-            *[(key, SIM_PARAMS[key][1]) for key, *_ in HARDWARE_INPUTS],
-            *[(key, SIM_PARAMS[key][2]) for key, *_ in HARDWARE_INPUTS]]
+EXTREMES = [
+    ("batch", 1),
+    ("batch", 512),
+    ("layers", 1),
+    ("layers", 128),
+    *[(key, SIM_PARAMS[key][1]) for key, *_ in HARDWARE_INPUTS],
+    *[(key, SIM_PARAMS[key][2]) for key, *_ in HARDWARE_INPUTS],
+]
 
 
 @pytest.mark.parametrize("toggles", [(False, False), (True, True)], ids=["eager", "fused+graphs"])
@@ -200,15 +206,28 @@ def test_every_preset_draws_at_both_batch_extremes(preset):
 
 
 def test_sim_params_cover_every_bound_widget():
-    assert set(SIM_PARAMS) == {"preset", "batch", "fusion", "graphs", "layers", "whole_step", "tp",
-                               "launch_us", "graph_launch_us", "node_gap_us", "hbm_GBps", "tflops",
-                               "min_kernel_us"}
+    assert set(SIM_PARAMS) == {
+        "preset",
+        "batch",
+        "fusion",
+        "graphs",
+        "layers",
+        "whole_step",
+        "tp",
+        "launch_us",
+        "graph_launch_us",
+        "node_gap_us",
+        "hbm_GBps",
+        "tflops",
+        "min_kernel_us",
+    }
     assert SIM_PARAMS["batch"] == ("int", 1, 512) and SIM_PARAMS["layers"] == ("int", 1, 128)
 
 
 # -- the preset calibrated to the recorded probe run (issue 5) ------------------------------------
-needs_recorded = pytest.mark.skipif(not probe_result.RECORDED_PATH.is_file(),
-                                    reason="the recorded H200 probe run is not shipped")
+needs_recorded = pytest.mark.skipif(
+    not probe_result.RECORDED_PATH.is_file(), reason="the recorded H200 probe run is not shipped"
+)
 
 
 @pytest.fixture()
@@ -302,8 +321,9 @@ def test_calibrated_fused_steps_follow_the_calibration_tabs_predictions(clean_ca
         at.toggle(key="graphs").set_value(point.graphs)
         at.number_input(key="batch").set_value(point.batch).run()
         step_us, cpu_us, _ = cal.predicted[i]
-        expected = simulate_step(preset.model, preset.hardware,
-                                 StepSettings(batch=point.batch, fusion=True, graphs=point.graphs)).metrics
+        expected = simulate_step(
+            preset.model, preset.hardware, StepSettings(batch=point.batch, fusion=True, graphs=point.graphs)
+        ).metrics
         shown = readouts(at)
         assert shown["Step time"] == format_us(expected.step_us)
         assert expected.step_us == pytest.approx(step_us, rel=0.12), point
@@ -345,11 +365,13 @@ def test_small_batches_are_one_slider_stop_apart_and_the_number_box_takes_any_ba
     at.select_slider(key="batch_stops").set_value(4).run()
     assert at.number_input(key="batch").value == 4 and at.query_params["batch"] == "4"
     assert readouts(at)["Step time"] == format_us(
-        simulate_step(CHAPTER.model, CHAPTER.hardware, StepSettings(batch=4)).metrics.step_us)
+        simulate_step(CHAPTER.model, CHAPTER.hardware, StepSettings(batch=4)).metrics.step_us
+    )
     at.number_input(key="batch").set_value(33).run()  # not a stop: the slider shows the nearest one
     assert at.select_slider(key="batch_stops").value == 32  # (the browser writes a typed value to the URL)
     assert readouts(at)["Step time"] == format_us(
-        simulate_step(CHAPTER.model, CHAPTER.hardware, StepSettings(batch=33)).metrics.step_us)
+        simulate_step(CHAPTER.model, CHAPTER.hardware, StepSettings(batch=33)).metrics.step_us
+    )
 
 
 def test_the_cuda_graphs_note_is_always_there_so_the_lanes_never_jump():
@@ -361,8 +383,11 @@ def test_the_cuda_graphs_note_is_always_there_so_the_lanes_never_jump():
 
 def test_preset_notes_read_as_paragraphs_not_hard_wrapped_lines():
     note = "First line of a paragraph\nwrapped here.\n- an item\ncontinued\n\nNew paragraph."
-    assert note_paragraphs(note) == ["First line of a paragraph wrapped here.", "- an item continued",
-                                     "New paragraph."]
+    assert note_paragraphs(note) == [
+        "First line of a paragraph wrapped here.",
+        "- an item continued",
+        "New paragraph.",
+    ]
     for preset in PRESET_TITLES:
         for paragraph in note_paragraphs(preset_of(preset)[0].note):
             assert "\n" not in paragraph

@@ -1,4 +1,5 @@
 """The Simulator's "GPUs (tensor parallel)" control: bound to the URL, drawn as one GPU's lanes."""
+
 from pathlib import Path
 
 from streamlit.testing.v1 import AppTest

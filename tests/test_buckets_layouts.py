@@ -1,4 +1,5 @@
 """Bucket layouts, strict parsing of typed layouts, padding arithmetic and the exact optimiser."""
+
 import itertools
 
 import numpy as np

@@ -1,9 +1,10 @@
 """Layout comparison: time lost to padding, eager fallback, graph memory, the budget form and the CLI."""
+
 import numpy as np
 import pytest
 
-from sim import bucket_report as br
 from sim import bucket_memory as bm
+from sim import bucket_report as br
 from sim import buckets as bk
 from sim.config import PRESETS
 from sim.schedule import StepSettings, simulate_step
@@ -44,8 +45,9 @@ def test_analyse_by_hand(times):
 
 
 def test_graph_memory_model_by_hand():
-    m = bm.GraphMemoryModel(static_bytes_per_row=100, pool_bytes_per_row=1000, nodes_per_graph=10,
-                            node_bytes=5)
+    m = bm.GraphMemoryModel(
+        static_bytes_per_row=100, pool_bytes_per_row=1000, nodes_per_graph=10, node_bytes=5
+    )
     parts = m.breakdown((1, 4, 8))
     assert parts["static"] == 100 * 13  # each graph pins its own static rows
     assert parts["nodes"] == 3 * 10 * 5
@@ -68,8 +70,11 @@ def test_memory_model_for_a_preset_counts_kernels():
 
 def test_measured_memory_interpolates_and_extrapolates():
     measured = br.MeasuredGraphMemory.from_captures(
-        [{"bucket": 1, "graph_mem_bytes": 100}, {"bucket": 5, "graph_mem_bytes": 500},
-         {"bucket": 9, "graph_mem_bytes": 700}]
+        [
+            {"bucket": 1, "graph_mem_bytes": 100},
+            {"bucket": 5, "graph_mem_bytes": 500},
+            {"bucket": 9, "graph_mem_bytes": 700},
+        ]
     )
     assert list(measured.per_graph_bytes([1, 3, 7, 13])) == [100, 300, 600, 900]
     assert measured.breakdown((1, 5))["total"] == 600
@@ -79,9 +84,11 @@ def test_measured_memory_interpolates_and_extrapolates():
 
 def test_measured_memory_separates_the_shared_pool():
     # Captured largest first: the pool grows at bucket 8 (800 bytes), the graphs cost 10 + 2/row.
-    captures = [{"bucket": 8, "graph_mem_bytes": 826, "pool_bytes": 800},
-                {"bucket": 4, "graph_mem_bytes": 18, "pool_bytes": 0},
-                {"bucket": 2, "graph_mem_bytes": 14, "pool_bytes": 0}]
+    captures = [
+        {"bucket": 8, "graph_mem_bytes": 826, "pool_bytes": 800},
+        {"bucket": 4, "graph_mem_bytes": 18, "pool_bytes": 0},
+        {"bucket": 2, "graph_mem_bytes": 14, "pool_bytes": 0},
+    ]
     measured = br.MeasuredGraphMemory.from_captures(captures)
     parts = measured.breakdown((2, 4, 8))
     assert parts["nodes"] == pytest.approx(14 + 18 + 26)
@@ -102,8 +109,11 @@ def test_budget_form_respects_the_budget(times, budget_mib):
     assert memory.breakdown(layout)["total"] <= budget_mib * br.MIB
     assert layout[-1] == 256 and len(layout) <= 64
     # No layout from the exact per-count optima that fits the budget pads less.
-    fitting = [c for lay, c in bk.optimal_layouts(wl.batch_sizes, wl.weights, 64)
-               if memory.breakdown(lay)["total"] <= budget_mib * br.MIB]
+    fitting = [
+        c
+        for lay, c in bk.optimal_layouts(wl.batch_sizes, wl.weights, 64)
+        if memory.breakdown(lay)["total"] <= budget_mib * br.MIB
+    ]
     assert bk.padding_waste(layout, wl.batch_sizes, wl.weights) == pytest.approx(min(fitting))
 
 

@@ -129,8 +129,9 @@ def test_cli_prints_parameters_points_and_the_worst_point(tmp_path, capsys):
     assert main([str(path)]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     assert out[-1].startswith("Leave-one-out: median error 0.0 %; worst mode")
-    assert "worst point" in out[-1] and out[-1].endswith("Meets the goals (every mode ≤ 10 %, no point beyond "
-                                                          "25 %, fused+graph b1 ≤ 10 %).")
+    assert "worst point" in out[-1] and out[-1].endswith(
+        "Meets the goals (every mode ≤ 10 %, no point beyond 25 %, fused+graph b1 ≤ 10 %)."
+    )
     assert any(line.split()[:2] == ["aten_launch_us", "7"] for line in out)
     assert sum(line.startswith("fused+graph") for line in out) == 3
 

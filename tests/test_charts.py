@@ -1,4 +1,5 @@
 """Chart builders: the bars must be the timeline's intervals, on a linear µs axis."""
+
 import json
 import re
 from types import SimpleNamespace
@@ -20,16 +21,29 @@ def eager_step(n_kernels: int, launch_us: float = 6.0, kernel_us: float = 2.5, s
         gpu_start[i] = max(cpu_start[i] + launch_us, free_at)
         free_at = gpu_start[i] + kernel_us
     return Timeline(
-        cpu_start, np.full(n_kernels, launch_us), [f"launch k{i}" for i in range(n_kernels)],
-        gpu_start, np.full(n_kernels, kernel_us), [f"k{i}" for i in range(n_kernels)],
-        launched_by=np.arange(n_kernels), source=source, label=label,
+        cpu_start,
+        np.full(n_kernels, launch_us),
+        [f"launch k{i}" for i in range(n_kernels)],
+        gpu_start,
+        np.full(n_kernels, kernel_us),
+        [f"k{i}" for i in range(n_kernels)],
+        launched_by=np.arange(n_kernels),
+        source=source,
+        label=label,
     )
 
 
 def graph_step(n_kernels: int, graph_launch_us: float = 10.0, kernel_us: float = 3.0, gap_us: float = 0.2):
     gpu_start = graph_launch_us + np.arange(n_kernels) * (kernel_us + gap_us)
-    return Timeline([0.0], [graph_launch_us], ["cudaGraphLaunch"], gpu_start, np.full(n_kernels, kernel_us),
-                    [f"k{i}" for i in range(n_kernels)], launched_by=np.zeros(n_kernels, int))
+    return Timeline(
+        [0.0],
+        [graph_launch_us],
+        ["cudaGraphLaunch"],
+        gpu_start,
+        np.full(n_kernels, kernel_us),
+        [f"k{i}" for i in range(n_kernels)],
+        launched_by=np.zeros(n_kernels, int),
+    )
 
 
 def traces_by_name(fig):
@@ -106,7 +120,11 @@ def test_overlay_adds_two_lanes_named_after_the_source():
     measured = eager_step(50, launch_us=9.0, source="measured")
     fig = lanes_figure(simulated, overlay=measured)
     assert list(fig.layout.yaxis.categoryarray) == [
-        "CPU · simulated", "GPU · simulated", "CPU · measured", "GPU · measured"]
+        "CPU · simulated",
+        "GPU · simulated",
+        "CPU · measured",
+        "GPU · measured",
+    ]
     assert len(fig.data) == 6
     measured_cpu = traces_by_name(fig)["CPU launch · measured"]
     assert set(measured_cpu.y) == {"CPU · measured"}
@@ -126,15 +144,30 @@ def test_margins_fit_labels_legend_and_axis_up_front():
 def test_overlay_of_two_steps_from_one_source_uses_their_labels():
     fig = lanes_figure(eager_step(10, label="batch 1"), overlay=eager_step(10, label="batch 8"))
     assert list(fig.layout.yaxis.categoryarray) == [
-        "CPU · batch 1", "GPU · batch 1", "CPU · batch 8", "GPU · batch 8"]
+        "CPU · batch 1",
+        "GPU · batch 1",
+        "CPU · batch 8",
+        "GPU · batch 8",
+    ]
     unlabelled = lanes_figure(eager_step(10), overlay=eager_step(10))
     assert list(unlabelled.layout.yaxis.categoryarray) == [
-        "CPU · simulated 1", "GPU · simulated 1", "CPU · simulated 2", "GPU · simulated 2"]
+        "CPU · simulated 1",
+        "GPU · simulated 1",
+        "CPU · simulated 2",
+        "GPU · simulated 2",
+    ]
 
 
 def test_measured_steps_with_overlapping_or_empty_kernels_still_draw():
-    step = Timeline([0, 5, 30], [4, 3, 2], ["a", "b", "c"], [3, 4, 4.5, 40], [5, 0, 1, 2],
-                    ["k1", "k2", "k3", "k4"], source="measured")  # no launched_by: unknown launcher
+    step = Timeline(
+        [0, 5, 30],
+        [4, 3, 2],
+        ["a", "b", "c"],
+        [3, 4, 4.5, 40],
+        [5, 0, 1, 2],
+        ["k1", "k2", "k3", "k4"],
+        source="measured",
+    )  # no launched_by: unknown launcher
     for whole in (False, True):
         fig = lanes_figure(step, whole_step=whole)
         gpu = traces_by_name(fig)["GPU kernel"]
@@ -169,7 +202,9 @@ def test_time_split_shows_both_costs_on_one_scale_and_marks_the_step():
     assert format_us(metrics.cpu_launch_us) in html and format_us(metrics.gpu_busy_us) in html
     top = max(metrics.cpu_launch_us, metrics.gpu_busy_us, metrics.step_us) * 1.08
     widths = [float(w) for w in re.findall(r"width:([0-9.]+)%", html)]
-    assert widths == pytest.approx([100 * metrics.cpu_launch_us / top, 100 * metrics.gpu_busy_us / top], abs=0.01)
+    assert widths == pytest.approx(
+        [100 * metrics.cpu_launch_us / top, 100 * metrics.gpu_busy_us / top], abs=0.01
+    )
     marks = [float(m) for m in re.findall(r"left:([0-9.]+)%", html)]
     assert marks == pytest.approx([100 * metrics.step_us / top] * 2, abs=0.01)  # one mark per bar
     assert metrics.step_us < metrics.cpu_launch_us + metrics.gpu_busy_us  # they overlap
@@ -178,8 +213,11 @@ def test_time_split_shows_both_costs_on_one_scale_and_marks_the_step():
 def test_sweep_has_three_lines_per_combination_on_a_log_batch_axis():
     batches = np.arange(1, 513)
     series = {
-        combo: SimpleNamespace(step_us=1000 + batches * (i + 1.0), cpu_launch_us=np.full(512, 1000.0 - 200 * i),
-                               gpu_busy_us=batches * (i + 1.0))
+        combo: SimpleNamespace(
+            step_us=1000 + batches * (i + 1.0),
+            cpu_launch_us=np.full(512, 1000.0 - 200 * i),
+            gpu_busy_us=batches * (i + 1.0),
+        )
         for i, combo in enumerate(COMBOS)
     }
     crossover = {COMBOS[0]: 300, COMBOS[1]: None, COMBOS[2]: 1, COMBOS[3]: 1}
@@ -214,7 +252,16 @@ def test_sweep_of_the_chapter_preset_marks_its_crossovers():
     assert sorted(s.x0 for s in fig.layout.shapes) == sorted(crossings + [1])
 
 
-@pytest.mark.parametrize("us,text", [(2.46, "2.5 µs"), (850.4, "850 µs"), (1734.0, "1.73 ms"),
-                                     (22_400.0, "22.4 ms"), (224_030.0, "224 ms"), (38_526_600.0, "38.5 s")])
+@pytest.mark.parametrize(
+    "us,text",
+    [
+        (2.46, "2.5 µs"),
+        (850.4, "850 µs"),
+        (1734.0, "1.73 ms"),
+        (22_400.0, "22.4 ms"),
+        (224_030.0, "224 ms"),
+        (38_526_600.0, "38.5 s"),
+    ],
+)
 def test_format_us_reads_like_a_person_writes(us, text):
     assert format_us(us) == text

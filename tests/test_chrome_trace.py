@@ -1,37 +1,53 @@
 """Exported Chrome traces, loaded back: tracks, slices, times and launch->kernel flows."""
+
 import json
 
 import numpy as np
 import pytest
 
-from sim.chrome_trace import CPU_PID, GPU_PID, assign_tracks, to_chrome_trace_json
 from core.timeline import Timeline
+from sim.chrome_trace import CPU_PID, GPU_PID, assign_tracks, to_chrome_trace_json
 
 
 def eager_timeline() -> Timeline:
     # Three launches of 6 µs, each kernel starts when its launch ends and runs 2 µs: launch-bound.
     return Timeline(
-        cpu_start=[0, 6, 12], cpu_dur=[6, 6, 6], cpu_names=["launch rms_norm", "launch qkv_proj", "launch rope"],
-        gpu_start=[6, 12, 18], gpu_dur=[2, 2, 2], gpu_names=["rms_norm", "qkv_proj", "rope"],
-        launched_by=[0, 1, 2], label="eager",
+        cpu_start=[0, 6, 12],
+        cpu_dur=[6, 6, 6],
+        cpu_names=["launch rms_norm", "launch qkv_proj", "launch rope"],
+        gpu_start=[6, 12, 18],
+        gpu_dur=[2, 2, 2],
+        gpu_names=["rms_norm", "qkv_proj", "rope"],
+        launched_by=[0, 1, 2],
+        label="eager",
     )
 
 
 def graph_timeline() -> Timeline:
     # One graph launch submits four back-to-back kernels (each ends exactly where the next starts).
     return Timeline(
-        cpu_start=[0], cpu_dur=[8], cpu_names=["cudaGraphLaunch"],
-        gpu_start=[8, 10, 13, 14], gpu_dur=[2, 3, 1, 4], gpu_names=["a", "b", "c", "d"],
-        launched_by=[0, 0, 0, 0], source="recorded",
+        cpu_start=[0],
+        cpu_dur=[8],
+        cpu_names=["cudaGraphLaunch"],
+        gpu_start=[8, 10, 13, 14],
+        gpu_dur=[2, 3, 1, 4],
+        gpu_names=["a", "b", "c", "d"],
+        launched_by=[0, 0, 0, 0],
+        source="recorded",
     )
 
 
 def overlapping_timeline() -> Timeline:
     # Measured kernels that partly overlap, and one with an unknown launcher.
     return Timeline(
-        cpu_start=[0, 5], cpu_dur=[5, 5], cpu_names=["launch x", "launch y"],
-        gpu_start=[5, 7, 30], gpu_dur=[4, 4, 1], gpu_names=["x", "y", "memcpy"],
-        launched_by=[0, 1, -1], source="measured",
+        cpu_start=[0, 5],
+        cpu_dur=[5, 5],
+        cpu_names=["launch x", "launch y"],
+        gpu_start=[5, 7, 30],
+        gpu_dur=[4, 4, 1],
+        gpu_names=["x", "y", "memcpy"],
+        launched_by=[0, 1, -1],
+        source="measured",
     )
 
 
@@ -86,8 +102,10 @@ def test_named_cpu_thread_and_gpu_stream_tracks():
     threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in meta if e["name"] == "thread_name"}
     assert processes[CPU_PID].startswith("CPU (host): chapter preset (simulated)")
     assert processes[GPU_PID].startswith("GPU: chapter preset")
-    assert threads == {(CPU_PID, 1): "CPU thread: building + submitting launches",
-                       (GPU_PID, 1): "GPU stream: kernels"}
+    assert threads == {
+        (CPU_PID, 1): "CPU thread: building + submitting launches",
+        (GPU_PID, 1): "GPU stream: kernels",
+    }
     # Every slice lives on a named track.
     assert {(e["pid"], e["tid"]) for e in trace["traceEvents"] if e["ph"] == "X"} <= set(threads)
 
@@ -121,8 +139,11 @@ def test_overlapping_kernels_get_a_second_stream_track():
     trace = load(overlapping_timeline())
     gpu = sorted(slices(trace, GPU_PID), key=lambda e: e["args"]["index"])
     assert [e["tid"] for e in gpu] == [1, 2, 1]
-    names = {e["tid"]: e["args"]["name"] for e in trace["traceEvents"]
-             if e["ph"] == "M" and e["name"] == "thread_name" and e["pid"] == GPU_PID}
+    names = {
+        e["tid"]: e["args"]["name"]
+        for e in trace["traceEvents"]
+        if e["ph"] == "M" and e["name"] == "thread_name" and e["pid"] == GPU_PID
+    }
     assert names == {1: "GPU stream: kernels", 2: "GPU stream: kernels (2)"}
     # The kernel with an unknown launcher gets no arrow.
     assert all(e["id"] != 3 for e in trace["traceEvents"] if e["ph"] in "sf")
@@ -147,8 +168,9 @@ def test_simulated_step_exports_cleanly():
     config = pytest.importorskip("sim.config")
     preset = config.PRESETS[config.DEFAULT_PRESET]
     for fusion, graphs in [(False, False), (True, True)]:
-        step = schedule.simulate_step(preset.model, preset.hardware,
-                                      schedule.StepSettings(batch=1, fusion=fusion, graphs=graphs))
+        step = schedule.simulate_step(
+            preset.model, preset.hardware, schedule.StepSettings(batch=1, fusion=fusion, graphs=graphs)
+        )
         tl = step.timeline
         trace = load(tl, name="chapter")
         assert len(slices(trace, CPU_PID)) == len(tl.cpu_start)

@@ -1,6 +1,7 @@
 """Issue 15, item 1: every field of a probe result is type- and range-checked once, at the schema
 boundary (`core.probe_result.load_result`), so the page and `python -m sim calibrate` both answer a
 crafted file with one sentence naming the field, never an OverflowError or TypeError."""
+
 from __future__ import annotations
 
 import copy
@@ -32,15 +33,19 @@ CRAFTED = {  # name -> (file, the field its message must name)
     "step_400_digits": (crafted(("runs", 0, "step_us_median"), HUGE), "runs[0].step_us_median"),
     "kernels_400_digits": (crafted(("runs", 0, "kernels_per_step"), -HUGE), "runs[0].kernels_per_step"),
     "context_len_list": (crafted(("model", "config", "context_len"), [1]), "model.config.context_len"),
-    "context_len_infinity": (crafted(("model", "config", "context_len"), float("inf")),
-                             "model.config.context_len"),
+    "context_len_infinity": (
+        crafted(("model", "config", "context_len"), float("inf")),
+        "model.config.context_len",
+    ),
     "dtype_list": (crafted(("model", "config", "dtype"), ["bf16"]), "model.config.dtype"),
     "n_layers_string": (crafted(("model", "config", "n_layers"), "32"), "model.config.n_layers"),
     "n_layers_missing": (crafted(("model", "config"), {"name": "small"}), "model.config.n_layers"),
     "hidden_float": (crafted(("model", "config", "hidden"), 1024.5), "model.config.hidden"),
     "settings_context_nan": (crafted(("settings", "context_len"), float("nan")), "settings.context_len"),
-    "capture_variant_dict": (crafted(("captures",), [{"bucket": 1, "capture_ms": 1.0, "graph_mem_bytes": 0,
-                                                      "variant": {"a": 1}}]), "captures[0].variant"),
+    "capture_variant_dict": (
+        crafted(("captures",), [{"bucket": 1, "capture_ms": 1.0, "graph_mem_bytes": 0, "variant": {"a": 1}}]),
+        "captures[0].variant",
+    ),
     "check_detail_list": (crafted(("checks",), {"c": {"passed": True, "detail": ["x"]}}), "checks.c.detail"),
     "fallback_string": (crafted(("runs", 0, "eager_fallback"), "yes"), "runs[0].eager_fallback"),
     "kernel_name_int": (crafted(("runs", 0, "timeline", "gpu", "name"), [1, 2]), "runs[0].timeline.gpu.name"),
@@ -65,12 +70,20 @@ def test_the_shipped_run_and_the_good_file_still_load():
     assert load_result(json.dumps(good_result()).encode()).runs[0].batch == 1
 
 
-@pytest.mark.parametrize("name", ["batch_400_digits", "context_len_list", "dtype_list", "context_len_infinity"])
+@pytest.mark.parametrize(
+    "name", ["batch_400_digits", "context_len_list", "dtype_list", "context_len_infinity"]
+)
 def test_cli_says_one_line_and_exits_2(tmp_path, name):
     path = tmp_path / f"{name}.json"
     path.write_bytes(CRAFTED[name][0])
-    proc = subprocess.run([sys.executable, "-m", "sim", "calibrate", str(path)], cwd=ROOT, check=False,
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "sim", "calibrate", str(path)],
+        cwd=ROOT,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr and CRAFTED[name][1] in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1

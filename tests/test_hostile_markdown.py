@@ -2,6 +2,7 @@
 details, the file's own name) render as text. A device name made of a markdown image and link
 must not become a live image or link anywhere: the probe tab's info box and warnings, the
 Calibration preset's title and caption, the upload error."""
+
 from __future__ import annotations
 
 import json
@@ -46,7 +47,9 @@ def test_probe_tab_shows_file_strings_as_text():
     data["errors"] = [HOSTILE]
     data["checks"] = {"c": {"passed": False, "detail": HOSTILE}}
     at = page_on("Live GPU probe")
-    at.file_uploader(key="pr_upload").set_value(("x.json", json.dumps(data).encode(), "application/json")).run()
+    at.file_uploader(key="pr_upload").set_value(
+        ("x.json", json.dumps(data).encode(), "application/json")
+    ).run()
     assert_inert(at, "probe tab")
     assert any("During this run" in w.value for w in at.warning)
 
@@ -60,7 +63,11 @@ def test_upload_error_names_the_file_as_text():
 def test_calibration_title_and_caption_are_text():
     data = fake_run(device=HOSTILE)
     at = page_on("Calibration")
-    at.file_uploader(key="cal_upload").set_value(("c.json", json.dumps(data).encode(), "application/json")).run()
+    at.file_uploader(key="cal_upload").set_value(
+        ("c.json", json.dumps(data).encode(), "application/json")
+    ).run()
     assert_inert(at, "calibration tab")
     assert any("As a simulator preset" in m.value for m in at.markdown)
-    assert any("click me" in t.value for t in at.text)  # the preset title, with the file's device name, as text
+    assert any(
+        "click me" in t.value for t in at.text
+    )  # the preset title, with the file's device name, as text

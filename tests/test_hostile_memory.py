@@ -1,6 +1,7 @@
 """Issue 15, item 6: memory per upload and per session is bounded, and the limits are on the page.
 10 MB strings and a 19 MB settings block are refused by the schema; the bucketing CSV uploader has
 a limit of its own (not Streamlit's 200 MB); a session keeps only its latest few probe uploads."""
+
 from __future__ import annotations
 
 import copy
@@ -22,9 +23,14 @@ def edited(edit) -> dict:
 
 BIG = {  # name -> (result, the field its message names)
     "error_10MB": (edited(lambda d: d.__setitem__("errors", [TEN_MB])), "errors"),
-    "detail_10MB": (edited(lambda d: d.__setitem__("checks", {"c": {"passed": True, "detail": TEN_MB}})), "checks"),
-    "kernel_name_10MB": (edited(lambda d: d["runs"][0]["timeline"]["gpu"].__setitem__("name", [TEN_MB, "k"])),
-                         "runs[0].timeline.gpu.name"),
+    "detail_10MB": (
+        edited(lambda d: d.__setitem__("checks", {"c": {"passed": True, "detail": TEN_MB}})),
+        "checks",
+    ),
+    "kernel_name_10MB": (
+        edited(lambda d: d["runs"][0]["timeline"]["gpu"].__setitem__("name", [TEN_MB, "k"])),
+        "runs[0].timeline.gpu.name",
+    ),
     "device_10MB": (edited(lambda d: d.__setitem__("device", TEN_MB)), "device"),
     "settings_19MB": (edited(lambda d: d.__setitem__("settings", {"pad": "y" * (19 * 2**20)})), "settings"),
     "many_errors": (edited(lambda d: d.__setitem__("errors", ["e"] * 10_000)), "errors"),
@@ -58,8 +64,9 @@ def test_a_session_keeps_its_latest_four_uploads():
     for i in range(6):
         data = good_result()
         data["device"] = f"Upload GPU {i}"
-        at.file_uploader(key="pr_upload").set_value((f"u{i}.json", json.dumps(data).encode(),
-                                                     "application/json")).run()
+        at.file_uploader(key="pr_upload").set_value(
+            (f"u{i}.json", json.dumps(data).encode(), "application/json")
+        ).run()
         assert not at.exception
     options = picker_options(at, "pr_run")
     uploaded = [o for o in options if o.startswith("uploaded")]

@@ -1,6 +1,7 @@
 """Hostile uploads through the page (AppTest): a probe result on the probe and calibration tabs,
 a batch-size histogram on the bucketing tab. Each bad file gets a message and no traceback, and
 what the page already held (an earlier good upload, the other controls) is still there."""
+
 from __future__ import annotations
 
 import copy
@@ -19,19 +20,53 @@ MB = 2**20
 
 def good_result() -> dict:
     """A small, valid probe result (the schema of core.probe_result)."""
-    timeline = Timeline(cpu_start=[0.0, 6.0], cpu_dur=[6.0, 5.0], cpu_names=["cudaLaunchKernel"] * 2,
-                        gpu_start=[7.0, 12.0], gpu_dur=[2.0, 3.0], gpu_names=["k1", "k2"],
-                        launched_by=[0, 1], source="measured").to_dict()
-    run = {"mode": "eager", "batch": 1, "bucket": None, "padded_rows": 0, "eager_fallback": False,
-           "step_us_median": 15.0, "step_us_p10": 14.0, "step_us_p90": 17.5, "enqueue_us_median": 10.5,
-           "kernels_per_step": 2, "kernels_per_layer": 1.0, "launches": 2, "cpu_launch_us": 11.0,
-           "gpu_busy_us": 5.0, "utilisation": 5.0 / 15.0, "bound_by": "CPU launch", "timeline": timeline}
+    timeline = Timeline(
+        cpu_start=[0.0, 6.0],
+        cpu_dur=[6.0, 5.0],
+        cpu_names=["cudaLaunchKernel"] * 2,
+        gpu_start=[7.0, 12.0],
+        gpu_dur=[2.0, 3.0],
+        gpu_names=["k1", "k2"],
+        launched_by=[0, 1],
+        source="measured",
+    ).to_dict()
+    run = {
+        "mode": "eager",
+        "batch": 1,
+        "bucket": None,
+        "padded_rows": 0,
+        "eager_fallback": False,
+        "step_us_median": 15.0,
+        "step_us_p10": 14.0,
+        "step_us_p90": 17.5,
+        "enqueue_us_median": 10.5,
+        "kernels_per_step": 2,
+        "kernels_per_layer": 1.0,
+        "launches": 2,
+        "cpu_launch_us": 11.0,
+        "gpu_busy_us": 5.0,
+        "utilisation": 5.0 / 15.0,
+        "bound_by": "CPU launch",
+        "timeline": timeline,
+    }
     return {
-        "schema": 1, "device": "Hostile Test GPU", "torch": "2.11.0", "cuda": "12.8",
-        "created": "2026-11-30T10:00:00+00:00", "command": "python -m gpu_probe",
-        "model": {"config": {"name": "small", "n_layers": 32}, "n_params": 1000, "weight_bytes": 2000,
-                  "read_bytes": 2000},
-        "hbm_copy_GBps": 4200.0, "runs": [run], "captures": [], "checks": {}, "errors": [],
+        "schema": 1,
+        "device": "Hostile Test GPU",
+        "torch": "2.11.0",
+        "cuda": "12.8",
+        "created": "2026-11-30T10:00:00+00:00",
+        "command": "python -m gpu_probe",
+        "model": {
+            "config": {"name": "small", "n_layers": 32},
+            "n_params": 1000,
+            "weight_bytes": 2000,
+            "read_bytes": 2000,
+        },
+        "hbm_copy_GBps": 4200.0,
+        "runs": [run],
+        "captures": [],
+        "checks": {},
+        "errors": [],
         "settings": {"steps": 10},
     }
 
@@ -61,8 +96,12 @@ BAD_RESULTS = {
     "unknown_mode.json": variant(run_field("mode", "warp-speed")),
     "no_runs.json": variant(lambda d: d.pop("runs")),
     "runs_not_list.json": variant(lambda d: d.__setitem__("runs", {"a": 1})),
-    "bad_timeline.json": variant(lambda d: d["runs"][0]["timeline"]["gpu"].__setitem__("launched_by", [5, 9])),
-    "negative_duration.json": variant(lambda d: d["runs"][0]["timeline"]["cpu"].__setitem__("dur_us", [-1, 5])),
+    "bad_timeline.json": variant(
+        lambda d: d["runs"][0]["timeline"]["gpu"].__setitem__("launched_by", [5, 9])
+    ),
+    "negative_duration.json": variant(
+        lambda d: d["runs"][0]["timeline"]["cpu"].__setitem__("dur_us", [-1, 5])
+    ),
 }
 
 
@@ -89,8 +128,9 @@ def probe_page_with_good_upload():
     pytest.importorskip("core.probe_result")
     at = page_on("Live GPU probe")
     assert_no_traceback(at, "probe tab")
-    at.file_uploader(key="pr_upload").set_value(("good.json", json.dumps(good_result()).encode(),
-                                                 "application/json")).run()
+    at.file_uploader(key="pr_upload").set_value(
+        ("good.json", json.dumps(good_result()).encode(), "application/json")
+    ).run()
     assert_no_traceback(at, "good upload")
     assert not [e for e in at.error if "good.json" in e.value], "the valid result was rejected"
     return at

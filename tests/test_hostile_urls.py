@@ -3,6 +3,7 @@
 Three layers: `check()` on single values (fast, exhaustive), the mechanics against real bound
 widgets in a small page, and the whole app with a list of hostile URLs.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -22,38 +23,41 @@ TABS = Spec("choice", options=url_params.TAB_LABELS)
 
 
 # -- single values ------------------------------------------------------------------------
-@pytest.mark.parametrize("spec, raw, kept, changed", [
-    (BATCH, "64", "64", False),
-    (BATCH, " 64 ", "64", False),
-    (BATCH, "64.0", "64", False),
-    (BATCH, "-5", "1", True),
-    (BATCH, "0", "1", True),
-    (BATCH, "99999", "512", True),
-    (BATCH, "9" * 90, "512", True),
-    (BATCH, "1e308", "512", True),
-    (BATCH, "inf", "512", True),
-    (BATCH, "-inf", "1", True),
-    (BATCH, "3.7", "4", True),
-    (BATCH, "nan", None, True),
-    (BATCH, "NaN", None, True),
-    (BATCH, "abc", None, True),
-    (BATCH, "0x10", None, True),
-    (BATCH, "", None, True),
-    (BATCH, "   ", None, True),
-    (BATCH, "1" * 10_000, None, True),
-    (LAUNCH, "7.25", "7.25", False),
-    (LAUNCH, "-1", "0.5", True),
-    (LAUNCH, "1e400", "50", True),
-    (Spec("bool"), "true", "true", False),
-    (Spec("bool"), "TRUE", "true", False),
-    (Spec("bool"), "yes", "true", True),
-    (Spec("bool"), "0", "false", True),
-    (Spec("bool"), "maybe", None, True),
-    (TABS, "Bucketing", "Bucketing", False),
-    (TABS, "check-yourself", "Check yourself", False),
-    (TABS, "LIVE_GPU_PROBE", "Live GPU probe", False),
-    (TABS, "Admin", None, True),
-])
+@pytest.mark.parametrize(
+    "spec, raw, kept, changed",
+    [
+        (BATCH, "64", "64", False),
+        (BATCH, " 64 ", "64", False),
+        (BATCH, "64.0", "64", False),
+        (BATCH, "-5", "1", True),
+        (BATCH, "0", "1", True),
+        (BATCH, "99999", "512", True),
+        (BATCH, "9" * 90, "512", True),
+        (BATCH, "1e308", "512", True),
+        (BATCH, "inf", "512", True),
+        (BATCH, "-inf", "1", True),
+        (BATCH, "3.7", "4", True),
+        (BATCH, "nan", None, True),
+        (BATCH, "NaN", None, True),
+        (BATCH, "abc", None, True),
+        (BATCH, "0x10", None, True),
+        (BATCH, "", None, True),
+        (BATCH, "   ", None, True),
+        (BATCH, "1" * 10_000, None, True),
+        (LAUNCH, "7.25", "7.25", False),
+        (LAUNCH, "-1", "0.5", True),
+        (LAUNCH, "1e400", "50", True),
+        (Spec("bool"), "true", "true", False),
+        (Spec("bool"), "TRUE", "true", False),
+        (Spec("bool"), "yes", "true", True),
+        (Spec("bool"), "0", "false", True),
+        (Spec("bool"), "maybe", None, True),
+        (TABS, "Bucketing", "Bucketing", False),
+        (TABS, "check-yourself", "Check yourself", False),
+        (TABS, "LIVE_GPU_PROBE", "Live GPU probe", False),
+        (TABS, "Admin", None, True),
+    ],
+)
 def test_check_clamps_or_drops(spec, raw, kept, changed):
     value, reason = check(spec, raw)
     assert value == kept
@@ -81,7 +85,7 @@ def test_every_tab_declaration_parses():
         if declared is None:
             assert prefix in undeclared
             continue
-        for key, raw in declared.items():
+        for key, _raw in declared.items():
             assert key in specs, f"{dict_name}[{key!r}] did not parse"
             if prefix:
                 assert key.startswith(prefix), f"{dict_name}[{key!r}] lacks the tab's prefix {prefix!r}"
@@ -93,9 +97,15 @@ def bound_widgets_page():
 
     from ui import url_params
 
-    url_params.sanitise({"tab": ("choice", ("One", "Two")), "batch": ("int", 1, 512),
-                         "launch_us": ("float", 0.5, 50.0), "fusion": ("bool",),
-                         "preset": ("choice", ("Chapter preset", "Other"), {"chapter": "Chapter preset"})})
+    url_params.sanitise(
+        {
+            "tab": ("choice", ("One", "Two")),
+            "batch": ("int", 1, 512),
+            "launch_us": ("float", 0.5, 50.0),
+            "fusion": ("bool",),
+            "preset": ("choice", ("Chapter preset", "Other"), {"chapter": "Chapter preset"}),
+        }
+    )
     one, two = st.tabs(["One", "Two"], key="tab", bind="query-params")
     if one.open:
         with one:
@@ -115,15 +125,18 @@ def run_bound(**params) -> AppTest:
     return at.run()
 
 
-@pytest.mark.parametrize("params, widget, value, url", [
-    ({"batch": "99999"}, "batch", 512, {"batch": "512"}),  # Streamlit alone would reset to 1
-    ({"batch": "3.7"}, "batch", 4, {"batch": "4"}),
-    ({"batch": ["3", "70"]}, "batch", 70, {"batch": "70"}),
-    ({"batch": "nan"}, "batch", 1, {}),
-    ({"launch_us": "-1"}, "launch_us", 0.5, {"launch_us": "0.5"}),
-    ({"fusion": "yes"}, "fusion", True, {"fusion": "true"}),
-    ({"preset": "chapter"}, "preset", "Chapter preset", {"preset": "Chapter preset"}),
-])
+@pytest.mark.parametrize(
+    "params, widget, value, url",
+    [
+        ({"batch": "99999"}, "batch", 512, {"batch": "512"}),  # Streamlit alone would reset to 1
+        ({"batch": "3.7"}, "batch", 4, {"batch": "4"}),
+        ({"batch": ["3", "70"]}, "batch", 70, {"batch": "70"}),
+        ({"batch": "nan"}, "batch", 1, {}),
+        ({"launch_us": "-1"}, "launch_us", 0.5, {"launch_us": "0.5"}),
+        ({"fusion": "yes"}, "fusion", True, {"fusion": "true"}),
+        ({"preset": "chapter"}, "preset", "Chapter preset", {"preset": "Chapter preset"}),
+    ],
+)
 def test_widgets_seed_from_the_corrected_value(params, widget, value, url):
     at = run_bound(**params)
     assert not at.exception
@@ -222,10 +235,12 @@ def test_every_declared_key_survives_hostile_values():
             by_tab.setdefault(tab, []).append(key)
     for tab, keys in by_tab.items():
         for i in range(0, len(keys), url_params.MAX_NOTICES):
-            chunk = keys[i:i + url_params.MAX_NOTICES]
+            chunk = keys[i : i + url_params.MAX_NOTICES]
             too_long = {k: "x" * (int(specs[k].hi or 0) + 1) for k in chunk}
-            params = {k: {"int": "nan", "float": "nan", "text": too_long[k]}.get(specs[k].kind, "\u202e<junk>")
-                      for k in chunk}
+            params = {
+                k: {"int": "nan", "float": "nan", "text": too_long[k]}.get(specs[k].kind, "\u202e<junk>")
+                for k in chunk
+            }
             at = run_app({"tab": tab, **params})
             assert_page_alive(at)
             notice = " ".join(w.value for w in at.warning)
@@ -239,13 +254,37 @@ def test_nan_never_reaches_a_number():
 
 
 # -- every control is bound, and the sanitiser knows its real range ---------------------------
-CONTROL_TYPES = ("slider", "select_slider", "toggle", "checkbox", "selectbox", "number_input", "radio",
-                 "text_input", "text_area", "multiselect", "date_input", "color_picker", "button_group")
+CONTROL_TYPES = (
+    "slider",
+    "select_slider",
+    "toggle",
+    "checkbox",
+    "selectbox",
+    "number_input",
+    "radio",
+    "text_input",
+    "text_area",
+    "multiselect",
+    "date_input",
+    "color_picker",
+    "button_group",
+)
 # Controls that must not be in a link: the quiz's answers are per session, and the run pickers list
 # this session's own uploads and live runs, which a link cannot carry.
-UNBOUND_ON_PURPOSE = ("quiz_", "pr_run", "cal_run", "batch_stops")  # batch_stops follows the bound "batch" box
-VIEWS = [("Simulator", {}), ("Bucketing", {}), ("Bucketing", {"bk_view": "Padding-corruption demo"}),
-         ("Live GPU probe", {}), ("Calibration", {}), ("Check yourself", {})]
+UNBOUND_ON_PURPOSE = (
+    "quiz_",
+    "pr_run",
+    "cal_run",
+    "batch_stops",
+)  # batch_stops follows the bound "batch" box
+VIEWS = [
+    ("Simulator", {}),
+    ("Bucketing", {}),
+    ("Bucketing", {"bk_view": "Padding-corruption demo"}),
+    ("Live GPU probe", {}),
+    ("Calibration", {}),
+    ("Check yourself", {}),
+]
 
 
 @pytest.mark.parametrize("tab, extra", VIEWS, ids=[f"{t}{'+' if e else ''}" for t, e in VIEWS])

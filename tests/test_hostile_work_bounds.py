@@ -1,6 +1,7 @@
 """Issue 15, item 2: the work one upload can cause is bounded. Runs per file, kernels per step
 consistent with the model's layers, and the lanes drawn: a 400k-kernel step shown whole is sent to
 the browser as time bins, not 1.2 M points."""
+
 from __future__ import annotations
 
 import copy
@@ -44,7 +45,9 @@ def one_layer_million_kernels() -> dict:
 
 
 def test_kernels_per_step_follow_the_model():
-    with pytest.raises(ValueError, match=r"^runs\[0\]\.kernels_per_step: 1e\+06 is outside the plausible range"):
+    with pytest.raises(
+        ValueError, match=r"^runs\[0\]\.kernels_per_step: 1e\+06 is outside the plausible range"
+    ):
         load_result(one_layer_million_kernels())
     limit = MAX_KERNELS_PER_LAYER * 1 + MAX_KERNELS_OUTSIDE_LAYERS
     data = one_layer_million_kernels()
@@ -57,7 +60,9 @@ def test_kernels_per_step_follow_the_model():
 def test_the_page_refuses_the_hanging_file_at_once():
     at = page_on("Calibration")
     for name, data in (("million.json", one_layer_million_kernels()), ("runs4000.json", with_runs(4000))):
-        at.file_uploader(key="cal_upload").set_value((name, json.dumps(data).encode(), "application/json")).run()
+        at.file_uploader(key="cal_upload").set_value(
+            (name, json.dumps(data).encode(), "application/json")
+        ).run()
         assert not at.exception
         assert name in messages(at)
 
@@ -69,8 +74,9 @@ def test_a_400k_kernel_step_is_drawn_as_bins():
     rng = np.random.default_rng(0)
     dur = rng.uniform(0.5, 3.0, n)
     start = np.cumsum(dur + rng.uniform(0, 1, n)) - dur
-    step = Timeline(np.arange(n) * 4.0, np.full(n, 3.0), ("launch",) * n, start, dur, ("k",) * n,
-                    source="measured")
+    step = Timeline(
+        np.arange(n) * 4.0, np.full(n, 3.0), ("launch",) * n, start, dur, ("k",) * n, source="measured"
+    )
     fig = lanes_figure(step, whole_step=True)
     points = sum(len(t.x) for t in fig.data)
     assert points <= 3 * AGGREGATE_BINS, points

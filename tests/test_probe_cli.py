@@ -1,4 +1,5 @@
 """python -m gpu_probe: argument validation, exit 2 without CUDA, a short real run on a GPU."""
+
 import json
 import os
 import subprocess
@@ -11,20 +12,29 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _cli(*args, env=None, timeout=120):
-    return subprocess.run([sys.executable, "-m", "gpu_probe", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "gpu_probe", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
-@pytest.mark.parametrize("args, reason", [
-    (["--batch", "0"], "batch sizes must be positive"),
-    (["--batch", "2000"], "at most 1024"),
-    (["--modes", "eager", "turbo"], "modes must be"),
-    (["--preset", "huge"], "preset must be one of"),
-    (["--buckets", "4", "-1"], "bucket sizes must be positive"),
-    (["--steps", "2"], "steps must be"),
-    (["--batch", "x"], "invalid int value"),
-    (["--no-such-flag"], "unrecognized arguments"),
-])
+@pytest.mark.parametrize(
+    "args, reason",
+    [
+        (["--batch", "0"], "batch sizes must be positive"),
+        (["--batch", "2000"], "at most 1024"),
+        (["--modes", "eager", "turbo"], "modes must be"),
+        (["--preset", "huge"], "preset must be one of"),
+        (["--buckets", "4", "-1"], "bucket sizes must be positive"),
+        (["--steps", "2"], "steps must be"),
+        (["--batch", "x"], "invalid int value"),
+        (["--no-such-flag"], "unrecognized arguments"),
+    ],
+)
 def test_invalid_arguments_exit_2_with_one_line(args, reason, tmp_path):
     out = tmp_path / "r.json"
     proc = _cli(*args, "--out", str(out))
@@ -40,16 +50,38 @@ def test_no_cuda_exits_2(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "gpu_probe: error: no CUDA device (torch.cuda.is_available() is False); "
-        "gpu_probe/recorded/h200.json holds a recorded H200 run"]
+        "gpu_probe/recorded/h200.json holds a recorded H200 run"
+    ]
     assert not out.exists()
 
 
 @pytest.mark.cuda
 def test_short_end_to_end_run(tmp_path):
     from core.probe_result import MODES, load_result
+
     out, traces = tmp_path / "r.json", tmp_path / "traces"
-    proc = _cli("--preset", "tiny", "--batch", "1", "3", "--modes", "all", "--buckets", "1", "2", "4",
-                "--steps", "5", "--warmup", "2", "--out", str(out), "--trace-dir", str(traces), timeout=600)
+    proc = _cli(
+        "--preset",
+        "tiny",
+        "--batch",
+        "1",
+        "3",
+        "--modes",
+        "all",
+        "--buckets",
+        "1",
+        "2",
+        "4",
+        "--steps",
+        "5",
+        "--warmup",
+        "2",
+        "--out",
+        str(out),
+        "--trace-dir",
+        str(traces),
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "[gpu_probe]" in proc.stderr  # progress on stderr
     res = load_result(out)

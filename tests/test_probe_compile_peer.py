@@ -4,6 +4,7 @@ On the H200 (torch 2.11) a cache write through a flat *view* of the buffer made 
 the whole layer buffer twice per write. The model now writes with an index_put_ on the buffer
 itself; here Inductor's C++ output must allocate nothing as large as a layer's cache.
 """
+
 import re
 
 import torch
@@ -15,8 +16,10 @@ from gpu_probe.model import ProbeModel
 
 
 def _allocated_shapes(code: str) -> set[tuple[int, ...]]:
-    return {tuple(int(x) for x in dims.split(",") if x.strip())
-            for dims in re.findall(r"empty_strided\w*\(\(([\d, ]+)\)", code)}
+    return {
+        tuple(int(x) for x in dims.split(",") if x.strip())
+        for dims in re.findall(r"empty_strided\w*\(\(([\d, ]+)\)", code)
+    }
 
 
 def test_inductor_writes_the_kv_cache_in_place_and_matches_eager():

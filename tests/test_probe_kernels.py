@@ -4,14 +4,19 @@ CPU: tiny fp32 shapes through Triton's interpreter (conftest sets TRITON_INTERPR
 CUDA (marked): bf16 at the small preset's shapes, fresh random inputs, ||out - ref|| / ||ref|| < 1e-2,
 the small model's fused step against its unfused step, and a captured fused step against eager.
 """
+
 import math
 
 import pytest
 import torch
 
-from gpu_probe.kernels import (fused_linear, fused_linear_reference, paged_decode_attention,
-                               paged_decode_attention_reference)
-from gpu_probe.kernels import linear
+from gpu_probe.kernels import (
+    fused_linear,
+    fused_linear_reference,
+    linear,
+    paged_decode_attention,
+    paged_decode_attention_reference,
+)
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -23,8 +28,12 @@ def make_attention_case(batch, n_heads, n_kv_heads, head_dim, block_size, contex
     gen = torch.Generator(device=device).manual_seed(seed)
     max_blocks = max(-(-n // block_size) for n in context_lens)
     num_blocks = 1 + batch * max_blocks
-    k_cache = torch.randn(num_blocks, block_size, n_kv_heads, head_dim, generator=gen, device=device).to(dtype)
-    v_cache = torch.randn(num_blocks, block_size, n_kv_heads, head_dim, generator=gen, device=device).to(dtype)
+    k_cache = torch.randn(num_blocks, block_size, n_kv_heads, head_dim, generator=gen, device=device).to(
+        dtype
+    )
+    v_cache = torch.randn(num_blocks, block_size, n_kv_heads, head_dim, generator=gen, device=device).to(
+        dtype
+    )
     # Each sequence gets its blocks from a shuffled pool (never block 0, the scratch block).
     pool = (torch.randperm(num_blocks - 1, generator=torch.Generator().manual_seed(seed)) + 1).tolist()
     tables = torch.zeros(batch, max_blocks, dtype=torch.int32)
@@ -35,12 +44,23 @@ def make_attention_case(batch, n_heads, n_kv_heads, head_dim, block_size, contex
         slots.append(int(tables[row, (n - 1) // block_size]) * block_size + (n - 1) % block_size)
     qkv = torch.randn(batch, (n_heads + 2 * n_kv_heads) * head_dim, generator=gen, device=device).to(dtype)
     positions = torch.tensor(context_lens, device=device) - 1
-    angles = torch.arange(1024, dtype=torch.float64)[:, None] / (10000 ** (torch.arange(head_dim // 2) / (head_dim // 2)))
+    angles = torch.arange(1024, dtype=torch.float64)[:, None] / (
+        10000 ** (torch.arange(head_dim // 2) / (head_dim // 2))
+    )
     cos, sin = angles.cos().float().to(device), angles.sin().float().to(device)
-    return dict(qkv=qkv, positions=positions, block_tables=tables.to(device),
-                slot_mapping=torch.tensor(slots, device=device), context_lens=torch.tensor(context_lens, dtype=torch.int32,
-                                                                                         device=device),
-                k_cache=k_cache, v_cache=v_cache, cos=cos, sin=sin, n_heads=n_heads, n_kv_heads=n_kv_heads)
+    return dict(
+        qkv=qkv,
+        positions=positions,
+        block_tables=tables.to(device),
+        slot_mapping=torch.tensor(slots, device=device),
+        context_lens=torch.tensor(context_lens, dtype=torch.int32, device=device),
+        k_cache=k_cache,
+        v_cache=v_cache,
+        cos=cos,
+        sin=sin,
+        n_heads=n_heads,
+        n_kv_heads=n_kv_heads,
+    )
 
 
 def check_attention(case, n_splits, tol):
@@ -67,8 +87,12 @@ def test_fused_linear_matches_reference_on_cpu(m, n, k, variant):
     gen = torch.Generator().manual_seed(m * 100 + n)
     x = torch.randn(m, k, generator=gen)
     weight = torch.randn(2 * n if variant == "swiglu" else n, k, generator=gen)
-    kwargs = {"plain": {}, "norm": {"rms_eps": 1e-5}, "residual": {"residual": torch.randn(m, n, generator=gen)},
-              "swiglu": {"rms_eps": 1e-5, "swiglu": True}}[variant]
+    kwargs = {
+        "plain": {},
+        "norm": {"rms_eps": 1e-5},
+        "residual": {"residual": torch.randn(m, n, generator=gen)},
+        "swiglu": {"rms_eps": 1e-5, "swiglu": True},
+    }[variant]
     out = fused_linear(x, weight, **kwargs)
     assert out.shape == (m, n)
     assert rel_err(out, fused_linear_reference(x, weight, **kwargs)) < 1e-5
@@ -86,15 +110,27 @@ def test_both_kernels_over_several_k_tiles_on_cpu(config, variant):
     m, n, k = 3, 10, 70
     x = torch.randn(m, k, generator=gen)
     weight = torch.randn(2 * n if variant == "swiglu" else n, k, generator=gen)
-    kwargs = {"norm": {"rms_eps": 1e-5}, "residual": {"residual": torch.randn(m, n, generator=gen)},
-              "swiglu": {"rms_eps": 1e-5, "swiglu": True}}[variant]
+    kwargs = {
+        "norm": {"rms_eps": 1e-5},
+        "residual": {"residual": torch.randn(m, n, generator=gen)},
+        "swiglu": {"rms_eps": 1e-5, "swiglu": True},
+    }[variant]
     out = fused_linear(x, weight, config=config, pdl=True, **kwargs)  # pdl: a no-op off Hopper
     assert rel_err(out, fused_linear_reference(x, weight, **kwargs)) < 1e-5
 
 
 @pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 16, 17, 256])
-@pytest.mark.parametrize("n, k, swiglu", [(3072, 1024, False), (1024, 1024, False), (2816, 1024, True),
-                                          (1024, 2816, False), (32000, 1024, False), (20, 36, True)])
+@pytest.mark.parametrize(
+    "n, k, swiglu",
+    [
+        (3072, 1024, False),
+        (1024, 1024, False),
+        (2816, 1024, True),
+        (1024, 2816, False),
+        (32000, 1024, False),
+        (20, 36, True),
+    ],
+)
 def test_tile_choice_by_batch(m, n, k, swiglu):
     cfg = linear._tile_config(m, n, k, swiglu, 132)
     if m <= linear.GEMV_MAX_ROWS:  # a GEMV: one program covers every row, all of K where it fits
@@ -136,8 +172,9 @@ def test_paged_attention_matches_reference_on_cpu(n_splits, block_n):
     # and tiles (the second split of 3 is empty: 44 cached tokens in 16-token tiles).
     case = make_attention_case(2, 4, 2, 16, 4, [1, 45], torch.float32, "cpu", seed=n_splits)
     kernel_k, kernel_v = case["k_cache"].clone(), case["v_cache"].clone()
-    out = paged_decode_attention(**{**case, "k_cache": kernel_k, "v_cache": kernel_v}, n_splits=n_splits,
-                                 block_n=block_n)
+    out = paged_decode_attention(
+        **{**case, "k_cache": kernel_k, "v_cache": kernel_v}, n_splits=n_splits, block_n=block_n
+    )
     ref = paged_decode_attention_reference(**case)
     assert rel_err(out, ref) < 1e-5 and torch.equal(kernel_v, case["v_cache"])
 
@@ -156,14 +193,25 @@ cuda = pytest.mark.cuda
 
 @cuda
 @pytest.mark.parametrize("m", [1, 2, 4, 7, 64, 256])
-@pytest.mark.parametrize("variant, n, k", [("norm", 3072, 1024), ("swiglu", 2816, 1024), ("residual", 1024, 1024),
-                                           ("residual", 1024, 2816),  # small; then the 1b preset's shapes
-                                           ("norm", 3072, 2048), ("swiglu", 8192, 2048), ("residual", 2048, 2048),
-                                           ("residual", 2048, 8192)])
+@pytest.mark.parametrize(
+    "variant, n, k",
+    [
+        ("norm", 3072, 1024),
+        ("swiglu", 2816, 1024),
+        ("residual", 1024, 1024),
+        ("residual", 1024, 2816),  # small; then the 1b preset's shapes
+        ("norm", 3072, 2048),
+        ("swiglu", 8192, 2048),
+        ("residual", 2048, 2048),
+        ("residual", 2048, 8192),
+    ],
+)
 def test_fused_linear_matches_reference_on_cuda(m, variant, n, k):
     gen = torch.Generator(device="cuda").manual_seed(m + n)
     bf16 = torch.bfloat16
-    weight = (torch.randn(2 * n if variant == "swiglu" else n, k, generator=gen, device="cuda") / math.sqrt(k)).to(bf16)
+    weight = (
+        torch.randn(2 * n if variant == "swiglu" else n, k, generator=gen, device="cuda") / math.sqrt(k)
+    ).to(bf16)
     x = (3 * torch.randn(m, k, generator=gen, device="cuda")).to(bf16)
     if variant == "residual":
         kwargs = {"residual": torch.randn(m, n, generator=gen, device="cuda").to(bf16)}
@@ -175,12 +223,20 @@ def test_fused_linear_matches_reference_on_cuda(m, variant, n, k):
 
 @cuda
 @pytest.mark.parametrize("m", [65, 96, 256])
-@pytest.mark.parametrize("variant, n, k", [("swiglu", 8192, 2048), ("norm", 128256, 2048), ("norm", 3072, 2048),
-                                           ("residual", 2048, 8192), ("swiglu", 2816, 1024)])
+@pytest.mark.parametrize(
+    "variant, n, k",
+    [
+        ("swiglu", 8192, 2048),
+        ("norm", 128256, 2048),
+        ("norm", 3072, 2048),
+        ("residual", 2048, 8192),
+        ("swiglu", 2816, 1024),
+    ],
+)
 def test_tensor_core_kernel_is_deterministic_on_cuda(m, variant, n, k):
     """Same inputs, same bits, six times over: a pipelining race here once broke graph == eager (1b preset)."""
     gen = torch.Generator(device="cuda").manual_seed(m)
-    weight = (torch.randn(2 * n if variant == "swiglu" else n, k, generator=gen, device="cuda") / math.sqrt(k))
+    weight = torch.randn(2 * n if variant == "swiglu" else n, k, generator=gen, device="cuda") / math.sqrt(k)
     weight = weight.to(torch.bfloat16)
     x = (3 * torch.randn(m, k, generator=gen, device="cuda")).to(torch.bfloat16)
     if variant == "residual":
@@ -202,9 +258,10 @@ def test_lm_head_gemv_matches_reference_on_cuda(vocab, hidden):
 
 
 @cuda
-@pytest.mark.parametrize("batch, n_heads, n_kv_heads, n_splits",
-                         [(1, 16, 16, 16), (3, 16, 16, 4), (64, 16, 16, 1), (5, 32, 8, 2), (1, 32, 8, 16),
-                          (64, 32, 8, 1)])
+@pytest.mark.parametrize(
+    "batch, n_heads, n_kv_heads, n_splits",
+    [(1, 16, 16, 16), (3, 16, 16, 4), (64, 16, 16, 1), (5, 32, 8, 2), (1, 32, 8, 16), (64, 32, 8, 1)],
+)
 def test_paged_attention_matches_reference_on_cuda(batch, n_heads, n_kv_heads, n_splits):
     lens = torch.randint(1, 600, (batch,), generator=torch.Generator().manual_seed(batch)).tolist()
     lens[0] = 512

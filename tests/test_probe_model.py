@@ -1,5 +1,6 @@
 """The probe decoder on CPU (tiny preset, fp32): config, paged-cache bookkeeping, decode semantics,
 scratch-block safety, and fused (Triton interpreter) == unfused on the same weights."""
+
 import math
 
 import pytest
@@ -17,8 +18,18 @@ def model():
 
 
 # ---- config --------------------------------------------------------------------------------------
-@pytest.mark.parametrize("field, value", [("n_layers", 0), ("hidden", -4), ("n_kv_heads", 3), ("dtype", "int8"),
-                                          ("prefill_len", 64), ("block_size", 2.5), ("vocab", True)])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("n_layers", 0),
+        ("hidden", -4),
+        ("n_kv_heads", 3),
+        ("dtype", "int8"),
+        ("prefill_len", 64),
+        ("block_size", 2.5),
+        ("vocab", True),
+    ],
+)
 def test_config_rejects_bad_field_by_name(field, value):
     with pytest.raises(ValueError, match=field):
         get_config("tiny", **{field: value})
@@ -31,8 +42,14 @@ def test_config_rejects_non_power_of_two_head_dim():
 
 def test_presets_have_the_issue_shapes():
     small = PRESETS["small"]
-    assert (small.n_layers, small.hidden, small.n_heads, small.ffn, small.vocab, small.dtype) == \
-        (32, 1024, 16, 2816, 32000, "bfloat16")
+    assert (small.n_layers, small.hidden, small.n_heads, small.ffn, small.vocab, small.dtype) == (
+        32,
+        1024,
+        16,
+        2816,
+        32000,
+        "bfloat16",
+    )
     assert 0.47e9 < small.n_params < 0.49e9
     assert small.max_blocks_per_seq == 40 and small.num_blocks == 1 + 256 * 40
     with pytest.raises(ValueError, match="preset"):
@@ -41,8 +58,16 @@ def test_presets_have_the_issue_shapes():
 
 def test_1b_preset_is_llama_3_2_1b_shaped():
     cfg = PRESETS["1b"]
-    assert (cfg.n_layers, cfg.hidden, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.ffn, cfg.vocab, cfg.dtype) == \
-        (16, 2048, 32, 8, 64, 8192, 128256, "bfloat16")
+    assert (
+        cfg.n_layers,
+        cfg.hidden,
+        cfg.n_heads,
+        cfg.n_kv_heads,
+        cfg.head_dim,
+        cfg.ffn,
+        cfg.vocab,
+        cfg.dtype,
+    ) == (16, 2048, 32, 8, 64, 8192, 128256, "bfloat16")
     assert cfg.tie_embeddings and 1.23e9 < cfg.n_params < 1.24e9
     assert cfg.weight_bytes == cfg.n_params * 2  # the tied table is read whole, as the LM head
 
@@ -95,7 +120,9 @@ def test_decode_inputs_point_at_the_new_token():
         table = inputs["block_tables"][row].tolist()
         pos = inputs["positions"][row].item()
         assert inputs["slot_mapping"][row].item() == table[pos // 4] * 4 + pos % 4
-        assert table[len(cache.block_table(seq)):] == [SCRATCH_BLOCK] * (len(table) - len(cache.block_table(seq)))
+        assert table[len(cache.block_table(seq)) :] == [SCRATCH_BLOCK] * (
+            len(table) - len(cache.block_table(seq))
+        )
     again = cache.decode_inputs(ids, advance=False)
     assert torch.equal(again["slot_mapping"], inputs["slot_mapping"])
 
@@ -170,7 +197,7 @@ def _real_blocks_except(cache, kv_before, written_slots):
     flat_before = kv_before.view(kv_before.shape[0], 2, -1, *kv_before.shape[-2:])
     flat_after = cache.kv.view_as(flat_before)
     changed = (flat_before != flat_after).flatten(3).any(-1).any(0).any(0)  # per slot
-    changed[SCRATCH_BLOCK * cache.block_size:(SCRATCH_BLOCK + 1) * cache.block_size] = False
+    changed[SCRATCH_BLOCK * cache.block_size : (SCRATCH_BLOCK + 1) * cache.block_size] = False
     return set(torch.nonzero(changed).flatten().tolist()) <= set(written_slots)
 
 
@@ -232,7 +259,10 @@ def test_model_forward_follows_the_fused_flag():
     torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
     assert model.attention_splits(1) > 1  # batch 1 on "2 SMs" uses the split path (+1 merge kernel)
     assert model.kernels_per_layer(1) == FUSED_KERNELS_PER_LAYER + 1
-    assert model.kernels_per_layer(8) == FUSED_KERNELS_PER_LAYER and model.kernels_per_layer(8, fused=False) is None
+    assert (
+        model.kernels_per_layer(8) == FUSED_KERNELS_PER_LAYER
+        and model.kernels_per_layer(8, fused=False) is None
+    )
 
 
 @pytest.mark.parametrize("fused", [False, True], ids=["unfused", "fused"])

@@ -1,38 +1,76 @@
 """The probe's result schema: a valid file loads; every kind of bad value is named."""
+
 import copy
 import json
 import sys
 
 import pytest
 
-from core.probe_result import (MAX_RESULT_BYTES, MODES, ProbeResult, dump_result, load_result)
+from core.probe_result import MAX_RESULT_BYTES, MODES, ProbeResult, dump_result, load_result
 from core.timeline import Timeline
 
 
 def _timeline() -> dict:
-    return Timeline(cpu_start=[0.0, 6.0], cpu_dur=[6.0, 5.0], cpu_names=["cudaLaunchKernel"] * 2,
-                    gpu_start=[7.0, 12.0], gpu_dur=[2.0, 3.0], gpu_names=["k1", "k2"],
-                    launched_by=[0, 1], source="measured").to_dict()
+    return Timeline(
+        cpu_start=[0.0, 6.0],
+        cpu_dur=[6.0, 5.0],
+        cpu_names=["cudaLaunchKernel"] * 2,
+        gpu_start=[7.0, 12.0],
+        gpu_dur=[2.0, 3.0],
+        gpu_names=["k1", "k2"],
+        launched_by=[0, 1],
+        source="measured",
+    ).to_dict()
 
 
 def valid_result() -> dict:
-    run = {"mode": "eager", "batch": 1, "bucket": None, "padded_rows": 0, "eager_fallback": False,
-           "step_us_median": 15.0, "step_us_p10": 14.0, "step_us_p90": 17.5, "enqueue_us_median": 10.5,
-           "kernels_per_step": 2, "kernels_per_layer": 1.0, "launches": 2,
-           "cpu_launch_us": 11.0, "gpu_busy_us": 5.0, "utilisation": 5.0 / 15.0,
-           "bound_by": "CPU launch", "timeline": _timeline()}
-    graph_run = dict(copy.deepcopy(run), mode="fused+graph", batch=3, bucket=4, padded_rows=1,
-                     cpu_launch_us=4.0, bound_by="GPU")
+    run = {
+        "mode": "eager",
+        "batch": 1,
+        "bucket": None,
+        "padded_rows": 0,
+        "eager_fallback": False,
+        "step_us_median": 15.0,
+        "step_us_p10": 14.0,
+        "step_us_p90": 17.5,
+        "enqueue_us_median": 10.5,
+        "kernels_per_step": 2,
+        "kernels_per_layer": 1.0,
+        "launches": 2,
+        "cpu_launch_us": 11.0,
+        "gpu_busy_us": 5.0,
+        "utilisation": 5.0 / 15.0,
+        "bound_by": "CPU launch",
+        "timeline": _timeline(),
+    }
+    graph_run = dict(
+        copy.deepcopy(run),
+        mode="fused+graph",
+        batch=3,
+        bucket=4,
+        padded_rows=1,
+        cpu_launch_us=4.0,
+        bound_by="GPU",
+    )
     return {
-        "schema": 1, "device": "NVIDIA H200", "torch": "2.11.0", "cuda": "12.8",
-        "created": "2026-11-30T10:00:00+00:00", "command": "python -m gpu_probe --preset small",
-        "model": {"config": {"name": "small", "n_layers": 32}, "n_params": 477_000_000,
-                  "weight_bytes": 954_000_000, "read_bytes": 888_000_000},
+        "schema": 1,
+        "device": "NVIDIA H200",
+        "torch": "2.11.0",
+        "cuda": "12.8",
+        "created": "2026-11-30T10:00:00+00:00",
+        "command": "python -m gpu_probe --preset small",
+        "model": {
+            "config": {"name": "small", "n_layers": 32},
+            "n_params": 477_000_000,
+            "weight_bytes": 954_000_000,
+            "read_bytes": 888_000_000,
+        },
         "hbm_copy_GBps": 4200.0,
         "runs": [run, graph_run],
         "captures": [{"bucket": 4, "capture_ms": 12.5, "graph_mem_bytes": 2_097_152}],
         "checks": {"graph_vs_eager": {"passed": True, "detail": "13 buckets"}},
-        "errors": [], "settings": {"steps": 100},
+        "errors": [],
+        "settings": {"steps": 100},
     }
 
 
@@ -63,28 +101,31 @@ def test_round_trip_through_json_file(tmp_path):
     assert load_result(path, timeline_source="recorded").runs[0].timeline.source == "recorded"
 
 
-@pytest.mark.parametrize("path, value, field", [
-    (("runs", 0, "step_us_median"), float("nan"), "runs[0].step_us_median"),
-    (("runs", 0, "step_us_p10"), -1.0, "runs[0].step_us_p10"),
-    (("runs", 1, "step_us_p90"), 5e9, "runs[1].step_us_p90"),
-    (("runs", 0, "utilisation"), 1.7, "runs[0].utilisation"),
-    (("runs", 0, "mode"), "turbo", "runs[0].mode"),
-    (("runs", 0, "batch"), 0, "runs[0].batch"),
-    (("runs", 0, "batch"), 2.5, "runs[0].batch"),
-    (("runs", 0, "kernels_per_step"), "many", "runs[0].kernels_per_step"),
-    (("runs", 0, "bound_by"), "GPU", "runs[0].bound_by"),  # disagrees with cpu > gpu
-    (("runs", 1, "bucket"), 2, "runs[1].bucket"),  # a bucket smaller than the batch
-    (("hbm_copy_GBps",), 1e9, "hbm_copy_GBps"),
-    (("hbm_copy_GBps",), float("inf"), "hbm_copy_GBps"),
-    (("model", "weight_bytes"), -5, "model.weight_bytes"),
-    (("captures", 0, "capture_ms"), -0.1, "captures[0].capture_ms"),
-    (("captures", 0, "graph_mem_bytes"), float("nan"), "captures[0].graph_mem_bytes"),
-    (("checks", "graph_vs_eager", "passed"), "yes", "checks.graph_vs_eager"),
-    (("created",), "yesterday", "created"),
-    (("device",), "", "device"),
-    (("schema",), 999, "schema"),  # a newer probe's file: refused, not guessed at
-    (("schema",), True, "schema"),
-])
+@pytest.mark.parametrize(
+    "path, value, field",
+    [
+        (("runs", 0, "step_us_median"), float("nan"), "runs[0].step_us_median"),
+        (("runs", 0, "step_us_p10"), -1.0, "runs[0].step_us_p10"),
+        (("runs", 1, "step_us_p90"), 5e9, "runs[1].step_us_p90"),
+        (("runs", 0, "utilisation"), 1.7, "runs[0].utilisation"),
+        (("runs", 0, "mode"), "turbo", "runs[0].mode"),
+        (("runs", 0, "batch"), 0, "runs[0].batch"),
+        (("runs", 0, "batch"), 2.5, "runs[0].batch"),
+        (("runs", 0, "kernels_per_step"), "many", "runs[0].kernels_per_step"),
+        (("runs", 0, "bound_by"), "GPU", "runs[0].bound_by"),  # disagrees with cpu > gpu
+        (("runs", 1, "bucket"), 2, "runs[1].bucket"),  # a bucket smaller than the batch
+        (("hbm_copy_GBps",), 1e9, "hbm_copy_GBps"),
+        (("hbm_copy_GBps",), float("inf"), "hbm_copy_GBps"),
+        (("model", "weight_bytes"), -5, "model.weight_bytes"),
+        (("captures", 0, "capture_ms"), -0.1, "captures[0].capture_ms"),
+        (("captures", 0, "graph_mem_bytes"), float("nan"), "captures[0].graph_mem_bytes"),
+        (("checks", "graph_vs_eager", "passed"), "yes", "checks.graph_vs_eager"),
+        (("created",), "yesterday", "created"),
+        (("device",), "", "device"),
+        (("schema",), 999, "schema"),  # a newer probe's file: refused, not guessed at
+        (("schema",), True, "schema"),
+    ],
+)
 def test_bad_values_are_rejected_naming_the_field(path, value, field):
     data = copy.deepcopy(valid_result())
     target = data
@@ -152,17 +193,30 @@ def test_dump_refuses_nan(tmp_path):
 
 def test_result_module_does_not_import_torch():
     import subprocess
-    code = ("import sys, core.probe_result as r; r.load_result(__import__('json').loads(sys.argv[1]));"
-            "assert 'torch' not in sys.modules, 'torch imported'")
-    proc = subprocess.run([sys.executable, "-c", code, json.dumps(valid_result())], capture_output=True,
-                          text=True, cwd=str(__import__('pathlib').Path(__file__).resolve().parents[1]))
+
+    code = (
+        "import sys, core.probe_result as r; r.load_result(__import__('json').loads(sys.argv[1]));"
+        "assert 'torch' not in sys.modules, 'torch imported'"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(valid_result())],
+        capture_output=True,
+        text=True,
+        cwd=str(__import__("pathlib").Path(__file__).resolve().parents[1]),
+    )
     assert proc.returncode == 0, proc.stderr
 
 
 def test_read_floor_adds_the_kv_cache_at_the_runs_context():
     data = valid_result()
-    data["model"]["config"] = {"name": "1b", "n_layers": 16, "hidden": 2048, "n_heads": 32, "n_kv_heads": 8,
-                               "dtype": "bfloat16"}
+    data["model"]["config"] = {
+        "name": "1b",
+        "n_layers": 16,
+        "hidden": 2048,
+        "n_heads": 32,
+        "n_kv_heads": 8,
+        "dtype": "bfloat16",
+    }
     data["settings"] = {"context_len": 512}
     res = load_result(data)
     kv_per_sequence = 16 * 2 * 512 * 8 * 64 * 2  # layers x (K, V) x tokens x KV heads x head dim x bytes
@@ -177,8 +231,13 @@ def test_read_floor_adds_the_kv_cache_at_the_runs_context():
 def test_step_split_adds_up_to_the_step():
     data = valid_result()
     data["hbm_copy_GBps"] = 4_000.0
-    data["runs"][1].update(step_us_median=400.0, step_us_p10=390.0, step_us_p90=420.0, enqueue_us_median=60.0,
-                           kernels_per_step=100)
+    data["runs"][1].update(
+        step_us_median=400.0,
+        step_us_p10=390.0,
+        step_us_p90=420.0,
+        enqueue_us_median=60.0,
+        kernels_per_step=100,
+    )
     res = load_result(data)
     run = res.run("fused+graph", 3)
     split = res.step_split(run)

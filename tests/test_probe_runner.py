@@ -1,4 +1,5 @@
 """Graph runner bookkeeping on the CPU (tiny model, use_graphs=False): buckets, padding, the bug."""
+
 import pytest
 import torch
 
@@ -28,9 +29,23 @@ def setup():
 def test_bucket_choice_matches_the_chapter():
     assert DEFAULT_BUCKETS == (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
     from sim.config import CHAPTER_BUCKETS
+
     assert DEFAULT_BUCKETS == tuple(CHAPTER_BUCKETS)
-    assert [bucket_for(n, DEFAULT_BUCKETS) for n in (1, 2, 3, 5, 17, 25, 33, 49, 65, 97, 129, 193, 256)] == \
-        [1, 2, 4, 8, 24, 32, 48, 64, 96, 128, 192, 256, 256]
+    assert [bucket_for(n, DEFAULT_BUCKETS) for n in (1, 2, 3, 5, 17, 25, 33, 49, 65, 97, 129, 193, 256)] == [
+        1,
+        2,
+        4,
+        8,
+        24,
+        32,
+        48,
+        64,
+        96,
+        128,
+        192,
+        256,
+        256,
+    ]
     assert bucket_for(257, DEFAULT_BUCKETS) is None
     assert validate_buckets([8, 1, 4, 4]) == (1, 4, 8)
     for bad in ([], [0, 2], [1.5], ["x"], [-4]):
@@ -87,20 +102,28 @@ def test_logits_land_in_one_static_buffer_sized_for_the_largest_bucket(setup):
 
 def test_fused_runner_keeps_its_widest_activations_in_a_static_workspace():
     from gpu_probe.measure import check_graph_vs_eager
+
     model = ProbeModel(get_config("tiny"), num_blocks=1 + 4 * 3, fused=True)
     model.kv_cache.fill_random_(seed=5)
     batch = make_batch(model, 4, seed=6)
     runner = GraphRunner(model, buckets=(1, 4), use_graphs=False)
     cfg = model.cfg
-    assert {k: tuple(v.shape) for k, v in runner.workspace.items()} == \
-        {"qkv": (4, cfg.q_size + 2 * cfg.kv_size), "act": (4, cfg.ffn)}
-    assert runner.static_buffer_bytes == runner.static_input_bytes + runner.static_logits_bytes + \
-        runner.workspace_bytes
+    assert {k: tuple(v.shape) for k, v in runner.workspace.items()} == {
+        "qkv": (4, cfg.q_size + 2 * cfg.kv_size),
+        "act": (4, cfg.ffn),
+    }
+    assert (
+        runner.static_buffer_bytes
+        == runner.static_input_bytes + runner.static_logits_bytes + runner.workspace_bytes
+    )
     out = runner.run(batch.head(3), check=True)
     torch.testing.assert_close(out, model(**batch.head(3).as_dict()), rtol=1e-5, atol=1e-5)
     checks = check_graph_vs_eager(runner, model, batch)  # bit-exact with the workspace-free eager step
     assert checks["graph_vs_eager"]["passed"] and checks["kv_canary"]["passed"]
-    assert GraphRunner(ProbeModel(get_config("tiny"), num_blocks=4), buckets=(2,), use_graphs=False).workspace == {}
+    assert (
+        GraphRunner(ProbeModel(get_config("tiny"), num_blocks=4), buckets=(2,), use_graphs=False).workspace
+        == {}
+    )
 
 
 def test_bug_fires_exactly_where_padding_is_needed(setup):
@@ -111,7 +134,9 @@ def test_bug_fires_exactly_where_padding_is_needed(setup):
         try:
             runner.run(batch.head(n), check="before")
         except PaddingCorruption as err:
-            assert err.kind == "block_table" and err.batch == n and err.bucket == bucket_for(n, DEFAULT_BUCKETS)
+            assert (
+                err.kind == "block_table" and err.batch == n and err.bucket == bucket_for(n, DEFAULT_BUCKETS)
+            )
             fired.add(n)
     assert fired == set(range(1, MAX_ROWS + 1)) - set(DEFAULT_BUCKETS)
 
@@ -174,6 +199,7 @@ def test_invalid_arguments(setup):
 
 def test_run_checks_pass_on_cpu_and_catch_the_bug(setup):
     from gpu_probe.measure import check_graph_vs_eager, check_padding_assertion
+
     model, batch = setup
     runner = GraphRunner(model, buckets=(1, 2, 4, 8, 16, 24), use_graphs=False)
     checks = check_graph_vs_eager(runner, model, batch)
@@ -194,6 +220,7 @@ def test_run_checks_pass_on_cpu_and_catch_the_bug(setup):
 
 def test_compile_peer_twin_has_one_cache_buffer_per_layer(setup):
     from gpu_probe.compile_peer import PerLayerKVCache, with_per_layer_cache
+
     model, batch = setup
     twin = with_per_layer_cache(model)
     assert isinstance(twin.kv_cache, PerLayerKVCache) and model.kv_cache is not twin.kv_cache

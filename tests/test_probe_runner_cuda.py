@@ -1,4 +1,5 @@
 """On a GPU: captured graphs == eager per bucket, the KV canary, padding assertion, graph traces."""
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -14,6 +15,7 @@ def setup(request):
     from gpu_probe.decode_batch import make_batch
     from gpu_probe.graph_runner import GraphRunner
     from gpu_probe.model import ProbeModel
+
     cfg = get_config("tiny")
     model = ProbeModel(cfg, device="cuda", fused=request.param)
     model.kv_cache.fill_random_(seed=3)
@@ -41,6 +43,7 @@ def test_logits_live_outside_the_pool_so_smaller_captures_reuse_it(setup):
 
 def test_graph_equals_eager_per_bucket_and_canary_quiet(setup):
     from gpu_probe.measure import check_graph_vs_eager
+
     model, batch, runner = setup
     checks = check_graph_vs_eager(runner, model, batch)
     assert checks["graph_vs_eager"]["passed"], checks["graph_vs_eager"]["buckets"]
@@ -50,6 +53,7 @@ def test_graph_equals_eager_per_bucket_and_canary_quiet(setup):
 
 def test_padding_assertion_with_graphs(setup):
     from gpu_probe.measure import check_padding_assertion
+
     model, batch, runner = setup
     pad = check_padding_assertion(runner, batch)["padding_assertion"]
     assert pad["passed"], pad["detail"]
@@ -65,6 +69,7 @@ def test_replay_returns_real_rows_only(setup):
 
 def test_profiled_graph_step_has_one_launch_and_all_kernels(setup):
     from gpu_probe.measure import profile_step
+
     model, batch, runner = setup
     rows = batch.head(3)
     eager = profile_step(lambda: runner.eager(**runner.views(4)), label="eager")

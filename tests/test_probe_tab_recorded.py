@@ -1,6 +1,7 @@
 """The probe tab on the shipped H200 runs: the 1b run beside the small one, the "× read floor" and
 "HBM bandwidth used" readouts, what a fused+graph step is made of, one time axis for the measured and
 simulated lanes, and the profiler's stretch of a graph launch marked."""
+
 import json
 
 import pytest
@@ -12,8 +13,10 @@ from ui.probe_results import MORE_RECORDED
 from ui.probe_tables import MODE_COLUMNS
 
 ONE_B = probe_result.RECORDED_PATH.with_name(MORE_RECORDED[0])
-pytestmark = pytest.mark.skipif(not (probe_result.RECORDED_PATH.is_file() and ONE_B.is_file()),
-                                reason="the recorded H200 runs are not shipped")
+pytestmark = pytest.mark.skipif(
+    not (probe_result.RECORDED_PATH.is_file() and ONE_B.is_file()),
+    reason="the recorded H200 runs are not shipped",
+)
 
 
 @pytest.fixture(scope="module")

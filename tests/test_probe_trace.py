@@ -1,8 +1,9 @@
 """Chrome trace -> Timeline: lanes, launch attribution, graph merging, kernels per layer."""
+
 import pytest
 
-from gpu_probe.trace import kernels_per_layer, parse_step, short_kernel_name
 from core.timeline import CPU_BOUND
+from gpu_probe.trace import kernels_per_layer, parse_step, short_kernel_name
 
 
 def _x(cat, name, ts, dur, corr=None, **kw):
@@ -12,20 +13,22 @@ def _x(cat, name, ts, dur, corr=None, **kw):
 
 def eager_trace():
     """Step at t=1000: three launches (one Triton via the driver API), a sync, three kernels."""
-    return {"traceEvents": [
-        _x("user_annotation", "decode_step", 1000.0, 100.0),
-        _x("cpu_op", "aten::mm", 1001.0, 9.0),
-        _x("cuda_runtime", "cudaLaunchKernel", 1005.0, 4.0, corr=11),
-        _x("cuda_runtime", "cudaStreamIsCapturing", 1010.0, 0.5),  # not a launch
-        _x("cuda_runtime", "cudaLaunchKernel", 1020.0, 5.0, corr=12),
-        _x("cuda_driver", "cuLaunchKernel", 1040.0, 6.0, corr=13),
-        _x("cuda_runtime", "cudaDeviceSynchronize", 1050.0, 40.0, corr=14),
-        _x("kernel", "void gemv<float, 128>(float const*)", 1011.0, 3.0, corr=11),
-        _x("kernel", "elementwise_kernel", 1026.0, 2.0, corr=12),
-        _x("kernel", "_fused_linear_kernel", 1047.0, 30.0, corr=13),
-        _x("kernel", "other_process_kernel", 2000.0, 30.0, corr=99),  # not this step's
-        {"ph": "s", "cat": "ac2g", "id": 11, "ts": 1005.0},
-    ]}
+    return {
+        "traceEvents": [
+            _x("user_annotation", "decode_step", 1000.0, 100.0),
+            _x("cpu_op", "aten::mm", 1001.0, 9.0),
+            _x("cuda_runtime", "cudaLaunchKernel", 1005.0, 4.0, corr=11),
+            _x("cuda_runtime", "cudaStreamIsCapturing", 1010.0, 0.5),  # not a launch
+            _x("cuda_runtime", "cudaLaunchKernel", 1020.0, 5.0, corr=12),
+            _x("cuda_driver", "cuLaunchKernel", 1040.0, 6.0, corr=13),
+            _x("cuda_runtime", "cudaDeviceSynchronize", 1050.0, 40.0, corr=14),
+            _x("kernel", "void gemv<float, 128>(float const*)", 1011.0, 3.0, corr=11),
+            _x("kernel", "elementwise_kernel", 1026.0, 2.0, corr=12),
+            _x("kernel", "_fused_linear_kernel", 1047.0, 30.0, corr=13),
+            _x("kernel", "other_process_kernel", 2000.0, 30.0, corr=99),  # not this step's
+            {"ph": "s", "cat": "ac2g", "id": 11, "ts": 1005.0},
+        ]
+    }
 
 
 def test_eager_step_lanes_and_attribution():
@@ -46,15 +49,17 @@ def test_eager_step_lanes_and_attribution():
 
 
 def test_graph_step_merges_copies_and_graph_launch():
-    trace = {"traceEvents": [
-        _x("user_annotation", "decode_step", 0.0, 200.0),
-        _x("cuda_runtime", "cudaMemcpyAsync", 10.0, 3.0, corr=1),
-        _x("cuda_runtime", "cudaMemcpyAsync", 15.0, 3.0, corr=2),
-        _x("cuda_runtime", "cudaGraphLaunch", 25.0, 10.0, corr=3),
-        _x("gpu_memcpy", "Memcpy DtoD (Device -> Device)", 14.0, 1.0, corr=1),
-        _x("gpu_memcpy", "Memcpy DtoD (Device -> Device)", 19.0, 1.0, corr=2),
-        *[_x("kernel", f"k{i % 2}", 40.0 + 5 * i, 4.0, corr=3) for i in range(6)],
-    ]}
+    trace = {
+        "traceEvents": [
+            _x("user_annotation", "decode_step", 0.0, 200.0),
+            _x("cuda_runtime", "cudaMemcpyAsync", 10.0, 3.0, corr=1),
+            _x("cuda_runtime", "cudaMemcpyAsync", 15.0, 3.0, corr=2),
+            _x("cuda_runtime", "cudaGraphLaunch", 25.0, 10.0, corr=3),
+            _x("gpu_memcpy", "Memcpy DtoD (Device -> Device)", 14.0, 1.0, corr=1),
+            _x("gpu_memcpy", "Memcpy DtoD (Device -> Device)", 19.0, 1.0, corr=2),
+            *[_x("kernel", f"k{i % 2}", 40.0 + 5 * i, 4.0, corr=3) for i in range(6)],
+        ]
+    }
     step = parse_step(trace)
     tl = step.timeline
     assert tl.cpu_names == ("2 input copies + cudaGraphLaunch",)
@@ -94,6 +99,8 @@ def test_kernels_per_layer_from_the_repeating_block():
 
 
 def test_short_kernel_name():
-    assert short_kernel_name("void at::native::vectorized_elementwise_kernel<4, at::native::Foo>(int, Bar)") == \
-        "at::native::vectorized_elementwise_kernel"
+    assert (
+        short_kernel_name("void at::native::vectorized_elementwise_kernel<4, at::native::Foo>(int, Bar)")
+        == "at::native::vectorized_elementwise_kernel"
+    )
     assert short_kernel_name("triton_poi_fused_add_0") == "triton_poi_fused_add_0"

@@ -3,14 +3,15 @@
 Recorded by `python -m gpu_probe --preset tiny --batch 1 3 --modes all --buckets 1 2 4 --steps 20
 --trace-dir ...` (2-layer fp32 model) and, for the 32-layer one, by the small-preset run.
 """
+
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from gpu_probe.trace import kernels_per_layer, parse_step
 from core.timeline import CPU_BOUND, Timeline
+from gpu_probe.trace import kernels_per_layer, parse_step
 
 DATA = Path(__file__).resolve().parent / "data"
 

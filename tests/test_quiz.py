@@ -1,4 +1,5 @@
 """The "Check yourself" tab through AppTest: answering, scoring, first answer counts, reset."""
+
 from pathlib import Path
 
 import pytest

@@ -1,4 +1,5 @@
 """`python -m sim` prints the chapter's three sections and hands subcommands over."""
+
 import subprocess
 import sys
 import types
@@ -18,8 +19,11 @@ def test_default_run_prints_the_three_sections(capsys):
     assert "356 launches × 6 µs = 2.14 ms" in out
     for layout in ("powers of two", "chapter", "dense"):
         assert layout in out
-    sweep_rows = [line for line in out.splitlines() if line.strip().split("│")[0].strip() in
-                  {"1", "2", "4", "8", "16", "32", "64", "128", "256", "512"}]
+    sweep_rows = [
+        line
+        for line in out.splitlines()
+        if line.strip().split("│")[0].strip() in {"1", "2", "4", "8", "16", "32", "64", "128", "256", "512"}
+    ]
     assert len(sweep_rows) >= 10
     assert "launch-bound" in sweep_rows[0] and "launch-bound" not in sweep_rows[7]  # batch 1 vs batch 128
 
@@ -30,12 +34,15 @@ def test_layers_and_preset_options(capsys):
     assert "llama3-8b, 4 layers" in out and "48 → 20 kernels per step" in out
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--layers", "0"], "--layers must be from 1 to 128"),
-    (["--layers", "many"], "--layers must be an integer"),
-    (["--preset", "nope"], "invalid choice"),
-    (["--batches", "1,x"], "--batches must be comma-separated integers"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--layers", "0"], "--layers must be from 1 to 128"),
+        (["--layers", "many"], "--layers must be an integer"),
+        (["--preset", "nope"], "invalid choice"),
+        (["--batches", "1,x"], "--batches must be comma-separated integers"),
+    ],
+)
 def test_bad_arguments_exit_with_a_message(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(argv)
@@ -52,8 +59,9 @@ def test_help_lists_options_and_subcommands(capsys):
         assert word in out
 
 
-@pytest.mark.parametrize("command, module",
-                         [("buckets", "sim.bucket_report"), ("calibrate", "sim.calibration.report")])
+@pytest.mark.parametrize(
+    "command, module", [("buckets", "sim.bucket_report"), ("calibrate", "sim.calibration.report")]
+)
 def test_subcommands_dispatch(command, module, monkeypatch):
     seen = []
     fake = types.ModuleType(module)
@@ -64,8 +72,12 @@ def test_subcommands_dispatch(command, module, monkeypatch):
 
 
 def test_module_entry_point_runs():
-    result = subprocess.run([sys.executable, "-m", "sim", "--layers", "2", "--batches", "1,128"],
-                            capture_output=True, text=True, timeout=60,
-                            cwd=Path(__file__).resolve().parents[1])
+    result = subprocess.run(
+        [sys.executable, "-m", "sim", "--layers", "2", "--batches", "1,128"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     assert result.returncode == 0, result.stderr
     assert "(3) Bucket layouts" in result.stdout

@@ -1,10 +1,19 @@
 """Configs validate at construction and name the bad field; presets carry the chapter's figures."""
+
 import math
 
 import pytest
 
-from sim.config import (BATCH_RANGE, CHAPTER_BUCKETS, DEFAULT_PRESET, LAYERS_RANGE, PRESETS, HardwareConfig,
-                        ModelConfig, bucket_for)
+from sim.config import (
+    BATCH_RANGE,
+    CHAPTER_BUCKETS,
+    DEFAULT_PRESET,
+    LAYERS_RANGE,
+    PRESETS,
+    HardwareConfig,
+    ModelConfig,
+    bucket_for,
+)
 from sim.schedule import StepSettings
 
 CHAPTER = PRESETS["chapter"]
@@ -31,10 +40,22 @@ def test_derived_dims():
     assert m.with_layers(4).n_layers == 4 and m.with_layers(4).hidden == m.hidden
 
 
-@pytest.mark.parametrize("field, value", [
-    ("n_layers", 0), ("n_layers", True), ("n_layers", 2.5), ("hidden", -8), ("ffn", 0), ("vocab", 0),
-    ("bytes_per_el", 0), ("bytes_per_el", math.nan), ("context_len", 0), ("n_heads", 3), ("n_kv_heads", 5),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("n_layers", 0),
+        ("n_layers", True),
+        ("n_layers", 2.5),
+        ("hidden", -8),
+        ("ffn", 0),
+        ("vocab", 0),
+        ("bytes_per_el", 0),
+        ("bytes_per_el", math.nan),
+        ("context_len", 0),
+        ("n_heads", 3),
+        ("n_kv_heads", 5),
+    ],
+)
 def test_model_validation_names_the_field(field, value):
     kwargs = dict(name="m", n_layers=2, hidden=64, n_heads=4, n_kv_heads=2, ffn=128, vocab=100)
     kwargs[field] = value
@@ -47,23 +68,45 @@ def test_with_layers_validates():
         CHAPTER.model.with_layers(0)
 
 
-@pytest.mark.parametrize("field, value", [
-    ("hbm_GBps", 0), ("matrix_TFLOPs", -1), ("min_kernel_us", -0.5), ("eager_launch_us", 0),
-    ("graph_launch_us", math.inf), ("graph_node_gap_us", math.nan), ("hbm_GBps", "fast"),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("hbm_GBps", 0),
+        ("matrix_TFLOPs", -1),
+        ("min_kernel_us", -0.5),
+        ("eager_launch_us", 0),
+        ("graph_launch_us", math.inf),
+        ("graph_node_gap_us", math.nan),
+        ("hbm_GBps", "fast"),
+    ],
+)
 def test_hardware_validation_names_the_field(field, value):
-    kwargs = dict(name="gpu", hbm_GBps=1000.0, matrix_TFLOPs=100.0, min_kernel_us=2.0, eager_launch_us=6.0,
-                  graph_launch_us=10.0, graph_node_gap_us=0.2)
+    kwargs = dict(
+        name="gpu",
+        hbm_GBps=1000.0,
+        matrix_TFLOPs=100.0,
+        min_kernel_us=2.0,
+        eager_launch_us=6.0,
+        graph_launch_us=10.0,
+        graph_node_gap_us=0.2,
+    )
     kwargs[field] = value
     with pytest.raises(ValueError, match=f"HardwareConfig.{field}"):
         HardwareConfig(**kwargs)
 
 
-@pytest.mark.parametrize("kwargs, field", [
-    (dict(batch=0), "batch"), (dict(batch=1.5), "batch"), (dict(batch=10**6), "batch"),
-    (dict(fusion="yes"), "fusion"), (dict(graphs=1), "graphs"), (dict(buckets=(0, 2)), "buckets"),
-    (dict(buckets=("a",)), "buckets"),
-])
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        (dict(batch=0), "batch"),
+        (dict(batch=1.5), "batch"),
+        (dict(batch=10**6), "batch"),
+        (dict(fusion="yes"), "fusion"),
+        (dict(graphs=1), "graphs"),
+        (dict(buckets=(0, 2)), "buckets"),
+        (dict(buckets=("a",)), "buckets"),
+    ],
+)
 def test_step_settings_validation_names_the_field(kwargs, field):
     with pytest.raises(ValueError, match=f"StepSettings.{field}"):
         StepSettings(**kwargs)

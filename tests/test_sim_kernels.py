@@ -1,14 +1,33 @@
 """Kernel accounting (11 → 4 per layer) and the roofline time of each kernel."""
+
 import numpy as np
 import pytest
 
 from sim.config import PRESETS
-from sim.kernels import (FUSED_PER_LAYER, FUSIONS, UNFUSED_PER_LAYER, fusion_table, intermediate_bytes,
-                         kernel_times_us, step_kernels)
+from sim.kernels import (
+    FUSED_PER_LAYER,
+    FUSIONS,
+    UNFUSED_PER_LAYER,
+    fusion_table,
+    intermediate_bytes,
+    kernel_times_us,
+    step_kernels,
+)
 
 CHAPTER = PRESETS["chapter"]
-SEED_ELEVEN = ("attn_norm", "q_proj", "k_proj", "v_proj", "rope", "attention", "o_proj",
-               "ffn_norm", "gate_proj", "up_proj", "down_proj")
+SEED_ELEVEN = (
+    "attn_norm",
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "rope",
+    "attention",
+    "o_proj",
+    "ffn_norm",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+)
 
 
 def test_unfused_step_is_the_chapters_eleven_per_layer_plus_four():
@@ -73,7 +92,9 @@ def test_roofline_times():
     assert np.all(np.diff(t, axis=0) >= 0)  # never faster with more rows
     q_proj = [i for i, k in enumerate(kernels) if k.name == "L0 q_proj"][0]
     # 2048 × 2048 bf16 weights over 3000 GB/s, plus 2 × 2048 × 2 bytes of activations.
-    assert t[0, q_proj] == pytest.approx(hw.min_kernel_us + (2048 * 2048 * 2 + 4096 * 2) / 3000e3)  # latency + bytes
+    assert t[0, q_proj] == pytest.approx(
+        hw.min_kernel_us + (2048 * 2048 * 2 + 4096 * 2) / 3000e3
+    )  # latency + bytes
     rms = [i for i, k in enumerate(kernels) if k.name == "L0 attn_norm"][0]
     assert t[0, rms] == pytest.approx(hw.min_kernel_us, rel=0.01)  # tiny kernels: about the latency alone
     attention = [i for i, k in enumerate(kernels) if k.name == "L0 attention"][0]

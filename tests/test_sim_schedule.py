@@ -1,11 +1,12 @@
 """The schedule of one step: invariants, the chapter's figures, buckets, and the vectorised sweep."""
+
 import numpy as np
 import pytest
 
+from core.timeline import CPU_BOUND, GPU_BOUND
 from sim.config import CHAPTER_BUCKETS, PRESETS, HardwareConfig, ModelConfig
 from sim.kernels import kernel_times_us, step_kernels
 from sim.schedule import COMBOS, StepSettings, simulate_step, sweep
-from core.timeline import CPU_BOUND, GPU_BOUND
 
 CHAPTER = PRESETS["chapter"]
 
@@ -40,8 +41,15 @@ def test_invariants(key, n_layers):
 
 def test_eager_schedule_matches_a_step_by_step_reference():
     model = ModelConfig("tiny", n_layers=2, hidden=256, n_heads=4, n_kv_heads=2, ffn=512, vocab=1000)
-    hw = HardwareConfig("toy", hbm_GBps=50.0, matrix_TFLOPs=10.0, min_kernel_us=1.0, eager_launch_us=3.0,
-                        graph_launch_us=5.0, graph_node_gap_us=0.5)
+    hw = HardwareConfig(
+        "toy",
+        hbm_GBps=50.0,
+        matrix_TFLOPs=10.0,
+        min_kernel_us=1.0,
+        eager_launch_us=3.0,
+        graph_launch_us=5.0,
+        graph_node_gap_us=0.5,
+    )
     tl = simulate_step(model, hw, StepSettings(batch=4)).timeline
     dur = kernel_times_us(step_kernels(model, False), hw, [4])[0]
     assert len(set(np.round(dur, 6))) > 2  # a mix of long and short kernels, so both cases occur

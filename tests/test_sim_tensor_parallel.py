@@ -1,4 +1,5 @@
 """Tensor parallelism in the simulator: one GPU's share of the kernels, two all-reduces per layer."""
+
 from dataclasses import replace
 
 import numpy as np
@@ -23,21 +24,26 @@ CHAPTER, LLAMA = PRESETS["chapter"], PRESETS["llama3-8b-h100"]
 @pytest.mark.parametrize("batch", [1, 3, 300])
 def test_one_gpu_is_the_plain_step(fusion, graphs, batch):
     s = StepSettings(batch=batch, fusion=fusion, graphs=graphs)
-    plain, tp1 = simulate_step(CHAPTER.model, CHAPTER.hardware, s), simulate_tp_step(CHAPTER.model,
-                                                                                     CHAPTER.hardware, s, tp=1)
+    plain, tp1 = (
+        simulate_step(CHAPTER.model, CHAPTER.hardware, s),
+        simulate_tp_step(CHAPTER.model, CHAPTER.hardware, s, tp=1),
+    )
     assert tp1.metrics.kernels == plain.metrics.kernels
     assert np.isclose(tp1.metrics.step_us, plain.metrics.step_us)
     assert np.isclose(tp1.metrics.gpu_busy_us, plain.metrics.gpu_busy_us)
 
 
-@pytest.mark.parametrize("fusion,after", [(False, ("o_proj", "down_proj")), (True, ("rope_attn_o", "down_proj"))])
+@pytest.mark.parametrize(
+    "fusion,after", [(False, ("o_proj", "down_proj")), (True, ("rope_attn_o", "down_proj"))]
+)
 def test_two_allreduces_per_layer_after_the_row_parallel_kernels(fusion, after):
     step = simulate_tp_step(CHAPTER.model, CHAPTER.hardware, StepSettings(fusion=fusion), tp=2)
     names = step.timeline.gpu_names
     comm = [i for i, n in enumerate(names) if ALLREDUCE in n]
     assert len(comm) == 2 * CHAPTER.model.n_layers
-    assert step.metrics.kernels == simulate_step(CHAPTER.model, CHAPTER.hardware,
-                                                 StepSettings(fusion=fusion)).metrics.kernels + len(comm)
+    assert step.metrics.kernels == simulate_step(
+        CHAPTER.model, CHAPTER.hardware, StepSettings(fusion=fusion)
+    ).metrics.kernels + len(comm)
     assert [names[i - 1].split(" ", 1)[1] for i in comm[:2]] == list(after)
 
 
@@ -54,7 +60,9 @@ def test_allreduce_costs_alpha_plus_bytes_over_beta():
 def test_published_defaults_are_labelled_and_match_the_table():
     for tp, small_us in ((2, 3.7), (4, 4.8), (8, 5.9)):
         cost = published_allreduce(tp)
-        assert cost.latency_us == small_us and "published, not fitted" in cost.source and "#2904" in cost.source
+        assert (
+            cost.latency_us == small_us and "published, not fitted" in cost.source and "#2904" in cost.source
+        )
         assert np.isclose(cost.us(512), small_us, atol=0.02)
     assert np.isclose(published_allreduce(2).us(1 << 20), 19.9, atol=0.02)
     assert published_allreduce(2).latency_us < NCCL_NVLS_TREE_2XH100_US  # the two cited figures, in order
@@ -72,11 +80,15 @@ def test_a_weight_bound_model_gets_faster_a_launch_bound_one_does_not():
     """Llama-3-8B at batch 1 is GPU-bound: halving the weights per GPU wins despite 64 all-reduces.
     The chapter's eager step is launch-bound: the all-reduces only add launches."""
     s = StepSettings(batch=1, fusion=True, graphs=True)
-    assert simulate_tp_step(LLAMA.model, LLAMA.hardware, s, tp=2).metrics.step_us < \
-        0.7 * simulate_tp_step(LLAMA.model, LLAMA.hardware, s, tp=1).metrics.step_us
+    assert (
+        simulate_tp_step(LLAMA.model, LLAMA.hardware, s, tp=2).metrics.step_us
+        < 0.7 * simulate_tp_step(LLAMA.model, LLAMA.hardware, s, tp=1).metrics.step_us
+    )
     eager = StepSettings(batch=1)
-    assert simulate_tp_step(CHAPTER.model, CHAPTER.hardware, eager, tp=2).metrics.step_us > \
-        simulate_tp_step(CHAPTER.model, CHAPTER.hardware, eager, tp=1).metrics.step_us
+    assert (
+        simulate_tp_step(CHAPTER.model, CHAPTER.hardware, eager, tp=2).metrics.step_us
+        > simulate_tp_step(CHAPTER.model, CHAPTER.hardware, eager, tp=1).metrics.step_us
+    )
 
 
 @pytest.mark.parametrize("tp", [0, 3, 16, True, 2.0, "2"])

@@ -74,7 +74,11 @@ def test_graph_cost_of_a_run_without_two_runs_is_a_named_error():
     from core.probe_result import recorded_result
 
     result = recorded_result()
-    one = type(result)(**{**{f: getattr(result, f) for f in result.__slots__},
-                          "runs": [r for r in result.runs if r.mode == "fused+graph"][:1]})
+    one = type(result)(
+        **{
+            **{f: getattr(result, f) for f in result.__slots__},
+            "runs": [r for r in result.runs if r.mode == "fused+graph"][:1],
+        }
+    )
     with pytest.raises(ValueError, match="at least two runs"):
         graph_cost_from_result(one)

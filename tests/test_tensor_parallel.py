@@ -5,6 +5,7 @@ only its heads and the canary catches padded rows writing a real sequence's bloc
 the argument checks, and the CLI's answer without CUDA. The two-GPU run (NCCL, graphs) is the
 cuda-marked test at the end, skipped without two GPUs.
 """
+
 import contextlib
 import datetime
 import os
@@ -55,7 +56,7 @@ def run_ranks(tp: int, fn, one_at_a_time: bool = False) -> list:
 
             with turn:
                 results[rank] = fn(rank, all_reduce)
-        except BaseException as err:  # noqa: BLE001 - handed to the main thread
+        except BaseException as err:
             errors.append(err)
 
     threads = [threading.Thread(target=worker, args=(r,), daemon=True) for r in range(tp)]
@@ -73,12 +74,14 @@ def run_ranks(tp: int, fn, one_at_a_time: bool = False) -> list:
 GQA = get_config("tiny", n_heads=8, n_kv_heads=4)
 
 
-@pytest.mark.parametrize("cfg,tp", [(get_config("tiny"), 2), (GQA, 2), (GQA, 4),
-                                    (get_config("tiny", tie_embeddings=True), 2)],
-                         ids=["tiny-tp2", "gqa-tp2", "gqa-tp4", "tied-tp2"])
+@pytest.mark.parametrize(
+    "cfg,tp",
+    [(get_config("tiny"), 2), (GQA, 2), (GQA, 4), (get_config("tiny", tie_embeddings=True), 2)],
+    ids=["tiny-tp2", "gqa-tp2", "gqa-tp4", "tied-tp2"],
+)
 def test_sharded_logits_match_unsharded(cfg, tp):
     checks = run_ranks(tp, lambda rank, ar: check_sharded_vs_unsharded(cfg, rank, tp, all_reduce=ar))
-    for rank, check in enumerate(checks):
+    for _rank, check in enumerate(checks):
         c = check["sharded_vs_unsharded"]
         assert c["passed"], c
         assert c["kv_shard_matches"] and max(c["rel_err"].values()) < 1e-4
@@ -86,8 +89,9 @@ def test_sharded_logits_match_unsharded(cfg, tp):
 
 def test_sharded_logits_can_fail():
     """The check is not vacuous: a rank that skips its all-reduces gives wrong logits."""
-    checks = run_ranks(2, lambda rank, ar: check_sharded_vs_unsharded(get_config("tiny"), rank, 2,
-                                                                      all_reduce=lambda t: None))
+    checks = run_ranks(
+        2, lambda rank, ar: check_sharded_vs_unsharded(get_config("tiny"), rank, 2, all_reduce=lambda t: None)
+    )
     assert not any(c["sharded_vs_unsharded"]["passed"] for c in checks)
 
 
@@ -96,8 +100,11 @@ def test_fused_shards_match_unsharded():
     if os.environ.get("TRITON_INTERPRET") != "1":
         pytest.skip("needs Triton's CPU interpreter (TRITON_INTERPRET=1, set by conftest without CUDA)")
     cfg = get_config("tiny", n_layers=1, n_heads=8, n_kv_heads=4, max_context=32)
-    checks = run_ranks(2, lambda rank, ar: check_sharded_vs_unsharded(cfg, rank, 2, all_reduce=ar, fused=True,
-                                                                      sizes=(1,)), one_at_a_time=True)
+    checks = run_ranks(
+        2,
+        lambda rank, ar: check_sharded_vs_unsharded(cfg, rank, 2, all_reduce=ar, fused=True, sizes=(1,)),
+        one_at_a_time=True,
+    )
     for check in checks:
         c = check["sharded_vs_unsharded"]
         assert c["passed"] and c["fused"], c
@@ -126,7 +133,7 @@ def test_each_rank_holds_its_share():
     assert shards[1].layers[0].wq.shape == (cfg.q_size // 2, cfg.hidden)
     assert shards[1].layers[0].wo.shape == (cfg.hidden, cfg.q_size // 2)
     assert shards[1].layers[0].w_down.shape == (cfg.hidden, cfg.ffn // 2)
-    assert torch.equal(shards[1].layers[0].wk, base.layers[0].wk[cfg.kv_size // 2:])
+    assert torch.equal(shards[1].layers[0].wk, base.layers[0].wk[cfg.kv_size // 2 :])
     per_rank = sum(p.numel() for n, p in shards[0].named_parameters() if n.startswith("layers."))
     full = sum(p.numel() for n, p in base.named_parameters() if n.startswith("layers."))
     norms = cfg.n_layers * 2 * cfg.hidden  # replicated
@@ -204,25 +211,53 @@ def test_two_gpu_run(tmp_path):
     if torch.cuda.device_count() < 2 or shutil.which("torchrun") is None:
         pytest.skip("needs two CUDA GPUs and torchrun")
     out = tmp_path / "tp.json"
-    cmd = ["torchrun", "--nproc-per-node", "2", "-m", "gpu_probe", "--tp", "2", "--preset", "tiny",
-           "--batch", "1", "4", "--steps", "5", "--warmup", "2", "--out", str(out)]
-    proc = subprocess.run(cmd, check=False, cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    cmd = [
+        "torchrun",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "gpu_probe",
+        "--tp",
+        "2",
+        "--preset",
+        "tiny",
+        "--batch",
+        "1",
+        "4",
+        "--steps",
+        "5",
+        "--warmup",
+        "2",
+        "--out",
+        str(out),
+    ]
+    proc = subprocess.run(
+        cmd,
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     import json
 
     result = json.loads(out.read_text())
     assert result["all_checks_passed"] and len(result["ranks"]) == 2
-    assert any("AllReduce" in name or "allreduce" in name.lower()
-               for name in result["ranks"][0]["runs"][0]["timeline"]["gpu"]["name"])
+    assert any(
+        "AllReduce" in name or "allreduce" in name.lower()
+        for name in result["ranks"][0]["runs"][0]["timeline"]["gpu"]["name"]
+    )
 
 
 @pytest.mark.cuda
 def test_sharded_on_one_gpu_with_gloo():
     """Both ranks on one GPU (gloo moves the CUDA tensors): the fused kernels per shard on real hardware."""
     cfg = get_config("tiny")
-    checks = run_ranks(2, lambda rank, ar: check_sharded_vs_unsharded(cfg, rank, 2, device="cuda", all_reduce=ar,
-                                                                      fused=True))
+    checks = run_ranks(
+        2, lambda rank, ar: check_sharded_vs_unsharded(cfg, rank, 2, device="cuda", all_reduce=ar, fused=True)
+    )
     assert all(c["sharded_vs_unsharded"]["passed"] for c in checks)
 
 

@@ -1,4 +1,5 @@
 """Batch-size workloads: the generated shapes and strict CSV validation."""
+
 import numpy as np
 import pytest
 

@@ -12,6 +12,7 @@ Usage (on a CUDA machine, from the repo root):
    GEMV with PDL and each shape's best tile from part 1.
 Prints tables; writes kernel_sweep.json to --out.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,16 +23,27 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import torch  # noqa: E402
+import torch
 
-from gpu_probe.config import get_config  # noqa: E402
-from gpu_probe.kernels import linear  # noqa: E402
-from gpu_probe.model import ProbeModel  # noqa: E402
-from tools.probe_model_check import capture, gpu_warm, kernel_breakdown, make_inputs  # noqa: E402
+from gpu_probe.config import get_config
+from gpu_probe.kernels import linear
+from gpu_probe.model import ProbeModel
+from tools.probe_model_check import capture, gpu_warm, kernel_breakdown, make_inputs
 
-SHAPES = {"qkv+norm": (3072, 1024, "norm"), "o+res": (1024, 1024, "res"), "gate_up+swiglu": (2816, 1024, "swiglu"),
-          "down+res": (1024, 2816, "res"), "lm_head+norm": (32000, 1024, "norm")}
-OLD_DOT = {"kernel": "dot", "BLOCK_M": 16, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4}  # + BLOCK_N by shape
+SHAPES = {
+    "qkv+norm": (3072, 1024, "norm"),
+    "o+res": (1024, 1024, "res"),
+    "gate_up+swiglu": (2816, 1024, "swiglu"),
+    "down+res": (1024, 2816, "res"),
+    "lm_head+norm": (32000, 1024, "norm"),
+}
+OLD_DOT = {
+    "kernel": "dot",
+    "BLOCK_M": 16,
+    "BLOCK_K": 128,
+    "num_warps": 4,
+    "num_stages": 4,
+}  # + BLOCK_N by shape
 
 
 def replay_us(graph, launches: int, reps: int = 30) -> float:
@@ -56,8 +68,11 @@ def shape_case(name: str, m: int):
     launches = max(6, min(128, -(-384 * 2**20 // (rows * k * 2))))
     weights = [(torch.randn(rows, k, device="cuda") / k**0.5).to(torch.bfloat16) for _ in range(launches)]
     x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
-    kwargs = {"norm": dict(rms_eps=1e-5), "swiglu": dict(rms_eps=1e-5, swiglu=True),
-              "res": dict(residual=torch.randn(m, n, device="cuda").to(torch.bfloat16))}[kind]
+    kwargs = {
+        "norm": dict(rms_eps=1e-5),
+        "swiglu": dict(rms_eps=1e-5, swiglu=True),
+        "res": dict(residual=torch.randn(m, n, device="cuda").to(torch.bfloat16)),
+    }[kind]
     out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
     return weights, x, kwargs, out
 
@@ -68,14 +83,16 @@ def time_config(case, cfg: dict | None, pdl: bool) -> tuple[float, float]:
     ref = linear.fused_linear_reference(x, weights[0], **kwargs).float()
     got = linear.fused_linear(x, weights[0], config=cfg, out=out, pdl=pdl, **kwargs).float()
     err = float((got - ref).norm() / ref.norm())
-    graph = capture(lambda: [linear.fused_linear(x, w, config=cfg, out=out, pdl=pdl, **kwargs) for w in weights])
+    graph = capture(
+        lambda: [linear.fused_linear(x, w, config=cfg, out=out, pdl=pdl, **kwargs) for w in weights]
+    )
     return replay_us(graph, len(weights)), err
 
 
 def sweep_shapes(quick: bool) -> tuple[list[str], dict]:
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     lines, best = [], {}
-    for name, (n, k, kind) in SHAPES.items():
+    for name, (n, k, _kind) in SHAPES.items():
         full_k = 1 << (k - 1).bit_length()
         grid = [(bn, bk, w) for bn in (2, 4, 8) for bk in sorted({1024, full_k}) for w in (4, 8)]
         if quick:
@@ -84,11 +101,18 @@ def sweep_shapes(quick: bool) -> tuple[list[str], dict]:
         bytes_ = case[0][0].numel() * 2
         results = []
         old = dict(OLD_DOT, BLOCK_N=old_block_n(n, sms))
-        for label, cfg, pdl in ([("dot (before)", old, False), ("default, no pdl", None, False),
-                                 ("default, pdl", None, True)]
-                                + [(f"gemv n{bn} k{bk} w{w}", {"kernel": "gemv", "BLOCK_M": 1, "BLOCK_N": bn,
-                                                                "BLOCK_K": bk, "num_warps": w}, True)
-                                   for bn, bk, w in grid]):
+        for label, cfg, pdl in [
+            ("dot (before)", old, False),
+            ("default, no pdl", None, False),
+            ("default, pdl", None, True),
+        ] + [
+            (
+                f"gemv n{bn} k{bk} w{w}",
+                {"kernel": "gemv", "BLOCK_M": 1, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": w},
+                True,
+            )
+            for bn, bk, w in grid
+        ]:
             try:
                 us, err = time_config(case, cfg, pdl)
             except Exception as exc:  # a tile that does not compile is a result, not a crash
@@ -96,15 +120,20 @@ def sweep_shapes(quick: bool) -> tuple[list[str], dict]:
                 continue
             results.append((us, label, cfg, pdl, err))
         gpu_warm(50)  # time again with warm clocks, in the same order, and keep the second reading
-        results = [(time_config(case, cfg, pdl)[0], label, cfg, pdl, err) for _, label, cfg, pdl, err in results]
+        results = [
+            (time_config(case, cfg, pdl)[0], label, cfg, pdl, err) for _, label, cfg, pdl, err in results
+        ]
         fixed = [r for r in results if not r[1].startswith("gemv")]
         tiles = sorted(r for r in results if r[1].startswith("gemv"))
         best[name] = tiles[0][2] if tiles else None
         worst_err = max(r[4] for r in results)
-        lines.append(f"{name:<15} {bytes_ / 1e6:5.1f} MB | " + " | ".join(
-            f"{label} {us:5.2f} us ({bytes_ / us / 1e3:4.0f} GB/s)" for us, label, *_ in fixed)
-            + " | best: " + ", ".join(f"{label} {us:5.2f}" for us, label, *_ in tiles[:3])
-            + f" | max rel err {worst_err:.1e}")
+        lines.append(
+            f"{name:<15} {bytes_ / 1e6:5.1f} MB | "
+            + " | ".join(f"{label} {us:5.2f} us ({bytes_ / us / 1e3:4.0f} GB/s)" for us, label, *_ in fixed)
+            + " | best: "
+            + ", ".join(f"{label} {us:5.2f}" for us, label, *_ in tiles[:3])
+            + f" | max rel err {worst_err:.1e}"
+        )
         print(lines[-1], flush=True)
     return lines, best
 
@@ -118,7 +147,11 @@ def step_variants(best: dict, batches: list[int]) -> tuple[list[str], list[dict]
     by_shape = {(n, k, kind == "swiglu"): name for name, (n, k, kind) in SHAPES.items()}
 
     def old_config(m, n, k, swiglu, num_sms):
-        return dict(OLD_DOT, BLOCK_N=old_block_n(n, num_sms)) if m <= 16 else default_config(m, n, k, swiglu, num_sms)
+        return (
+            dict(OLD_DOT, BLOCK_N=old_block_n(n, num_sms))
+            if m <= 16
+            else default_config(m, n, k, swiglu, num_sms)
+        )
 
     def best_config(m, n, k, swiglu, num_sms):
         chosen = best.get(by_shape.get((n, k, swiglu)))
@@ -130,13 +163,19 @@ def step_variants(best: dict, batches: list[int]) -> tuple[list[str], list[dict]
         def config(m, n, k, swiglu, num_sms):
             chosen = default_config(m, n, k, swiglu, num_sms)
             return dict(chosen, num_warps=count) if chosen["kernel"] == "gemv" else chosen
+
         return config
 
     gemv_rows = linear.GEMV_MAX_ROWS
-    variants = [("gemv, pdl, 1 warp", warps(1), True, gemv_rows), ("gemv, pdl, 2 warps", warps(2), True, gemv_rows),
-                ("dot, no pdl (before)", old_config, False, gemv_rows), ("gemv, no pdl", default_config, False, gemv_rows),
-                ("gemv, pdl", default_config, True, gemv_rows), ("gemv best tiles, pdl", best_config, True, gemv_rows),
-                ("gemv to 8 rows, pdl", default_config, True, 8)]
+    variants = [
+        ("gemv, pdl, 1 warp", warps(1), True, gemv_rows),
+        ("gemv, pdl, 2 warps", warps(2), True, gemv_rows),
+        ("dot, no pdl (before)", old_config, False, gemv_rows),
+        ("gemv, no pdl", default_config, False, gemv_rows),
+        ("gemv, pdl", default_config, True, gemv_rows),
+        ("gemv best tiles, pdl", best_config, True, gemv_rows),
+        ("gemv to 8 rows, pdl", default_config, True, 8),
+    ]
     lines, records = [], []
     default_splits = model.attention_splits
     for splits in (1, 4, 8):  # batch 1: fewer context splits, fewer programs, no merge kernel at 1
@@ -147,13 +186,15 @@ def step_variants(best: dict, batches: list[int]) -> tuple[list[str], list[dict]
         us = replay_us(graph, 1, reps=100)
         model.attention_splits = default_splits
         records.append(dict(batch=1, variant=f"gemv, pdl, {splits} attention splits", step_us=us))
-        lines.append(f"step B=1  gemv, pdl, {splits:>2} attention splits {us:7.1f} us "
-                     f"(default {default_splits(1)})")
+        lines.append(
+            f"step B=1  gemv, pdl, {splits:>2} attention splits {us:7.1f} us (default {default_splits(1)})"
+        )
         print(lines[-1], flush=True)
         del graph
     import gpu_probe.kernels as kernels  # ablation: the step's GEMVs alone, attention skipped
+
     attention = kernels.paged_decode_attention
-    kernels.paged_decode_attention = lambda qkv, *args, **kw: qkv[:, :model.cfg.q_size]
+    kernels.paged_decode_attention = lambda qkv, *args, **kw: qkv[:, : model.cfg.q_size]
     inputs = make_inputs(model, 1)
     graph = capture(lambda: model.fused_forward(**inputs))
     kernels.paged_decode_attention = attention

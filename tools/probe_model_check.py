@@ -9,6 +9,7 @@ between a 32- and a 2-layer model, so embedding/LM head/sampling do not count); 
 a tile sweep of the fused GEMM and attention kernels against cuBLAS, and the
 torch.compile(mode="reduce-overhead") peer. A short table comes last.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,10 +21,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import torch  # noqa: E402
+import torch
 
-from gpu_probe.config import get_config  # noqa: E402
-from gpu_probe.model import ProbeModel  # noqa: E402
+from gpu_probe.config import get_config
+from gpu_probe.model import ProbeModel
 
 
 def cuda_time_us(fn, iters: int, warmup: int = 3) -> float:
@@ -84,13 +85,30 @@ def count_kernels(fn) -> int:
     with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
         fn()
         torch.cuda.synchronize()
-    return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
-               and "memcpy" not in e.name.lower() and "memset" not in e.name.lower())
+    return sum(
+        1
+        for e in prof.events()
+        if e.device_type == torch.autograd.DeviceType.CUDA
+        and "memcpy" not in e.name.lower()
+        and "memset" not in e.name.lower()
+    )
 
 
 SWEEP_CONFIGS = {  # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages), by batch
-    1: [(16, 16, 128, 4, 4), (16, 32, 128, 4, 4), (16, 32, 256, 4, 3), (16, 64, 128, 4, 4), (16, 128, 128, 4, 4)],
-    64: [(64, 64, 64, 4, 4), (64, 128, 64, 4, 3), (32, 64, 128, 4, 4), (32, 32, 128, 4, 4), (16, 32, 128, 4, 4)],
+    1: [
+        (16, 16, 128, 4, 4),
+        (16, 32, 128, 4, 4),
+        (16, 32, 256, 4, 3),
+        (16, 64, 128, 4, 4),
+        (16, 128, 128, 4, 4),
+    ],
+    64: [
+        (64, 64, 64, 4, 4),
+        (64, 128, 64, 4, 3),
+        (32, 64, 128, 4, 4),
+        (32, 32, 128, 4, 4),
+        (16, 32, 128, 4, 4),
+    ],
 }
 
 
@@ -110,17 +128,27 @@ def sweep_linear(rows: list) -> None:
 
     bf16 = torch.bfloat16
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    shapes = {"qkv+norm": (3072, 1024, "norm"), "gate_up+swiglu": (2816, 1024, "swiglu"),
-              "o+res": (1024, 1024, "res"), "down+res": (1024, 2816, "res"), "lm_head+norm": (32000, 1024, "norm")}
+    shapes = {
+        "qkv+norm": (3072, 1024, "norm"),
+        "gate_up+swiglu": (2816, 1024, "swiglu"),
+        "o+res": (1024, 1024, "res"),
+        "down+res": (1024, 2816, "res"),
+        "lm_head+norm": (32000, 1024, "norm"),
+    }
     cases = []
     for m, configs in SWEEP_CONFIGS.items():
         for name, (n, k, kind) in shapes.items():
             w = torch.randn(2 * n if kind == "swiglu" else n, k, device="cuda").to(bf16)
             x = torch.randn(m, k, device="cuda").to(bf16)
-            kwargs = {"norm": dict(rms_eps=1e-5), "swiglu": dict(rms_eps=1e-5, swiglu=True),
-                      "res": dict(residual=torch.randn(m, n, device="cuda").to(bf16))}[kind]
-            cfgs = [dict(kernel="dot", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=wp, num_stages=st)
-                    for bm, bn, bk, wp, st in configs]
+            kwargs = {
+                "norm": dict(rms_eps=1e-5),
+                "swiglu": dict(rms_eps=1e-5, swiglu=True),
+                "res": dict(residual=torch.randn(m, n, device="cuda").to(bf16)),
+            }[kind]
+            cfgs = [
+                dict(kernel="dot", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=wp, num_stages=st)
+                for bm, bn, bk, wp, st in configs
+            ]
             ok = []
             for cfg in cfgs + [None]:  # compile everything first, time afterwards with warm clocks
                 try:
@@ -136,12 +164,17 @@ def sweep_linear(rows: list) -> None:
         cublas = bench(lambda: x @ w.t())
         default = _tile_config(m, n, k, kind == "swiglu", sms)
         default_us = bench(lambda: fused_linear(x, w, **kwargs))
-        results = sorted((bench(lambda: fused_linear(x, w, config=cfg, **kwargs)), tuple(cfg.values()))
-                         for cfg in ok if cfg is not None)
+        results = sorted(
+            (bench(lambda: fused_linear(x, w, config=cfg, **kwargs)), tuple(cfg.values()))
+            for cfg in ok
+            if cfg is not None
+        )
         gbps = w.numel() * 2 / default_us / 1e3
-        rows.append(f"linear M={m:<3} {name:<15} cuBLAS {cublas:5.1f} | default {default_us:5.1f} us "
-                    f"({gbps:5.0f} GB/s) {tuple(default.values())} | "
-                    + " ".join(f"{u:.1f}{c}" for u, c in results[:3]))
+        rows.append(
+            f"linear M={m:<3} {name:<15} cuBLAS {cublas:5.1f} | default {default_us:5.1f} us "
+            f"({gbps:5.0f} GB/s) {tuple(default.values())} | "
+            + " ".join(f"{u:.1f}{c}" for u, c in results[:3])
+        )
         print(rows[-1], flush=True)
 
 
@@ -161,8 +194,10 @@ def kernel_breakdown(replay, label: str, rows: list) -> None:
             stats.append((total, row.count, row.key[:60]))
     stats.sort(reverse=True)
     busy = sum(t for t, _, _ in stats)
-    rows.append(f"{label}: kernels busy {busy:.0f} us; " + "; ".join(
-        f"{name} x{count} {t / count:.1f}us" for t, count, name in stats[:7]))
+    rows.append(
+        f"{label}: kernels busy {busy:.0f} us; "
+        + "; ".join(f"{name} x{count} {t / count:.1f}us" for t, count, name in stats[:7])
+    )
     print(rows[-1], flush=True)
 
 
@@ -176,22 +211,42 @@ def sweep_attention(rows: list, model: ProbeModel) -> None:
         inputs = make_inputs(model, batch)
         qkv = torch.randn(batch, cfg.q_size + 2 * cfg.kv_size, device="cuda").to(torch.bfloat16)
         k_cache, v_cache = model.kv_cache.layer(0)
-        args = (qkv, inputs["positions"], inputs["block_tables"], inputs["slot_mapping"], inputs["context_lens"],
-                k_cache, v_cache, model.rope_cos, model.rope_sin, cfg.n_heads, cfg.n_kv_heads)
+        args = (
+            qkv,
+            inputs["positions"],
+            inputs["block_tables"],
+            inputs["slot_mapping"],
+            inputs["context_lens"],
+            k_cache,
+            v_cache,
+            model.rope_cos,
+            model.rope_sin,
+            cfg.n_heads,
+            cfg.n_kv_heads,
+        )
         out = []
         variants = [(s, n) for s in ((4, 8, 16, 32) if batch == 1 else (1, 2, 4)) for n in (16, 32, 64)]
         for splits, block_n in variants:
             paged_decode_attention(*args, splits, block_n)  # compile first
         gpu_warm()
         for splits, block_n in variants:
-            us = triton.testing.do_bench(lambda: paged_decode_attention(*args, splits, block_n), warmup=10, rep=30,
-                                         return_mode="median") * 1000
+            us = (
+                triton.testing.do_bench(
+                    lambda: paged_decode_attention(*args, splits, block_n),
+                    warmup=10,
+                    rep=30,
+                    return_mode="median",
+                )
+                * 1000
+            )
             out.append((us, splits, block_n))
         kv_bytes = 2 * batch * cfg.prefill_len * cfg.kv_size * 2
         out.sort()
         chosen = model.attention_splits(batch)
-        rows.append(f"attention B={batch:<3} default splits={chosen} (KV {kv_bytes / 1e6:.0f} MB): "
-                    f"{[f'{u:.1f}us s={s} n={n}' for u, s, n in out[:5]]}")
+        rows.append(
+            f"attention B={batch:<3} default splits={chosen} (KV {kv_bytes / 1e6:.0f} MB): "
+            f"{[f'{u:.1f}us s={s} n={n}' for u, s, n in out[:5]]}"
+        )
         print(rows[-1], flush=True)
 
 
@@ -212,11 +267,16 @@ def main(argv=None) -> int:
     model = ProbeModel(cfg, device="cuda", num_blocks=1 + max(max_b, 64) * cfg.max_blocks_per_seq * 2)
     model.kv_cache.fill_random_(1)
     floor_us = model.weight_bytes / bandwidth / 1e3
-    print(f"device {torch.cuda.get_device_name()} torch {torch.__version__} HBM copy {bandwidth:.0f} GB/s; "
-          f"weights {model.weight_bytes / 1e9:.3f} GB -> floor {floor_us:.0f} us", flush=True)
+    print(
+        f"device {torch.cuda.get_device_name()} torch {torch.__version__} HBM copy {bandwidth:.0f} GB/s; "
+        f"weights {model.weight_bytes / 1e9:.3f} GB -> floor {floor_us:.0f} us",
+        flush=True,
+    )
 
     table, breakdown, record = [], [], {"hbm_copy_GBps": bandwidth, "weight_floor_us": floor_us, "steps": []}
-    two_layer = ProbeModel(get_config("small", n_layers=2), device="cuda", num_blocks=1 + 2 * max_b * cfg.max_blocks_per_seq)
+    two_layer = ProbeModel(
+        get_config("small", n_layers=2), device="cuda", num_blocks=1 + 2 * max_b * cfg.max_blocks_per_seq
+    )
     two_layer.kv_cache.fill_random_(2)
     for batch in args.batches:
         inputs = make_inputs(model, batch)
@@ -235,15 +295,26 @@ def main(argv=None) -> int:
             graph_us = cuda_time_us(graph.replay, 200)
             kernel_breakdown(graph.replay, f"{'fused' if fused else 'unfused'} graph B={batch}", breakdown)
             k32 = count_kernels(step)
-            k2 = count_kernels(lambda: (two_layer.fused_forward if fused else two_layer.unfused_forward)(**small_inputs))
+            k2 = count_kernels(
+                lambda: (two_layer.fused_forward if fused else two_layer.unfused_forward)(**small_inputs)
+            )
             per_layer = (k32 - k2) / 30
             name = "fused" if fused else "unfused"
-            row = dict(variant=name, batch=batch, eager_us=eager_us, enqueue_us=enqueue_us, graph_us=graph_us,
-                       kernels_per_step=k32, kernels_per_layer=per_layer)
+            row = dict(
+                variant=name,
+                batch=batch,
+                eager_us=eager_us,
+                enqueue_us=enqueue_us,
+                graph_us=graph_us,
+                kernels_per_step=k32,
+                kernels_per_layer=per_layer,
+            )
             record["steps"].append(row)
-            table.append(f"{name:<8} B={batch:<4} eager {eager_us:8.1f} us (enqueue {enqueue_us:8.1f}) "
-                         f"graph {graph_us:7.1f} us = {graph_us / floor_us:4.2f}x floor | "
-                         f"kernels/step {k32:5d} per layer {per_layer:5.1f}")
+            table.append(
+                f"{name:<8} B={batch:<4} eager {eager_us:8.1f} us (enqueue {enqueue_us:8.1f}) "
+                f"graph {graph_us:7.1f} us = {graph_us / floor_us:4.2f}x floor | "
+                f"kernels/step {k32:5d} per layer {per_layer:5.1f}"
+            )
             print(table[-1], flush=True)
             del graph
     if args.sweep:
@@ -262,8 +333,10 @@ def main(argv=None) -> int:
         compile_s = time.perf_counter() - t0
         us = cuda_time_us(lambda: compiled(**inputs), 100)
         skips = dict(counters["inductor"]).get("cudagraph_skips", 0)
-        table.append(f"compile  B=1    reduce-overhead {us:7.1f} us = {us / floor_us:4.2f}x floor, "
-                     f"compile {compile_s:.1f} s, cudagraph skips {skips}")
+        table.append(
+            f"compile  B=1    reduce-overhead {us:7.1f} us = {us / floor_us:4.2f}x floor, "
+            f"compile {compile_s:.1f} s, cudagraph skips {skips}"
+        )
         record["compile"] = dict(step_us=us, compile_s=compile_s, cudagraph_skips=skips)
         print(table[-1], flush=True)
     os.makedirs(args.out, exist_ok=True)

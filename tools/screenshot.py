@@ -5,6 +5,7 @@
 Uses the browser tests' harness (`tests/browser/harness.py`): a real `streamlit run`
 and Debian's headless Chromium, so the picture is what a visitor sees.
 """
+
 from __future__ import annotations
 
 import argparse

@@ -18,6 +18,7 @@ per-step input copies made one per dtype or one per input, and the bare graph re
 Commit 04f1b7f also swept an L2 weight prefetch and a split merge inside the attention kernel
 (neither helped; kernels/NOTES.md, run 4).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,23 +29,32 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import torch  # noqa: E402
-import triton  # noqa: E402
+import torch
+import triton
 
-from gpu_probe.config import get_config  # noqa: E402
-from gpu_probe.kernels import linear  # noqa: E402
-from gpu_probe.model import ProbeModel  # noqa: E402
-from tools.kernel_sweep import replay_us  # noqa: E402
-from tools.probe_model_check import (capture_with_output, gpu_warm, hbm_copy_GBps, kernel_breakdown,  # noqa: E402
-                                     make_inputs)
-
+from gpu_probe.config import get_config
+from gpu_probe.kernels import linear
+from gpu_probe.model import ProbeModel
+from tools.kernel_sweep import replay_us
+from tools.probe_model_check import (
+    capture_with_output,
+    gpu_warm,
+    hbm_copy_GBps,
+    kernel_breakdown,
+    make_inputs,
+)
 
 
 def shapes_of(cfg) -> dict:
     """(n_out, k, swiglu) of each projection of a preset."""
     qkv = cfg.q_size + 2 * cfg.kv_size
-    return {"qkv": (qkv, cfg.hidden, False), "o": (cfg.hidden, cfg.q_size, False), "gate_up": (cfg.ffn, cfg.hidden, True),
-            "down": (cfg.hidden, cfg.ffn, False), "lm_head": (cfg.vocab, cfg.hidden, False)}
+    return {
+        "qkv": (qkv, cfg.hidden, False),
+        "o": (cfg.hidden, cfg.q_size, False),
+        "gate_up": (cfg.ffn, cfg.hidden, True),
+        "down": (cfg.hidden, cfg.ffn, False),
+        "lm_head": (cfg.vocab, cfg.hidden, False),
+    }
 
 
 SHAPES = shapes_of(get_config("small"))  # main() sets the --preset's
@@ -55,8 +65,13 @@ def gemv_config(m: int, k: int, swiglu: bool, rows: int, warps: int) -> dict:
     block_m, block_k = triton.next_power_of_2(m), min(triton.next_power_of_2(k), 4096)
     while block_m * rows * block_k > 32768 and block_k > 64:
         block_k //= 2
-    return {"kernel": "gemv", "BLOCK_M": block_m, "BLOCK_N": max(1, rows // (2 if swiglu else 1)),
-            "BLOCK_K": block_k, "num_warps": warps}
+    return {
+        "kernel": "gemv",
+        "BLOCK_M": block_m,
+        "BLOCK_N": max(1, rows // (2 if swiglu else 1)),
+        "BLOCK_K": block_k,
+        "num_warps": warps,
+    }
 
 
 def default_tiles() -> dict:
@@ -125,10 +140,20 @@ class Bench:
                 continue
             us, exact = statistics.median(ts), entry[1]
             ratio = f" {us / self.floor_us:4.2f}x floor" if batch == 1 else ""
-            self.say(f"  B={batch} {tag} {describe(v)}: {us:7.1f} us{ratio} rounds {[round(t) for t in ts]}"
-                     f"{'' if exact else '  GRAPH != EAGER'}")
-            self.records.append(dict(batch=batch, tag=tag, variant=describe(v), step_us=us, rounds_us=ts,
-                                     graph_equals_eager=exact))
+            self.say(
+                f"  B={batch} {tag} {describe(v)}: {us:7.1f} us{ratio} rounds {[round(t) for t in ts]}"
+                f"{'' if exact else '  GRAPH != EAGER'}"
+            )
+            self.records.append(
+                dict(
+                    batch=batch,
+                    tag=tag,
+                    variant=describe(v),
+                    step_us=us,
+                    rounds_us=ts,
+                    graph_equals_eager=exact,
+                )
+            )
             result.append(us if exact else None)
         return result
 
@@ -163,17 +188,21 @@ def input_load_ab(model: ProbeModel, bench: Bench) -> None:
 
     def per_input_load(b, bucket):
         for name in INPUT_NAMES:
-            runner.static[name][:b.size].copy_(getattr(b, name), non_blocking=True)
+            runner.static[name][: b.size].copy_(getattr(b, name), non_blocking=True)
 
     def run_with(load):
         def step():
             runner.load = load
             return runner.run(batch)
+
         return step
 
     runner.run(batch)
-    cases = {"one copy per dtype (2)": run_with(grouped_load), "one copy per input (5)": run_with(per_input_load),
-             "graph replay alone": runner.graphs[1].replay}
+    cases = {
+        "one copy per dtype (2)": run_with(grouped_load),
+        "one copy per input (5)": run_with(per_input_load),
+        "graph replay alone": runner.graphs[1].replay,
+    }
     times: dict[str, list] = {name: [] for name in cases}
     gpu_warm(50)
     for _ in range(bench.rounds):
@@ -183,8 +212,10 @@ def input_load_ab(model: ProbeModel, bench: Bench) -> None:
     for name, ts in times.items():
         med = statistics.median(t["step_us_median"] for t in ts)
         enq = statistics.median(t["enqueue_us_median"] for t in ts)
-        bench.say(f"  B=1 fused+graph, {name}: step {med:6.1f} us ({med / bench.floor_us:4.2f}x floor), "
-                  f"host enqueue {enq:5.1f} us, rounds {[round(t['step_us_median']) for t in ts]}")
+        bench.say(
+            f"  B=1 fused+graph, {name}: step {med:6.1f} us ({med / bench.floor_us:4.2f}x floor), "
+            f"host enqueue {enq:5.1f} us, rounds {[round(t['step_us_median']) for t in ts]}"
+        )
     model.fused = False
 
 
@@ -193,7 +224,9 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--preset", default="small")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
-    parser.add_argument("--inputs", action="store_true", help="only the per-step input copies, as the probe times")
+    parser.add_argument(
+        "--inputs", action="store_true", help="only the per-step input copies, as the probe times"
+    )
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("needs CUDA", file=sys.stderr)
@@ -207,8 +240,10 @@ def main(argv=None) -> int:
     bandwidth = hbm_copy_GBps()
     floor_us = model.weight_bytes / bandwidth / 1e3
     bench = Bench(model, args.rounds, floor_us)
-    bench.say(f"device {torch.cuda.get_device_name()} torch {torch.__version__}; HBM copy {bandwidth:.0f} GB/s; "
-              f"weights {model.weight_bytes / 1e9:.3f} GB; floor {floor_us:.1f} us")
+    bench.say(
+        f"device {torch.cuda.get_device_name()} torch {torch.__version__}; HBM copy {bandwidth:.0f} GB/s; "
+        f"weights {model.weight_bytes / 1e9:.3f} GB; floor {floor_us:.1f} us"
+    )
 
     if args.inputs:
         input_load_ab(model, bench)
@@ -219,7 +254,9 @@ def main(argv=None) -> int:
         rows_options = (2, 4, 8, 16) if SHAPES[name][2] else (1, 2, 4, 8, 16)
         if name == "lm_head":
             rows_options = (4, 8, 16, 32)
-        candidates = [tiles[name]] + [(r, w) for r in rows_options for w in (1, 2, 4) if (r, w) != tiles[name]]
+        candidates = [tiles[name]] + [
+            (r, w) for r in rows_options for w in (1, 2, 4) if (r, w) != tiles[name]
+        ]
         variants = [dict(tiles={**tiles, name: c}) for c in candidates]
         pick = best_of(bench.compare(1, variants, f"tiles:{name}"))
         tiles[name] = candidates[pick]
@@ -230,8 +267,9 @@ def main(argv=None) -> int:
     for batch in (1, 2, 4):
         bench.compare(batch, [dict(), chosen], "b")
     import gpu_probe.kernels as kernels  # ablation: the step's GEMVs alone, attention skipped
+
     attention = kernels.paged_decode_attention
-    kernels.paged_decode_attention = lambda qkv, *a, **kw: qkv[:, :model.cfg.q_size]
+    kernels.paged_decode_attention = lambda qkv, *a, **kw: qkv[:, : model.cfg.q_size]
     try:
         bench.compare(1, [dict(), chosen], "attention skipped")
     finally:
@@ -242,8 +280,17 @@ def main(argv=None) -> int:
     print("\n".join(bench.lines))
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "step_sweep.json"), "w") as fh:
-        json.dump({"lines": bench.lines, "records": bench.records, "tiles": tiles, "hbm_copy_GBps": bandwidth,
-                   "floor_us": floor_us}, fh, indent=1)
+        json.dump(
+            {
+                "lines": bench.lines,
+                "records": bench.records,
+                "tiles": tiles,
+                "hbm_copy_GBps": bandwidth,
+                "floor_us": floor_us,
+            },
+            fh,
+            indent=1,
+        )
     return 0
 
 

@@ -4,6 +4,7 @@ Every control is bound to the URL (keys in `BUCKET_PARAMS`, read by `ui.url_para
 The numbers come from `sim.bucket_report`, the same code as `python -m sim buckets`. The
 padding-corruption demo lives in a sub-tab of its own, so PyTorch loads only when it opens.
 """
+
 from __future__ import annotations
 
 import csv
@@ -21,8 +22,14 @@ from ui.bucket_charts import padding_figure, tradeoff_figure
 from ui.common import plain
 
 # One checkbox per layout: a URL can carry a yes/no per key, and a link stays readable.
-LAYOUT_KEYS = {"chapter": "bk_chapter", "powers of two": "bk_pow2", "vLLM": "bk_vllm", "SGLang": "bk_sglang",
-               "nano-vllm": "bk_nano", "dense": "bk_dense"}
+LAYOUT_KEYS = {
+    "chapter": "bk_chapter",
+    "powers of two": "bk_pow2",
+    "vLLM": "bk_vllm",
+    "SGLang": "bk_sglang",
+    "nano-vllm": "bk_nano",
+    "dense": "bk_dense",
+}
 LAYOUT_DEFAULTS = {"chapter": True, "powers of two": True, "vLLM": True}
 CUSTOM = "custom"
 DEFAULT_CUSTOM = "1, 2, 4, 8, 16, 32, 64, 128, 256"
@@ -34,12 +41,18 @@ MAX_BATCH_RANGE = (1, 512)
 BUDGET_RANGE = (0, 4096)  # MiB
 GRAPHS_RANGE = (1, 128)
 CUSTOM_MAX_CHARS = 4000  # room for every size up to 512 typed out, short enough for a link
-CSV_UPLOAD_MB = 1  # the uploader's own limit (Streamlit's default is 200 MB); the parser stops at MAX_CSV_BYTES
+CSV_UPLOAD_MB = (
+    1  # the uploader's own limit (Streamlit's default is 200 MB); the parser stops at MAX_CSV_BYTES
+)
 
 BUCKET_PARAMS: dict[str, tuple] = {
     "bk_view": ("choice", VIEWS),
     # A link holds the shown title (format_func); the short keys are accepted as aliases.
-    "bk_preset": ("choice", tuple(p.title for p in PRESETS.values()), {k: p.title for k, p in PRESETS.items()}),
+    "bk_preset": (
+        "choice",
+        tuple(p.title for p in PRESETS.values()),
+        {k: p.title for k, p in PRESETS.items()},
+    ),
     "bk_fusion": ("bool",),
     "bk_max_batch": ("int", *MAX_BATCH_RANGE),
     **{key: ("bool",) for key in LAYOUT_KEYS.values()},
@@ -55,33 +68,68 @@ BUCKET_PARAMS: dict[str, tuple] = {
 }
 
 
-
 @st.cache_data(max_entries=64, show_spinner=False)
-def _comparison(preset_key: str, fusion: bool, layouts: tuple, sizes: tuple, weights: tuple, name: str,
-                budget_mib: float, max_graphs: int, objective: str, captures: tuple | None):
+def _comparison(
+    preset_key: str,
+    fusion: bool,
+    layouts: tuple,
+    sizes: tuple,
+    weights: tuple,
+    name: str,
+    budget_mib: float,
+    max_graphs: int,
+    objective: str,
+    captures: tuple | None,
+):
     preset = PRESETS[preset_key]
     workload = wl.Workload(name, np.array(sizes), np.array(weights))
     memory = None
     if captures:
         memory = br.MeasuredGraphMemory.from_captures(
-            [{"bucket": b, "graph_mem_bytes": g, "pool_bytes": p} for b, g, p in captures])
-    return br.compare(preset.model, preset.hardware, dict(layouts), workload, fusion=fusion, memory=memory,
-                      budget_bytes=budget_mib * br.MIB, max_buckets=max_graphs,
-                      objective="time" if objective == "step time" else "rows")
+            [{"bucket": b, "graph_mem_bytes": g, "pool_bytes": p} for b, g, p in captures]
+        )
+    return br.compare(
+        preset.model,
+        preset.hardware,
+        dict(layouts),
+        workload,
+        fusion=fusion,
+        memory=memory,
+        budget_bytes=budget_mib * br.MIB,
+        max_buckets=max_graphs,
+        objective="time" if objective == "step time" else "rows",
+    )
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def _binding(preset_key: str, fusion: bool, sizes: tuple, weights: tuple, name: str, budget_mib: float,
-             max_graphs: int, objective: str, captures: tuple | None) -> br.Binding | None:
+def _binding(
+    preset_key: str,
+    fusion: bool,
+    sizes: tuple,
+    weights: tuple,
+    name: str,
+    budget_mib: float,
+    max_graphs: int,
+    objective: str,
+    captures: tuple | None,
+) -> br.Binding | None:
     """Which limit binds the optimum (the graph count, the budget, both or neither); same inputs as _comparison."""
     preset = PRESETS[preset_key]
     memory = None
     if captures:
         memory = br.MeasuredGraphMemory.from_captures(
-            [{"bucket": b, "graph_mem_bytes": g, "pool_bytes": p} for b, g, p in captures])
-    return br.binding_limits(preset.model, preset.hardware, wl.Workload(name, np.array(sizes), np.array(weights)),
-                             fusion=fusion, memory=memory, budget_bytes=budget_mib * br.MIB,
-                             max_buckets=max_graphs, objective="time" if objective == "step time" else "rows")
+            [{"bucket": b, "graph_mem_bytes": g, "pool_bytes": p} for b, g, p in captures]
+        )
+    return br.binding_limits(
+        preset.model,
+        preset.hardware,
+        wl.Workload(name, np.array(sizes), np.array(weights)),
+        fusion=fusion,
+        memory=memory,
+        budget_bytes=budget_mib * br.MIB,
+        max_buckets=max_graphs,
+        objective="time" if objective == "step time" else "rows",
+    )
 
 
 @st.cache_data(max_entries=4, show_spinner=False)
@@ -94,10 +142,13 @@ def _probe_captures(fused: bool) -> tuple | None:
         from core.probe_result import recorded_result  # torch-free, but optional for this tab
 
         variant = "fused" if fused else "unfused"
-        rows = tuple((int(c["bucket"]), int(c["graph_mem_bytes"]), int(c.get("pool_bytes", 0) or 0))
-                     for c in recorded_result().captures if c.get("variant", variant) == variant)
+        rows = tuple(
+            (int(c["bucket"]), int(c["graph_mem_bytes"]), int(c.get("pool_bytes", 0) or 0))
+            for c in recorded_result().captures
+            if c.get("variant", variant) == variant
+        )
         return rows if len({r[0] for r in rows}) >= 2 else None
-    except Exception:  # noqa: BLE001 - a missing or unreadable recording falls back to the model
+    except Exception:
         return None
 
 
@@ -107,10 +158,13 @@ def _probe_nodes(fused: bool) -> int | None:
     try:
         from core.probe_result import recorded_result
 
-        counts = sorted(r.kernels_per_step for r in recorded_result().runs
-                        if r.mode == ("fused+graph" if fused else "graph"))
+        counts = sorted(
+            r.kernels_per_step
+            for r in recorded_result().runs
+            if r.mode == ("fused+graph" if fused else "graph")
+        )
         return int(counts[len(counts) // 2]) if counts else None
-    except Exception:  # noqa: BLE001
+    except Exception:
         return None
 
 
@@ -119,33 +173,43 @@ def _memory_gap_note(preset_key: str, fusion: bool, captures: tuple) -> str:
     preset = PRESETS[preset_key]
     model = br.memory_model(preset.model, fusion)
     measured = br.MeasuredGraphMemory.from_captures(
-        [{"bucket": b, "graph_mem_bytes": g, "pool_bytes": p} for b, g, p in captures])
+        [{"bucket": b, "graph_mem_bytes": g, "pool_bytes": p} for b, g, p in captures]
+    )
     per_graph = float(np.mean(measured.graph_bytes))
     nodes = _probe_nodes(fusion)
     modelled = model.node_bytes * model.nodes_per_graph + model.static_bytes_per_row * 32
-    text = (f"Measured on the probe's 0.5 B model (recorded H200 run, its {'fused' if fusion else 'unfused'} "
-            f"graphs, to match Kernel fusion): {per_graph / br.MIB:.1f} MiB a graph on average")
+    text = (
+        f"Measured on the probe's 0.5 B model (recorded H200 run, its {'fused' if fusion else 'unfused'} "
+        f"graphs, to match Kernel fusion): {per_graph / br.MIB:.1f} MiB a graph on average"
+    )
     if nodes:
         text += f" for {nodes:,} kernel nodes, {per_graph / nodes / 1024:.1f} KiB a node"
-    text += (f", plus the shared pool. The model charges {model.node_bytes / 1024:.0f} KiB a node (an assumption "
-             f"of the right order, from engine logs) for this preset's {model.nodes_per_graph:,} nodes plus "
-             f"static buffers: {modelled / br.MIB:.1f} MiB for a graph of 32 rows. Measured graph memory is the "
-             "drop in free device memory, which moves in 2 MiB pages, so many small captures read 0, and it "
-             "belongs to the probe's model whatever preset is chosen: the two differ by model, kernel count "
-             "and per-node cost, not by a bug in either.")
+    text += (
+        f", plus the shared pool. The model charges {model.node_bytes / 1024:.0f} KiB a node (an assumption "
+        f"of the right order, from engine logs) for this preset's {model.nodes_per_graph:,} nodes plus "
+        f"static buffers: {modelled / br.MIB:.1f} MiB for a graph of 32 rows. Measured graph memory is the "
+        "drop in free device memory, which moves in 2 MiB pages, so many small captures read 0, and it "
+        "belongs to the probe's model whatever preset is chosen: the two differ by model, kernel count "
+        "and per-node cost, not by a bug in either."
+    )
     return text
 
 
 def _workload(max_batch: int) -> wl.Workload:
     kind = st.session_state.get("bk_workload", WORKLOADS[0])
     if kind == "uploaded CSV":
-        upload = st.file_uploader("Batch-size histogram (CSV with a `batch,count` header)",
-                                  type=["csv", "txt"], key="bk_csv_file", max_upload_size=CSV_UPLOAD_MB,
-                                  help=f"Up to {wl.MAX_CSV_BYTES:,} bytes and {wl.MAX_CSV_ROWS:,} rows; "
-                                       "it stays in this browser session only.")
+        upload = st.file_uploader(
+            "Batch-size histogram (CSV with a `batch,count` header)",
+            type=["csv", "txt"],
+            key="bk_csv_file",
+            max_upload_size=CSV_UPLOAD_MB,
+            help=f"Up to {wl.MAX_CSV_BYTES:,} bytes and {wl.MAX_CSV_ROWS:,} rows; "
+            "it stays in this browser session only.",
+        )
         if upload is None:
-            st.info("Upload a CSV such as `batch,count` / `1,120` / `8,40` … "
-                    "Until then: uniform 1–max batch.")
+            st.info(
+                "Upload a CSV such as `batch,count` / `1,120` / `8,40` … Until then: uniform 1–max batch."
+            )
             return wl.uniform(max_batch)
         try:
             return wl.parse_histogram_csv(upload.getvalue()[: wl.MAX_CSV_BYTES + 1], name=upload.name[:60])
@@ -160,23 +224,50 @@ def _workload(max_batch: int) -> wl.Workload:
 
 def _controls() -> tuple[dict, int]:
     left, mid, right = st.columns(3)
-    left.selectbox("Model and GPU", tuple(PRESETS), format_func=lambda k: PRESETS[k].title, key="bk_preset",
-                   bind="query-params", index=tuple(PRESETS).index(DEFAULT_PRESET))
-    max_batch = mid.slider("Maximum batch", *MAX_BATCH_RANGE, value=256, key="bk_max_batch",
-                           bind="query-params",
-                           help="The largest batch the engine schedules; presets are generated up to it.")
-    right.toggle("Kernel fusion", value=False, key="bk_fusion", bind="query-params",
-                 help="Fused kernels (4 per layer instead of 11): fewer graph nodes, less per-graph memory.")
+    left.selectbox(
+        "Model and GPU",
+        tuple(PRESETS),
+        format_func=lambda k: PRESETS[k].title,
+        key="bk_preset",
+        bind="query-params",
+        index=tuple(PRESETS).index(DEFAULT_PRESET),
+    )
+    max_batch = mid.slider(
+        "Maximum batch",
+        *MAX_BATCH_RANGE,
+        value=256,
+        key="bk_max_batch",
+        bind="query-params",
+        help="The largest batch the engine schedules; presets are generated up to it.",
+    )
+    right.toggle(
+        "Kernel fusion",
+        value=False,
+        key="bk_fusion",
+        bind="query-params",
+        help="Fused kernels (4 per layer instead of 11): fewer graph nodes, less per-graph memory.",
+    )
     st.markdown("**Layouts to compare**")
     cols = st.columns(len(LAYOUT_KEYS) + 1)
     chosen = {}
     for col, (name, key) in zip(cols[:-1], LAYOUT_KEYS.items(), strict=True):
-        if col.checkbox(name, value=LAYOUT_DEFAULTS.get(name, False), key=key, bind="query-params",
-                        help=bk.LAYOUT_SOURCES[name]):
+        if col.checkbox(
+            name,
+            value=LAYOUT_DEFAULTS.get(name, False),
+            key=key,
+            bind="query-params",
+            help=bk.LAYOUT_SOURCES[name],
+        ):
             chosen[name] = bk.layout(name, max_batch)
     if cols[-1].checkbox("custom", value=False, key="bk_custom_on", bind="query-params"):
-        text = st.text_input("Custom bucket list", value=DEFAULT_CUSTOM, key="bk_custom", bind="query-params",
-                             max_chars=CUSTOM_MAX_CHARS, help="Positive whole numbers, separated by commas.")
+        text = st.text_input(
+            "Custom bucket list",
+            value=DEFAULT_CUSTOM,
+            key="bk_custom",
+            bind="query-params",
+            max_chars=CUSTOM_MAX_CHARS,
+            help="Positive whole numbers, separated by commas.",
+        )
         try:
             chosen[CUSTOM] = bk.parse_layout(text)
         except ValueError as err:
@@ -195,8 +286,9 @@ def _csv(rows: list[dict]) -> str:
 def _optimum_summary(stats: list, budget_mib: float, binding: br.Binding | None, max_graphs: int) -> None:
     best = next((s for s in stats if s.is_optimum), None)
     if best is None:
-        st.warning(f"Not even one graph fits in {budget_mib:g} MiB: every step would run eager. "
-                   "Raise the budget.")
+        st.warning(
+            f"Not even one graph fits in {budget_mib:g} MiB: every step would run eager. Raise the budget."
+        )
         return
     fitting = [s for s in stats if not s.is_optimum and s.fits_budget]
     a, b, c, d = st.columns(4)
@@ -206,38 +298,65 @@ def _optimum_summary(stats: list, budget_mib: float, binding: br.Binding | None,
     if fitting:
         rival = min(fitting, key=lambda s: s.step_us)
         gain = rival.step_us - best.step_us
-        d.metric("Gain vs best preset within budget", f"{gain:,.1f} µs/step",
-                 delta=f"{100 * gain / rival.step_us:+.1f}% vs {rival.name}", delta_color="normal",
-                 help="Expected step time of the fastest chosen layout that fits the budget minus the "
-                      "optimum's; positive means the optimum is faster.")
+        d.metric(
+            "Gain vs best preset within budget",
+            f"{gain:,.1f} µs/step",
+            delta=f"{100 * gain / rival.step_us:+.1f}% vs {rival.name}",
+            delta_color="normal",
+            help="Expected step time of the fastest chosen layout that fits the budget minus the "
+            "optimum's; positive means the optimum is faster.",
+        )
         if gain < 0:
-            st.caption(f"{rival.name} uses {rival.graphs} graphs, more than the optimiser may use: raise "
-                       "\"Most graphs the optimiser may use\" to let it match or beat that.")
+            st.caption(
+                f"{rival.name} uses {rival.graphs} graphs, more than the optimiser may use: raise "
+                '"Most graphs the optimiser may use" to let it match or beat that.'
+            )
     else:
         d.metric("Gain vs best preset within budget", "—", help="No chosen layout fits the budget.")
     if binding is not None:
         st.info(binding.sentence(max_graphs, best, budget_mib * br.MIB), icon=":material/info:")
-    st.markdown(f"**The optimal layout's {best.graphs} buckets** (copy them with the icon at the right, or paste "
-                "them into *custom* to compare):")
+    st.markdown(
+        f"**The optimal layout's {best.graphs} buckets** (copy them with the icon at the right, or paste "
+        "them into *custom* to compare):"
+    )
     st.code(", ".join(map(str, best.buckets)), language=None, wrap_lines=True)
 
 
 def _layouts_view() -> None:
     layouts, max_batch = _controls()
     w1, w2, w3 = st.columns(3)
-    w1.selectbox("Workload", WORKLOADS, key="bk_workload", bind="query-params",
-                 help="How often each batch size occurs in your server's decode steps.")
-    w2.slider("Mean batch (geometric / Poisson)", 1.0, float(MAX_BATCH_RANGE[1]), value=16.0, step=1.0,
-              key="bk_mean", bind="query-params",
-              disabled=st.session_state.get("bk_workload", WORKLOADS[0]) not in ("geometric", "Poisson"))
-    w3.selectbox("Graph memory", MEMORY_SOURCES, key="bk_memory", bind="query-params",
-                 help="Modelled per graph (see below), or the probe's measured per-graph memory.")
+    w1.selectbox(
+        "Workload",
+        WORKLOADS,
+        key="bk_workload",
+        bind="query-params",
+        help="How often each batch size occurs in your server's decode steps.",
+    )
+    w2.slider(
+        "Mean batch (geometric / Poisson)",
+        1.0,
+        float(MAX_BATCH_RANGE[1]),
+        value=16.0,
+        step=1.0,
+        key="bk_mean",
+        bind="query-params",
+        disabled=st.session_state.get("bk_workload", WORKLOADS[0]) not in ("geometric", "Poisson"),
+    )
+    w3.selectbox(
+        "Graph memory",
+        MEMORY_SOURCES,
+        key="bk_memory",
+        bind="query-params",
+        help="Modelled per graph (see below), or the probe's measured per-graph memory.",
+    )
     workload = _workload(max_batch)
     o1, o2, o3 = st.columns(3)
-    budget = o1.slider("Graph memory budget (MiB)", *BUDGET_RANGE, value=256, step=16, key="bk_budget",
-                       bind="query-params")
-    max_graphs = o2.slider("Most graphs the optimiser may use", *GRAPHS_RANGE, value=64, key="bk_max_graphs",
-                           bind="query-params")
+    budget = o1.slider(
+        "Graph memory budget (MiB)", *BUDGET_RANGE, value=256, step=16, key="bk_budget", bind="query-params"
+    )
+    max_graphs = o2.slider(
+        "Most graphs the optimiser may use", *GRAPHS_RANGE, value=64, key="bk_max_graphs", bind="query-params"
+    )
     objective = o3.radio("Optimise for", OBJECTIVES, key="bk_objective", bind="query-params", horizontal=True)
     preset = st.session_state.get("bk_preset", DEFAULT_PRESET)
     fusion = bool(st.session_state.get("bk_fusion"))
@@ -252,20 +371,37 @@ def _layouts_view() -> None:
         st.info("Tick at least one layout to compare; the optimiser's layout is shown on its own.")
     sizes = tuple(int(s) for s in workload.batch_sizes)
     weights = tuple(float(x) for x in workload.weights)
-    stats = _comparison(preset, fusion, tuple(layouts.items()), sizes, weights, workload.name, float(budget),
-                        int(max_graphs), objective, captures)
-    binding = _binding(preset, fusion, sizes, weights, workload.name, float(budget), int(max_graphs), objective,
-                       captures)
+    stats = _comparison(
+        preset,
+        fusion,
+        tuple(layouts.items()),
+        sizes,
+        weights,
+        workload.name,
+        float(budget),
+        int(max_graphs),
+        objective,
+        captures,
+    )
+    binding = _binding(
+        preset, fusion, sizes, weights, workload.name, float(budget), int(max_graphs), objective, captures
+    )
     _optimum_summary(stats, budget, binding, int(max_graphs))
     optimum = next((s.buckets for s in stats if s.is_optimum), None)
     st.markdown("**Padding at each batch size** (ticks on the axis: the buckets; shaded: no graph, eager)")
-    st.plotly_chart(padding_figure(layouts, workload, max_batch, optimum), width="stretch",
-                    key="bk_padding_chart")
+    st.plotly_chart(
+        padding_figure(layouts, workload, max_batch, optimum), width="stretch", key="bk_padding_chart"
+    )
     rows = br.table_rows(stats)
     st.dataframe(rows, width="stretch", hide_index=True)
-    st.download_button("Download the comparison (CSV)", _csv(br.table_rows(stats, full_buckets=True)),
-                       file_name="bucket_layouts.csv",
-                       mime="text/csv", on_click="ignore", key="bk_download")
+    st.download_button(
+        "Download the comparison (CSV)",
+        _csv(br.table_rows(stats, full_buckets=True)),
+        file_name="bucket_layouts.csv",
+        mime="text/csv",
+        on_click="ignore",
+        key="bk_download",
+    )
     st.markdown("**Step time against pinned graph memory**")
     st.plotly_chart(tradeoff_figure(stats, budget), width="stretch", key="bk_tradeoff_chart")
     with st.expander("How the numbers are computed"):
@@ -300,7 +436,8 @@ def render() -> None:
     st.markdown(
         "A CUDA graph replays exactly the shapes it was captured with, so an engine captures a list of batch "
         "sizes and pads each real batch up to the next one. More buckets mean less padding but more pinned "
-        "memory; batches above the largest bucket fall back to eager launches.")
+        "memory; batches above the largest bucket fall back to eager launches."
+    )
     layouts_tab, demo_tab = st.tabs(VIEWS, key="bk_view", bind="query-params")
     if layouts_tab.open:
         with layouts_tab:

@@ -37,7 +37,7 @@ def predicted_vs_measured_figure(cal: Calibration):
         },
     )
     domains = (((0, 0.46), (0.56, 1)), ((0.54, 1), (0.56, 1)), ((0, 0.46), (0, 0.44)), ((0.54, 1), (0, 0.44)))
-    for k, ((name, title, col), (xd, yd)) in enumerate(zip(_PANELS, domains), start=1):
+    for k, ((_name, title, col), (xd, yd)) in enumerate(zip(_PANELS, domains), start=1):
         x = measured[:, col] if col is not None else util_m
         y = predicted[:, col] if col is not None else util_p
         axis = "" if k == 1 else str(k)

@@ -101,8 +101,8 @@ def _headline(cal: Calibration) -> None:
             "median |error|, fit %": 100
             * float(np.median(np.abs([e for p, e in zip(cal.points, cal.errors()[:, 0]) if p.mode == m]))),
             "median |error|, leave-one-out %": 100 * cal.mode_loo_error(m),
-            "worst |error|, leave-one-out %": 100 * max(abs(e) for p, e in zip(cal.points, cal.loo_errors())
-                                                        if p.mode == m),
+            "worst |error|, leave-one-out %": 100
+            * max(abs(e) for p, e in zip(cal.points, cal.loo_errors()) if p.mode == m),
         }
         for m in FIT_MODES
         if any(p.mode == m for p in cal.points)

@@ -9,6 +9,7 @@ forces a date axis. Past a few thousand bars the browser slows down, so a whole
 long step switches to one WebGL line-segment trace per kind, and past 20,000
 intervals to time bins per lane whose shade is the share of the bin the lane is busy.
 """
+
 from __future__ import annotations
 
 import math
@@ -91,8 +92,12 @@ def _hover(kind: str) -> str:
 
 
 def _style(kind: str, faded: bool) -> dict:
-    colour = {"CPU launch": CPU_COLOUR, "GPU kernel": GPU_COLOUR, "idle": IDLE_COLOUR,
-              "communication": COMM_COLOUR}[kind]
+    colour = {
+        "CPU launch": CPU_COLOUR,
+        "GPU kernel": GPU_COLOUR,
+        "idle": IDLE_COLOUR,
+        "communication": COMM_COLOUR,
+    }[kind]
     return {"colour": colour, "opacity": 0.55 if faded and kind != "idle" else 1.0}
 
 
@@ -170,31 +175,46 @@ def _busy_per_bin(start: np.ndarray, end: np.ndarray, edges: np.ndarray) -> np.n
     return np.diff(np.interp(edges, xp, fp, left=0.0, right=float(done[-1])))
 
 
-def _binned_traces(step: Timeline, cpu_lane: str, gpu_lane: str, suffix: str, faded: bool,
-                   bins: int = AGGREGATE_BINS) -> list[dict]:
+def _binned_traces(
+    step: Timeline, cpu_lane: str, gpu_lane: str, suffix: str, faded: bool, bins: int = AGGREGATE_BINS
+) -> list[dict]:
     """A long step as `bins` time bins per lane: each bar's opacity is the share of its bin the lane is
     busy, so density and bubbles read as in the bar view; stretches where the GPU is idle for a whole
     bin or more keep their hatched idle bars. Hover gives each bin's launches or kernels and busy share."""
     edges = np.linspace(0.0, step.step_us, bins + 1)
     width = float(edges[1] - edges[0]) or 1.0
     traces = []
-    lanes = (("CPU launch", cpu_lane, step.cpu_start, step.cpu_end, "launches"),
-             ("GPU kernel", gpu_lane, step.gpu_start, step.gpu_end, "kernels"))
+    lanes = (
+        ("CPU launch", cpu_lane, step.cpu_start, step.cpu_end, "launches"),
+        ("GPU kernel", gpu_lane, step.gpu_start, step.gpu_end, "kernels"),
+    )
     for kind, lane, start, end, what in lanes:
         share = np.clip(_busy_per_bin(start, end, edges) / width, 0.0, 1.0)
         count = np.histogram(start, edges)[0]
         keep = share > 0
-        names = [f"{n:,} {what} starting here; busy {100 * f:.0f}% of this bin" for n, f in
-                 zip(count[keep], share[keep])]
-        trace = _bar_trace(kind, lane, edges[:-1][keep], np.full(int(keep.sum()), width), names,
-                           kind + suffix, faded)
+        names = [
+            f"{n:,} {what} starting here; busy {100 * f:.0f}% of this bin"
+            for n, f in zip(count[keep], share[keep])
+        ]
+        trace = _bar_trace(
+            kind, lane, edges[:-1][keep], np.full(int(keep.sum()), width), names, kind + suffix, faded
+        )
         # Never fully transparent: a bin with one short kernel must still show.
         trace["marker"]["opacity"] = np.maximum(share[keep], 0.12)
         traces.append(trace)
     idle_start, idle_dur = step.idle_intervals()
     wide = idle_dur >= width
-    traces.append(_bar_trace("idle", gpu_lane, idle_start[wide], idle_dur[wide], ("idle",) * int(wide.sum()),
-                             "idle" + suffix, faded))
+    traces.append(
+        _bar_trace(
+            "idle",
+            gpu_lane,
+            idle_start[wide],
+            idle_dur[wide],
+            ("idle",) * int(wide.sum()),
+            "idle" + suffix,
+            faded,
+        )
+    )
     return traces
 
 
@@ -252,15 +272,27 @@ def lanes_figure(
         "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
         "dragmode": "zoom",
         "hovermode": "closest",
-        "xaxis": {"type": "linear", "title": {"text": "µs from the start of the step"},
-                  "rangemode": "tozero", "showgrid": True, "zeroline": False},
+        "xaxis": {
+            "type": "linear",
+            "title": {"text": "µs from the start of the step"},
+            "rangemode": "tozero",
+            "showgrid": True,
+            "zeroline": False,
+        },
         # Lanes read top to bottom: CPU above GPU, the overlay's pair below. Zoom is along time only.
-        "yaxis": {"type": "category", "categoryorder": "array", "categoryarray": lanes,
-                  "autorange": "reversed", "fixedrange": True, "automargin": True},
+        "yaxis": {
+            "type": "category",
+            "categoryorder": "array",
+            "categoryarray": lanes,
+            "autorange": "reversed",
+            "fixedrange": True,
+            "automargin": True,
+        },
         # The page draws lanes with theme=None (Streamlit's theme costs ~40 ms of browser time on
         # every slider move), so the few styles that matter are set here.
         "font": {"family": "Source Sans Pro, sans-serif", "size": 13, "color": "#31333F"},
-        "paper_bgcolor": "white", "plot_bgcolor": "white",
+        "paper_bgcolor": "white",
+        "plot_bgcolor": "white",
     }
     if title:
         layout["title"] = {"text": title}
@@ -295,9 +327,11 @@ _GRID = {  # (x domain, y domain) of the four panels, in COMBOS order
     2: ((0.0, 0.48), (0.0, 0.44)),
     3: ((0.52, 1.0), (0.0, 0.44)),
 }
-_SWEEP_LINES = (("step_us", "step time", STEP_COLOUR, "solid", 2.5),
-                ("cpu_launch_us", "CPU launch time", CPU_COLOUR, "dash", 2),
-                ("gpu_busy_us", "GPU time", GPU_COLOUR, "dot", 2.5))
+_SWEEP_LINES = (
+    ("step_us", "step time", STEP_COLOUR, "solid", 2.5),
+    ("cpu_launch_us", "CPU launch time", CPU_COLOUR, "dash", 2),
+    ("gpu_busy_us", "GPU time", GPU_COLOUR, "dot", 2.5),
+)
 
 
 def sweep_figure(sweep, *, current: tuple[bool, bool] | None = None, batch: int | None = None) -> go.Figure:
@@ -312,7 +346,9 @@ def sweep_figure(sweep, *, current: tuple[bool, bool] | None = None, batch: int 
     crossover = sweep.crossover
     series = {combo: sweep[combo] for combo in COMBOS}
     # Log time axis: launch costs (µs) and long-batch kernels (ms) both stay readable.
-    values = np.concatenate([np.asarray(getattr(series[c], k), float) for c in COMBOS for k, *_ in _SWEEP_LINES])
+    values = np.concatenate(
+        [np.asarray(getattr(series[c], k), float) for c in COMBOS for k, *_ in _SWEEP_LINES]
+    )
     values = values[values > 0]
     y_range = [float(np.log10(values.min() * 0.7)), float(np.log10(values.max() * 1.4))]
     ticks = [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096) if x.min() <= b <= x.max()]
@@ -321,29 +357,54 @@ def sweep_figure(sweep, *, current: tuple[bool, bool] | None = None, batch: int 
         xa, ya = ("x", "y") if i == 0 else (f"x{i + 1}", f"y{i + 1}")
         x_dom, y_dom = _GRID[i]
         layout["xaxis" if i == 0 else f"xaxis{i + 1}"] = {
-            "type": "log", "domain": list(x_dom), "anchor": ya, "matches": None if i == 0 else "x",
-            "title": {"text": "batch size (log scale)" if i >= 2 else ""}, "showticklabels": i >= 2,
+            "type": "log",
+            "domain": list(x_dom),
+            "anchor": ya,
+            "matches": None if i == 0 else "x",
+            "title": {"text": "batch size (log scale)" if i >= 2 else ""},
+            "showticklabels": i >= 2,
             "tickvals": ticks,
         }
         layout["yaxis" if i == 0 else f"yaxis{i + 1}"] = {
-            "type": "log", "domain": list(y_dom), "anchor": xa, "range": y_range, "dtick": 1,
-            "matches": None if i == 0 else "y", "showticklabels": i % 2 == 0,
+            "type": "log",
+            "domain": list(y_dom),
+            "anchor": xa,
+            "range": y_range,
+            "dtick": 1,
+            "matches": None if i == 0 else "y",
+            "showticklabels": i % 2 == 0,
             "title": {"text": "µs per step (log scale)" if i % 2 == 0 else ""},
         }
         name = combo_title(*combo)
-        annotations.append({
-            "xref": "paper", "yref": "paper", "x": sum(x_dom) / 2, "y": y_dom[1], "yanchor": "bottom",
-            "showarrow": False, "font": {"size": 13},
-            "text": f"<b>{name} (current)</b>" if combo == current else name,
-        })
+        annotations.append(
+            {
+                "xref": "paper",
+                "yref": "paper",
+                "x": sum(x_dom) / 2,
+                "y": y_dom[1],
+                "yanchor": "bottom",
+                "showarrow": False,
+                "font": {"size": 13},
+                "text": f"<b>{name} (current)</b>" if combo == current else name,
+            }
+        )
         data = series[combo]
         for key, label, colour, dash, width in _SWEEP_LINES:
-            traces.append({
-                "type": "scatter", "mode": "lines", "x": x, "y": np.asarray(getattr(data, key), dtype=float),
-                "xaxis": xa, "yaxis": ya, "name": label, "legendgroup": key, "showlegend": i == 0,
-                "line": {"color": colour, "dash": dash, "width": width},
-                "hovertemplate": f"batch %{{x}}: {label} %{{y:,.0f}} µs<extra>{name}</extra>",
-            })
+            traces.append(
+                {
+                    "type": "scatter",
+                    "mode": "lines",
+                    "x": x,
+                    "y": np.asarray(getattr(data, key), dtype=float),
+                    "xaxis": xa,
+                    "yaxis": ya,
+                    "name": label,
+                    "legendgroup": key,
+                    "showlegend": i == 0,
+                    "line": {"color": colour, "dash": dash, "width": width},
+                    "hovertemplate": f"batch %{{x}}: {label} %{{y:,.0f}} µs<extra>{name}</extra>",
+                }
+            )
         marks = []
         cross = crossover.get(combo)
         if cross is not None:
@@ -351,15 +412,40 @@ def sweep_figure(sweep, *, current: tuple[bool, bool] | None = None, batch: int 
         if batch is not None and combo == current:
             marks.append((batch, "#b03a3a", "solid", f"batch {batch}", 0.04))
         for where, colour, dash, text, height in marks:
-            shapes.append({"type": "line", "xref": xa, "yref": f"{ya} domain", "x0": where, "x1": where,
-                           "y0": 0, "y1": 1, "line": {"color": colour, "dash": dash, "width": 1.5}})
-            annotations.append({"xref": xa, "yref": f"{ya} domain", "x": float(np.log10(where)), "y": height,
-                                "text": text, "showarrow": False, "xanchor": "left", "xshift": 3,
-                                "yanchor": "bottom" if height < 0.5 else "top",
-                                "font": {"size": 11, "color": colour}})
-    layout.update({
-        "height": 560, "margin": {"l": 10, "r": 10, "t": 70, "b": 40}, "hovermode": "x unified",
-        "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.07, "x": 0},
-        "shapes": shapes, "annotations": annotations,
-    })
+            shapes.append(
+                {
+                    "type": "line",
+                    "xref": xa,
+                    "yref": f"{ya} domain",
+                    "x0": where,
+                    "x1": where,
+                    "y0": 0,
+                    "y1": 1,
+                    "line": {"color": colour, "dash": dash, "width": 1.5},
+                }
+            )
+            annotations.append(
+                {
+                    "xref": xa,
+                    "yref": f"{ya} domain",
+                    "x": float(np.log10(where)),
+                    "y": height,
+                    "text": text,
+                    "showarrow": False,
+                    "xanchor": "left",
+                    "xshift": 3,
+                    "yanchor": "bottom" if height < 0.5 else "top",
+                    "font": {"size": 11, "color": colour},
+                }
+            )
+    layout.update(
+        {
+            "height": 560,
+            "margin": {"l": 10, "r": 10, "t": 70, "b": 40},
+            "hovermode": "x unified",
+            "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.07, "x": 0},
+            "shapes": shapes,
+            "annotations": annotations,
+        }
+    )
     return _figure(traces, layout)

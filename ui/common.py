@@ -3,6 +3,7 @@
 The readout labels are part of the product (tests and the README refer to them), so
 they live here once and every tab shows a step with the same five metrics.
 """
+
 from __future__ import annotations
 
 import streamlit as st
@@ -47,18 +48,31 @@ def format_utilisation(utilisation: float) -> str:
 def show_readouts(metrics: StepMetrics, speedup: float | None, *, speedup_help: str | None = None) -> None:
     """The five headline numbers of one step, in one row of `st.metric`s."""
     kernels, step, bound, versus, util = st.columns(5)
-    kernels.metric(KERNELS_LABEL, f"{metrics.kernels:,}",
-                   help=f"{metrics.launches:,} CPU launch call(s) submit them.")
-    step.metric(STEP_LABEL, format_us(metrics.step_us),
-                help="From the first CPU launch to the end of the last kernel: one decode token.")
-    bound.metric(BOUND_LABEL, metrics.bound_by,
-                 help="Whichever side needs longer: the CPU building and submitting launches, "
-                      "or the GPU executing kernels.")
-    versus.metric(SPEEDUP_LABEL, format_speedup(speedup),
-                  help=speedup_help or "Step time with fusion and graphs off (same model and batch) "
-                                       "divided by this step time.")
-    util.metric(UTILISATION_LABEL, format_utilisation(metrics.utilisation),
-                help="Share of the step in which a kernel is running; the rest is idle bubbles.")
+    kernels.metric(
+        KERNELS_LABEL, f"{metrics.kernels:,}", help=f"{metrics.launches:,} CPU launch call(s) submit them."
+    )
+    step.metric(
+        STEP_LABEL,
+        format_us(metrics.step_us),
+        help="From the first CPU launch to the end of the last kernel: one decode token.",
+    )
+    bound.metric(
+        BOUND_LABEL,
+        metrics.bound_by,
+        help="Whichever side needs longer: the CPU building and submitting launches, "
+        "or the GPU executing kernels.",
+    )
+    versus.metric(
+        SPEEDUP_LABEL,
+        format_speedup(speedup),
+        help=speedup_help
+        or "Step time with fusion and graphs off (same model and batch) divided by this step time.",
+    )
+    util.metric(
+        UTILISATION_LABEL,
+        format_utilisation(metrics.utilisation),
+        help="Share of the step in which a kernel is running; the rest is idle bubbles.",
+    )
 
 
 def regime_explanation(metrics: StepMetrics) -> tuple[str, str]:
@@ -119,8 +133,10 @@ def time_split_html(metrics: StepMetrics) -> str:
     top = max(metrics.cpu_launch_us, metrics.gpu_busy_us, metrics.step_us) * 1.08 or 1.0
     step_at = 100 * metrics.step_us / top
     rows = []
-    for name, value, colour in (("CPU launch cost", metrics.cpu_launch_us, CPU_COLOUR),
-                                ("GPU execution", metrics.gpu_busy_us, GPU_COLOUR)):
+    for name, value, colour in (
+        ("CPU launch cost", metrics.cpu_launch_us, CPU_COLOUR),
+        ("GPU execution", metrics.gpu_busy_us, GPU_COLOUR),
+    ):
         width = 100 * value / top
         rows.append(
             f'<div style="display:flex;align-items:center;gap:0.6em;margin:0.35em 0">'
@@ -132,8 +148,10 @@ def time_split_html(metrics: StepMetrics) -> str:
             f'border-left:2px dotted #222"></span></span>'
             f'<span style="width:5.5em;flex:none;text-align:right">{format_us(value)}</span></div>'
         )
-    legend = (f'<div style="font-size:0.85em;opacity:0.75">dotted line: step time, '
-              f'{format_us(metrics.step_us)}</div>')
+    legend = (
+        f'<div style="font-size:0.85em;opacity:0.75">dotted line: step time, '
+        f"{format_us(metrics.step_us)}</div>"
+    )
     return "".join(rows) + legend
 
 

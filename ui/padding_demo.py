@@ -10,6 +10,7 @@ sequences: with the bug on, only batch sizes that need padding change, and only 
 PyTorch is imported inside the functions below, so opening the layouts view, or any
 other tab, never loads it.
 """
+
 from __future__ import annotations
 
 import threading
@@ -107,10 +108,16 @@ def _one_batch(model, runner, n, gen, pristine, DecodeBatch, PaddingCorruption) 
     diff = (padded - reference).abs().amax(dim=-1)
     flipped = padded.argmax(-1) != reference.argmax(-1)
     return DemoRow(
-        batch=n, bucket=int(bucket), padded_rows=int(bucket) - n, max_abs_dlogit=float(diff.max()),
+        batch=n,
+        bucket=int(bucket),
+        padded_rows=int(bucket) - n,
+        max_abs_dlogit=float(diff.max()),
         rows_changed=tuple(int(i) for i in torch.nonzero(diff > CHANGED_ABOVE).flatten()),
         argmax_changed=tuple(int(i) for i in torch.nonzero(flipped).flatten()),
-        token_before=int(reference[0].argmax()), token_after=int(padded[0].argmax()), assertion=fired)
+        token_before=int(reference[0].argmax()),
+        token_after=int(padded[0].argmax()),
+        assertion=fired,
+    )
 
 
 @st.cache_data(max_entries=4, show_spinner="Running batch sizes 1–32 through the runner…")
@@ -124,34 +131,64 @@ def demo_figure(rows: list[DemoRow]) -> go.Figure:
     y = np.array([r.max_abs_dlogit for r in rows])
     padded = np.array([r.padded_rows > 0 for r in rows])
     fig = go.Figure()
-    fig.add_trace(go.Bar(x=x[padded], y=y[padded], name="needs padding", marker_color="#d62728",
-                         customdata=[[r.bucket, r.padded_rows] for r in rows if r.padded_rows],
-                         hovertemplate="batch %{x} → bucket %{customdata[0]} (%{customdata[1]} padded)"
-                                       "<br>max |Δlogit| %{y:.3g}<extra></extra>"))
-    fig.add_trace(go.Scatter(x=x[~padded], y=y[~padded], mode="markers", name="exactly a bucket (no padding)",
-                             marker=dict(symbol="circle", size=9, color="#2ca02c"),
-                             hovertemplate="batch %{x}: no padding<br>max |Δlogit| %{y:.3g}<extra></extra>"))
+    fig.add_trace(
+        go.Bar(
+            x=x[padded],
+            y=y[padded],
+            name="needs padding",
+            marker_color="#d62728",
+            customdata=[[r.bucket, r.padded_rows] for r in rows if r.padded_rows],
+            hovertemplate="batch %{x} → bucket %{customdata[0]} (%{customdata[1]} padded)"
+            "<br>max |Δlogit| %{y:.3g}<extra></extra>",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=x[~padded],
+            y=y[~padded],
+            mode="markers",
+            name="exactly a bucket (no padding)",
+            marker=dict(symbol="circle", size=9, color="#2ca02c"),
+            hovertemplate="batch %{x}: no padding<br>max |Δlogit| %{y:.3g}<extra></extra>",
+        )
+    )
     flips = [r for r in rows if r.argmax_changed]
     if flips:
-        fig.add_trace(go.Scatter(x=[r.batch for r in flips], y=[r.max_abs_dlogit for r in flips],
-                                 mode="markers",
-                                 name="greedy token changed", marker=dict(symbol="x", size=10, color="black"),
-                                 hovertemplate="batch %{x}: next token changed<extra></extra>"))
-    fig.update_layout(height=320, margin=dict(l=10, r=10, t=30, b=10), barmode="overlay",
-                      xaxis=dict(title="real batch size", dtick=4),
-                      # A floor on the range keeps float rounding (~1e-6) looking like the nothing it is.
-                      yaxis=dict(title="max |Δlogit| vs unpadded step",
-                                 range=[0, max(0.1, 1.15 * float(y.max()))]),
-                      legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0))
+        fig.add_trace(
+            go.Scatter(
+                x=[r.batch for r in flips],
+                y=[r.max_abs_dlogit for r in flips],
+                mode="markers",
+                name="greedy token changed",
+                marker=dict(symbol="x", size=10, color="black"),
+                hovertemplate="batch %{x}: next token changed<extra></extra>",
+            )
+        )
+    fig.update_layout(
+        height=320,
+        margin=dict(l=10, r=10, t=30, b=10),
+        barmode="overlay",
+        xaxis=dict(title="real batch size", dtick=4),
+        # A floor on the range keeps float rounding (~1e-6) looking like the nothing it is.
+        yaxis=dict(title="max |Δlogit| vs unpadded step", range=[0, max(0.1, 1.15 * float(y.max()))]),
+        legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0),
+    )
     return fig
 
 
 def _table(rows: list[DemoRow]) -> list[dict]:
-    return [{"batch": r.batch, "bucket": r.bucket, "padded rows": r.padded_rows,
-             "max |Δlogit|": float(f"{r.max_abs_dlogit:.3g}"),
-             "real rows changed": ", ".join(map(str, r.rows_changed)) or "—",
-             "row 0 token (right → got)": f"{r.token_before} → {r.token_after}",
-             "assertion": "fired" if r.assertion else "quiet"} for r in rows]
+    return [
+        {
+            "batch": r.batch,
+            "bucket": r.bucket,
+            "padded rows": r.padded_rows,
+            "max |Δlogit|": float(f"{r.max_abs_dlogit:.3g}"),
+            "real rows changed": ", ".join(map(str, r.rows_changed)) or "—",
+            "row 0 token (right → got)": f"{r.token_before} → {r.token_after}",
+            "assertion": "fired" if r.assertion else "quiet",
+        }
+        for r in rows
+    ]
 
 
 def render() -> None:
@@ -161,31 +198,43 @@ def render() -> None:
         "slot mapping with −1, SGLang points them at a reserved slot 0. Here the probe's runner, on a tiny "
         "2-layer decoder on the CPU, runs every batch size 1–32 through the buckets "
         f"{', '.join(map(str, DEMO_BUCKETS))} and compares each real sequence's logits with an unpadded "
-        "step.")
-    choice = st.radio("Padded rows write to", PAD_CHOICES, key="bk_pad_to", bind="query-params",
-                      horizontal=True)
+        "step."
+    )
+    choice = st.radio(
+        "Padded rows write to", PAD_CHOICES, key="bk_pad_to", bind="query-params", horizontal=True
+    )
     try:
         rows = _cached_demo(PAD_POLICY[choice])
     except ImportError:
-        st.warning("The demo needs PyTorch (`pip install -r requirements.txt`); the rest of this tab "
-                   "works without it.")
+        st.warning(
+            "The demo needs PyTorch (`pip install -r requirements.txt`); the rest of this tab "
+            "works without it."
+        )
         return
-    except Exception as err:  # noqa: BLE001 - the demo must never take the page down
+    except Exception as err:
         st.error(f"The demo could not run: {type(err).__name__}: {err}")
         return
     hits = [r for r in rows if r.hit]
     padded = [r for r in rows if r.padded_rows > 0]
     fired = [r for r in rows if r.assertion]
     a, b, c = st.columns(3)
-    a.metric("Batch sizes with wrong output", f"{len(hits)} of {len(rows)}",
-             help=f"{len(padded)} of the {len(rows)} sizes need padding.")
-    b.metric("Largest |Δlogit|", f"{max(r.max_abs_dlogit for r in rows):.3g}",
-             help=f"Against an unpadded eager step of the same sequences. Below {CHANGED_ABOVE:g} it is "
-                  "float rounding from a different batch shape, not corruption.")
+    a.metric(
+        "Batch sizes with wrong output",
+        f"{len(hits)} of {len(rows)}",
+        help=f"{len(padded)} of the {len(rows)} sizes need padding.",
+    )
+    b.metric(
+        "Largest |Δlogit|",
+        f"{max(r.max_abs_dlogit for r in rows):.3g}",
+        help=f"Against an unpadded eager step of the same sequences. Below {CHANGED_ABOVE:g} it is "
+        "float rounding from a different batch shape, not corruption.",
+    )
     c.metric("Greedy token changed at", f"{sum(1 for r in rows if r.argmax_changed)} sizes")
     if PAD_POLICY[choice] == "scratch":
-        st.success(f"Padding writes only the scratch block: no real sequence's output changed at any of the "
-                   f"{len(rows)} batch sizes, and the runner's check stayed quiet ({len(fired)} firings).")
+        st.success(
+            f"Padding writes only the scratch block: no real sequence's output changed at any of the "
+            f"{len(rows)} batch sizes, and the runner's check stayed quiet ({len(fired)} firings)."
+        )
     else:
         only_padded = all(r.padded_rows > 0 for r in hits)
         st.error(
@@ -196,12 +245,15 @@ def render() -> None:
             "logits move by "
             f"up to {max(r.max_abs_dlogit for r in rows):.3g}, yet its greedy token changes at only "
             f"{sum(1 for r in rows if r.argmax_changed)} batch sizes. Intermittent, batch-size dependent, "
-            "plausible: the worst kind of bug to chase.")
+            "plausible: the worst kind of bug to chase."
+        )
         if fired:
             unpadded_firings = sum(1 for r in fired if r.padded_rows == 0)
-            st.markdown("**The runner's assertion** (block table and slot mapping checked before the step, "
-                        f"a canary over the real blocks after) fired at {len(fired)} of {len(padded)} padded "
-                        f"sizes and at {unpadded_firings} unpadded ones. The first message:")
+            st.markdown(
+                "**The runner's assertion** (block table and slot mapping checked before the step, "
+                f"a canary over the real blocks after) fired at {len(fired)} of {len(padded)} padded "
+                f"sizes and at {unpadded_firings} unpadded ones. The first message:"
+            )
             st.code(f"PaddingCorruption: {fired[0].assertion}", language=None, wrap_lines=True)
     st.plotly_chart(demo_figure(rows), width="stretch", key="bk_demo_chart")
     with st.expander("Every batch size"):

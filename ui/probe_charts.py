@@ -5,6 +5,7 @@ horizontal bar, the step's median time cut into the read floor, the kernel bound
 host's launch and input copies. `mark_profiler_stretch` and `share_time_axis` adjust lanes
 figures made by `ui.charts.lanes_figure`.
 """
+
 from __future__ import annotations
 
 import plotly.graph_objects as go
@@ -20,15 +21,25 @@ def step_split_figure(split: dict, step_us: float) -> go.Figure:
     """One stacked bar: read floor | kernel boundaries | host launch + input copies (µs)."""
     parts = (
         ("read floor: the bytes at copy bandwidth", split["floor_us"], FLOOR_COLOUR, ""),
-        (f"kernel boundaries: {split['kernels']} × {split['per_kernel_us']:.2f} µs", split["boundaries_us"],
-         BOUNDARY_COLOUR, ""),
+        (
+            f"kernel boundaries: {split['kernels']} × {split['per_kernel_us']:.2f} µs",
+            split["boundaries_us"],
+            BOUNDARY_COLOUR,
+            "",
+        ),
         ("host launch + input copies", split["host_us"], HOST_COLOUR, ""),
     )
     traces = [
         {
-            "type": "bar", "orientation": "h", "y": ["step"], "x": [value], "name": name,
+            "type": "bar",
+            "orientation": "h",
+            "y": ["step"],
+            "x": [value],
+            "name": name,
             "marker": {"color": colour, "line": {"color": "white", "width": 1}},
-            "text": [format_us(value)], "textposition": "inside", "insidetextanchor": "middle",
+            "text": [format_us(value)],
+            "textposition": "inside",
+            "insidetextanchor": "middle",
             "hovertemplate": f"{name}<br>%{{x:.1f}} µs<extra></extra>",
         }
         for name, value, colour, _ in parts
@@ -38,11 +49,17 @@ def step_split_figure(split: dict, step_us: float) -> go.Figure:
         "height": 170,
         "margin": {"l": 50, "r": 10, "t": 40, "b": 40},
         "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.05, "x": 0, "traceorder": "normal"},
-        "xaxis": {"type": "linear", "title": {"text": f"µs of the {format_us(step_us)} median step"},
-                  "range": [0, step_us * 1.01], "showgrid": True, "zeroline": False},
+        "xaxis": {
+            "type": "linear",
+            "title": {"text": f"µs of the {format_us(step_us)} median step"},
+            "range": [0, step_us * 1.01],
+            "showgrid": True,
+            "zeroline": False,
+        },
         "yaxis": {"fixedrange": True, "showticklabels": False},
         "font": {"family": "Source Sans Pro, sans-serif", "size": 13, "color": "#31333F"},
-        "paper_bgcolor": "white", "plot_bgcolor": "white",
+        "paper_bgcolor": "white",
+        "plot_bgcolor": "white",
     }
     return go.Figure({"data": traces, "layout": layout})
 
@@ -62,10 +79,27 @@ def mark_profiler_stretch(fig: go.Figure, unprofiled_us: float, profiled_us: flo
     """
     if not profiled_us > unprofiled_us > 0:
         return
-    fig.add_shape(type="rect", xref="x", yref="y", x0=unprofiled_us, x1=profiled_us, y0=-0.45, y1=1.45,
-                  fillcolor=IDLE_COLOUR, opacity=0.5, line={"color": "#31333F", "width": 1, "dash": "dot"},
-                  layer="above")
-    fig.add_annotation(x=(unprofiled_us + profiled_us) / 2, y=-0.5, xref="x", yref="y", yanchor="bottom",
-                       showarrow=False, font={"size": 12},
-                       text=f"profiler's stretch: {format_us(profiled_us - unprofiled_us)}",
-                       bgcolor="rgba(255, 255, 255, 0.8)")
+    fig.add_shape(
+        type="rect",
+        xref="x",
+        yref="y",
+        x0=unprofiled_us,
+        x1=profiled_us,
+        y0=-0.45,
+        y1=1.45,
+        fillcolor=IDLE_COLOUR,
+        opacity=0.5,
+        line={"color": "#31333F", "width": 1, "dash": "dot"},
+        layer="above",
+    )
+    fig.add_annotation(
+        x=(unprofiled_us + profiled_us) / 2,
+        y=-0.5,
+        xref="x",
+        yref="y",
+        yanchor="bottom",
+        showarrow=False,
+        font={"size": 12},
+        text=f"profiler's stretch: {format_us(profiled_us - unprofiled_us)}",
+        bgcolor="rgba(255, 255, 255, 0.8)",
+    )

@@ -64,11 +64,12 @@ def measure_live(batches=None):
                 try:
                     # Built under the lock, once: sized for the default batches, so other settings reuse it.
                     session = _probe_session("small", max(256, *key), progress)
-                    store["results"][key] = live.measure("small", batches=key, modes=MODES, progress=progress,
-                                                         session=session)
+                    store["results"][key] = live.measure(
+                        "small", batches=key, modes=MODES, progress=progress, session=session
+                    )
                     if getattr(session, "errors", None):
                         _probe_session.clear()  # built only in part (e.g. out of memory): build afresh next time
-                except Exception as err:  # noqa: BLE001 - the page must say what happened, not trace back
+                except Exception as err:
                     if "out of memory" in str(err).lower() or type(err).__name__ == "OutOfMemoryError":
                         status.update(label="Out of GPU memory", state="error")
                         st.error(

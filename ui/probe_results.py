@@ -44,7 +44,11 @@ def more_recorded() -> tuple:
     out = []
     for name in MORE_RECORDED:
         try:
-            out.append(probe_result.load_result(probe_result.RECORDED_PATH.with_name(name), timeline_source="recorded"))
+            out.append(
+                probe_result.load_result(
+                    probe_result.RECORDED_PATH.with_name(name), timeline_source="recorded"
+                )
+            )
         except (ValueError, OSError):
             continue
     return tuple(out)

@@ -175,9 +175,11 @@ def _model_line(result) -> str:
     config = result.model.get("config")
     layers = config.get("n_layers") if isinstance(config, dict) else None
     params = result.model.get("n_params")
-    parts = [f"{params / 1e9:.2f} B parameters" if isinstance(params, (int, float)) else None,
-             f"{layers} layers" if isinstance(layers, int) else None,
-             f"{result.read_bytes(1) / 1e9:.2f} GB read per batch-1 step"]
+    parts = [
+        f"{params / 1e9:.2f} B parameters" if isinstance(params, (int, float)) else None,
+        f"{layers} layers" if isinstance(layers, int) else None,
+        f"{result.read_bytes(1) / 1e9:.2f} GB read per batch-1 step",
+    ]
     return "Model of this run: " + ", ".join(p for p in parts if p) + "."
 
 
@@ -212,7 +214,7 @@ def _what_graphs_leave(result, run) -> None:
         "(https://github.com/msaroufim/megakernels-vs-cuda-graphs/blob/main/llama/docs/RESULTS.md)). On an H100, "
         "vLLM and SGLang use at most 50 % of the memory bandwidth for this workload, around a hundred kernels "
         "per step, and the megakernel 78 % "
-        "([Hazy Research, \"Look Ma, No Bubbles!\", 2025](https://hazyresearch.stanford.edu/blog/2025-05-27-no-bubbles))."
+        '([Hazy Research, "Look Ma, No Bubbles!", 2025](https://hazyresearch.stanford.edu/blog/2025-05-27-no-bubbles)).'
     )
 
 

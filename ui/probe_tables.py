@@ -17,16 +17,31 @@ MODE_COLUMNS = {
     "kernels / layer": ("/ layer", 62, "%g", "Kernels per decoder layer."),
     "step median (µs)": ("median µs", 88, "%.1f", "Median step time over the measured steps (CUDA events)."),
     "step p10–p90 (µs)": ("p10–p90 µs", 112, None, "10th and 90th percentile step times."),
-    "host enqueue (µs)": ("enqueue µs", 86, "%.1f",
-                          "The host's time to submit one step, median, without the profiler."),
-    "CPU launch, profiled (µs)": ("launch µs, prof.", 112, "%.1f",
-                                  "The same from the profiled step drawn above, which the profiler slows down."),
+    "host enqueue (µs)": (
+        "enqueue µs",
+        86,
+        "%.1f",
+        "The host's time to submit one step, median, without the profiler.",
+    ),
+    "CPU launch, profiled (µs)": (
+        "launch µs, prof.",
+        112,
+        "%.1f",
+        "The same from the profiled step drawn above, which the profiler slows down.",
+    ),
     "GPU busy (µs)": ("GPU busy µs", 96, "%.1f", "Union of the profiled step's kernel intervals."),
     "GPU utilisation %": ("GPU util.", 72, "%.0f%%", "GPU busy / profiled step time."),
     "bound by": ("bound by", 88, None, "Whichever side, host or GPU, needs longer in the profiled step."),
     "vs eager": ("vs eager", 70, "%.2f×", "Median eager step time at this batch / this mode's."),
-    "× read floor": ("× floor", 66, "%.2f×", ("Median step time / the read floor: weights read plus the KV cache "
-                                              "at the run's context, at the measured copy bandwidth.")),
+    "× read floor": (
+        "× floor",
+        66,
+        "%.2f×",
+        (
+            "Median step time / the read floor: weights read plus the KV cache "
+            "at the run's context, at the measured copy bandwidth."
+        ),
+    ),
     "HBM used (GB/s)": ("HBM GB/s", 82, "%,.0f", "Bytes the step must read / its median time."),
     "graph bucket": ("bucket", 80, None, "The captured graph replayed (padded up to this batch)."),
 }

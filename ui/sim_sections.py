@@ -3,6 +3,7 @@
 They are drawn on full reruns only; a batch move reruns just the step section above them
 (`ui.sim_tab`), so nothing here may mention the current batch.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -50,21 +51,27 @@ def sweep_csv(model: ModelConfig, hw: HardwareConfig) -> str:
 def fusion_rows(model: ModelConfig) -> list[dict]:
     rows = []
     for row in fusion_table(model):
-        rows.append({
-            "Fused kernel": row["fused_kernel"],
-            "Replaces": " + ".join(row["merges"]),
-            "Launches saved / layer": row["launches_saved_per_layer"],
-            "Stays on chip": "; ".join(row["kept_on_chip"]) or "—",
-            "Bytes saved / token / layer": round(row["bytes_saved_per_token"]),
-        })
+        rows.append(
+            {
+                "Fused kernel": row["fused_kernel"],
+                "Replaces": " + ".join(row["merges"]),
+                "Launches saved / layer": row["launches_saved_per_layer"],
+                "Stays on chip": "; ".join(row["kept_on_chip"]) or "—",
+                "Bytes saved / token / layer": round(row["bytes_saved_per_token"]),
+            }
+        )
     return rows
 
 
 def sweep_view(model: ModelConfig, hw: HardwareConfig, fusion: bool, graphs: bool) -> None:
     st.subheader("Batch sweep: where launches stop mattering")
     result = swept(model, hw)
-    st.plotly_chart(sweep_chart(model, hw, (fusion, graphs)), width="stretch",
-                    key="sim_sweep", config={"displaylogo": False})
+    st.plotly_chart(
+        sweep_chart(model, hw, (fusion, graphs)),
+        width="stretch",
+        key="sim_sweep",
+        config={"displaylogo": False},
+    )
     crossings = []
     for combo, cross in result.crossover.items():
         where = f"from batch {cross}" if cross is not None else f"not within 1–{BATCH_RANGE[1]}"
@@ -73,14 +80,19 @@ def sweep_view(model: ModelConfig, hw: HardwareConfig, fusion: bool, graphs: boo
         "The panel marked (current) is your fusion and graphs setting. "
         "Step time is the solid line, CPU launch time dashed, GPU time dotted. Left of the green "
         "line the step is launch-bound; right of it the kernels are long enough to hide the launches. "
-        + "; ".join(crossings) + f". CUDA graphs are captured for {', '.join(map(str, CHAPTER_BUCKETS))}: "
+        + "; ".join(crossings)
+        + f". CUDA graphs are captured for {', '.join(map(str, CHAPTER_BUCKETS))}: "
         "between buckets the batch is padded up (the steps in the curves), and above the largest one "
         "the step runs eagerly again."
     )
     st.download_button(
-        "Download the sweep as CSV", data=lambda: sweep_csv(model, hw),
-        file_name=f"launch-bound-sweep-{model.name}-{model.n_layers}L.csv", mime="text/csv",
-        on_click="ignore", icon=":material/download:", key="sim_sweep_download",
+        "Download the sweep as CSV",
+        data=lambda: sweep_csv(model, hw),
+        file_name=f"launch-bound-sweep-{model.name}-{model.n_layers}L.csv",
+        mime="text/csv",
+        on_click="ignore",
+        icon=":material/download:",
+        key="sim_sweep_download",
     )
 
 

@@ -7,6 +7,7 @@ batch move reruns only them: the other controls and the sweep and fusion section
 (`ui.sim_sections`) do not depend on the batch, and leaving them out of the rerun cuts the
 browser's work per slider move. Every other control reruns the whole tab.
 """
+
 from __future__ import annotations
 
 import gc
@@ -56,16 +57,48 @@ SIM_PARAMS: dict[str, tuple] = {
 # The batch slider's stops, spaced about logarithmically: the story happens at batch 1-64, so every
 # size up to 8 is a stop of its own, then four stops per doubling (the chapter's buckets 24, 48, 96
 # and 192 among them). The number box beside it takes any batch in BATCH_RANGE and owns the URL key.
-BATCH_STOPS = (*range(1, 9), 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128,
-               160, 192, 224, 256, 320, 384, 448, 512)
-DEFAULTS = {"preset": DEFAULT_PRESET, "batch": 1, "fusion": False, "graphs": False, "layers": 32,
-            "whole_step": False}
+BATCH_STOPS = (
+    *range(1, 9),
+    10,
+    12,
+    14,
+    16,
+    20,
+    24,
+    28,
+    32,
+    40,
+    48,
+    56,
+    64,
+    80,
+    96,
+    112,
+    128,
+    160,
+    192,
+    224,
+    256,
+    320,
+    384,
+    448,
+    512,
+)
+DEFAULTS = {
+    "preset": DEFAULT_PRESET,
+    "batch": 1,
+    "fusion": False,
+    "graphs": False,
+    "layers": 32,
+    "whole_step": False,
+}
 
 
 # -- cached computations -------------------------------------------------------------
 @st.cache_data(max_entries=512, show_spinner=False)
-def simulated(model: ModelConfig, hw: HardwareConfig, batch: int, fusion: bool, graphs: bool,
-              tp: int = 1) -> SimulatedStep:
+def simulated(
+    model: ModelConfig, hw: HardwareConfig, batch: int, fusion: bool, graphs: bool, tp: int = 1
+) -> SimulatedStep:
     settings = StepSettings(batch=batch, fusion=fusion, graphs=graphs)
     return simulate_tp_step(model, hw, settings, tp=tp) if tp > 1 else simulate_step(model, hw, settings)
 
@@ -115,41 +148,78 @@ def checked_hardware(base: HardwareConfig, values: dict, n_kernels: int) -> tupl
 def _controls() -> tuple:
     """Draw the controls but the batch slider; return (model, hardware, fusion, graphs, notices, batch column)."""
     preset_key = st.selectbox(
-        "Preset", tuple(PRESET_TITLES), index=tuple(PRESET_TITLES).index(DEFAULT_PRESET), key="preset",
-        bind="query-params", format_func=lambda k: PRESET_TITLES.get(k, k), on_change=_apply_preset,
+        "Preset",
+        tuple(PRESET_TITLES),
+        index=tuple(PRESET_TITLES).index(DEFAULT_PRESET),
+        key="preset",
+        bind="query-params",
+        format_func=lambda k: PRESET_TITLES.get(k, k),
+        on_change=_apply_preset,
         help="A model shape and a GPU + host. Changing it resets the Advanced figures to its own. The "
-             "calibrated one is fitted to the probe run recorded on an H200 (Calibration tab).",
+        "calibrated one is fitted to the probe run recorded on an H200 (Calibration tab).",
     )
     preset_key = PRESET_BY_URL_VALUE.get(preset_key, DEFAULT_PRESET)
     preset, preset_notice = preset_of(preset_key)
     if preset.key == CALIBRATED_KEY:
-        st.caption("Fitted to the recorded H200 probe run. With *Kernel fusion* on, its step times follow "
-                   "the Calibration tab's predictions; what it cannot represent is under Advanced, "
-                   "“Where the preset's figures come from”.")
-    stops_col, exact_col, layers_col, fusion_col, graphs_col = st.columns([2.5, 0.9, 2.6, 1.2, 1.2],
-                                                                         vertical_alignment="center")
-    layers = layers_col.slider("Layers", *LAYERS_RANGE, value=DEFAULTS["layers"], key="layers",
-                               bind="query-params",
-                               help=f"Each layer launches {UNFUSED_PER_LAYER} kernels unfused, "
-                                    f"{FUSED_PER_LAYER} fused.")
-    fusion = fusion_col.toggle("Kernel fusion", value=False, key="fusion", bind="query-params",
-                               help=f"{UNFUSED_PER_LAYER} kernels per layer become {FUSED_PER_LAYER}.")
-    graphs = graphs_col.toggle("CUDA graphs", value=False, key="graphs", bind="query-params",
-                               help="Replay the captured step with one CPU call; the batch is padded "
-                                    "up to the nearest captured size.")
-    st.radio("GPUs (tensor parallel)", TP_OPTIONS, key="tp", bind="query-params", horizontal=True,
-             help="Split every layer over this many GPUs (Megatron-style): weights and KV cache per GPU "
-                  "divide, and each layer adds two all-reduces, costed from published H100 figures. "
-                  "The lanes show one GPU; the sweep below stays on one GPU.")
+        st.caption(
+            "Fitted to the recorded H200 probe run. With *Kernel fusion* on, its step times follow "
+            "the Calibration tab's predictions; what it cannot represent is under Advanced, "
+            "“Where the preset's figures come from”."
+        )
+    stops_col, exact_col, layers_col, fusion_col, graphs_col = st.columns(
+        [2.5, 0.9, 2.6, 1.2, 1.2], vertical_alignment="center"
+    )
+    layers = layers_col.slider(
+        "Layers",
+        *LAYERS_RANGE,
+        value=DEFAULTS["layers"],
+        key="layers",
+        bind="query-params",
+        help=f"Each layer launches {UNFUSED_PER_LAYER} kernels unfused, {FUSED_PER_LAYER} fused.",
+    )
+    fusion = fusion_col.toggle(
+        "Kernel fusion",
+        value=False,
+        key="fusion",
+        bind="query-params",
+        help=f"{UNFUSED_PER_LAYER} kernels per layer become {FUSED_PER_LAYER}.",
+    )
+    graphs = graphs_col.toggle(
+        "CUDA graphs",
+        value=False,
+        key="graphs",
+        bind="query-params",
+        help="Replay the captured step with one CPU call; the batch is padded "
+        "up to the nearest captured size.",
+    )
+    st.radio(
+        "GPUs (tensor parallel)",
+        TP_OPTIONS,
+        key="tp",
+        bind="query-params",
+        horizontal=True,
+        help="Split every layer over this many GPUs (Megatron-style): weights and KV cache per GPU "
+        "divide, and each layer adds two all-reduces, costed from published H100 figures. "
+        "The lanes show one GPU; the sweep below stays on one GPU.",
+    )
     values = {}
     with st.expander("Advanced"):
-        st.caption(f"Hardware figures. Defaults are the preset's ({preset.hardware.name}); changing "
-                   "the preset resets them.")
+        st.caption(
+            f"Hardware figures. Defaults are the preset's ({preset.hardware.name}); changing "
+            "the preset resets them."
+        )
         columns = st.columns(3)
         for i, (key, label, field, low, high, step, fmt) in enumerate(HARDWARE_INPUTS):
             values[key] = columns[i % 3].number_input(
-                label, min_value=low, max_value=high, value=float(getattr(preset.hardware, field)),
-                step=step, format=fmt, key=key, bind="query-params")
+                label,
+                min_value=low,
+                max_value=high,
+                value=float(getattr(preset.hardware, field)),
+                step=step,
+                format=fmt,
+                key=key,
+                bind="query-params",
+            )
         with st.popover("Where the preset's figures come from"):
             for paragraph in note_paragraphs(preset.note):
                 st.text(paragraph)  # text, not markdown: a calibrated note quotes the result file
@@ -199,15 +269,21 @@ def _clamped_int(value, bounds: tuple[int, int], label: str, notices: list[str])
 def _bucket_note(step: SimulatedStep) -> str:
     """One line on how this step is launched; always shown, so the lanes below never jump when it changes."""
     if not step.settings.graphs:
-        return ("CUDA graphs off: the CPU launches every kernel itself, one call each; switch them on to "
-                "replay the whole step with one call.")
+        return (
+            "CUDA graphs off: the CPU launches every kernel itself, one call each; switch them on to "
+            "replay the whole step with one call."
+        )
     largest = max(step.settings.buckets)
     if step.eager_fallback:
-        return (f"CUDA graphs: batch {step.settings.batch} is above the largest captured bucket ({largest}), "
-                "so this step falls back to eager launches, one per kernel.")
+        return (
+            f"CUDA graphs: batch {step.settings.batch} is above the largest captured bucket ({largest}), "
+            "so this step falls back to eager launches, one per kernel."
+        )
     if step.padded_rows:
-        return (f"CUDA graphs: batch {step.settings.batch} replays the graph captured for {step.bucket}; "
-                f"{step.padded_rows} of its {step.bucket} rows are padding (dummy rows the GPU still computes).")
+        return (
+            f"CUDA graphs: batch {step.settings.batch} replays the graph captured for {step.bucket}; "
+            f"{step.padded_rows} of its {step.bucket} rows are padding (dummy rows the GPU still computes)."
+        )
     return f"CUDA graphs: batch {step.settings.batch} is a captured bucket, so no rows are padding."
 
 
@@ -274,16 +350,26 @@ def _step_section(batch_cols, model: ModelConfig, hw: HardwareConfig, fusion: bo
     """
     stops_col, exact_col = batch_cols
     batch = exact_col.number_input(
-        "Exact batch", *BATCH_RANGE, value=DEFAULTS["batch"], step=1, key="batch", bind="query-params",
-        help="Any batch from 1 to 512; the slider beside it stops at 1-8, then four sizes per doubling.")
+        "Exact batch",
+        *BATCH_RANGE,
+        value=DEFAULTS["batch"],
+        step=1,
+        key="batch",
+        bind="query-params",
+        help="Any batch from 1 to 512; the slider beside it stops at 1-8, then four sizes per doubling.",
+    )
     notices = []
     batch = _clamped_int(batch, BATCH_RANGE, "Batch size", notices)
     # The slider follows the number box (a typed 33 shows the nearest stop, 32).
     st.session_state["batch_stops"] = nearest_stop(batch)
     stops_col.select_slider(
-        "Batch size", BATCH_STOPS, key="batch_stops", on_change=_batch_from_stops,
+        "Batch size",
+        BATCH_STOPS,
+        key="batch_stops",
+        on_change=_batch_from_stops,
         help="Sequences decoded together in this step; each adds activation and KV-cache reads, while the "
-             "weights are read once for all of them. Log-spaced: each size up to 8 is one step apart.")
+        "weights are read once for all of them. Log-spaced: each size up to 8 is one step apart.",
+    )
     for notice in notices:
         st.warning(notice, icon=":material/warning:")
     try:
@@ -301,15 +387,20 @@ def _step_section(batch_cols, model: ModelConfig, hw: HardwareConfig, fusion: bo
 def _tp_note(step: SimulatedStep, tp: int) -> None:
     """Per-GPU memory and the all-reduces' share of the step (the figures are published, not measured)."""
     summary = tp_summary(step, tp)
-    one = simulated(step.model, step.hardware, step.settings.batch, step.settings.fusion, step.settings.graphs)
-    st.info(f"Tensor parallel over {tp} GPUs, one GPU's lanes (green: the all-reduces): "
-            f"{summary.weight_bytes_per_gpu / 1e9:.2f} GB of "
-            f"weights and {summary.kv_bytes_per_gpu / 1e9:.2f} GB of KV cache per GPU. "
-            f"{summary.allreduces} all-reduces of {summary.allreduce_bytes / 1e3:g} KB take "
-            f"{summary.allreduce_us:,.0f} µs of GPU time ({summary.per_call_us:.1f} µs each); the step takes "
-            f"{step.metrics.step_us:,.0f} µs against {one.metrics.step_us:,.0f} µs on one GPU. The all-reduce "
-            f"cost is α + bytes/β from published figures (SGLang's custom all-reduce on H100, sglang #2904), "
-            f"not fitted: no two-GPU run of the probe exists yet.", icon=":material/info:")
+    one = simulated(
+        step.model, step.hardware, step.settings.batch, step.settings.fusion, step.settings.graphs
+    )
+    st.info(
+        f"Tensor parallel over {tp} GPUs, one GPU's lanes (green: the all-reduces): "
+        f"{summary.weight_bytes_per_gpu / 1e9:.2f} GB of "
+        f"weights and {summary.kv_bytes_per_gpu / 1e9:.2f} GB of KV cache per GPU. "
+        f"{summary.allreduces} all-reduces of {summary.allreduce_bytes / 1e3:g} KB take "
+        f"{summary.allreduce_us:,.0f} µs of GPU time ({summary.per_call_us:.1f} µs each); the step takes "
+        f"{step.metrics.step_us:,.0f} µs against {one.metrics.step_us:,.0f} µs on one GPU. The all-reduce "
+        f"cost is α + bytes/β from published figures (SGLang's custom all-reduce on H100, sglang #2904), "
+        f"not fitted: no two-GPU run of the probe exists yet.",
+        icon=":material/info:",
+    )
 
 
 def _step_view(step: SimulatedStep) -> None:
@@ -321,15 +412,24 @@ def _step_view(step: SimulatedStep) -> None:
     shown = "kernels" if graph_replay else "kernel launches"
     title_col, toggle_col = st.columns([4, 1.4], vertical_alignment="bottom")
     # The toggle is created first so the title follows it (also on a first load from the URL).
-    whole = toggle_col.toggle("Show the whole step", value=DEFAULTS["whole_step"], key="whole_step",
-                              bind="query-params")
-    title_col.subheader(f"The whole step: {metrics.kernels:,} kernels" if whole
-                        else f"First {FIRST_LAUNCHES} {shown}")
-    st.plotly_chart(lanes_figure(step.timeline, whole_step=whole), width="stretch", key="sim_lanes",
-                    theme=None, config={"displaylogo": False, "scrollZoom": True})
-    st.caption("Orange: the CPU building and submitting a launch. Blue: the GPU executing the kernel. "
-               "Hatched grey: the GPU idle, waiting for work. Drag to zoom into a stretch of time, "
-               "double-click to zoom back out; hover a bar for its name, start and duration.")
+    whole = toggle_col.toggle(
+        "Show the whole step", value=DEFAULTS["whole_step"], key="whole_step", bind="query-params"
+    )
+    title_col.subheader(
+        f"The whole step: {metrics.kernels:,} kernels" if whole else f"First {FIRST_LAUNCHES} {shown}"
+    )
+    st.plotly_chart(
+        lanes_figure(step.timeline, whole_step=whole),
+        width="stretch",
+        key="sim_lanes",
+        theme=None,
+        config={"displaylogo": False, "scrollZoom": True},
+    )
+    st.caption(
+        "Orange: the CPU building and submitting a launch. Blue: the GPU executing the kernel. "
+        "Hatched grey: the GPU idle, waiting for work. Drag to zoom into a stretch of time, "
+        "double-click to zoom back out; hover a bar for its name, start and duration."
+    )
 
     split_col, regime_col = st.columns(2, gap="large")
     with split_col:
@@ -345,6 +445,9 @@ def _step_view(step: SimulatedStep) -> None:
     st.download_button(
         "Download this step as a Chrome trace (open in Perfetto)",
         data=lambda: to_chrome_trace_json(timeline),  # built only when clicked
-        file_name=f"{file_stem}.json", mime="application/json", on_click="ignore",
-        icon=":material/download:", key="sim_trace_download",
+        file_name=f"{file_stem}.json",
+        mime="application/json",
+        on_click="ignore",
+        icon=":material/download:",
+        key="sim_trace_download",
     )

@@ -20,6 +20,7 @@ the run, not from `st.query_params`, so a correction is written to both (that is
 the one place this module reaches into Streamlit internals, pinned at 1.67); the
 browser's address bar is updated to the corrected link.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -58,8 +59,9 @@ class Spec:
     def __post_init__(self) -> None:
         if self.kind not in ("int", "float", "bool", "choice", "text"):
             raise ValueError(f"kind: unknown parameter kind {self.kind!r}")
-        if self.kind in ("int", "float", "text") and not (self.lo is not None and self.hi is not None
-                                                  and self.lo <= self.hi):
+        if self.kind in ("int", "float", "text") and not (
+            self.lo is not None and self.hi is not None and self.lo <= self.hi
+        ):
             raise ValueError("lo/hi: numeric parameters need lo <= hi")
         if self.kind == "choice" and not self.options:
             raise ValueError("options: a choice parameter needs options")
@@ -77,12 +79,23 @@ def as_spec(raw) -> Spec:
         kind = raw.get("kind", raw.get("type"))
         raw = (kind, raw["options"]) if "options" in raw else (kind, raw.get("min"), raw.get("max"))
     kind = str(raw[0]).lower()
-    kind = {"select": "choice", "options": "choice", "str": "choice", "selectbox": "choice",
-            "radio": "choice", "number": "float", "slider": "int", "toggle": "bool"}.get(kind, kind)
+    kind = {
+        "select": "choice",
+        "options": "choice",
+        "str": "choice",
+        "selectbox": "choice",
+        "radio": "choice",
+        "number": "float",
+        "slider": "int",
+        "toggle": "bool",
+    }.get(kind, kind)
     if kind == "choice":
         aliases = raw[2] if len(raw) > 2 and isinstance(raw[2], dict) else {}
-        return Spec("choice", options=tuple(str(o) for o in raw[1]),
-                    aliases=tuple((str(a), str(o)) for a, o in aliases.items()))
+        return Spec(
+            "choice",
+            options=tuple(str(o) for o in raw[1]),
+            aliases=tuple((str(a), str(o)) for a, o in aliases.items()),
+        )
     if kind == "bool":
         return Spec("bool")
     if kind == "text":  # ("text", max_chars): free text the page itself parses
@@ -145,7 +158,8 @@ def check(spec: Spec, value: str) -> tuple[str | None, str | None]:
             if spelling.casefold().replace("-", " ").replace("_", " ") == fold:
                 return option, None
         return None, "is not one of " + ", ".join(_quote(o) for o in spec.options[:6]) + (
-            ", …" if len(spec.options) > 6 else "")
+            ", …" if len(spec.options) > 6 else ""
+        )
     try:
         number = float(text)
     except ValueError:
@@ -223,7 +237,7 @@ def _apply(changes: dict[str, str | None]) -> None:
                 del st.query_params[key]
             else:
                 st.query_params[key] = kept
-        except Exception:  # noqa: BLE001 - a key already bound to a widget cannot be set this way
+        except Exception:
             pass
 
 
@@ -246,18 +260,20 @@ def sanitise(specs: dict | None = None) -> list[str]:
         changes, notices = _plan(read_params(), specs, undeclared)
         if changes:
             _apply(changes)
-    except Exception as err:  # noqa: BLE001 - the page must still render with defaults
+    except Exception as err:
         notices = [f"the link's settings could not be read ({type(err).__name__}); showing the defaults"]
         try:
             st.query_params.clear()
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass
     if notices:
         shown = notices[:MAX_NOTICES]
         if len(notices) > MAX_NOTICES:
             shown.append(f"… and {len(notices) - MAX_NOTICES} more")
-        st.warning("**Some settings in this link were changed:**\n\n" + "\n".join(f"- {n}" for n in shown),
-                   icon=":material/warning:")
+        st.warning(
+            "**Some settings in this link were changed:**\n\n" + "\n".join(f"- {n}" for n in shown),
+            icon=":material/warning:",
+        )
     return notices
 
 

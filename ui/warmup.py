@@ -16,12 +16,21 @@ import plotly.graph_objects as go
 import plotly.io  # noqa: F401
 import pyarrow  # noqa: F401
 
-go.Figure({
-    "data": [
-        {"type": "bar", "orientation": "h", "base": np.zeros(1), "x": np.ones(1), "y": ["GPU"],
-         "customdata": np.zeros((1, 3), dtype=object), "marker": {"pattern": {"shape": "/"}, "opacity": [0.5]}},
-        {"type": "scattergl", "x": [0, 1, None], "y": ["CPU", "CPU", None], "mode": "lines"},
-        {"type": "scatter", "x": [1, 2], "y": [1, 2]},
-    ],
-    "layout": {"xaxis": {"type": "linear"}, "yaxis": {"type": "category"}},
-}).to_json()
+go.Figure(
+    {
+        "data": [
+            {
+                "type": "bar",
+                "orientation": "h",
+                "base": np.zeros(1),
+                "x": np.ones(1),
+                "y": ["GPU"],
+                "customdata": np.zeros((1, 3), dtype=object),
+                "marker": {"pattern": {"shape": "/"}, "opacity": [0.5]},
+            },
+            {"type": "scattergl", "x": [0, 1, None], "y": ["CPU", "CPU", None], "mode": "lines"},
+            {"type": "scatter", "x": [1, 2], "y": [1, 2]},
+        ],
+        "layout": {"xaxis": {"type": "linear"}, "yaxis": {"type": "category"}},
+    }
+).to_json()

@@ -4,6 +4,7 @@ The interpreter holds every scalar as a 1-element array and converts it with int
 which NumPy 2.4 refuses for arrays of ndim > 0; so `range(0, K, BLOCK)` over a scalar kernel
 argument fails. We re-patch `tensor.__index__` to read the single element. No-op on GPU.
 """
+
 from __future__ import annotations
 
 import os

@@ -15,6 +15,7 @@ one split the program writes the attention output directly; with S > 1 splits it
 normalised fp32 partial and its log2-sum-exp, and a tiny second kernel merges the S partials
 (at batch >= ~2 * SMs / kv_heads one split suffices, so that kernel is only launched at small batch).
 """
+
 from __future__ import annotations
 
 import math
@@ -61,12 +62,34 @@ def _attend_tile(q_dot, keys, values, mask_t, run_max, run_sum, acc, IEEE: tl.co
 
 
 @triton.jit
-def _paged_attention_kernel(qkv_ptr, pos_ptr, table_ptr, slot_ptr, ctx_ptr, k_ptr, v_ptr, cos_ptr, sin_ptr,
-                            out_ptr, lse_ptr,
-                            stride_qkv, stride_table, stride_slot, max_pos, n_splits, qk_scale,
-                            N_HEADS: tl.constexpr, N_KV_HEADS: tl.constexpr, GROUP: tl.constexpr,
-                            ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-                            BLOCK_N: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr):
+def _paged_attention_kernel(
+    qkv_ptr,
+    pos_ptr,
+    table_ptr,
+    slot_ptr,
+    ctx_ptr,
+    k_ptr,
+    v_ptr,
+    cos_ptr,
+    sin_ptr,
+    out_ptr,
+    lse_ptr,
+    stride_qkv,
+    stride_table,
+    stride_slot,
+    max_pos,
+    n_splits,
+    qk_scale,
+    N_HEADS: tl.constexpr,
+    N_KV_HEADS: tl.constexpr,
+    GROUP: tl.constexpr,
+    ROWS: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    IEEE: tl.constexpr,
+    PDL: tl.constexpr,
+):
     if PDL:
         gdc_launch_dependents()  # the next kernel may start streaming its weights now
     seq = tl.program_id(0)
@@ -93,14 +116,17 @@ def _paged_attention_kernel(qkv_ptr, pos_ptr, table_ptr, slot_ptr, ctx_ptr, k_pt
     share = tl.cdiv(tl.cdiv(n_cached, n_splits), BLOCK_N) * BLOCK_N
     lo = split * share
     hi = tl.minimum(lo + share, n_cached)
-    keys, values, mask_t = _load_kv_tile(table_row, k_ptr, v_ptr, lo + tl.arange(0, BLOCK_N), hi, d, head_off,
-                                         stride_slot, BLOCK_SIZE)
+    keys, values, mask_t = _load_kv_tile(
+        table_row, k_ptr, v_ptr, lo + tl.arange(0, BLOCK_N), hi, d, head_off, stride_slot, BLOCK_SIZE
+    )
     if PDL:
         gdc_wait()
 
     row = qkv_ptr + seq * stride_qkv
     q = tl.load(row + heads[:, None] * HEAD_DIM + d[None, :], mask=mask_g[:, None], other=0.0).to(tl.float32)
-    q_sw = tl.load(row + heads[:, None] * HEAD_DIM + d_swap[None, :], mask=mask_g[:, None], other=0.0).to(tl.float32)
+    q_sw = tl.load(row + heads[:, None] * HEAD_DIM + d_swap[None, :], mask=mask_g[:, None], other=0.0).to(
+        tl.float32
+    )
     # Rotate, and fold the softmax scale (in log2 units) into q once.
     q_rot = (q * cos[None, :] + q_sw * sin[None, :]) * qk_scale
     k_row = row + (N_HEADS + kv_head) * HEAD_DIM
@@ -121,23 +147,37 @@ def _paged_attention_kernel(qkv_ptr, pos_ptr, table_ptr, slot_ptr, ctx_ptr, k_pt
     q_dot = q_rot.to(k_ptr.dtype.element_ty)
     run_max, run_sum, acc = _attend_tile(q_dot, keys, values, mask_t, run_max, run_sum, acc, IEEE)
     for start in range(lo + BLOCK_N, hi, BLOCK_N):
-        keys, values, mask_t = _load_kv_tile(table_row, k_ptr, v_ptr, start + tl.arange(0, BLOCK_N), hi, d,
-                                             head_off, stride_slot, BLOCK_SIZE)
+        keys, values, mask_t = _load_kv_tile(
+            table_row, k_ptr, v_ptr, start + tl.arange(0, BLOCK_N), hi, d, head_off, stride_slot, BLOCK_SIZE
+        )
         run_max, run_sum, acc = _attend_tile(q_dot, keys, values, mask_t, run_max, run_sum, acc, IEEE)
 
     has_any = run_sum > 0
     norm = tl.where(has_any, run_sum, 1.0)
     out_row = out_ptr + (seq * n_splits + split) * (N_HEADS * HEAD_DIM)
-    tl.store(out_row + heads[:, None] * HEAD_DIM + d[None, :], (acc / norm[:, None]).to(out_ptr.dtype.element_ty),
-             mask=mask_g[:, None])
-    tl.store(lse_ptr + (seq * n_splits + split) * N_HEADS + heads, tl.where(has_any, run_max + tl.log2(norm), NEG_BIG),
-             mask=mask_g)
+    tl.store(
+        out_row + heads[:, None] * HEAD_DIM + d[None, :],
+        (acc / norm[:, None]).to(out_ptr.dtype.element_ty),
+        mask=mask_g[:, None],
+    )
+    tl.store(
+        lse_ptr + (seq * n_splits + split) * N_HEADS + heads,
+        tl.where(has_any, run_max + tl.log2(norm), NEG_BIG),
+        mask=mask_g,
+    )
 
 
 @triton.jit
-def _merge_splits_kernel(part_ptr, lse_ptr, out_ptr, n_splits,
-                         N_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, SPLITS_P2: tl.constexpr,
-                         PDL: tl.constexpr):
+def _merge_splits_kernel(
+    part_ptr,
+    lse_ptr,
+    out_ptr,
+    n_splits,
+    N_HEADS: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    SPLITS_P2: tl.constexpr,
+    PDL: tl.constexpr,
+):
     """out[seq, head] = sum_s 2^(lse_s - lse) * part_s: one program per (sequence, head)."""
     if PDL:
         gdc_launch_dependents()
@@ -150,17 +190,31 @@ def _merge_splits_kernel(part_ptr, lse_ptr, out_ptr, n_splits,
     lse = tl.load(lse_ptr + (seq * n_splits + s) * N_HEADS + head, mask=mask_s, other=NEG_BIG)
     weights = tl.exp2(lse - tl.max(lse, axis=0))
     weights = tl.where(mask_s, weights, 0.0)
-    part = tl.load(part_ptr + ((seq * n_splits + s[:, None]) * N_HEADS + head) * HEAD_DIM + d[None, :],
-                   mask=mask_s[:, None], other=0.0)
+    part = tl.load(
+        part_ptr + ((seq * n_splits + s[:, None]) * N_HEADS + head) * HEAD_DIM + d[None, :],
+        mask=mask_s[:, None],
+        other=0.0,
+    )
     merged = tl.sum(part * weights[:, None], axis=0) / tl.sum(weights, axis=0)
     tl.store(out_ptr + (seq * N_HEADS + head) * HEAD_DIM + d, merged.to(out_ptr.dtype.element_ty))
 
 
-def paged_decode_attention(qkv: torch.Tensor, positions: torch.Tensor, block_tables: torch.Tensor,
-                           slot_mapping: torch.Tensor, context_lens: torch.Tensor, k_cache: torch.Tensor,
-                           v_cache: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_heads: int,
-                           n_kv_heads: int, n_splits: int = 1, block_n: int | None = None,
-                           pdl: bool = False) -> torch.Tensor:
+def paged_decode_attention(
+    qkv: torch.Tensor,
+    positions: torch.Tensor,
+    block_tables: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    context_lens: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    n_heads: int,
+    n_kv_heads: int,
+    n_splits: int = 1,
+    block_n: int | None = None,
+    pdl: bool = False,
+) -> torch.Tensor:
     """RoPE + paged K/V write + decode attention; returns [B, n_heads * head_dim] in qkv's dtype.
 
     n_splits > 1 splits each sequence's context over that many programs (one extra, small
@@ -182,22 +236,67 @@ def paged_decode_attention(qkv: torch.Tensor, positions: torch.Tensor, block_tab
     if block_n is None:
         block_n = 32 if n_splits > 1 else 64
     pdl = pdl and pdl_supported(qkv.device)
-    launch = {"launch_pdl": True} if pdl else {}  # only named when set: the CPU interpreter knows no such option
+    launch = (
+        {"launch_pdl": True} if pdl else {}
+    )  # only named when set: the CPU interpreter knows no such option
     _paged_attention_kernel[(batch, n_kv_heads, n_splits)](
-        qkv, positions, block_tables, slot_mapping, context_lens, k_cache, v_cache, cos, sin, partial, lse,
-        qkv.stride(0), block_tables.stride(0), k_cache.stride(1), cos.shape[0] - 1, n_splits,
+        qkv,
+        positions,
+        block_tables,
+        slot_mapping,
+        context_lens,
+        k_cache,
+        v_cache,
+        cos,
+        sin,
+        partial,
+        lse,
+        qkv.stride(0),
+        block_tables.stride(0),
+        k_cache.stride(1),
+        cos.shape[0] - 1,
+        n_splits,
         LOG2E / math.sqrt(head_dim),
-        N_HEADS=n_heads, N_KV_HEADS=n_kv_heads, GROUP=group, ROWS=max(16, triton.next_power_of_2(group)),
-        HEAD_DIM=head_dim, BLOCK_SIZE=block_size, BLOCK_N=block_n, IEEE=qkv.dtype == torch.float32, PDL=pdl,
-        num_warps=4, **launch)
+        N_HEADS=n_heads,
+        N_KV_HEADS=n_kv_heads,
+        GROUP=group,
+        ROWS=max(16, triton.next_power_of_2(group)),
+        HEAD_DIM=head_dim,
+        BLOCK_SIZE=block_size,
+        BLOCK_N=block_n,
+        IEEE=qkv.dtype == torch.float32,
+        PDL=pdl,
+        num_warps=4,
+        **launch,
+    )
     if n_splits > 1:
-        _merge_splits_kernel[(batch, n_heads)](partial, lse, out, n_splits, N_HEADS=n_heads, HEAD_DIM=head_dim,
-                                               SPLITS_P2=triton.next_power_of_2(n_splits), PDL=pdl, **launch)
+        _merge_splits_kernel[(batch, n_heads)](
+            partial,
+            lse,
+            out,
+            n_splits,
+            N_HEADS=n_heads,
+            HEAD_DIM=head_dim,
+            SPLITS_P2=triton.next_power_of_2(n_splits),
+            PDL=pdl,
+            **launch,
+        )
     return out
 
 
-def paged_decode_attention_reference(qkv, positions, block_tables, slot_mapping, context_lens, k_cache, v_cache,
-                                     cos, sin, n_heads: int, n_kv_heads: int) -> torch.Tensor:
+def paged_decode_attention_reference(
+    qkv,
+    positions,
+    block_tables,
+    slot_mapping,
+    context_lens,
+    k_cache,
+    v_cache,
+    cos,
+    sin,
+    n_heads: int,
+    n_kv_heads: int,
+) -> torch.Tensor:
     """Plain PyTorch, fp32, one sequence at a time: rotate, write the cache, attend. Returns [B, H*D]."""
     batch = qkv.shape[0]
     head_dim = k_cache.shape[-1]

@@ -18,6 +18,7 @@ depend on that kernel -- here only W, so the GEMV has its first weight tile in f
 waits. The tensor-core kernel launches plainly: with PDL its graph replays stopped being
 bit-identical to eager steps at >= 33 rows on the H200 (cause not pinned down; see NOTES.md).
 """
+
 from __future__ import annotations
 
 import functools
@@ -40,8 +41,24 @@ UNPIPELINED_1B = {(8192, 2048, True), (128256, 2048, False)}
 
 
 @triton.jit
-def _epilogue(acc, acc_up, sum_sq, offs_m, offs_n, mask_m, mask_n, K, eps, out_ptr, res_ptr, stride_om, stride_rm,
-              NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr):
+def _epilogue(
+    acc,
+    acc_up,
+    sum_sq,
+    offs_m,
+    offs_n,
+    mask_m,
+    mask_n,
+    K,
+    eps,
+    out_ptr,
+    res_ptr,
+    stride_om,
+    stride_rm,
+    NORM: tl.constexpr,
+    SWIGLU: tl.constexpr,
+    RESIDUAL: tl.constexpr,
+):
     if NORM:
         inv_rms = tl.rsqrt(sum_sq / K + eps)
         acc = acc * inv_rms[:, None]
@@ -52,8 +69,11 @@ def _epilogue(acc, acc_up, sum_sq, offs_m, offs_n, mask_m, mask_n, K, eps, out_p
     if RESIDUAL:
         res = tl.load(res_ptr + offs_m[:, None] * stride_rm + offs_n[None, :], mask=mask_out, other=0.0)
         acc = acc + res.to(tl.float32)
-    tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], acc.to(out_ptr.dtype.element_ty),
-             mask=mask_out)
+    tl.store(
+        out_ptr + offs_m[:, None] * stride_om + offs_n[None, :],
+        acc.to(out_ptr.dtype.element_ty),
+        mask=mask_out,
+    )
 
 
 @triton.jit
@@ -68,10 +88,26 @@ def _gemv_weights(w_rows, up_shift, offs_k, mask_n, K, SWIGLU: tl.constexpr):
 
 
 @triton.jit
-def _gemv_accumulate(a_ptr, stride_am, offs_m, mask_m, offs_k, K, w, up, acc, acc_up, sum_sq,
-                     NORM: tl.constexpr, SWIGLU: tl.constexpr):
-    a = tl.load(a_ptr + offs_m[:, None] * stride_am + offs_k[None, :],
-                mask=mask_m[:, None] & (offs_k < K)[None, :], other=0.0).to(tl.float32)
+def _gemv_accumulate(
+    a_ptr,
+    stride_am,
+    offs_m,
+    mask_m,
+    offs_k,
+    K,
+    w,
+    up,
+    acc,
+    acc_up,
+    sum_sq,
+    NORM: tl.constexpr,
+    SWIGLU: tl.constexpr,
+):
+    a = tl.load(
+        a_ptr + offs_m[:, None] * stride_am + offs_k[None, :],
+        mask=mask_m[:, None] & (offs_k < K)[None, :],
+        other=0.0,
+    ).to(tl.float32)
     if NORM:
         sum_sq += tl.sum(a * a, axis=1)
     acc += tl.sum(a[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)
@@ -81,10 +117,28 @@ def _gemv_accumulate(a_ptr, stride_am, offs_m, mask_m, offs_k, K, w, up, acc, ac
 
 
 @triton.jit
-def _gemv_kernel(a_ptr, w_ptr, out_ptr, res_ptr,
-                 M, N, K, up_offset, stride_am, stride_wn, stride_om, stride_rm, eps,
-                 NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr, PDL: tl.constexpr,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+def _gemv_kernel(
+    a_ptr,
+    w_ptr,
+    out_ptr,
+    res_ptr,
+    M,
+    N,
+    K,
+    up_offset,
+    stride_am,
+    stride_wn,
+    stride_om,
+    stride_rm,
+    eps,
+    NORM: tl.constexpr,
+    SWIGLU: tl.constexpr,
+    RESIDUAL: tl.constexpr,
+    PDL: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
     offs_m = tl.arange(0, BLOCK_M)
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
@@ -100,21 +154,57 @@ def _gemv_kernel(a_ptr, w_ptr, out_ptr, res_ptr,
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     sum_sq = tl.zeros((BLOCK_M,), dtype=tl.float32)
-    acc, acc_up, sum_sq = _gemv_accumulate(a_ptr, stride_am, offs_m, mask_m, offs_k, K, w, up, acc, acc_up, sum_sq,
-                                           NORM, SWIGLU)
+    acc, acc_up, sum_sq = _gemv_accumulate(
+        a_ptr, stride_am, offs_m, mask_m, offs_k, K, w, up, acc, acc_up, sum_sq, NORM, SWIGLU
+    )
     for k0 in range(BLOCK_K, K, BLOCK_K):
         w, up = _gemv_weights(w_rows, up_shift, k0 + offs_k, mask_n, K, SWIGLU)
-        acc, acc_up, sum_sq = _gemv_accumulate(a_ptr, stride_am, offs_m, mask_m, k0 + offs_k, K, w, up,
-                                               acc, acc_up, sum_sq, NORM, SWIGLU)
-    _epilogue(acc, acc_up, sum_sq, offs_m, offs_n, mask_m, mask_n, K, eps, out_ptr, res_ptr, stride_om, stride_rm,
-              NORM, SWIGLU, RESIDUAL)
+        acc, acc_up, sum_sq = _gemv_accumulate(
+            a_ptr, stride_am, offs_m, mask_m, k0 + offs_k, K, w, up, acc, acc_up, sum_sq, NORM, SWIGLU
+        )
+    _epilogue(
+        acc,
+        acc_up,
+        sum_sq,
+        offs_m,
+        offs_n,
+        mask_m,
+        mask_n,
+        K,
+        eps,
+        out_ptr,
+        res_ptr,
+        stride_om,
+        stride_rm,
+        NORM,
+        SWIGLU,
+        RESIDUAL,
+    )
 
 
 @triton.jit
-def _fused_linear_kernel(a_ptr, w_ptr, out_ptr, res_ptr,
-                         M, N, K, up_offset, stride_am, stride_wn, stride_om, stride_rm, eps,
-                         NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr,
-                         IEEE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+def _fused_linear_kernel(
+    a_ptr,
+    w_ptr,
+    out_ptr,
+    res_ptr,
+    M,
+    N,
+    K,
+    up_offset,
+    stride_am,
+    stride_wn,
+    stride_om,
+    stride_rm,
+    eps,
+    NORM: tl.constexpr,
+    SWIGLU: tl.constexpr,
+    RESIDUAL: tl.constexpr,
+    IEEE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
     pid_n = tl.program_id(0)  # N first: neighbouring programs share the same x rows
     pid_m = tl.program_id(1)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -127,29 +217,54 @@ def _fused_linear_kernel(a_ptr, w_ptr, out_ptr, res_ptr,
     for k0 in range(0, K, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
         mask_k = offs_k < K
-        a = tl.load(a_ptr + offs_m[:, None] * stride_am + offs_k[None, :], mask=mask_m[:, None] & mask_k[None, :],
-                    other=0.0)
+        a = tl.load(
+            a_ptr + offs_m[:, None] * stride_am + offs_k[None, :],
+            mask=mask_m[:, None] & mask_k[None, :],
+            other=0.0,
+        )
         if NORM:
             a32 = a.to(tl.float32)
             sum_sq += tl.sum(a32 * a32, axis=1)
-        w_tile = tl.load(w_ptr + offs_n[None, :] * stride_wn + offs_k[:, None],
-                         mask=mask_n[None, :] & mask_k[:, None], other=0.0)
+        w_tile = tl.load(
+            w_ptr + offs_n[None, :] * stride_wn + offs_k[:, None],
+            mask=mask_n[None, :] & mask_k[:, None],
+            other=0.0,
+        )
         if IEEE:
             acc = tl.dot(a, w_tile, acc, input_precision="ieee")
         else:
             acc = tl.dot(a, w_tile, acc)
         if SWIGLU:
-            up_tile = tl.load(w_ptr + (offs_n[None, :] + up_offset) * stride_wn + offs_k[:, None],
-                              mask=mask_n[None, :] & mask_k[:, None], other=0.0)
+            up_tile = tl.load(
+                w_ptr + (offs_n[None, :] + up_offset) * stride_wn + offs_k[:, None],
+                mask=mask_n[None, :] & mask_k[:, None],
+                other=0.0,
+            )
             if IEEE:
                 acc_up = tl.dot(a, up_tile, acc_up, input_precision="ieee")
             else:
                 acc_up = tl.dot(a, up_tile, acc_up)
-    _epilogue(acc, acc_up, sum_sq, offs_m, offs_n, mask_m, mask_n, K, eps, out_ptr, res_ptr, stride_om, stride_rm,
-              NORM, SWIGLU, RESIDUAL)
+    _epilogue(
+        acc,
+        acc_up,
+        sum_sq,
+        offs_m,
+        offs_n,
+        mask_m,
+        mask_n,
+        K,
+        eps,
+        out_ptr,
+        res_ptr,
+        stride_om,
+        stride_rm,
+        NORM,
+        SWIGLU,
+        RESIDUAL,
+    )
 
 
-@functools.lru_cache(maxsize=None)  # host time matters in eager mode: one launch is already ~50 us of Python
+@functools.cache  # host time matters in eager mode: one launch is already ~50 us of Python
 def _tile_config(m: int, n: int, k: int, swiglu: bool, num_sms: int) -> dict:
     """Kernel and tiles by shape (no autotuning: deterministic, and nothing to tune inside a capture).
 
@@ -171,7 +286,13 @@ def _tile_config(m: int, n: int, k: int, swiglu: bool, num_sms: int) -> dict:
         while block_m * rows_per_program * block_k > 32768 and block_k > 64:
             block_k //= 2
         warps = tuned[1] if tuned else min(8, max(1, rows_per_program * block_k // 4096))
-        return {"kernel": "gemv", "BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "num_warps": warps}
+        return {
+            "kernel": "gemv",
+            "BLOCK_M": block_m,
+            "BLOCK_N": block_n,
+            "BLOCK_K": block_k,
+            "num_warps": warps,
+        }
     if m <= 16:
         block_m, block_k = 16, 128
         if -(-n // 128) >= num_sms:
@@ -188,8 +309,14 @@ def _tile_config(m: int, n: int, k: int, swiglu: bool, num_sms: int) -> dict:
             block_n //= 2
         block_k = 64 if block_m == 64 else 128
     stages = 1 if (n, k, swiglu) in UNPIPELINED_1B else 3 if swiglu and block_m == 64 else 4
-    return {"kernel": "dot", "BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "num_warps": 4,
-            "num_stages": stages}
+    return {
+        "kernel": "dot",
+        "BLOCK_M": block_m,
+        "BLOCK_N": block_n,
+        "BLOCK_K": block_k,
+        "num_warps": 4,
+        "num_stages": stages,
+    }
 
 
 _SMS: dict[int, int] = {}
@@ -204,15 +331,23 @@ def _num_sms(device: torch.device) -> int:
     return _SMS[index]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def pdl_supported(device: torch.device) -> bool:
     """Programmatic dependent launch needs a Hopper-or-newer GPU (the interpreter has no such thing)."""
     return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
 
 
-def fused_linear(x: torch.Tensor, weight: torch.Tensor, *, rms_eps: float | None = None, swiglu: bool = False,
-                 residual: torch.Tensor | None = None, config: dict | None = None,
-                 out: torch.Tensor | None = None, pdl: bool = False) -> torch.Tensor:
+def fused_linear(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    *,
+    rms_eps: float | None = None,
+    swiglu: bool = False,
+    residual: torch.Tensor | None = None,
+    config: dict | None = None,
+    out: torch.Tensor | None = None,
+    pdl: bool = False,
+) -> torch.Tensor:
     """x[M, K] @ weight[N (or 2F when swiglu), K]^T with the fusions of the module doc; returns [M, N or F].
 
     out: write the result there (shape [M, N or F], weight's dtype, rows contiguous) instead of a new
@@ -226,15 +361,36 @@ def fused_linear(x: torch.Tensor, weight: torch.Tensor, *, rms_eps: float | None
     assert x.stride(1) == 1 and weight.stride(1) == 1 and weight.shape[1] == k
     if out is None:
         out = torch.empty((m, n_out), dtype=weight.dtype, device=weight.device)
-    elif tuple(out.shape) != (m, n_out) or out.dtype != weight.dtype or out.device != weight.device \
-            or out.stride(1) != 1:
-        raise ValueError(f"out must be a [{m}, {n_out}] {weight.dtype} tensor on {weight.device} with contiguous "
-                         f"rows, got {list(out.shape)} {out.dtype} on {out.device} with strides {out.stride()}")
-    cfg = dict(config or _tile_config(m, n_out, k, swiglu, _num_sms(weight.device)))  # a copy: the cache is shared
+    elif (
+        tuple(out.shape) != (m, n_out)
+        or out.dtype != weight.dtype
+        or out.device != weight.device
+        or out.stride(1) != 1
+    ):
+        raise ValueError(
+            f"out must be a [{m}, {n_out}] {weight.dtype} tensor on {weight.device} with contiguous "
+            f"rows, got {list(out.shape)} {out.dtype} on {out.device} with strides {out.stride()}"
+        )
+    cfg = dict(
+        config or _tile_config(m, n_out, k, swiglu, _num_sms(weight.device))
+    )  # a copy: the cache is shared
     kernel = cfg.pop("kernel")
     res = residual if residual is not None else out
-    args = (x, weight, out, res, m, n_out, k, n_out, x.stride(0), weight.stride(0), out.stride(0), res.stride(0),
-            rms_eps if rms_eps is not None else 0.0)
+    args = (
+        x,
+        weight,
+        out,
+        res,
+        m,
+        n_out,
+        k,
+        n_out,
+        x.stride(0),
+        weight.stride(0),
+        out.stride(0),
+        res.stride(0),
+        rms_eps if rms_eps is not None else 0.0,
+    )
     flags = dict(NORM=rms_eps is not None, SWIGLU=swiglu, RESIDUAL=residual is not None)
     if kernel == "gemv":
         pdl = pdl and pdl_supported(weight.device)
@@ -248,8 +404,14 @@ def fused_linear(x: torch.Tensor, weight: torch.Tensor, *, rms_eps: float | None
 
 
 # ---- plain-PyTorch references ------------------------------------------------------------------
-def fused_linear_reference(x: torch.Tensor, weight: torch.Tensor, *, rms_eps: float | None = None,
-                           swiglu: bool = False, residual: torch.Tensor | None = None) -> torch.Tensor:
+def fused_linear_reference(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    *,
+    rms_eps: float | None = None,
+    swiglu: bool = False,
+    residual: torch.Tensor | None = None,
+) -> torch.Tensor:
     """The same function, one op at a time in fp32."""
     a = x.float()
     y = a @ weight.float().t()

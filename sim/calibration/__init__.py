@@ -32,7 +32,18 @@ def recorded_graph_cost() -> GraphReplayCost:
 
 
 __all__ = [
-    "FIT_MODES", "GOAL", "NAMES", "PARAMS", "WORST_GOAL", "Calibration", "GraphReplayCost", "calibrate",
-    "calibrated_preset", "graph_cost_from_result", "model_from_result", "points_from_result",
-    "recorded_graph_cost", "synthetic_result",
+    "FIT_MODES",
+    "GOAL",
+    "NAMES",
+    "PARAMS",
+    "WORST_GOAL",
+    "Calibration",
+    "GraphReplayCost",
+    "calibrate",
+    "calibrated_preset",
+    "graph_cost_from_result",
+    "model_from_result",
+    "points_from_result",
+    "recorded_graph_cost",
+    "synthetic_result",
 ]

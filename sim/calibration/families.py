@@ -90,7 +90,10 @@ def family_work(model: ModelConfig, rows, fused) -> tuple[np.ndarray, np.ndarray
         "gemv": matmul_bytes,
         "tile_gemm": matmul_bytes,
         "attention": r * (kv_read + 2 * q * layers) * b,
-        "split_merge": r * layers * q * 4.0,  # fp32 partial outputs, one per split (the count is in the latency)
+        "split_merge": r
+        * layers
+        * q
+        * 4.0,  # fp32 partial outputs, one per split (the count is in the latency)
         "cublas_gemv": matmul_bytes + r * kv_read * b,
         "cublas": matmul_bytes + r * kv_read * b,
         # Unfused: the eager attention's gathers, copies and casts of K and V, norms, RoPE, adds.
@@ -107,5 +110,7 @@ def family_work(model: ModelConfig, rows, fused) -> tuple[np.ndarray, np.ndarray
         "aten": 0 * r,
     }
     shape = (len(r), len(FAMILIES))
-    return (np.broadcast_to(np.column_stack([work_bytes[n] for n in NAMES]), shape).copy(),
-            np.broadcast_to(np.column_stack([work_flops[n] for n in NAMES]), shape).copy())
+    return (
+        np.broadcast_to(np.column_stack([work_bytes[n] for n in NAMES]), shape).copy(),
+        np.broadcast_to(np.column_stack([work_flops[n] for n in NAMES]), shape).copy(),
+    )

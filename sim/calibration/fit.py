@@ -220,7 +220,9 @@ class Calibration:
 
     def point_loo_error(self, mode: str, batch: int) -> float:
         errs = self.loo_errors()
-        return next((float(e) for p, e in zip(self.points, errs) if p.mode == mode and p.batch == batch), np.nan)
+        return next(
+            (float(e) for p, e in zip(self.points, errs) if p.mode == mode and p.batch == batch), np.nan
+        )
 
     def timeline(self, index: int) -> Timeline:
         return self.simulator.timeline(self.theta, index)

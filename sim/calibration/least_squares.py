@@ -2,6 +2,7 @@
 
 Levenberg-Marquardt on a box: few parameters, few points, no scipy dependency.
 """
+
 from __future__ import annotations
 
 import numpy as np

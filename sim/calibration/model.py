@@ -74,16 +74,29 @@ def _family_params() -> tuple[Param, ...]:
 
 PARAMS: tuple[Param, ...] = (
     *_family_params(),
-    Param("pdl_hidden_us", "µs", 1e-3, 20.0, "latency a PDL-launched GEMV hides inside a graph", PDL_HIDDEN_PRIOR_US),
+    Param(
+        "pdl_hidden_us",
+        "µs",
+        1e-3,
+        20.0,
+        "latency a PDL-launched GEMV hides inside a graph",
+        PDL_HIDDEN_PRIOR_US,
+    ),
     Param("aten_launch_us", "µs", 0.3, 500.0, "host cost of one eager PyTorch launch", 15.0),
     Param("triton_launch_us", "µs", 0.3, 500.0, "host cost of one eager Triton launch", 40.0),
-    Param("replay_us", "µs", 0.3, 20_000.0, "host cost of a graph replay: input copies + cudaGraphLaunch", 50.0),
+    Param(
+        "replay_us", "µs", 0.3, 20_000.0, "host cost of a graph replay: input copies + cudaGraphLaunch", 50.0
+    ),
     Param("replay_per_node_us", "µs", 1e-4, 10.0, "added to a replay's host cost per node", 0.3),
     Param("node_gap_us", "µs", 0.0, 50.0, "GPU gap between queued kernels (eager or replayed)", 0.4),
-    Param("input_copy_share", "×", 0.0, 1.0, "share of the replay's fixed host cost spent copying inputs", 0.3),
+    Param(
+        "input_copy_share", "×", 0.0, 1.0, "share of the replay's fixed host cost spent copying inputs", 0.3
+    ),
 )
 NAMES = tuple(p.name for p in PARAMS)
-GPU_PARAMS = tuple(n for n in NAMES if n.endswith(("_latency_us", "_GBps", "_TFLOPs")) or n == "pdl_hidden_us")
+GPU_PARAMS = tuple(
+    n for n in NAMES if n.endswith(("_latency_us", "_GBps", "_TFLOPs")) or n == "pdl_hidden_us"
+)
 
 
 def params_vector(params: dict) -> np.ndarray:
@@ -217,7 +230,9 @@ class ProbeModel:
         n_points, n_fam = len(self.points), len(FAMILIES)
         rows = np.array([p.rows for p in self.points], float)
         fused = np.array([p.fused for p in self.points])
-        self._bytes, self._flops = family_work(model, rows, fused) if n_points else (np.zeros((0, n_fam)),) * 2
+        self._bytes, self._flops = (
+            family_work(model, rows, fused) if n_points else (np.zeros((0, n_fam)),) * 2
+        )
         self._counts = np.array([p.counts for p in self.points], float).reshape(n_points, n_fam)
         self._graphs = np.array([p.graphs for p in self.points], bool)
         self._pdl = np.array([p.pdl_chain for p in self.points], bool)

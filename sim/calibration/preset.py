@@ -34,7 +34,9 @@ def calibrated_preset(result, cal: Calibration | None = None) -> Preset:
     p = cal.params
     sim_kernels = len(step_kernels(cal.model, True))
     fused = [pt for pt in cal.points if pt.fused] or list(cal.points)
-    eager_kernels = float(np.median([pt.kernels for pt in fused if not pt.graphs] or [pt.kernels for pt in fused]))
+    eager_kernels = float(
+        np.median([pt.kernels for pt in fused if not pt.graphs] or [pt.kernels for pt in fused])
+    )
     nodes = float(np.median([pt.kernels for pt in fused if pt.graphs] or [pt.kernels for pt in fused]))
     launch_us = p["triton_launch_us"] * eager_kernels / sim_kernels
     replay_us = float(cal.graph_cost.host_us(nodes))

@@ -71,11 +71,15 @@ def verdict(s: dict, what: str) -> str:
 
 
 def loo_summary(cal: Calibration) -> dict:
-    return summary({(p.mode, p.batch): float(e) for p, e in zip(cal.points, cal.loo_errors()) if np.isfinite(e)})
+    return summary(
+        {(p.mode, p.batch): float(e) for p, e in zip(cal.points, cal.loo_errors()) if np.isfinite(e)}
+    )
 
 
 def check_summary(points: list[dict]) -> dict:
-    return summary({(p["mode"], p["batch"]): p["step_us_predicted"] / p["step_us_measured"] - 1 for p in points})
+    return summary(
+        {(p["mode"], p["batch"]): p["step_us_predicted"] / p["step_us_measured"] - 1 for p in points}
+    )
 
 
 def format_report(cal: Calibration, check: list[dict] | None = None) -> str:
@@ -85,8 +89,10 @@ def format_report(cal: Calibration, check: list[dict] | None = None) -> str:
         lines.append(f"  {p.name:<24} {cal.params[p.name]:>10.4g} {p.unit:<8} {p.what}{note}")
     lines += [
         "",
-        (f"{'mode':<12}{'batch':>6}{'kernels':>8}  {'step meas':>10}{'pred':>10}{'err':>8}{'LOO':>8}"
-         f"  {'CPU meas':>10}{'pred':>10}{'err':>8}  {'busy meas':>10}{'pred':>10}{'err':>8}"),
+        (
+            f"{'mode':<12}{'batch':>6}{'kernels':>8}  {'step meas':>10}{'pred':>10}{'err':>8}{'LOO':>8}"
+            f"  {'CPU meas':>10}{'pred':>10}{'err':>8}  {'busy meas':>10}{'pred':>10}{'err':>8}"
+        ),
     ]
     for r in cal.rows():
         loo = f"{r['step LOO error %']:+7.1f}%" if np.isfinite(r["step LOO error %"]) else "     n/a"
@@ -100,17 +106,24 @@ def format_report(cal: Calibration, check: list[dict] | None = None) -> str:
     lines.append("(times in µs; err = predicted / measured - 1; LOO = predicted by a fit without that point)")
     if np.isfinite(cal.loo_step_us).any():
         s = loo_summary(cal)
-        lines.append("median leave-one-out error by mode: "
-                     + ", ".join(f"{m} {100 * e:.1f} %" for m, e in s["median_by_mode"].items()))
+        lines.append(
+            "median leave-one-out error by mode: "
+            + ", ".join(f"{m} {100 * e:.1f} %" for m, e in s["median_by_mode"].items())
+        )
         lines.append(verdict(s, "Leave-one-out"))
     if check:
         lines += ["", "Fit on this run, predicting the other run's points:"]
         for p in check:
             err = p["step_us_predicted"] / p["step_us_measured"] - 1
-            lines.append(f"  {p['mode']:<12}{p['batch']:>6}  {p['step_us_measured']:>10.1f}"
-                         f"{p['step_us_predicted']:>10.1f}{100 * err:+7.1f}%")
+            lines.append(
+                f"  {p['mode']:<12}{p['batch']:>6}  {p['step_us_measured']:>10.1f}"
+                f"{p['step_us_predicted']:>10.1f}{100 * err:+7.1f}%"
+            )
         s = check_summary(check)
-        lines.append("median error by mode: " + ", ".join(f"{m} {100 * e:.1f} %" for m, e in s["median_by_mode"].items()))
+        lines.append(
+            "median error by mode: "
+            + ", ".join(f"{m} {100 * e:.1f} %" for m, e in s["median_by_mode"].items())
+        )
         lines.append(verdict(s, "Fit on one run, predict the other"))
     return "\n".join(lines)
 
@@ -122,8 +135,13 @@ def to_json(cal: Calibration, check: list[dict] | None = None) -> dict:
         s = check_summary(check)
     else:
         points = [
-            {"mode": p.mode, "batch": p.batch, "step_us_measured": p.step_us, "step_us_predicted": float(pred[0]),
-             "step_us_loo": float(loo) if np.isfinite(loo) else None}
+            {
+                "mode": p.mode,
+                "batch": p.batch,
+                "step_us_measured": p.step_us,
+                "step_us_predicted": float(pred[0]),
+                "step_us_loo": float(loo) if np.isfinite(loo) else None,
+            }
             for p, pred, loo in zip(cal.points, cal.predicted, cal.loo_step_us)
         ]
         s = loo_summary(cal)
@@ -136,7 +154,9 @@ def main(argv=None) -> int:
         description="Fit the timing model to a probe result and report predicted vs measured, "
         "with leave-one-out errors; with --check, predict another run's points from this fit.",
     )
-    parser.add_argument("run", help="'recorded' (the shipped H200 run), a probe result JSON, or a .json.gz of one")
+    parser.add_argument(
+        "run", help="'recorded' (the shipped H200 run), a probe result JSON, or a .json.gz of one"
+    )
     parser.add_argument("--check", metavar="OTHER", help="another run (same forms) to predict with this fit")
     parser.add_argument("--json", action="store_true", help="print JSON: {points: [...], params, summary}")
     args = parser.parse_args(argv)

@@ -1,5 +1,6 @@
 """Browser-test plumbing: one app server and one Chromium per session, a fresh context per test,
 and a full-page screenshot in artifacts/ whenever a test fails."""
+
 from __future__ import annotations
 
 import re
@@ -10,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[2]))  # the app's packages: sim, ui
-import harness  # noqa: E402
+import harness
 
 ARTIFACTS = harness.ROOT / "artifacts"
 HERE = Path(__file__).resolve().parent
@@ -65,7 +66,7 @@ def new_page(browser, request):
             for j, page in enumerate(context.pages):
                 try:
                     page.screenshot(path=str(ARTIFACTS / f"{name}-{i}{j}.png"), full_page=True)
-                except Exception:  # noqa: BLE001 - a dead page must not hide the real failure
+                except Exception:
                     pass
         context.close()
 

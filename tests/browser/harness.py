@@ -4,6 +4,7 @@ Shared by the browser tests (`tests/browser/`), the interaction benchmark
 (`bench/interaction_speed.py`) and the README screenshot (`tools/screenshot.py`),
 so all three see the app exactly as a visitor does.
 """
+
 from __future__ import annotations
 
 import os
@@ -18,8 +19,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = os.environ.get("LAUNCH_BOUND_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = (
-    "--no-sandbox", "--headless", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--no-sandbox",
+    "--headless",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 )
 VIEWPORT = {"width": 1400, "height": 1000}
 STARTUP_TIMEOUT_S = 90
@@ -49,10 +56,26 @@ def app_server(log_path: Path | None = None):
     port = free_port()
     log = open(log_path, "wb") if log_path else subprocess.DEVNULL
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
-         "--server.port", str(port), "--server.address", "127.0.0.1",
-         "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"],
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+        [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            "app.py",
+            "--server.headless",
+            "true",
+            "--server.port",
+            str(port),
+            "--server.address",
+            "127.0.0.1",
+            "--server.fileWatcherType",
+            "none",
+            "--browser.gatherUsageStats",
+            "false",
+        ],
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -96,8 +119,10 @@ def chromium():
 
 def wait_idle(page, timeout_ms: int = IDLE_TIMEOUT_MS) -> None:
     """Wait until the app is connected and its script has finished running."""
-    page.wait_for_selector("[data-testid=stApp][data-test-connection-state=CONNECTED]"
-                           "[data-test-script-state=notRunning]", timeout=timeout_ms)
+    page.wait_for_selector(
+        "[data-testid=stApp][data-test-connection-state=CONNECTED][data-test-script-state=notRunning]",
+        timeout=timeout_ms,
+    )
 
 
 def open_app(page, url: str, query: str = "", wait_for: str | None = None) -> None:
@@ -111,8 +136,11 @@ def open_app(page, url: str, query: str = "", wait_for: str | None = None) -> No
 
 def metric_value(page, label: str) -> str:
     """The shown value of the `st.metric` with this label (first match on the page)."""
-    metric = page.locator("[data-testid=stMetric]").filter(
-        has=page.locator("[data-testid=stMetricLabel]", has_text=label)).first
+    metric = (
+        page.locator("[data-testid=stMetric]")
+        .filter(has=page.locator("[data-testid=stMetricLabel]", has_text=label))
+        .first
+    )
     return metric.locator("[data-testid=stMetricValue]").inner_text().strip()
 
 

@@ -2,6 +2,7 @@
 traceback. Before ui/warmup.py, 4 of 6 such trials showed `partially initialized module 'pandas'`
 on 12-15 of the 20 pages: Plotly found pandas in sys.modules while another session's thread was
 still importing it."""
+
 from __future__ import annotations
 
 import time
@@ -19,7 +20,7 @@ def test_twenty_pages_at_once_on_a_fresh_server(tmp_path):
     log = tmp_path / "server.log"
     with harness.app_server(log_path=log) as base, harness.chromium() as browser:
         pages = []
-        for i in range(PAGES):
+        for _ in range(PAGES):
             context = harness.new_context(browser)
             context.set_default_timeout(180_000)
             pages.append(context.new_page())

@@ -1,9 +1,20 @@
 """Shareable links, hostile links and simultaneous sessions, in Chromium."""
+
 from __future__ import annotations
 
 import pytest
-from harness import (click_toggle, eventually, metric_value, open_app, query_params, query_params_when, rerun_after,
-                     slider_input, slider_value, toggle_state)
+from harness import (
+    click_toggle,
+    eventually,
+    metric_value,
+    open_app,
+    query_params,
+    query_params_when,
+    rerun_after,
+    slider_input,
+    slider_value,
+    toggle_state,
+)
 
 pytestmark = pytest.mark.browser
 CHART = "[data-testid=stPlotlyChart]"

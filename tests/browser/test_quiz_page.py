@@ -1,4 +1,5 @@
 """The quiz in Chromium: the score survives switching tabs (session state) and never enters the link."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,11 +1,24 @@
 """The Simulator tab in Chromium: slider by mouse and keyboard, both toggles, readouts and lanes."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from harness import (click_toggle, drag_slider, eventually, lanes, metric_value, open_app, query_params,
-                     query_params_when, rerun_after, slider_input, slider_value, toggle_state)
+from harness import (
+    click_toggle,
+    drag_slider,
+    eventually,
+    lanes,
+    metric_value,
+    open_app,
+    query_params,
+    query_params_when,
+    rerun_after,
+    slider_input,
+    slider_value,
+    toggle_state,
+)
 
 from sim.config import DEFAULT_PRESET, PRESETS
 from sim.schedule import StepSettings, simulate_step
@@ -19,7 +32,9 @@ CHART = "[data-testid=stPlotlyChart]"
 def expected(batch: int, fusion: bool = False, graphs: bool = False):
     """The simulator's own answer for the default preset, to hold the page's readouts against."""
     preset = PRESETS[DEFAULT_PRESET]
-    return simulate_step(preset.model, preset.hardware, StepSettings(batch=batch, fusion=fusion, graphs=graphs))
+    return simulate_step(
+        preset.model, preset.hardware, StepSettings(batch=batch, fusion=fusion, graphs=graphs)
+    )
 
 
 def readouts(page) -> dict[str, str]:
@@ -27,11 +42,16 @@ def readouts(page) -> dict[str, str]:
 
 
 def assert_readouts_match(page, step) -> None:
-    eventually(lambda: readouts(page) == {
-        "Kernels / step": f"{step.metrics.kernels:,}",
-        "Step time": format_us(step.metrics.step_us),
-        "Bound by": step.metrics.bound_by,
-    })
+    eventually(
+        lambda: (
+            readouts(page)
+            == {
+                "Kernels / step": f"{step.metrics.kernels:,}",
+                "Step time": format_us(step.metrics.step_us),
+                "Bound by": step.metrics.bound_by,
+            }
+        )
+    )
 
 
 def test_batch_1_both_off_is_launch_bound_with_bubbles(page, app_url):
@@ -142,7 +162,9 @@ def test_downloaded_chrome_trace_is_the_step_on_screen(page, app_url):
     kernels = [e for e in slices if e["cat"] == "kernel"]
     launches = [e for e in slices if e["cat"] == "launch"]
     assert len(kernels) == step.metrics.kernels and len(launches) == step.metrics.launches
-    assert [e["name"] for e in sorted(kernels, key=lambda e: e["args"]["index"])] == list(step.timeline.gpu_names)
+    assert [e["name"] for e in sorted(kernels, key=lambda e: e["args"]["index"])] == list(
+        step.timeline.gpu_names
+    )
     assert sum(e["dur"] for e in kernels) == pytest.approx(float(step.timeline.gpu_dur.sum()), rel=1e-6)
     assert len([e for e in trace["traceEvents"] if e["ph"] == "f"]) == step.metrics.kernels
     assert trace["otherData"]["bound_by"] == metric_value(page, "Bound by")
