@@ -71,3 +71,76 @@ def test_calibration_title_and_caption_are_text():
     assert any(
         "click me" in t.value for t in at.text
     )  # the preset title, with the file's device name, as text
+
+
+def test_calibrated_preset_device_name_is_text_on_the_simulator_tab(monkeypatch):
+    """The calibrated preset's hardware name is the recorded file's device (Advanced's caption)."""
+    import streamlit as st
+
+    import core.probe_result as probe_result
+    import ui.probe_results
+
+    res = probe_result.load_result(fake_run(device=HOSTILE), timeline_source="recorded")
+    monkeypatch.setattr(probe_result, "recorded_result", lambda: res)
+    monkeypatch.setattr(ui.probe_results, "MORE_RECORDED", ())
+    st.cache_resource.clear()
+    try:
+        at = page_on("Simulator", preset="probe-h200-calibrated")
+        assert_inert(at, "simulator tab, calibrated preset")
+        assert any("click me" in c.value and "Hardware figures" in c.value for c in at.caption)
+    finally:
+        st.cache_resource.clear()
+
+
+def test_an_unreadable_recorded_run_says_why_as_text(monkeypatch):
+    import streamlit as st
+
+    import core.probe_result as probe_result
+
+    def broken():
+        raise ValueError(HOSTILE)
+
+    monkeypatch.setattr(probe_result, "recorded_result", broken)
+    st.cache_resource.clear()
+    try:
+        at = page_on("Live GPU probe")
+        assert_inert(at, "probe tab without a recorded run")
+        assert any("No recorded run could be read" in w.value for w in at.warning)
+    finally:
+        st.cache_resource.clear()
+
+
+def test_live_measurement_messages_are_text(monkeypatch):
+    """Progress lines and a failure's message from the live probe (its text is the exception's)."""
+    import streamlit as st
+
+    import gpu_probe.live
+    import ui.probe_tab
+
+    monkeypatch.setattr(ui.probe_tab, "_cuda", lambda: True)
+    monkeypatch.setattr(gpu_probe.live, "open_session", lambda *a, progress=None, **k: progress(HOSTILE))
+
+    def fails(*args, **kwargs):
+        raise RuntimeError(HOSTILE)
+
+    monkeypatch.setattr(gpu_probe.live, "measure", fails)
+    st.cache_resource.clear()
+    try:
+        at = page_on("Live GPU probe", pr_live="true")
+        assert_inert(at, "live probe failure")
+        assert any("The measurement failed" in e.value for e in at.error)
+    finally:
+        st.cache_resource.clear()
+
+
+def test_padding_demo_failure_is_text(monkeypatch):
+    import ui.padding_demo
+    from ui.buckets_tab import VIEWS
+
+    def fails(pad_rows_to):
+        raise RuntimeError(HOSTILE)
+
+    monkeypatch.setattr(ui.padding_demo, "_cached_demo", fails)
+    at = page_on("Bucketing", bk_view=VIEWS[1])
+    assert_inert(at, "padding demo failure")
+    assert any("The demo could not run" in e.value for e in at.error)

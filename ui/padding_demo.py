@@ -20,6 +20,8 @@ import numpy as np
 import plotly.graph_objects as go
 import streamlit as st
 
+from ui.common import plain
+
 PAD_CHOICES = ("the scratch block (safe)", "a real block (the bug)")
 PAD_POLICY = {PAD_CHOICES[0]: "scratch", PAD_CHOICES[1]: "real"}
 DEMO_BUCKETS = (1, 2, 4, 8, 16, 24, 32)  # the small end of the chapter's list
@@ -212,7 +214,7 @@ def render() -> None:
         )
         return
     except Exception as err:
-        st.error(f"The demo could not run: {type(err).__name__}: {err}")
+        st.error(f"The demo could not run: {type(err).__name__}: {plain(err)}")
         return
     hits = [r for r in rows if r.hit]
     padded = [r for r in rows if r.padded_rows > 0]

@@ -13,6 +13,7 @@ import threading
 import streamlit as st
 
 from core.probe_result import MODES
+from ui.common import plain
 from ui.probe_results import describe, session_results
 
 LIVE_BATCHES = (1, 8, 64, 256)
@@ -59,7 +60,7 @@ def measure_live(batches=None):
 
                 def progress(message: str) -> None:
                     status.update(label=_phase(message))
-                    status.write(message)
+                    status.write(plain(message))  # text: never markdown
 
                 try:
                     # Built under the lock, once: sized for the default batches, so other settings reuse it.
@@ -78,7 +79,7 @@ def measure_live(batches=None):
                         )
                     else:
                         status.update(label="The measurement failed", state="error")
-                        st.error(f"The measurement failed: {err}")
+                        st.error(f"The measurement failed: {plain(err)}")
                     return None
         status.update(label="Measured on this GPU", state="complete", expanded=False)
     result = store["results"][key]

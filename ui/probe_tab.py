@@ -63,7 +63,7 @@ def _pick_result():
     options = available_results()
     if not options:
         _, why = recorded()
-        st.warning(f"No recorded run could be read ({why}). Upload a result file to see one.")
+        st.warning(f"No recorded run could be read ({plain(why)}). Upload a result file to see one.")
         return None, None
     label = run_picker(
         "Run",

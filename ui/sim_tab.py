@@ -22,7 +22,7 @@ from sim.kernels import FUSED_PER_LAYER, UNFUSED_PER_LAYER, step_kernels
 from sim.schedule import SimulatedStep, StepSettings, simulate_step
 from sim.tensor_parallel import TP_CHOICES, simulate_tp_step, tp_summary
 from ui.charts import FIRST_LAUNCHES, lanes_figure
-from ui.common import regime_explanation, show_readouts, show_time_split
+from ui.common import plain, regime_explanation, show_readouts, show_time_split
 from ui.sim_presets import CALIBRATED_KEY, PRESET_BY_URL_VALUE, PRESET_TITLES, preset_of
 from ui.sim_sections import fusion_view, sweep_view
 
@@ -205,7 +205,7 @@ def _controls() -> tuple:
     values = {}
     with st.expander("Advanced"):
         st.caption(
-            f"Hardware figures. Defaults are the preset's ({preset.hardware.name}); changing "
+            f"Hardware figures. Defaults are the preset's ({plain(preset.hardware.name)}); changing "
             "the preset resets them."
         )
         columns = st.columns(3)
