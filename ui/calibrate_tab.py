@@ -183,8 +183,8 @@ def render() -> None:
         predicted_vs_measured_figure(cal), width="stretch", key="cal_scatter", config={"displaylogo": False}
     )
     st.caption(
-        "Each dot is one measured run, labelled with its batch size; on the dotted line the prediction "
-        "is exact. Measured step time is the median over many steps; CPU launch time is the host's "
+        "Each dot is one measured run, labelled with its batch size where the label has room (hover a "
+        "dot for its mode and batch); on the dotted line the prediction is exact. Measured step time is the median over many steps; CPU launch time is the host's "
         "median time to enqueue a step; GPU busy time comes from the profiled step; utilisation is GPU "
         "busy over the median step."
     )
