@@ -123,3 +123,40 @@ def test_two_sessions_never_share_settings(new_page, app_url):
     assert slider_value(sim, "Batch size") == 512 and toggle_state(sim, "Kernel fusion")
     query_params_when(sim, lambda q: q == {"batch": "512", "fusion": "true", "graphs": "true"})
     assert selected_tab(sim) == "Simulator"
+
+
+def test_copy_link_copies_the_current_view(browser, new_page, app_url):
+    """Click "Copy link" (in its iframe) and read what reached the clipboard: the address with every
+    control in it, which reopens the same view in another visitor's browser."""
+    from harness import new_context
+
+    origin = app_url.rstrip("/")
+    context = new_context(browser, permissions=["clipboard-read", "clipboard-write"])
+    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=origin)
+    try:
+        page = context.new_page()
+        open_app(page, app_url, wait_for=CHART)
+        slider_input(page, "Batch size").focus()
+        rerun_after(page, lambda: page.keyboard.press("PageUp"))
+        rerun_after(page, lambda: click_toggle(page, "CUDA graphs"))
+        batch = slider_value(page, "Batch size")
+        query_params_when(page, lambda q: q == {"batch": str(batch), "graphs": "true"})
+        page.evaluate("() => navigator.clipboard.writeText('nothing copied yet')")
+        assert page.evaluate("() => navigator.clipboard.readText()") == "nothing copied yet"
+
+        frame = page.frame_locator("[data-testid=stIFrame]").first
+        frame.locator("button#copy").click()
+        assert eventually(lambda: frame.locator("#label").inner_text() == "Link copied")
+        copied = page.evaluate("() => navigator.clipboard.readText()")
+        assert copied == page.url
+        assert frame.locator("body").get_attribute("data-copied") == copied
+        assert query_params(page) == {"batch": str(batch), "graphs": "true"}
+        shown = readouts(page)
+    finally:
+        context.close()
+
+    other = new_page()  # another visitor, opening the pasted link
+    open_app(other, copied, wait_for=CHART)
+    assert slider_value(other, "Batch size") == batch
+    assert toggle_state(other, "CUDA graphs") and not toggle_state(other, "Kernel fusion")
+    assert eventually(lambda: readouts(other) == shown)
