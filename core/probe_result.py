@@ -35,11 +35,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from core.modes import CHAPTER_BUCKETS as DEFAULT_BUCKETS  # noqa: F401 - the probe's default capture sizes
+from core.modes import MODES
 from core.timeline import CPU_BOUND, GPU_BOUND, Timeline
 
-MODES = ("eager", "fused", "graph", "fused+graph", "compile")
-GRAPH_MODES = ("graph", "fused+graph", "compile")
-DEFAULT_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)  # the chapter's capture sizes
 MAX_RESULT_BYTES = 20 * 1024 * 1024
 RECORDED_PATH = Path(__file__).resolve().parent.parent / "gpu_probe" / "recorded" / "h200.json"
 SCHEMA_VERSION = 1

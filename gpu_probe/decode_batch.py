@@ -1,10 +1,12 @@
-"""The decode step's inputs as one batch, and which captured bucket a batch size runs in."""
+"""The decode step's inputs as one batch (which bucket a batch runs in: `core.modes.bucket_for`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
+
+from core.modes import bucket_for  # noqa: F401 - gpu_probe.measure imports it from here
 
 INPUT_NAMES = ("input_ids", "positions", "block_tables", "slot_mapping", "context_lens")
 
@@ -31,21 +33,6 @@ class DecodeBatch:
 
     def as_dict(self) -> dict[str, torch.Tensor]:
         return {name: getattr(self, name) for name in INPUT_NAMES}
-
-
-def bucket_for(batch: int, buckets) -> int | None:
-    """Smallest bucket >= batch; None above the largest (that batch runs eagerly)."""
-    return next((b for b in buckets if b >= batch), None)
-
-
-def validate_buckets(buckets) -> tuple[int, ...]:
-    try:
-        values = [int(b) for b in buckets]
-    except (TypeError, ValueError):
-        raise ValueError(f"buckets must be positive integers, got {buckets!r}") from None
-    if not values or any(v < 1 for v in values) or any(v != b for v, b in zip(values, buckets)):
-        raise ValueError(f"buckets must be a non-empty list of positive integers, got {list(buckets)!r}")
-    return tuple(sorted(set(values)))
 
 
 def make_batch(model, n: int, seed: int = 0, context: int | None = None) -> DecodeBatch:

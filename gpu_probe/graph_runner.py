@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 import torch
 
-from core.probe_result import DEFAULT_BUCKETS  # the chapter's 1, 2, 4, 8, 16, 24, ..., 256
-from gpu_probe.decode_batch import INPUT_NAMES, DecodeBatch, bucket_for, validate_buckets
+from core.modes import CHAPTER_BUCKETS, bucket_for, check_buckets
+from gpu_probe.decode_batch import INPUT_NAMES, DecodeBatch
 from gpu_probe.kv_cache import PAD_SLOT, SCRATCH_BLOCK
 
 PAD_POLICIES = ("scratch", "real")
@@ -63,7 +63,7 @@ class GraphRunner:
         self,
         model,
         kv_cache=None,
-        buckets=DEFAULT_BUCKETS,
+        buckets=CHAPTER_BUCKETS,
         use_graphs: bool = True,
         pad_rows_to: str = "scratch",
         progress=None,
@@ -71,7 +71,7 @@ class GraphRunner:
         if pad_rows_to not in PAD_POLICIES:
             raise ValueError(f"pad_rows_to must be one of {PAD_POLICIES}, got {pad_rows_to!r}")
         self.model, self.kv_cache = model, kv_cache if kv_cache is not None else model.kv_cache
-        self.buckets = validate_buckets(buckets)
+        self.buckets = check_buckets(buckets, allow_empty=False)
         self.max_bucket = self.buckets[-1]
         self.use_graphs, self.pad_rows_to = bool(use_graphs), pad_rows_to
         # The variant (fused or not) is fixed at capture; eager paths must run the same one.

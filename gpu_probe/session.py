@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import torch
 
+from core.modes import bucket_for
 from gpu_probe import measure as m
 from gpu_probe.compile_peer import CompilePeer
 from gpu_probe.config import get_config
-from gpu_probe.decode_batch import bucket_for, make_batch
+from gpu_probe.decode_batch import make_batch
 from gpu_probe.graph_runner import GraphRunner
 from gpu_probe.model import ProbeModel
 

@@ -380,7 +380,8 @@ def _measure_modes(
 ) -> tuple[list, dict]:
     """Time and profile each (mode, batch) on this rank; the graph runner's checks on the way.
     The model's KV pool must hold max(batches + buckets) sequences (`_rows_needed`)."""
-    from gpu_probe.decode_batch import bucket_for, make_batch
+    from core.modes import bucket_for
+    from gpu_probe.decode_batch import make_batch
     from gpu_probe.graph_runner import GraphRunner
     from gpu_probe.measure import check_graph_vs_eager, profile_step, run_record, time_steps
 

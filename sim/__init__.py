@@ -1,16 +1,15 @@
 """Timeline simulator of one LLM decode step (numpy only)."""
 
+from core.modes import CHAPTER_BUCKETS, COMBOS, bucket_for
 from core.timeline import CPU_BOUND, GPU_BOUND, StepMetrics, Timeline, regime
 from sim.config import (
     BATCH_RANGE,
-    CHAPTER_BUCKETS,
     DEFAULT_PRESET,
     LAYERS_RANGE,
     PRESETS,
     HardwareConfig,
     ModelConfig,
     Preset,
-    bucket_for,
 )
 from sim.kernels import (
     FUSED_PER_LAYER,
@@ -21,7 +20,7 @@ from sim.kernels import (
     kernel_times_us,
     step_kernels,
 )
-from sim.schedule import COMBOS, SimulatedStep, StepSettings, Sweep, simulate_step, sweep
+from sim.schedule import SimulatedStep, StepSettings, Sweep, simulate_step, sweep
 
 __all__ = [
     "CPU_BOUND",

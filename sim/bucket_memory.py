@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.buckets import _as_buckets
+from core.modes import bucket_array
 
 # Assumed device memory per captured kernel node (the driver's copy of its launch parameters
 # and the executable graph's bookkeeping). Only its order is known from engine logs (a few MiB
@@ -68,7 +68,7 @@ class GraphMemoryModel:
         return cls(static, pool, int(nodes_per_graph), node_bytes, static_per_graph)
 
     def breakdown(self, buckets) -> dict[str, float]:
-        arr = _as_buckets(buckets)
+        arr = bucket_array(buckets)
         rows = float(arr.sum()) if self.static_per_graph else float(arr[-1])
         static = self.static_bytes_per_row * rows
         nodes = float(self.node_bytes) * self.nodes_per_graph * arr.size

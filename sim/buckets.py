@@ -16,13 +16,13 @@ import re
 
 import numpy as np
 
+from core.modes import CHAPTER_BUCKETS, bucket_array
+
 # Guard rails for user-typed layouts: beyond these the page would only slow down.
 MAX_BUCKET_SIZE = 4096
 MAX_LAYOUT_LEN = 1024
 MAX_LAYOUT_TEXT = 20_000
 MAX_DP_SIZES = 2048  # the optimiser holds a few m×m float arrays: 2048² × 8 B = 32 MiB each
-
-CHAPTER_LAYOUT = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 
 LAYOUTS = ("chapter", "powers of two", "vLLM", "SGLang", "nano-vllm", "dense")
 
@@ -58,7 +58,7 @@ def layout(name: str, max_batch: int) -> tuple[int, ...]:
     """
     m = _check_max_batch(max_batch)
     if name == "chapter":
-        sizes = list(CHAPTER_LAYOUT)
+        sizes = list(CHAPTER_BUCKETS)
     elif name == "powers of two":
         sizes = [1 << i for i in range(m.bit_length())]
     elif name == "vLLM":
@@ -125,15 +125,6 @@ def format_layout(buckets, limit: int = 12) -> str:
     return f"{head}, … {sizes[-1]} ({len(sizes)} sizes)"
 
 
-def _as_buckets(buckets) -> np.ndarray:
-    arr = np.unique(np.asarray(buckets, dtype=np.int64).reshape(-1))
-    if arr.size == 0:
-        raise ValueError("buckets: the layout must contain at least one size")
-    if arr[0] < 1:
-        raise ValueError("buckets: sizes must be at least 1")
-    return arr
-
-
 def _as_workload(batch_sizes, weights) -> tuple[np.ndarray, np.ndarray]:
     sizes = np.asarray(batch_sizes, dtype=np.int64).reshape(-1)
     w = np.asarray(weights, dtype=np.float64).reshape(-1)
@@ -152,7 +143,7 @@ def _as_workload(batch_sizes, weights) -> tuple[np.ndarray, np.ndarray]:
 
 def bucket_sizes_for(buckets, batch_sizes) -> np.ndarray:
     """The bucket each batch size is padded up to; 0 where it exceeds the largest (eager)."""
-    arr = _as_buckets(buckets)
+    arr = bucket_array(buckets)
     sizes = np.asarray(batch_sizes, dtype=np.int64).reshape(-1)
     index = np.searchsorted(arr, sizes, side="left")
     eager = index >= arr.size
@@ -180,7 +171,7 @@ def padding_waste(buckets, batch_sizes, weights) -> float:
 def eager_share(buckets, batch_sizes, weights) -> float:
     """Fraction of steps whose batch is above the largest bucket and so runs eager."""
     sizes, w = _as_workload(batch_sizes, weights)
-    return float(w[sizes > _as_buckets(buckets)[-1]].sum() / w.sum())
+    return float(w[sizes > bucket_array(buckets)[-1]].sum() / w.sum())
 
 
 def _dp_tables(sizes: np.ndarray, w: np.ndarray, cost: np.ndarray, max_buckets: int):

@@ -14,9 +14,6 @@ BATCH_RANGE = (1, 512)  # what the page's "Batch size" slider offers
 LAYERS_RANGE = (1, 128)  # what the page's "Layers" slider offers
 MAX_SIM_BATCH = 65_536  # the simulator itself accepts more (sweeps, bucket studies), but not unbounded
 
-# The chapter's bucket layout: dense where batches are common, sparse where they are rare.
-CHAPTER_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
-
 
 def _check_int(owner: str, name: str, value, low: int, high: int) -> None:
     # bool is an int subclass; `layers=True` is a bug, not one layer.
@@ -129,24 +126,6 @@ class Preset:
             raise ValueError("Preset.model: must be a ModelConfig")
         if not isinstance(self.hardware, HardwareConfig):
             raise ValueError("Preset.hardware: must be a HardwareConfig")
-
-
-def bucket_for(batch: int, buckets) -> int | None:
-    """The smallest captured batch size that fits `batch`; None above the largest (run eagerly)."""
-    fitting = [b for b in buckets if b >= batch]
-    return min(fitting) if fitting else None
-
-
-def check_buckets(buckets, owner: str = "buckets") -> tuple[int, ...]:
-    """Sorted, distinct, positive integer bucket sizes, or ValueError naming the field."""
-    try:
-        values = tuple(buckets)
-    except TypeError:
-        raise ValueError(f"{owner}: must be a sequence of batch sizes") from None
-    for b in values:
-        if isinstance(b, bool) or not isinstance(b, int) or b < 1 or b > MAX_SIM_BATCH:
-            raise ValueError(f"{owner}: each bucket must be an integer from 1 to {MAX_SIM_BATCH}, got {b!r}")
-    return tuple(sorted(set(values)))
 
 
 _CHAPTER_NOTE = """\

@@ -6,9 +6,10 @@ import textwrap
 
 import numpy as np
 
-from sim.config import CHAPTER_BUCKETS, HardwareConfig, ModelConfig
+from core.modes import CHAPTER_BUCKETS, COMBOS, combo_label
+from sim.config import HardwareConfig, ModelConfig
 from sim.kernels import FUSED_PER_LAYER, FUSIONS, MODEL_LEVEL, UNFUSED_PER_LAYER, fusion_table
-from sim.schedule import COMBO_LABELS, COMBOS, StepSettings, simulate_step, sweep
+from sim.schedule import StepSettings, simulate_step, sweep
 
 POWERS_OF_TWO = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
@@ -21,7 +22,7 @@ def _bytes(n: float) -> str:
 
 
 def _combo_name(combo) -> str:
-    return COMBO_LABELS[combo]
+    return combo_label(*combo)
 
 
 def format_sweep_table(

@@ -18,18 +18,11 @@ from functools import lru_cache
 
 import numpy as np
 
+from core.modes import CHAPTER_BUCKETS, COMBOS, bucket_for, check_buckets, combo_label
 from core.timeline import CPU_BOUND, GPU_BOUND, StepMetrics, Timeline
-from sim.config import CHAPTER_BUCKETS, MAX_SIM_BATCH, HardwareConfig, ModelConfig, bucket_for, check_buckets
+from sim.config import MAX_SIM_BATCH, HardwareConfig, ModelConfig
 from sim.kernels import kernel_arrays, kernel_groups, kernel_names, kv_groups, roofline_us
 from sim.timing import schedule_starts
-
-COMBOS = ((False, False), (True, False), (False, True), (True, True))  # (fusion, graphs)
-COMBO_LABELS = {
-    (False, False): "eager",
-    (True, False): "fusion",
-    (False, True): "graphs",
-    (True, True): "fusion+graphs",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +96,7 @@ def _timeline(model, hw, batch, fusion, graphs, buckets) -> tuple[Timeline, int 
         cpu_dur = np.full(n, hw.eager_launch_us)
         cpu_names = _launch_names(model.n_layers, fusion)
         launched_by = np.arange(n)
-    mode = COMBO_LABELS[(fusion, use_graph)]
+    mode = combo_label(fusion, use_graph)
     label = f"{model.name} · batch {batch} · {mode}"
     if use_graph and bucket > batch:
         label += f" (padded to bucket {bucket})"

@@ -28,9 +28,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.config import HardwareConfig, ModelConfig, bucket_for
+from core.modes import bucket_for, combo_label
+from sim.config import HardwareConfig, ModelConfig
 from sim.kernels import FUSIONS, MODEL_LEVEL, kernel_groups, kv_groups, roofline_us
-from sim.schedule import COMBO_LABELS, SimulatedStep, StepSettings
+from sim.schedule import SimulatedStep, StepSettings
 from sim.timing import (
     GraphReplayCost,
     KernelFamilyCost,
@@ -147,7 +148,7 @@ def _tp_timeline(model, hw, s: StepSettings, tp: int, allreduce: AllReduceCost):
     bucket = bucket_for(s.batch, s.buckets) if s.graphs else None
     rows = bucket if bucket is not None else s.batch
     dur, names = tp_step_kernels(model, hw, s.fusion, tp, rows, rows - s.batch, allreduce)
-    mode = COMBO_LABELS[(s.fusion, bucket is not None)]
+    mode = combo_label(s.fusion, bucket is not None)
     label = f"{model.name} · {tp} GPUs (tensor parallel), one GPU's lanes · batch {s.batch} · {mode}"
     if bucket is not None and bucket > s.batch:
         label += f" (padded to bucket {bucket})"

@@ -6,13 +6,11 @@ import pytest
 
 from sim.config import (
     BATCH_RANGE,
-    CHAPTER_BUCKETS,
     DEFAULT_PRESET,
     LAYERS_RANGE,
     PRESETS,
     HardwareConfig,
     ModelConfig,
-    bucket_for,
 )
 from sim.schedule import StepSettings
 
@@ -114,12 +112,3 @@ def test_step_settings_validation_names_the_field(kwargs, field):
 
 def test_step_settings_sorts_buckets():
     assert StepSettings(buckets=[8, 2, 4, 2]).buckets == (2, 4, 8)
-
-
-@pytest.mark.parametrize("batch, bucket", [(1, 1), (3, 4), (17, 24), (33, 48), (256, 256), (257, None)])
-def test_bucket_for(batch, bucket):
-    assert bucket_for(batch, CHAPTER_BUCKETS) == bucket
-
-
-def test_bucket_for_empty_layout():
-    assert bucket_for(1, ()) is None

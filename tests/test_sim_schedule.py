@@ -3,8 +3,9 @@
 import numpy as np
 import pytest
 
+from core.modes import CHAPTER_BUCKETS
 from core.timeline import CPU_BOUND, GPU_BOUND
-from sim.config import CHAPTER_BUCKETS, PRESETS, HardwareConfig, ModelConfig
+from sim.config import PRESETS, HardwareConfig, ModelConfig
 from sim.kernels import kernel_times_us, step_kernels
 from sim.schedule import COMBOS, StepSettings, simulate_step, sweep
 

@@ -17,6 +17,7 @@ import math
 import numpy as np
 import plotly.graph_objects as go
 
+from core.modes import COMBOS, combo_title
 from core.timeline import Timeline
 
 # How many launches the lanes show unless the whole step is asked for (the chapter shows 18).
@@ -40,18 +41,6 @@ COMM_MARKERS = ("all_reduce", "allreduce", "nccl")
 STEP_COLOUR = "#222222"
 
 KINDS = ("CPU launch", "GPU kernel", "idle")
-COMBOS = ((False, False), (True, False), (False, True), (True, True))
-
-
-def combo_title(fusion: bool, graphs: bool) -> str:
-    """Short name of one toggle combination, as the sweep chart and tables label it."""
-    if fusion and graphs:
-        return "fusion + graphs"
-    if fusion:
-        return "fusion"
-    if graphs:
-        return "graphs"
-    return "unoptimised"
 
 
 # -- lanes ---------------------------------------------------------------------

@@ -21,13 +21,6 @@ from ui.probe_results import available_results, describe, recorded, run_picker, 
 from ui.probe_tables import modes_table, run_facts
 
 MODES = probe_result.MODES
-SIM_EQUIVALENT = {
-    "eager": (False, False),
-    "fused": (True, False),
-    "graph": (False, True),
-    "fused+graph": (True, True),
-    "compile": (True, True),
-}
 
 # URL key -> spec, read by ui.url_params before any widget.
 PROBE_PARAMS: dict[str, tuple] = {

@@ -9,10 +9,11 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from sim.config import BATCH_RANGE, CHAPTER_BUCKETS, HardwareConfig, ModelConfig
+from core.modes import CHAPTER_BUCKETS, combo_title
+from sim.config import BATCH_RANGE, HardwareConfig, ModelConfig
 from sim.kernels import FUSED_PER_LAYER, MODEL_LEVEL, UNFUSED_PER_LAYER, fusion_table, step_kernels
 from sim.schedule import Sweep, sweep
-from ui.charts import combo_title, sweep_figure
+from ui.charts import sweep_figure
 
 SWEEP_BATCHES = np.arange(BATCH_RANGE[0], BATCH_RANGE[1] + 1)
 

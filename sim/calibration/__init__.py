@@ -11,8 +11,9 @@
 
 from functools import lru_cache
 
+from core.modes import FIT_MODES
 from sim.calibration.fit import GOAL, WORST_GOAL, Calibration, calibrate
-from sim.calibration.model import FIT_MODES, NAMES, PARAMS, model_from_result, points_from_result
+from sim.calibration.model import NAMES, PARAMS, model_from_result, points_from_result
 from sim.calibration.preset import calibrated_preset
 from sim.calibration.synthetic import synthetic_result
 from sim.timing import GraphReplayCost

@@ -24,11 +24,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from core.modes import FIT_MODES
 from core.timeline import StepMetrics, Timeline
 from sim.calibration.families import FAMILIES
 from sim.calibration.least_squares import bounded_least_squares
 from sim.calibration.model import (
-    FIT_MODES,
     GPU_PARAMS,
     INPUT_COPY,
     NAMES,

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from core.modes import FIT_MODES, FUSED_MODES, GRAPH_MODES
 from core.timeline import Timeline
 from sim.calibration.families import FAMILIES, GEMV_MAX_ROWS, INDEX, MATMUL, classify, family_work
 from sim.calibration.families import NAMES as FAMILY_NAMES
@@ -41,9 +42,6 @@ from sim.timing import (
     schedule_starts,
 )
 
-FIT_MODES = ("eager", "fused", "graph", "fused+graph")  # what the model represents (compile is Inductor's)
-FUSED_MODES = ("fused", "fused+graph", "compile")
-GRAPH_MODES = ("graph", "fused+graph", "compile")
 INPUT_COPY = "multi_tensor_apply_kernel"  # torch._foreach_copy_ of a step's inputs into a graph's buffers
 
 # The latency a PDL GEMV hides inside a graph, before a run shows it: tools/kernel_sweep.py on the H200

@@ -16,8 +16,9 @@ import sys
 
 import numpy as np
 
+from core.modes import FIT_MODES
 from sim.calibration.fit import GOAL, WORST_GOAL, Calibration, calibrate
-from sim.calibration.model import FIT_MODES, NAMES, PARAMS
+from sim.calibration.model import NAMES, PARAMS
 
 
 def load_run(source: str):

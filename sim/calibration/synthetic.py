@@ -12,8 +12,9 @@ from dataclasses import replace
 
 import numpy as np
 
+from core.modes import FIT_MODES, FUSED_MODES, GRAPH_MODES
 from sim.calibration.families import GEMV_MAX_ROWS, INDEX, classify
-from sim.calibration.model import FIT_MODES, FUSED_MODES, GRAPH_MODES, Point, ProbeModel, params_vector
+from sim.calibration.model import Point, ProbeModel, params_vector
 from sim.config import ModelConfig
 
 ATEN_PER_LAYER = 40  # the probe's eager step: ~51 kernels a layer, 9 of them cuBLAS matmuls
