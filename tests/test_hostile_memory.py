@@ -73,3 +73,60 @@ def test_a_session_keeps_its_latest_four_uploads():
     assert [o.split("(")[1].split(",")[0] for o in uploaded] == [f"Upload GPU {i}" for i in range(2, 6)]
     assert at.selectbox(key="pr_run").value == uploaded[-1]
     assert not messages(at)
+
+
+def test_the_server_limit_covers_the_largest_uploader():
+    """Streamlit enforces a widget's max_upload_size in the browser only; the server takes up to
+    server.maxUploadSize from any client. The trace uploader needs a few hundred MB."""
+    import tomllib
+    from pathlib import Path
+
+    config = tomllib.loads((Path(__file__).resolve().parents[1] / ".streamlit" / "config.toml").read_text())
+    assert config["server"]["maxUploadSize"] == 512
+    at = page_on("Bucketing", bk_workload="uploaded CSV")
+    sizes = [u.proto.max_upload_size_mb for u in at.file_uploader]
+    sizes += [u.proto.max_upload_size_mb for u in page_on("Live GPU probe").file_uploader]
+    assert sizes and max(sizes) <= config["server"]["maxUploadSize"]
+
+
+def test_limits_are_stated_on_the_page_not_only_in_tooltips():
+    for tab, params, needle in (
+        ("Live GPU probe", {}, f"{MAX_RESULT_BYTES // 2**20} MB and"),
+        ("Calibration", {}, f"{MAX_RESULT_BYTES // 2**20} MB and"),
+        ("Bucketing", {"bk_workload": "uploaded CSV"}, "1,000,000 bytes and 10,000 rows"),
+    ):
+        at = page_on(tab, **params)
+        assert any(needle in c.value and c.value.startswith("Limits:") for c in at.caption), tab
+
+
+def test_an_oversized_probe_upload_is_refused_unread(monkeypatch):
+    """A client that ignores the browser's 20 MB limit gets the same one-line refusal; the file is
+    neither hashed for the cache nor parsed."""
+    import ui.probe_results
+
+    def never(data):
+        raise AssertionError("an oversized file was read")
+
+    monkeypatch.setattr(ui.probe_results, "_parse_upload", never)
+    for tab, key in (("Live GPU probe", "pr_upload"), ("Calibration", "cal_upload")):
+        at = page_on(tab)
+        at.file_uploader(key=key).set_value(
+            ("big.json", b" " * (MAX_RESULT_BYTES + 1), "application/json")
+        ).run()
+        assert not at.exception, tab
+        assert "big.json" in messages(at) and "larger than 20 MB (20.0 MB)" in messages(at), messages(at)
+
+
+def test_an_oversized_csv_is_refused_unread(monkeypatch):
+    import sim.workloads
+
+    def never(*args, **kwargs):
+        raise AssertionError("an oversized CSV was parsed")
+
+    monkeypatch.setattr(sim.workloads, "parse_histogram_csv", never)
+    at = page_on("Bucketing", bk_workload="uploaded CSV")
+    at.file_uploader(key="bk_csv_file").set_value(
+        ("big.csv", b"batch,count\n" + b"1,1\n" * 300_000, "text/csv")
+    ).run()
+    assert not at.exception
+    assert "too large (1,200,012 bytes; at most 1,000,000)" in messages(at)

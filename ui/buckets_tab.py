@@ -41,9 +41,10 @@ MAX_BATCH_RANGE = (1, 512)
 BUDGET_RANGE = (0, 4096)  # MiB
 GRAPHS_RANGE = (1, 128)
 CUSTOM_MAX_CHARS = 4000  # room for every size up to 512 typed out, short enough for a link
-CSV_UPLOAD_MB = (
-    1  # the uploader's own limit (Streamlit's default is 200 MB); the parser stops at MAX_CSV_BYTES
-)
+# The uploader's own limit, which the browser enforces; the server accepts up to server.maxUploadSize
+# (.streamlit/config.toml) from any client, so _workload checks the size itself before reading.
+CSV_UPLOAD_MB = 1
+CSV_LIMITS = f"Limits: {wl.MAX_CSV_BYTES:,} bytes and {wl.MAX_CSV_ROWS:,} rows."
 
 BUCKET_PARAMS: dict[str, tuple] = {
     "bk_view": ("choice", VIEWS),
@@ -206,13 +207,18 @@ def _workload(max_batch: int) -> wl.Workload:
             help=f"Up to {wl.MAX_CSV_BYTES:,} bytes and {wl.MAX_CSV_ROWS:,} rows; "
             "it stays in this browser session only.",
         )
+        st.caption(CSV_LIMITS)
         if upload is None:
             st.info(
                 "Upload a CSV such as `batch,count` / `1,120` / `8,40` … Until then: uniform 1–max batch."
             )
             return wl.uniform(max_batch)
         try:
-            return wl.parse_histogram_csv(upload.getvalue()[: wl.MAX_CSV_BYTES + 1], name=upload.name[:60])
+            if upload.size > wl.MAX_CSV_BYTES:  # refused unread: a client need not honour the browser's limit
+                raise ValueError(
+                    f"the file is too large ({upload.size:,} bytes; at most {wl.MAX_CSV_BYTES:,})"
+                )
+            return wl.parse_histogram_csv(upload.getvalue(), name=upload.name[:60])
         except ValueError as err:
             st.error(f"That CSV cannot be used: {plain(err)}. Showing a uniform workload instead.")
             return wl.uniform(max_batch)

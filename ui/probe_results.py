@@ -68,6 +68,18 @@ def _parse_upload(data: bytes):
     return probe_result.load_result(data)
 
 
+def too_large(size: int, limit: int, what: str) -> str | None:
+    """'result: file is larger than 20 MB (512.0 MB)', or None when `size` is within `limit`.
+
+    Every upload handler calls this before it reads the file: Streamlit enforces a widget's
+    `max_upload_size` in the browser only, and its server takes up to `server.maxUploadSize`
+    (.streamlit/config.toml) from any client for any uploader.
+    """
+    if size <= limit:
+        return None
+    return f"{what}: file is larger than {limit / 2**20:g} MB ({size / 2**20:,.1f} MB)"
+
+
 def session_results() -> dict:
     return st.session_state.setdefault(RESULTS_KEY, {})
 
@@ -85,6 +97,7 @@ def upload_widget(key: str, select_key: str) -> None:
         help=f"Schema-checked. {probe_result.LIMITS} It stays in this browser session only, which keeps "
         f"its {MAX_SESSION_UPLOADS} most recent uploads.",
     )
+    st.caption(f"Limits: {probe_result.LIMITS[0].lower()}{probe_result.LIMITS[1:]}")
     if file is None:
         return
     seen_key = f"_{key}_seen"  # the upload already handled: a rerun neither re-reads nor re-checks it
@@ -95,6 +108,9 @@ def upload_widget(key: str, select_key: str) -> None:
         return
     why = None
     try:
+        big = too_large(file.size, probe_result.MAX_RESULT_BYTES, "result")
+        if big:  # refused unread and unhashed: the browser's limit binds only a browser
+            raise ValueError(big)
         result = _parse_upload(file.getvalue())
     except ValueError as err:
         why = f"**{plain(file.name)}** is not a usable probe result: {plain(err)}"
