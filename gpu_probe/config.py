@@ -10,20 +10,17 @@ what people serve at batch 1, where a step is mostly the weight read.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
+
+from core.decoder import DecoderShape, check_int
 
 DTYPES = ("float32", "bfloat16", "float16")
 
 
 @dataclass(frozen=True, slots=True)
-class ProbeModelConfig:
-    name: str
-    n_layers: int
-    hidden: int
-    n_heads: int
-    n_kv_heads: int
-    ffn: int
-    vocab: int
+class ProbeModelConfig(DecoderShape):
+    """A decoder's shape (`core.decoder.DecoderShape`, tie_embeddings included) plus what the probe builds."""
+
     dtype: str = "bfloat16"
     # Paged KV cache: tokens per block, the longest sequence a block table can address,
     # and how many tokens of (random) context the measurement pretends were prefilled.
@@ -35,55 +32,34 @@ class ProbeModelConfig:
     rope_theta: float = 10000.0
     norm_eps: float = 1e-5
     seed: int = 0
-    # The LM head reuses the embedding table (Llama-3.2-1B): one table, read whole by the LM head.
-    tie_embeddings: bool = False
 
     def __post_init__(self) -> None:
-        for field_name in (
-            "n_layers",
-            "hidden",
-            "n_heads",
-            "n_kv_heads",
-            "ffn",
-            "vocab",
-            "block_size",
-            "max_context",
-            "prefill_len",
-            "max_batch",
-        ):
-            value = getattr(self, field_name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{field_name} must be a positive integer, got {value!r}")
-        if self.hidden % self.n_heads:
-            raise ValueError(f"hidden ({self.hidden}) must be divisible by n_heads ({self.n_heads})")
-        if self.n_heads % self.n_kv_heads:
-            raise ValueError(f"n_kv_heads ({self.n_kv_heads}) must divide n_heads ({self.n_heads})")
+        DecoderShape.__post_init__(self)
+        owner = "ProbeModelConfig"
+        for field_name in ("block_size", "max_context", "prefill_len", "max_batch"):
+            check_int(owner, field_name, getattr(self, field_name), 1, 1_048_576)
         head_dim = self.hidden // self.n_heads
         # RoPE rotates pairs (d, d + head_dim/2); the kernels load each half as a power-of-two tile.
         if head_dim % 2 or head_dim & (head_dim - 1):
-            raise ValueError(f"hidden / n_heads (head_dim {head_dim}) must be a power of two >= 2")
+            raise ValueError(f"{owner}.hidden / n_heads (head_dim {head_dim}): must be a power of two >= 2")
         if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+            raise ValueError(f"{owner}.dtype: must be one of {DTYPES}, got {self.dtype!r}")
         if self.prefill_len >= self.max_context:
             raise ValueError(
-                f"prefill_len ({self.prefill_len}) must be below max_context ({self.max_context})"
+                f"{owner}.prefill_len ({self.prefill_len}): must be below max_context ({self.max_context})"
             )
         if not (self.rope_theta > 0 and math.isfinite(self.rope_theta)):
-            raise ValueError(f"rope_theta must be a positive number, got {self.rope_theta!r}")
+            raise ValueError(f"{owner}.rope_theta: must be a positive number, got {self.rope_theta!r}")
         if not (0 < self.norm_eps < 1):
-            raise ValueError(f"norm_eps must be in (0, 1), got {self.norm_eps!r}")
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden // self.n_heads
+            raise ValueError(f"{owner}.norm_eps: must be in (0, 1), got {self.norm_eps!r}")
 
     @property
     def q_size(self) -> int:
-        return self.n_heads * self.head_dim
+        return self.q_dim
 
     @property
     def kv_size(self) -> int:
-        return self.n_kv_heads * self.head_dim
+        return self.kv_dim
 
     @property
     def max_blocks_per_seq(self) -> int:
@@ -96,17 +72,6 @@ class ProbeModelConfig:
         return 1 + self.max_batch * self.max_blocks_per_seq
 
     @property
-    def n_params(self) -> int:
-        per_layer = (
-            self.hidden * (self.q_size + 2 * self.kv_size)  # q, k, v
-            + self.q_size * self.hidden  # o
-            + 3 * self.hidden * self.ffn  # gate, up, down
-            + 2 * self.hidden
-        )  # two RMSNorm weights
-        tables = 1 if self.tie_embeddings else 2  # embedding and LM head
-        return self.n_layers * per_layer + tables * self.vocab * self.hidden + self.hidden
-
-    @property
     def bytes_per_el(self) -> int:
         return 4 if self.dtype == "float32" else 2
 
@@ -114,15 +79,10 @@ class ProbeModelConfig:
     def weight_bytes(self) -> int:
         """Bytes one decode step must read at least once: every weight (an untied embedding table is
         only gathered one row per token, ignored; a tied one is read whole as the LM head)."""
-        untied_embedding = 0 if self.tie_embeddings else self.vocab * self.hidden
-        return (self.n_params - untied_embedding) * self.bytes_per_el
-
-    def kv_cache_bytes(self, num_blocks: int | None = None) -> int:
-        blocks = self.num_blocks if num_blocks is None else num_blocks
-        return self.n_layers * 2 * blocks * self.block_size * self.kv_size * self.bytes_per_el
+        return self.read_params * self.bytes_per_el
 
     def to_dict(self) -> dict:
-        return {name: getattr(self, name) for name in self.__slots__}
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 PRESETS: dict[str, ProbeModelConfig] = {

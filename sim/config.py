@@ -10,17 +10,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from core.decoder import DecoderShape, check_int
+
 BATCH_RANGE = (1, 512)  # what the page's "Batch size" slider offers
 LAYERS_RANGE = (1, 128)  # what the page's "Layers" slider offers
 MAX_SIM_BATCH = 65_536  # the simulator itself accepts more (sweeps, bucket studies), but not unbounded
-
-
-def _check_int(owner: str, name: str, value, low: int, high: int) -> None:
-    # bool is an int subclass; `layers=True` is a bug, not one layer.
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{owner}.{name}: must be an integer, got {value!r}")
-    if not low <= value <= high:
-        raise ValueError(f"{owner}.{name}: must be from {low} to {high}, got {value}")
 
 
 def _check_float(owner: str, name: str, value, low: float, high: float, low_open: bool = False) -> None:
@@ -33,57 +27,17 @@ def _check_float(owner: str, name: str, value, low: float, high: float, low_open
 
 
 @dataclass(frozen=True, slots=True)
-class ModelConfig:
-    """A Llama-style decoder: RMSNorm, GQA attention with RoPE, SwiGLU FFN."""
+class ModelConfig(DecoderShape):
+    """A decoder's shape (`core.decoder.DecoderShape`) plus what a simulated step needs."""
 
-    name: str
-    n_layers: int
-    hidden: int
-    n_heads: int
-    n_kv_heads: int
-    ffn: int
-    vocab: int
     bytes_per_el: float = 2  # bf16 weights and activations; 1 for fp8, 0.5 for int4 weights
     context_len: int = 1024  # tokens already in each sequence's KV cache at this decode step
 
     def __post_init__(self) -> None:
+        DecoderShape.__post_init__(self)
         owner = "ModelConfig"
-        if not isinstance(self.name, str) or not self.name.strip():
-            raise ValueError(f"{owner}.name: must be a non-empty string")
-        _check_int(owner, "n_layers", self.n_layers, 1, 1024)
-        _check_int(owner, "hidden", self.hidden, 1, 65_536)
-        _check_int(owner, "n_heads", self.n_heads, 1, 1024)
-        _check_int(owner, "n_kv_heads", self.n_kv_heads, 1, 1024)
-        _check_int(owner, "ffn", self.ffn, 1, 262_144)
-        _check_int(owner, "vocab", self.vocab, 1, 1_048_576)
         _check_float(owner, "bytes_per_el", self.bytes_per_el, 0, 8, low_open=True)
-        _check_int(owner, "context_len", self.context_len, 1, 1_048_576)
-        if self.hidden % self.n_heads:
-            raise ValueError(f"{owner}.n_heads: must divide hidden ({self.hidden}), got {self.n_heads}")
-        if self.n_heads % self.n_kv_heads:
-            raise ValueError(
-                f"{owner}.n_kv_heads: must divide n_heads ({self.n_heads}) for grouped-query attention, "
-                f"got {self.n_kv_heads}"
-            )
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden // self.n_heads
-
-    @property
-    def q_dim(self) -> int:
-        return self.n_heads * self.head_dim
-
-    @property
-    def kv_dim(self) -> int:
-        return self.n_kv_heads * self.head_dim
-
-    @property
-    def n_params(self) -> int:
-        """Weights read by one decode step (embedding and an untied LM head included)."""
-        h = self.hidden
-        per_layer = h * self.q_dim + 2 * h * self.kv_dim + self.q_dim * h + 3 * h * self.ffn + 2 * h
-        return self.n_layers * per_layer + 2 * self.vocab * h + h
+        check_int(owner, "context_len", self.context_len, 1, 1_048_576)
 
     def with_layers(self, n_layers: int) -> ModelConfig:
         return replace(self, n_layers=n_layers)

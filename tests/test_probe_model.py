@@ -72,6 +72,19 @@ def test_1b_preset_is_llama_3_2_1b_shaped():
     assert cfg.weight_bytes == cfg.n_params * 2  # the tied table is read whole, as the LM head
 
 
+def test_config_is_the_shared_decoder_shape():
+    from dataclasses import replace
+
+    from core.decoder import DecoderShape
+
+    cfg = PRESETS["small"]
+    assert isinstance(cfg, DecoderShape) and (cfg.q_size, cfg.kv_size) == (cfg.q_dim, cfg.kv_dim)
+    assert cfg.to_dict()["tie_embeddings"] is False and set(cfg.to_dict()) >= {"dtype", "seed", "n_kv_heads"}
+    with pytest.raises(ValueError, match="ProbeModelConfig.n_heads: must divide hidden"):
+        replace(cfg, n_heads=3)
+    assert not hasattr(cfg, "kv_cache_bytes")  # the pool's size is PagedKVCache's to say
+
+
 def test_tiny_model_counts_its_parameters(model):
     assert model.n_params == model.cfg.n_params
     assert model.weight_bytes == (model.cfg.n_params - 256 * 64) * 4

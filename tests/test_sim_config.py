@@ -112,3 +112,34 @@ def test_step_settings_validation_names_the_field(kwargs, field):
 
 def test_step_settings_sorts_buckets():
     assert StepSettings(buckets=[8, 2, 4, 2]).buckets == (2, 4, 8)
+
+
+def test_the_simulator_and_the_probe_share_one_decoder_shape():
+    from dataclasses import fields
+
+    from core.decoder import DecoderShape
+    from gpu_probe.config import PRESETS as PROBE_PRESETS
+    from sim.calibration import model_from_result
+    from sim.calibration.report import load_run
+
+    shape_fields = [f.name for f in fields(DecoderShape)]
+    assert issubclass(ModelConfig, DecoderShape)
+    assert [f.name for f in fields(ModelConfig)][: len(shape_fields)] == shape_fields
+    # The 1b run's decoder ties its embeddings: the simulator's copy of it counts the table once.
+    one_b = model_from_result(load_run("gpu_probe/recorded/h200-1b.json"))
+    probe = PROBE_PRESETS["1b"]
+    assert one_b.tie_embeddings and one_b.n_params == probe.n_params == 1_235_814_400
+    assert {f: getattr(one_b, f) for f in shape_fields} == {f: getattr(probe, f) for f in shape_fields}
+    small = model_from_result(load_run("recorded"))
+    assert not small.tie_embeddings and small.n_params == PROBE_PRESETS["small"].n_params
+
+
+def test_tied_embeddings_read_the_same_bytes_but_count_the_table_once():
+    from dataclasses import replace
+
+    m = CHAPTER.model
+    tied = replace(m, tie_embeddings=True)
+    assert m.n_params - tied.n_params == m.vocab * m.hidden
+    assert tied.read_params == m.read_params  # the LM head reads the table whole either way
+    with pytest.raises(ValueError, match="ModelConfig.tie_embeddings"):
+        replace(m, tie_embeddings="yes")

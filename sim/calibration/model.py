@@ -118,7 +118,8 @@ def graph_cost(params: dict, pdl_chain: bool = False) -> GraphReplayCost:
 
 # -- the probe's model and measured points ---------------------------------------
 def model_from_result(result) -> ModelConfig:
-    """The simulator's ModelConfig for the probe's decoder (`result.model["config"]`)."""
+    """The simulator's ModelConfig for the probe's decoder (`result.model["config"]`): the same
+    `core.decoder.DecoderShape` fields as the probe's ProbeModelConfig, tied embeddings included."""
     cfg = result.model.get("config", {})
     settings = getattr(result, "settings", {}) or {}
     dtype_bytes = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -133,6 +134,7 @@ def model_from_result(result) -> ModelConfig:
             n_kv_heads=cfg.get("n_kv_heads", cfg["n_heads"]),
             ffn=cfg["ffn"],
             vocab=cfg["vocab"],
+            tie_embeddings=bool(cfg.get("tie_embeddings", False)),
             bytes_per_el=bytes_per_el,
             context_len=int(context),
         )
