@@ -51,12 +51,34 @@ def free_port() -> int:
 
 
 @contextmanager
-def app_server(log_path: Path | None = None):
+def app_server(log_path: Path | None = None, extra_args: tuple[str, ...] = ()):
     """`streamlit run app.py` on a free port; yields the base URL, stops the server afterwards."""
+    with app_server_process(log_path, extra_args) as (base, _proc):
+        yield base
+
+
+def rss_mb(pid: int) -> tuple[float, float]:
+    """(resident now, peak resident since start) of a process, in MB (Linux /proc)."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        fields[key] = value
+    return (int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024)
+
+
+@contextmanager
+def app_server_process(
+    log_path: Path | None = None, extra_args: tuple[str, ...] = (), prefix: tuple[str, ...] = ()
+):
+    """As app_server, yielding (base URL, the server's Popen) for benches that watch the process.
+
+    `prefix` goes before the interpreter (e.g. `taskset -c 0`), `extra_args` after `app.py`'s options.
+    """
     port = free_port()
     log = open(log_path, "wb") if log_path else subprocess.DEVNULL
     proc = subprocess.Popen(
         [
+            *prefix,
             sys.executable,
             "-m",
             "streamlit",
@@ -72,6 +94,7 @@ def app_server(log_path: Path | None = None):
             "none",
             "--browser.gatherUsageStats",
             "false",
+            *extra_args,
         ],
         cwd=ROOT,
         stdout=log,
@@ -92,7 +115,7 @@ def app_server(log_path: Path | None = None):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"streamlit was not healthy within {STARTUP_TIMEOUT_S} s")
             time.sleep(0.25)
-        yield base
+        yield base, proc
     finally:
         proc.terminate()
         try:
