@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, replace
 
 from core.decoder import DecoderShape, check_int
+from sim.timing import GraphReplayCost
 
 BATCH_RANGE = (1, 512)  # what the page's "Batch size" slider offers
 LAYERS_RANGE = (1, 128)  # what the page's "Layers" slider offers
@@ -65,6 +66,12 @@ class HardwareConfig:
         _check_float(owner, "eager_launch_us", self.eager_launch_us, 0, 10_000, low_open=True)
         _check_float(owner, "graph_launch_us", self.graph_launch_us, 0, 100_000, low_open=True)
         _check_float(owner, "graph_node_gap_us", self.graph_node_gap_us, 0, 1_000)
+
+    @property
+    def replay_cost(self) -> GraphReplayCost:
+        """A graph replay on this hardware, in the one timing model's terms: one host call of
+        `graph_launch_us` (input copies included), then the nodes `graph_node_gap_us` apart."""
+        return GraphReplayCost(launch_us=self.graph_launch_us, node_gap_us=self.graph_node_gap_us)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,28 +1,29 @@
-"""A discrete-event schedule of one decode step, vectorised over kernels and batch sizes.
+"""One decode step as a schedule, vectorised over kernels and batch sizes, on the one timing model.
 
-Eager: the host issues launch i over [i·L, (i+1)·L]; kernel i starts once it is
-submitted and kernel i-1 has finished (plus the node gap when it was already
-queued): start_i = max((i+1)·L, end_{i-1} + gap). Graphs: one host interval (the
-replay, cost G), then the nodes run back to back with the node gap. The GPU-side gap
-applies to eager kernels that were waiting in the stream too, so graphs never lose
-to eager by the gap alone; it is hidden whenever the GPU waits for the host.
+Each kernel's GPU time is `sim.kernels.roofline_us` (the one kernel cost, `sim.timing.kernel_us`).
+Eager: the host issues launch i over [i·L, (i+1)·L] (`sim.timing.eager_timeline`); kernel i
+starts once it is submitted and kernel i-1 has finished, plus the node gap when it was already
+queued. Graphs: one replay (`sim.timing.GraphReplayCost`: the hardware's graph launch, then the
+nodes back to back with the node gap, `graph_replay_timeline`). The GPU-side gap applies to
+eager kernels that were waiting in the stream too, so graphs never lose to eager by the gap
+alone; it is hidden whenever the GPU waits for the host.
 
-The recurrence unrolls without a Python loop: with offsets C_i = Σ_{j<i}(d_j + gap),
-start_i = C_i + max_{j≤i}(submit_j - C_j), a cumulative max along the kernel axis.
+The sweep needs only each step's end, so it asks the same recurrence for the last kernel's end
+(`sim.timing.stream_end_us`), over one layer's kernels repeated n_layers times: [n_batches,
+kernels per layer] of work instead of [n_batches, kernels per step].
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 import numpy as np
 
 from core.modes import CHAPTER_BUCKETS, COMBOS, bucket_for, check_buckets, combo_label
 from core.timeline import CPU_BOUND, GPU_BOUND, StepMetrics, Timeline
 from sim.config import MAX_SIM_BATCH, HardwareConfig, ModelConfig
-from sim.kernels import kernel_arrays, kernel_groups, kernel_names, kv_groups, roofline_us
-from sim.timing import schedule_starts
+from sim.kernels import kernel_arrays, kernel_groups, kv_groups, roofline_us
+from sim.timing import eager_timeline, graph_replay_timeline, stream_end_us
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,16 +47,6 @@ class StepSettings:
         object.__setattr__(self, "buckets", check_buckets(self.buckets, "StepSettings.buckets"))
 
 
-def _plan(hw: HardwareConfig, n_kernels: int, batch: int, graphs: bool, buckets) -> tuple:
-    """(rows the GPU runs, whether a graph replays, the bucket or None, when each kernel is submitted)."""
-    bucket = bucket_for(batch, buckets) if graphs else None
-    if bucket is not None:
-        submit = np.zeros(n_kernels)
-        submit[0] = hw.graph_launch_us
-        return bucket, True, bucket, submit
-    return batch, False, None, np.arange(1, n_kernels + 1) * hw.eager_launch_us
-
-
 @dataclass(frozen=True, eq=False)
 class SimulatedStep:
     timeline: Timeline
@@ -73,46 +64,23 @@ class SimulatedStep:
         return self.baseline.step_us / self.metrics.step_us
 
 
-@lru_cache(maxsize=16)
-def _launch_names(n_layers: int, fusion: bool) -> tuple[str, ...]:
-    return tuple(f"launch {k}" for k in kernel_names(n_layers, fusion))
-
-
 def _timeline(model, hw, batch, fusion, graphs, buckets) -> tuple[Timeline, int | None]:
     weight, per_row, flops, names = kernel_arrays(model, fusion)
-    rows, use_graph, bucket, submit = _plan(hw, len(names), batch, graphs, buckets)
+    bucket = bucket_for(batch, buckets) if graphs else None
+    rows = batch if bucket is None else bucket
     kv = np.concatenate(
         [g if i != 1 else np.tile(g, model.n_layers) for i, g in enumerate(kv_groups(model, fusion))]
     )
     dur = roofline_us(weight, per_row, flops, hw, [rows], padded=[rows - batch], kv_per_row=kv)[0]
-    start = schedule_starts(submit, dur, hw.graph_node_gap_us)
-    n = len(names)
-    if use_graph:
-        cpu_start, cpu_dur = np.zeros(1), np.array([hw.graph_launch_us])
-        cpu_names = (f"cudaGraphLaunch (bucket {bucket}, {n} nodes)",)
-        launched_by = np.zeros(n, np.int64)
-    else:
-        cpu_start = np.arange(n) * hw.eager_launch_us
-        cpu_dur = np.full(n, hw.eager_launch_us)
-        cpu_names = _launch_names(model.n_layers, fusion)
-        launched_by = np.arange(n)
-    mode = combo_label(fusion, use_graph)
-    label = f"{model.name} · batch {batch} · {mode}"
-    if use_graph and bucket > batch:
+    label = f"{model.name} · batch {batch} · {combo_label(fusion, bucket is not None)}"
+    if bucket is None:
+        if graphs:
+            label += " (above the largest bucket: eager)"
+        return eager_timeline(dur, names, hw.eager_launch_us, hw.graph_node_gap_us, label=label), None
+    if bucket > batch:
         label += f" (padded to bucket {bucket})"
-    if graphs and not use_graph:
-        label += " (above the largest bucket: eager)"
-    return Timeline(
-        cpu_start,
-        cpu_dur,
-        cpu_names,
-        start,
-        dur,
-        names,
-        launched_by=launched_by,
-        source="simulated",
-        label=label,
-    ), bucket
+    host = f"cudaGraphLaunch (bucket {bucket}, {len(names)} nodes)"
+    return graph_replay_timeline(dur, names, hw.replay_cost, label=label, host_name=host), bucket
 
 
 def simulate_step(
@@ -204,18 +172,9 @@ class Sweep:
         return out
 
 
-def _exclusive_cumsum(x: np.ndarray) -> np.ndarray:
-    return np.cumsum(x, axis=-1) - x
-
-
 def _sweep_series(model, hw, batches: np.ndarray, fusion: bool, graphs: bool, buckets) -> SweepSeries:
-    """The same schedule as `sim.timing.schedule_starts`, reduced to what the metrics need, per batch row.
-
-    Only the last kernel's end matters: end = busy + (n-1)·gap + L - min_j X_j, where
-    X_j = Σ_{i<j}(d_i + gap - L) (the host's lead over the GPU shrinks by X_j). Layers repeat,
-    so the minimum over layer positions is taken over one layer's prefix and the first or last
-    layer's offset, keeping the work at [n_batches, kernels per layer].
-    """
+    """The steps' metrics per batch row: each kernel's time as in `simulate_step`, the end by
+    `sim.timing.stream_end_us` over (the kernels before the layers, one layer × n_layers, after)."""
     before, layer, after = kernel_groups(model, fusion)
     n_layers = model.n_layers
     n = len(before[0]) + n_layers * len(layer[0]) + len(after[0])
@@ -226,30 +185,26 @@ def _sweep_series(model, hw, batches: np.ndarray, fusion: bool, graphs: bool, bu
         bucket_rows, use_graph = batches, np.zeros(len(batches), bool)
     rows = np.where(use_graph, bucket_rows, batches)
     padded = rows - batches  # dummy rows: matmul rows, but no KV-cache reads
-    d_before, d_layer, d_after = (
+    durs = [
         roofline_us(*group, hw, rows, padded, kv)
         for group, kv in zip((before, layer, after), kv_groups(model, fusion))
-    )
-    busy = d_before.sum(axis=1) + n_layers * d_layer.sum(axis=1) + d_after.sum(axis=1)
-    gaps = (n - 1) * hw.graph_node_gap_us
+    ]
+    busy = durs[0].sum(axis=1) + n_layers * durs[1].sum(axis=1) + durs[2].sum(axis=1)
+    gap, replay = hw.graph_node_gap_us, hw.replay_cost
 
-    # Eager: lowest point of the running sum X over the step (before, every layer, after).
-    lead = hw.graph_node_gap_us - hw.eager_launch_us
-    x_before, x_layer, x_after = d_before + lead, d_layer + lead, d_after + lead
-    s_before = x_before.sum(axis=1)
-    per_layer = x_layer.sum(axis=1)
-    lowest = np.minimum.reduce(
-        [
-            _exclusive_cumsum(x_before).min(axis=1, initial=0.0),
-            s_before + np.minimum(0.0, (n_layers - 1) * per_layer) + _exclusive_cumsum(x_layer).min(axis=1),
-            s_before + n_layers * per_layer + _exclusive_cumsum(x_after).min(axis=1, initial=np.inf),
-        ]
-    )
-    eager_end = busy + gaps + hw.eager_launch_us - lowest
-    graph_end = hw.graph_launch_us + busy + gaps  # nodes back to back after the replay call
-    gpu_end = np.where(use_graph, graph_end, eager_end)
-    cpu_launch = np.where(use_graph, hw.graph_launch_us, n * hw.eager_launch_us)
-    step = np.maximum(gpu_end, cpu_launch)  # host intervals run back to back from 0
+    def end(first_ready, host_per_kernel):
+        segments = zip([host_per_kernel] * 3, durs, [gap] * 3, (1, n_layers, 1))
+        return stream_end_us(first_ready, list(segments))
+
+    eager_host = n * hw.eager_launch_us
+    graph_host = replay.host_us(n)
+    eager_step = np.maximum(end(0.0, hw.eager_launch_us), eager_host)
+    if use_graph.any():
+        graph_step = np.maximum(end(replay.first_ready_us, replay.per_node_host_us), graph_host)
+        step = np.where(use_graph, graph_step, eager_step)
+    else:
+        step = eager_step
+    cpu_launch = np.where(use_graph, graph_host, eager_host)
     return SweepSeries(
         step_us=step,
         cpu_launch_us=cpu_launch,

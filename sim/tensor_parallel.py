@@ -33,7 +33,6 @@ from sim.config import HardwareConfig, ModelConfig
 from sim.kernels import FUSIONS, MODEL_LEVEL, kernel_groups, kv_groups, roofline_us
 from sim.schedule import SimulatedStep, StepSettings
 from sim.timing import (
-    GraphReplayCost,
     KernelFamilyCost,
     eager_timeline,
     family_kernel_us,
@@ -155,7 +154,7 @@ def _tp_timeline(model, hw, s: StepSettings, tp: int, allreduce: AllReduceCost):
     if s.graphs and bucket is None:
         label += " (above the largest bucket: eager)"
     if bucket is not None:
-        cost = GraphReplayCost(launch_us=hw.graph_launch_us, node_gap_us=hw.graph_node_gap_us)
+        cost = hw.replay_cost
         return graph_replay_timeline(dur, names, cost, label=label), bucket
     return eager_timeline(dur, names, hw.eager_launch_us, hw.graph_node_gap_us, label=label), None
 

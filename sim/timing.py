@@ -8,7 +8,10 @@ what-ifs on an uploaded trace.
   its grid) plus the larger of bytes over the family's bandwidth and FLOPs over its
   matrix rate: `kernel_us`.
 - Kernels of one stream run in order: kernel i starts when it is ready (submitted by the
-  host) and the one before it has ended, plus the gap between them: `schedule_starts`.
+  host) and the one before it has ended, plus the gap between them: `schedule_starts` gives
+  every start, `stream_end_us` only the last kernel's end, for a stream of repeated segments
+  (a step's layers) without expanding them -- the same recurrence, unrolled (a test checks
+  one against the other).
 - A CUDA graph replay is one host call, fixed plus a little per node, after the step's
   inputs are copied into the graph's static buffers; the nodes reach the GPU one after
   another while the call runs, and run back to back, `node_gap_us` apart (fill and drain between dependent kernels, which
@@ -21,6 +24,7 @@ numpy only.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -68,10 +72,43 @@ def schedule_starts(ready_us, dur_us, gap_us=0.0) -> np.ndarray:
     return offset + np.maximum.accumulate(ready - offset, axis=-1)
 
 
+def stream_end_us(first_ready_us, segments) -> np.ndarray:
+    """End of the last kernel of one stream, the stream given as repeated segments: no kernel loop.
+
+    The same recurrence as `schedule_starts` (its last kernel's end), for a step whose layers
+    repeat: `segments` is a sequence of (host_us, dur_us, gap_us, repeats), each segment's
+    kernels run `repeats` times in a row. The host submits kernel i at
+    ready_i = first_ready + Σ_{k<=i} host_k (eager: `first_ready` 0 and host_k each launch's
+    cost; a graph replay: the call's fixed cost and the per-node cost, as `GraphReplayCost`).
+    The last kernel ends at max_i (ready_i + d_i + Σ_{k>i} (gap_k + d_k)): the last kernel that
+    waited for the host, then the rest back to back. With Q_i = Σ_{k<=i} (host_k - gap_k - d_k)
+    that is first_ready + Σ_k (d_k + gap_k) + max_i (Q_i + d_i), and a segment repeated r times
+    adds r times its sum to Q, so its maximum is its first copy's plus max(0, (r-1)·sum).
+    Leading axes of `dur_us` (one row per batch size, say) broadcast.
+    """
+    total, lead, best = 0.0, 0.0, -np.inf  # Σ (d + gap); Q before the segment; max (Q_i + d_i)
+    for host_us, dur_us, gap_us, repeats in segments:
+        dur = np.asarray(dur_us, np.float64)
+        if dur.shape[-1] == 0 or repeats < 1:
+            continue
+        gap = np.broadcast_to(np.asarray(gap_us, np.float64), dur.shape)
+        q = np.cumsum(np.asarray(host_us, np.float64) - gap - dur, axis=-1)
+        step = q[..., -1]  # what one copy of the segment adds to Q
+        best = np.maximum(best, lead + (q + dur).max(axis=-1) + np.maximum(0.0, (repeats - 1) * step))
+        lead = lead + repeats * step
+        total = total + repeats * (dur + gap).sum(axis=-1)
+    return np.asarray(first_ready_us, np.float64) + total + best
+
+
 def eager_ready_us(launch_us, n: int) -> np.ndarray:
     """When each of n eager launches has been submitted: the host issues them back to back."""
     launch = np.broadcast_to(np.asarray(launch_us, np.float64), (n,))
     return np.cumsum(launch)
+
+
+@lru_cache(maxsize=32)
+def _launch_names(kernel_names: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(f"launch {k}" for k in kernel_names)
 
 
 def eager_timeline(kernel_dur_us, kernel_names, launch_us, gap_us=0.0, label: str = "") -> Timeline:
@@ -84,7 +121,7 @@ def eager_timeline(kernel_dur_us, kernel_names, launch_us, gap_us=0.0, label: st
     return Timeline(
         cpu_start=ready - launch,
         cpu_dur=launch,
-        cpu_names=tuple(f"launch {k}" for k in names),
+        cpu_names=_launch_names(names),
         gpu_start=schedule_starts(ready, dur, gap_us),
         gpu_dur=dur,
         gpu_names=names,
@@ -113,15 +150,28 @@ class GraphReplayCost:
         driver submits the nodes one after another (`per_node_host_us` each) while the call runs."""
         return self.input_copy_us + self.launch_us + self.per_node_host_us * np.arange(1, n_nodes + 1)
 
-    def step_us(self, kernel_dur_us) -> float:
-        """Step time of one replay (no Timeline built): the last node's end, or the host call's."""
+    @property
+    def first_ready_us(self) -> float:
+        """Host time before the first node is submitted, less its own per-node cost (`stream_end_us`)."""
+        return self.input_copy_us + self.launch_us
+
+    def step_us(self, kernel_dur_us) -> np.ndarray | float:
+        """Step time of one replay (no Timeline built): the last node's end, or the host call's.
+
+        Leading axes of `kernel_dur_us` broadcast (one step per row)."""
         dur = np.asarray(kernel_dur_us, np.float64)
-        start = schedule_starts(self.ready_us(dur.shape[-1]), dur, self.node_gap_us)
-        return float(max((start + dur).max(initial=0.0), self.host_us(dur.shape[-1])))
+        n = dur.shape[-1]
+        if n == 0:
+            return float(self.host_us(0))
+        end = stream_end_us(self.first_ready_us, [(self.per_node_host_us, dur, self.node_gap_us, 1)])
+        step = np.maximum(end, self.host_us(n))
+        return float(step) if step.ndim == 0 else step
 
 
-def graph_replay_timeline(kernel_dur_us, kernel_names, cost: GraphReplayCost, label: str = "") -> Timeline:
-    """One graph launch on the CPU lane; the kernels back to back on the GPU, `node_gap_us` apart."""
+def graph_replay_timeline(
+    kernel_dur_us, kernel_names, cost: GraphReplayCost, label: str = "", host_name: str | None = None
+) -> Timeline:
+    """One graph launch on the CPU lane (`host_name`); the kernels back to back on the GPU, `node_gap_us` apart."""
     dur = np.asarray(kernel_dur_us, np.float64)
     names = tuple(kernel_names)
     n = len(dur)
@@ -131,7 +181,7 @@ def graph_replay_timeline(kernel_dur_us, kernel_names, cost: GraphReplayCost, la
     return Timeline(
         cpu_start=np.zeros(1),
         cpu_dur=np.array([host]),
-        cpu_names=(f"cudaGraphLaunch ({n} nodes)",),
+        cpu_names=(host_name or f"cudaGraphLaunch ({n} nodes)",),
         gpu_start=start,
         gpu_dur=dur,
         gpu_names=names,

@@ -183,3 +183,25 @@ def test_padded_rows_cost_matmul_rows_not_kv_reads():
     assert step.metrics.step_us < exact.metrics.step_us  # the dummy rows skip the KV reads
     sw = sweep(preset.model, preset.hardware, [33])
     assert sw[(True, True)].step_us[0] == pytest.approx(step.metrics.step_us, rel=1e-9)
+
+
+def test_the_schedule_is_the_one_timing_models():
+    # simulate_step draws its lanes with sim.timing's eager and replay timelines, and the sweep asks
+    # sim.timing for each step's end: no recurrence of its own.
+    import inspect
+
+    import sim.schedule
+    from sim.kernels import kernel_arrays
+    from sim.timing import eager_timeline, graph_replay_timeline
+
+    source = inspect.getsource(sim.schedule)
+    assert "cumsum" not in source and "accumulate" not in source
+    hw, model = CHAPTER.hardware, CHAPTER.model
+    names = kernel_arrays(model, False)[3]
+    eager = chapter_step(batch=8)
+    same = eager_timeline(eager.timeline.gpu_dur, names, hw.eager_launch_us, hw.graph_node_gap_us)
+    np.testing.assert_array_equal(eager.timeline.gpu_start, same.gpu_start)
+    graph = chapter_step(batch=8, graphs=True)
+    same = graph_replay_timeline(graph.timeline.gpu_dur, names, hw.replay_cost)
+    np.testing.assert_array_equal(graph.timeline.gpu_start, same.gpu_start)
+    assert graph.timeline.cpu_dur.tolist() == [hw.replay_cost.host_us(len(names))]

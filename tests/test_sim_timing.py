@@ -12,6 +12,7 @@ from sim.timing import (
     graph_replay_timeline,
     kernel_us,
     schedule_starts,
+    stream_end_us,
 )
 
 
@@ -31,6 +32,45 @@ def test_schedule_starts_matches_the_recurrence_written_as_a_loop(seed):
     dur = rng.uniform(0.1, 5, n)
     gap = rng.uniform(-0.5, 1.0, n) if seed % 2 else 0.3
     np.testing.assert_allclose(schedule_starts(ready, dur, gap), _loop_starts(ready, dur, gap), atol=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_stream_end_of_repeated_segments_is_the_expanded_schedules_last_end(seed):
+    # Segments of random kernels, some repeated (a step's layers), host costs that sometimes lead and
+    # sometimes lag the GPU, gaps that may be negative (PDL): the unrolled end equals the recurrence's.
+    rng = np.random.default_rng(seed)
+    segments = []
+    for _ in range(rng.integers(1, 4)):
+        m = int(rng.integers(1, 6))
+        segments.append(
+            (
+                rng.uniform(0.1, 8, m),
+                rng.uniform(0.1, 8, (3, m)),
+                rng.uniform(-0.5, 1.0, m),
+                int(rng.integers(1, 9)),
+            )
+        )
+    first = float(rng.uniform(0, 20))
+    host = np.concatenate([np.tile(h, r) for h, _, _, r in segments])
+    dur = np.concatenate([np.tile(d, (1, r)) for _, d, _, r in segments], axis=1)
+    gap = np.concatenate([np.tile(g, r) for _, _, g, r in segments])
+    ready = first + np.cumsum(host)
+    for row in range(3):
+        expected = _loop_starts(ready, dur[row], gap)[-1] + dur[row, -1]
+        assert stream_end_us(first, segments)[row] == pytest.approx(expected, abs=1e-9)
+    np.testing.assert_allclose(
+        stream_end_us(first, segments), (schedule_starts(ready, dur, gap) + dur)[:, -1]
+    )
+
+
+def test_graph_replay_step_broadcasts_and_matches_its_timeline():
+    cost = GraphReplayCost(launch_us=3.0, per_node_host_us=2.0, node_gap_us=0.5)
+    dur = np.array([[1.0, 1.0, 1.0], [9.0, 9.0, 9.0]])
+    steps = cost.step_us(dur)
+    assert steps.shape == (2,)
+    for row, step in zip(dur, steps):
+        assert graph_replay_timeline(row, "abc", cost).step_us == pytest.approx(step)
+    assert steps[0] == pytest.approx(3.0 + 3 * 2.0 + 1.0)  # each node waits for the host's per-node cost
 
 
 def test_schedule_starts_broadcasts_over_leading_axes():
