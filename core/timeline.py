@@ -1,15 +1,20 @@
 """One decode step as two lanes of intervals: the type both engines produce.
 
-The simulator (`sim.schedule`) and the live probe (`gpu_probe.trace`) both return a
+The simulator (`sim.schedule`) and the trace reader (`core.trace`) both return a
 `Timeline`, so one chart function draws either and the two can be overlaid. All
 times are microseconds from the start of the step (the first CPU interval starts
 at 0 for a simulated step; a measured step is shifted so that it does too).
 
 A CPU interval is the host building and submitting one launch: an eager kernel
 launch, or one `cudaGraphLaunch` that submits a whole captured step. A GPU
-interval is one kernel executing. `launched_by[i]` is the CPU interval that
-submitted kernel i (-1 where unknown), which the Chrome-trace export turns into
-flow arrows.
+interval is one kernel (or copy, or memset) executing. `launched_by[i]` is the CPU
+interval that submitted kernel i (-1 where unknown), which the Chrome-trace export
+turns into flow arrows.
+
+A measured step can use several host threads and several CUDA streams: `cpu_thread`
+and `gpu_stream` say which (all 0 for a simulated step), and the lanes chart draws one
+lane each. What kind of work a GPU interval is (a compute kernel, a communication
+kernel, a copy, a memset) is read off its name by `gpu_kind`, the one classifier.
 """
 
 from __future__ import annotations
@@ -22,6 +27,25 @@ import numpy as np
 CPU_BOUND = "CPU launch"
 GPU_BOUND = "GPU"
 SOURCES = ("simulated", "measured", "recorded")
+
+# What a GPU interval is. Copies and memsets carry CUPTI's names ("Memcpy HtoD (Pageable -> Device)",
+# "Memset (Device)"); communication kernels are NCCL's, the engines' custom all-reduces (vLLM's and
+# SGLang's cross_device_reduce, torch's symmetric-memory one_shot/two_shot_all_reduce) and the simulator's.
+GPU_KINDS = ("kernel", "communication", "memcpy", "memset")
+_COMM_MARKERS = (
+    "nccl", "all_reduce", "allreduce", "all_gather", "allgather", "reduce_scatter", "reducescatter",
+    "cross_device_reduce", "alltoall", "all_to_all",
+)  # fmt: skip
+
+
+def gpu_kind(name: str) -> str:
+    """'kernel', 'communication', 'memcpy' or 'memset' for a GPU interval's name."""
+    if name.startswith(("Memcpy", "memcpy")):
+        return "memcpy"
+    if name.startswith(("Memset", "memset")):
+        return "memset"
+    lowered = name.lower()
+    return "communication" if any(m in lowered for m in _COMM_MARKERS) else "kernel"
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +83,8 @@ class Timeline:
     launched_by: np.ndarray = field(default=None)  # int index into the CPU lane per kernel
     source: str = "simulated"
     label: str = ""
+    gpu_stream: np.ndarray = field(default=None)  # CUDA stream of each GPU interval (None: all on stream 0)
+    cpu_thread: np.ndarray = field(default=None)  # host thread of each CPU interval (None: all on thread 0)
 
     def __post_init__(self) -> None:
         # Validate here so that an uploaded or hand-built timeline fails with a message
@@ -90,10 +116,40 @@ class Timeline:
         if np.any((by < -1) | (by >= max(len(self.cpu_start), 1))):
             raise ValueError("launched_by: each entry must index a CPU interval or be -1")
         object.__setattr__(self, "launched_by", by)
+        for name, n in (("gpu_stream", len(self.gpu_start)), ("cpu_thread", len(self.cpu_start))):
+            ids = getattr(self, name)
+            ids = np.zeros(n, np.int64) if ids is None else np.asarray(ids, np.int64).reshape(-1)
+            if len(ids) != n:
+                raise ValueError(
+                    f"{name}: needs one entry per {'GPU' if name == 'gpu_stream' else 'CPU'} interval"
+                )
+            if np.any(ids < 0):
+                raise ValueError(f"{name}: ids must not be negative")
+            object.__setattr__(self, name, ids)
         if self.source not in SOURCES:
             raise ValueError(f"source: must be one of {SOURCES}, got {self.source!r}")
 
     # -- derived quantities -------------------------------------------------
+    @property
+    def gpu_kinds(self) -> np.ndarray:
+        """The kind of each GPU interval (`gpu_kind` of its name), as an array of GPU_KINDS strings."""
+        kinds = self.__dict__.get("_gpu_kinds")
+        if kinds is None:
+            by_name = {name: gpu_kind(name) for name in set(self.gpu_names)}
+            kinds = np.array([by_name[name] for name in self.gpu_names], dtype=object)
+            object.__setattr__(self, "_gpu_kinds", kinds)
+        return kinds
+
+    @property
+    def streams(self) -> tuple[int, ...]:
+        """The CUDA streams the step's GPU work ran on, in ascending order."""
+        return tuple(int(s) for s in np.unique(self.gpu_stream))
+
+    @property
+    def threads(self) -> tuple[int, ...]:
+        """The host threads that launched the step's work, in ascending order."""
+        return tuple(int(t) for t in np.unique(self.cpu_thread))
+
     @property
     def cpu_end(self) -> np.ndarray:
         return self.cpu_start + self.cpu_dur
@@ -168,11 +224,13 @@ class Timeline:
             launched_by=self.launched_by[keep_gpu],
             source=self.source,
             label=self.label,
+            gpu_stream=self.gpu_stream[keep_gpu],
+            cpu_thread=self.cpu_thread[keep_cpu],
         )
 
     # -- serialisation (the probe's JSON holds one of these per run) ----------
     def to_dict(self) -> dict:
-        return {
+        out = {
             "source": self.source,
             "label": self.label,
             "cpu": {
@@ -187,6 +245,12 @@ class Timeline:
                 "launched_by": self.launched_by.tolist(),
             },
         }
+        # Streams and threads only where there is more than the one default: older files have neither.
+        if self.gpu_stream.any():
+            out["gpu"]["stream"] = self.gpu_stream.tolist()
+        if self.cpu_thread.any():
+            out["cpu"]["thread"] = self.cpu_thread.tolist()
+        return out
 
     @classmethod
     def from_dict(cls, data: dict, source: str | None = None) -> Timeline:
@@ -203,6 +267,8 @@ class Timeline:
                 gpu_dur=gpu["dur_us"],
                 gpu_names=tuple(gpu["name"]),
                 launched_by=gpu.get("launched_by"),
+                gpu_stream=gpu.get("stream"),
+                cpu_thread=cpu.get("thread"),
                 source=source or data.get("source", "measured"),
                 label=str(data.get("label", "")),
             )

@@ -5,7 +5,7 @@
   the time is the step's latency: host submission and GPU execution overlapped, whichever
   is longer. The host time to enqueue (return from the step call) is timed alongside.
 - `profile_step`: one step under torch.profiler (after one profiled warm-up step), exported
-  as a Chrome trace and parsed by `gpu_probe.trace` into a Timeline.
+  as a Chrome trace and read by `core.trace` (the page's trace reader too) into a Timeline.
 - `hbm_copy_GBps`: a large device-to-device copy, bytes read plus bytes written.
 - checks: graph == eager per bucket, the KV canary, the padding assertion with the bug on
   and off, fused == unfused.
@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from core.trace import STEP_ANNOTATION, TraceStep, analyse, kernels_per_layer
 from gpu_probe.decode_batch import bucket_for
 from gpu_probe.graph_runner import GraphRunner, PaddingCorruption
-from gpu_probe.trace import STEP_ANNOTATION, TraceStep, kernels_per_layer, parse_step
 
 
 def hbm_copy_GBps(nbytes: int = 2 * 2**30, iters: int = 20) -> float:
@@ -89,7 +89,8 @@ def profile_step(step, label: str, trace_path: str | os.PathLike | None = None) 
                     step()
                     torch.cuda.synchronize()
                 prof.step()
-        return parse_step(path, label=label)
+        # The step is the range around it: time 0 is the range's start, as in every probe run before.
+        return analyse(path, step_range=STEP_ANNOTATION, label=label).steps[-1]
     finally:
         if not keep:
             path.unlink(missing_ok=True)

@@ -1,8 +1,8 @@
 """`python -m sim`: the chapter's "Run it locally" script.
 
 Prints a batch-size sweep that marks the launch-bound region and the crossover, the
-fusion table (11 → 4 kernels per layer), and a bucket-layout comparison. Two
-subcommands hand over to their own modules: `buckets` and `calibrate`.
+fusion table (11 → 4 kernels per layer), and a bucket-layout comparison. Three
+subcommands hand over to their own modules: `buckets`, `calibrate` and `trace`.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from sim.report import POWERS_OF_TWO, full_report
 SUBCOMMANDS = {
     "buckets": "bucket layouts in depth: padding waste, graph memory, optimal layouts (sim.bucket_report)",
     "calibrate": "fit the timing model to a probe run; --check OTHER predicts another run (sim.calibration)",
+    "trace": "read torch.profiler traces: steps, lanes' readouts, what graphs and fusion would save (sim.trace_report)",
 }
 
 
@@ -88,6 +89,10 @@ def main(argv=None) -> int:
         from sim.calibration.report import main as calibrate_main
 
         return calibrate_main(argv[1:]) or 0
+    if argv and argv[0] == "trace":
+        from sim.trace_report import main as trace_main
+
+        return trace_main(argv[1:]) or 0
     args = build_parser().parse_args(argv)
     preset = PRESETS[args.preset]
     model = preset.model if args.layers is None else preset.model.with_layers(args.layers)

@@ -1,0 +1,972 @@
+"""A torch.profiler trace -> its decode steps, each a `core.timeline.Timeline` with its readouts.
+
+The one trace reader of this project: the probe's own traces, and any trace a user brings
+(vLLM, SGLang, Hugging Face transformers, torch.compile, their own code). numpy and the
+standard library only, so the page reads traces on machines without torch.
+
+Reading (`read_trace`): `.json`, `.json.gz`, `.pt.trace.json(.gz)`, from a path, bytes or a
+binary file object, gzip recognised by its magic bytes. The JSON is decoded one event at a time
+from a stream, and only the events the lanes need are kept, in compact columns: a 300 MB trace
+is never held as Python objects. Kept are
+- launch calls: the runtime and driver APIs that submit GPU work (`cudaLaunchKernel`,
+  `cudaLaunchKernelExC`, `cuLaunchKernel(Ex)` as Triton uses, cooperative launches,
+  `cudaGraphLaunch`, memcpy and memset), from every host thread, plus any other API call whose
+  correlation id a GPU event carries;
+- host synchronisation calls (`cudaDeviceSynchronize`, `cudaStreamSynchronize`, ...);
+- GPU events (kernels, memcpys, memsets) with their stream and correlation id: one graph launch
+  correlates with every kernel it replays;
+- CPU ranges (`ProfilerStep#N`, `record_function` names).
+
+Steps (`find_steps`), by the first rule that applies: the CPU range the caller names
+(`step_range`; the probe names `decode_step`); the profiler's `ProfilerStep#N` ranges; one step
+per `cudaGraphLaunch` group; host synchronisation between steps; else the whole trace. The rule
+used is reported with the steps.
+
+A step's lanes (`step_timeline`): time 0 is the step range's start, or where there is no range,
+the step's first launch call. A CPU interval is one launch call plus the host time before it on
+its thread since the previous launch (or the step's start, or the end of a synchronisation):
+the host's whole cost of building that launch -- Python, the dispatcher, argument packing and
+the call itself. Where a step replays a graph, the copies issued right before the graph launch
+(its inputs going into the static buffers) merge with it into one interval, as the simulator
+draws a replay. Each CUDA stream is a GPU lane of its own.
+
+Step readouts (`TraceStep`): kernels, launches, graph launches, streams, step time (time 0 to
+the end of the last GPU event, or of the last launch call if later), GPU busy (the union over
+all streams), utilisation, bound by, CPU launch time, GPU time by kind, and the launch delay:
+how long after its launch call ended each GPU event started.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import re
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from core.timeline import GPU_KINDS, StepMetrics, Timeline
+
+STEP_ANNOTATION = "decode_step"  # the probe's record_function around one step
+
+# -- limits: what one trace may make the reader hold or do ------------------------------------
+MAX_TEXT_CHARS = 2 * 10**9  # decompressed JSON characters read (a gzip bomb stops here)
+MAX_GPU_EVENTS = 5_000_000
+MAX_CALLS = 10_000_000
+MAX_EVENT_CHARS = 64 * 2**20  # one event object (a 64 MB event is not a profiler's)
+MAX_STEPS = 10_000
+_CHUNK = 4 * 2**20
+
+# -- what the trace's names and categories mean -------------------------------------------------
+_API_CATS = ("cuda_runtime", "cuda_driver", "runtime", "driver")
+_GPU_CATS = {"kernel": 0, "gpu_memcpy": 1, "memcpy": 1, "gpu_memset": 2, "memset": 2}
+_LAUNCH_PREFIXES = (
+    "cudaLaunch",  # cudaLaunchKernel, cudaLaunchKernelExC, cudaLaunchCooperativeKernel(Multidevice)
+    "cuLaunch",  # cuLaunchKernel(Ex), cuLaunchCooperativeKernel: Triton and other driver-API launchers
+    "cudaGraphLaunch",
+    "cuGraphLaunch",
+    "cudaMemcpy",
+    "cuMemcpy",
+    "cudaMemset",
+    "cuMemset",
+)
+_GRAPH_LAUNCHES = ("cudaGraphLaunch", "cuGraphLaunch")
+_SYNC_CALLS = frozenset(
+    {
+        "cudaDeviceSynchronize",
+        "cudaStreamSynchronize",
+        "cudaEventSynchronize",
+        "cuCtxSynchronize",
+        "cuStreamSynchronize",
+        "cuEventSynchronize",
+    }
+)
+_PROFILER_STEP = re.compile(r"ProfilerStep#(\d+)$")
+# A kernel that only copies: the input copies a graph runner issues before its replay
+# (torch._foreach_copy_, `copy_`, dtype casts) look like this.
+_COPY_KERNEL = re.compile(r"copy", re.IGNORECASE)
+
+RULES = {
+    "range": "the CPU range named {name!r}",
+    "profiler": "the profiler's ProfilerStep#N ranges",
+    "graph": "one step per cudaGraphLaunch",
+    "sync": "host synchronisation between steps",
+    "whole": "the whole trace as one step",
+}
+
+
+class TraceError(ValueError):
+    """A trace that cannot be read or has no step; the message is one sentence for the page."""
+
+
+# -- reading ----------------------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False)
+class Trace:
+    """The events of one trace file that the lanes need, as columns (times in µs)."""
+
+    name: str
+    device: str  # the first GPU's name where the trace has deviceProperties, else ''
+    names: tuple[str, ...]  # every kept event's name, once: the columns below index into it
+    # launch and synchronisation calls, sorted by start
+    call_ts: np.ndarray
+    call_dur: np.ndarray
+    call_thread: np.ndarray  # index into `threads`
+    call_name: np.ndarray
+    call_corr: np.ndarray  # -1 where none
+    # GPU events, sorted by start
+    gpu_ts: np.ndarray
+    gpu_dur: np.ndarray
+    gpu_stream: np.ndarray  # the CUDA stream id (device * 1_000_000 + stream where a file has several GPUs)
+    gpu_name: np.ndarray
+    gpu_corr: np.ndarray
+    gpu_bytes: np.ndarray  # memcpy / memset size, 0 for kernels
+    gpu_op_bytes: np.ndarray  # largest tensor input of the op that launched it (record_shapes), 0 unknown
+    # CPU ranges (record_function, ProfilerStep#N), sorted by start
+    range_ts: np.ndarray
+    range_dur: np.ndarray
+    range_thread: np.ndarray
+    range_name: np.ndarray
+    threads: tuple[str, ...]  # 'pid/tid' of each host thread
+    events: int  # events in the file, all kinds
+
+    def name_of(self, index) -> str:
+        return self.names[int(index)]
+
+
+class _Columns:
+    """Growing columns of one event kind (plain lists until the end: appending to arrays is slow)."""
+
+    def __init__(self, *fields: str):
+        self.fields = fields
+        self.data = {f: [] for f in fields}
+
+    def add(self, *values) -> None:
+        for f, v in zip(self.fields, values):
+            self.data[f].append(v)
+
+    def __len__(self) -> int:
+        return len(self.data[self.fields[0]])
+
+    def arrays(self, dtypes: dict, order_by: str) -> dict:
+        out = {f: np.asarray(self.data[f], dtypes.get(f, np.float64)) for f in self.fields}
+        order = np.argsort(out[order_by], kind="stable")
+        return {f: a[order] for f, a in out.items()}
+
+
+def read_trace(source, name: str | None = None) -> Trace:
+    """Read a Chrome trace written by torch.profiler; `TraceError` says in one sentence what is wrong."""
+    label = name or (Path(source).name if isinstance(source, (str, Path)) else "trace")
+    if isinstance(source, (str, Path)) and Path(source).suffix in (".nsys-rep", ".qdrep", ".sqlite"):
+        raise TraceError(_NSIGHT)
+    with _open_binary(source) as raw:
+        head = raw.peek(16)[:16] if hasattr(raw, "peek") else b""
+        binary = gzip.GzipFile(fileobj=raw) if head[:2] == b"\x1f\x8b" else raw
+        try:
+            text = io.TextIOWrapper(binary, encoding="utf-8-sig", errors="strict")
+            return _collect(_events(text), label)
+        except EOFError:
+            raise TraceError(
+                f"{label} ends early: the gzip stream is truncated (was the copy complete?)"
+            ) from None
+        except (gzip.BadGzipFile, zlib.error, OSError) as err:
+            raise TraceError(f"{label} is not a readable gzip file ({err})") from None
+        except UnicodeDecodeError:
+            if b"NSYS" in head.upper() or b"QDSTRM" in head.upper():
+                raise TraceError(_NSIGHT) from None
+            raise TraceError(f"{label} is not a JSON trace: it is not UTF-8 text") from None
+
+
+_NSIGHT = (
+    "This is an Nsight Systems report, not a PyTorch profiler trace: record the steps with torch.profiler "
+    "and export_chrome_trace (or the engine's torch-profiler option) and upload that JSON."
+)
+
+
+def _open_binary(source):
+    if isinstance(source, (str, Path)):
+        path = Path(source)
+        if not path.is_file():
+            raise TraceError(f"no such file: {str(path)[:300]}")
+        return io.BufferedReader(open(path, "rb"), buffer_size=_CHUNK)
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return io.BufferedReader(io.BytesIO(source))
+    if hasattr(source, "read"):
+        if hasattr(source, "seek"):
+            source.seek(0)
+        return io.BufferedReader(_Unclosing(source), buffer_size=_CHUNK)
+    raise TraceError(f"cannot read a trace from a {type(source).__name__}")
+
+
+class _Unclosing(io.RawIOBase):
+    """A caller's file object (an upload) read through without closing it."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        data = self.inner.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+
+_DECODER = json.JSONDecoder()
+_SKIP = re.compile(r"[\s,]*")
+
+
+def _events(text):
+    """Every object of the trace's event array, decoded one at a time from the text stream.
+
+    Handles the object form ({"traceEvents": [...], ...}; other keys are skipped) and the bare
+    array form of the Chrome trace format.
+    """
+    buf, pos, total, eof = "", 0, 0, False
+
+    def fill() -> bool:
+        nonlocal buf, pos, total, eof
+        if eof:
+            return False
+        more = text.read(_CHUNK)
+        total += len(more)
+        if total > MAX_TEXT_CHARS:
+            raise TraceError(
+                f"the trace is larger than {MAX_TEXT_CHARS / 1e9:.0f} GB of JSON once decompressed"
+            )
+        if not more:
+            eof = True
+            return False
+        buf, pos = buf[pos:] + more, 0
+        return True
+
+    def skip() -> str:
+        nonlocal pos
+        while True:
+            pos = _SKIP.match(buf, pos).end()
+            if pos < len(buf):
+                return buf[pos]
+            if not fill():
+                return ""
+
+    def value():
+        nonlocal pos
+        skip()
+        while True:
+            try:
+                obj, end = _DECODER.raw_decode(buf, pos)
+            except json.JSONDecodeError as err:
+                if len(buf) - pos > MAX_EVENT_CHARS:
+                    raise TraceError(
+                        "the trace has an event larger than 64 MB: not a profiler trace"
+                    ) from None
+                if fill():
+                    continue
+                raise TraceError(
+                    f"the trace is not valid JSON near character {total - len(buf) + err.pos:,}"
+                ) from None
+            except RecursionError:
+                raise TraceError("the trace is not valid JSON (nested too deeply)") from None
+            # A number or word cut at the chunk's end decodes as a shorter one: read on and decode again.
+            if end == len(buf) and not eof and fill():
+                continue
+            pos = end
+            return obj
+
+    first = skip()
+    if first == "[":
+        pos += 1
+    elif first == "{":
+        pos += 1
+        while True:
+            ch = skip()
+            if ch == "}" or not ch:
+                raise TraceError("the trace has no traceEvents: not a Chrome trace from torch.profiler")
+            key = value()
+            if skip() != ":":
+                raise TraceError("the trace is not valid JSON (expected ':' after a key)")
+            pos += 1
+            if key == "traceEvents":
+                if skip() != "[":
+                    raise TraceError("traceEvents is not a list")
+                pos += 1
+                break
+            meta = value()
+            if key == "deviceProperties":
+                yield {"__device__": meta}
+    else:
+        raise TraceError("the file is not a JSON trace: it does not start with '{' or '['")
+    while True:
+        ch = skip()
+        if ch == "]":
+            break
+        if not ch:
+            raise TraceError("the trace ends early: its event list is not closed (was the copy complete?)")
+        event = value()
+        if isinstance(event, dict):
+            yield event
+    # Keys after the event list (deviceProperties, traceName) are read for the device name only.
+    rest = ""
+    while fill() or pos < len(buf):
+        rest += buf[pos:]
+        pos = len(buf)
+        if len(rest) > MAX_EVENT_CHARS:
+            break
+    found = re.search(r'"deviceProperties"\s*:\s*\[\s*\{[^{}]*?"name"\s*:\s*"([^"]{1,200})"', rest)
+    if found:
+        yield {"__device__": [{"name": found.group(1)}]}
+
+
+def _number(value, default=0.0) -> float:
+    if isinstance(value, bool):
+        return default
+    if isinstance(value, (int, float)):
+        out = float(value)
+        return out if np.isfinite(out) else default
+    if isinstance(value, str):
+        try:
+            out = float(value)
+        except ValueError:
+            return default
+        return out if np.isfinite(out) else default
+    return default
+
+
+_ELEMENT_BYTES = {
+    "float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "int": 4, "short int": 2,
+    "signed char": 1, "unsigned char": 1, "bool": 1, "c10::complex<float>": 8, "c10::complex<double>": 16,
+}  # fmt: skip
+
+
+def _largest_tensor_bytes(dims, types, skip_first: bool = False) -> int:
+    """The largest tensor input of an op, in bytes, from record_shapes' 'Input Dims' / 'Input type'."""
+    if not isinstance(dims, list) or not isinstance(types, list):
+        return 0
+    best = 0
+    for k, (shape, kind) in enumerate(zip(dims, types)):
+        if skip_first and k == 0:
+            continue
+        if not isinstance(shape, list) or not shape or not isinstance(kind, str):
+            continue
+        size = _ELEMENT_BYTES.get(kind, 1 if kind.startswith("c10::Float8") else 0)
+        if size and all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2**40 for d in shape):
+            best = max(best, size * int(np.prod(shape, dtype=np.float64)))
+    return min(best, 2**62)
+
+
+def _collect(events, label: str) -> Trace:
+    names: dict[str, int] = {}
+    threads: dict[tuple, int] = {}
+    calls = _Columns("ts", "dur", "thread", "name", "corr")
+    gpu = _Columns("ts", "dur", "stream", "name", "corr", "bytes", "device", "ext")
+    ranges = _Columns("ts", "dur", "thread", "name")
+    ops = _Columns("ext", "bytes")  # with record_shapes: each op's largest tensor input
+    device, count = "", 0
+
+    def name_id(text: str) -> int:
+        return names.setdefault(text[:4000], len(names))
+
+    for event in events:
+        count += 1
+        if "__device__" in event:
+            props = event["__device__"]
+            if not device and isinstance(props, list) and props and isinstance(props[0], dict):
+                device = str(props[0].get("name", ""))[:200]
+            continue
+        if event.get("ph") != "X":
+            continue
+        cat = event.get("cat")
+        cat = cat.lower() if isinstance(cat, str) else ""
+        name = event.get("name")
+        if not isinstance(name, str):
+            continue
+        args = event.get("args")
+        args = args if isinstance(args, dict) else {}
+        ts, dur = _number(event.get("ts"), np.nan), max(_number(event.get("dur")), 0.0)
+        if not np.isfinite(ts):
+            continue
+        if cat in _GPU_CATS:
+            corr = args.get("correlation")
+            device_id = int(_number(args.get("device", event.get("pid")), 0))
+            stream = int(_number(args.get("stream", event.get("tid")), 0))
+            gpu.add(
+                ts,
+                dur,
+                stream,
+                name_id(name),
+                int(_number(corr, -1)),
+                int(_number(args.get("bytes"))),
+                device_id,
+                int(_number(args.get("External id"), -1)),
+            )
+            if len(gpu) > MAX_GPU_EVENTS:
+                raise TraceError(
+                    f"the trace has more than {MAX_GPU_EVENTS:,} GPU events: profile fewer steps"
+                )
+        elif cat in _API_CATS:
+            thread = threads.setdefault((event.get("pid"), event.get("tid")), len(threads))
+            calls.add(ts, dur, thread, name_id(name), int(_number(args.get("correlation"), -1)))
+            if len(calls) > MAX_CALLS:
+                raise TraceError(f"the trace has more than {MAX_CALLS:,} runtime calls: profile fewer steps")
+        elif cat == "user_annotation" or (cat == "cpu_op" and _PROFILER_STEP.match(name)):
+            thread = threads.setdefault((event.get("pid"), event.get("tid")), len(threads))
+            ranges.add(ts, dur, thread, name_id(name))
+        elif cat == "cpu_op" and "Input Dims" in args:
+            # An in-place op's first input is its destination (a whole KV cache for index_copy_): skip it.
+            largest = _largest_tensor_bytes(
+                args.get("Input Dims"), args.get("Input type"), name.endswith("_")
+            )
+            if largest:
+                ops.add(int(_number(args.get("External id"), -1)), largest)
+
+    if count == 0:
+        raise TraceError(f"{label} has no events")
+    if not len(gpu):
+        raise TraceError(
+            f"{label} has no GPU events: it is a CPU-only profile (profile with ProfilerActivity.CUDA as well)"
+        )
+    if not len(calls):
+        raise TraceError(f"{label} has GPU events but no CUDA runtime calls: the host side was not profiled")
+    ints = dict.fromkeys(("thread", "name", "corr", "stream", "bytes", "device", "ext"), np.int64)
+    c, g, r = (
+        calls.arrays(ints, "ts"),
+        gpu.arrays(ints, "ts"),
+        ranges.arrays(ints, "ts") if len(ranges) else None,
+    )
+    if (g["corr"] < 0).all():
+        raise TraceError(
+            f"{label}: its GPU events carry no correlation ids, so kernels cannot be matched to their launches"
+        )
+    # Each GPU event gets the largest tensor input of the op that launched it (0: not recorded).
+    op_bytes = np.zeros(len(g["ts"]), np.int64)
+    if len(ops):
+        o = ops.arrays(ints, "ext")
+        at = np.minimum(np.searchsorted(o["ext"], g["ext"]), len(o["ext"]) - 1)
+        found = (o["ext"][at] == g["ext"]) & (g["ext"] >= 0)
+        op_bytes[found] = o["bytes"][at[found]]
+    stream = g["stream"]
+    if len(np.unique(g["device"])) > 1:  # one process driving several GPUs: keep their streams apart
+        stream = g["device"] * 1_000_000 + stream
+    empty_i, empty_f = np.zeros(0, np.int64), np.zeros(0)
+    thread_names = tuple(f"{pid}/{tid}" for pid, tid in threads)
+    return Trace(
+        name=label,
+        device=device,
+        names=tuple(names),
+        call_ts=c["ts"],
+        call_dur=c["dur"],
+        call_thread=c["thread"],
+        call_name=c["name"],
+        call_corr=c["corr"],
+        gpu_ts=g["ts"],
+        gpu_dur=g["dur"],
+        gpu_stream=stream,
+        gpu_name=g["name"],
+        gpu_corr=g["corr"],
+        gpu_bytes=g["bytes"],
+        gpu_op_bytes=op_bytes,
+        range_ts=r["ts"] if r else empty_f,
+        range_dur=r["dur"] if r else empty_f,
+        range_thread=r["thread"] if r else empty_i,
+        range_name=r["name"] if r else empty_i,
+        threads=thread_names,
+        events=count,
+    )
+
+
+# -- which calls are launches ------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False)
+class _Index:
+    """What the step finder and the lanes need to look up fast, built once per trace."""
+
+    launch: np.ndarray  # call indices of the launch calls (outermost per thread), sorted by start
+    position: np.ndarray  # per call: its position in `launch` (-1: not a launch)
+    is_graph: np.ndarray  # per launch: a graph launch?
+    is_copy: np.ndarray  # per launch: does it only copy inputs in (no copy to the host)?
+    sync: np.ndarray  # call indices of host synchronisation calls, sorted by start
+    gpu_by_owner: np.ndarray  # GPU event rows ordered by the position of the launch that owns them
+    owner_sorted: np.ndarray  # that position, for each row of gpu_by_owner (-1: no launch owns it)
+
+
+def _index(trace: Trace) -> _Index:
+    cached = trace.__dict__.get("_index")
+    if cached is not None:
+        return cached
+    names = trace.names
+    is_launch = np.array([n.startswith(_LAUNCH_PREFIXES) for n in names], bool)
+    is_sync = np.array([n in _SYNC_CALLS for n in names], bool)
+    is_graph = np.array([n.startswith(_GRAPH_LAUNCHES) for n in names], bool)
+    is_copy_call = np.array(
+        [n.startswith(("cudaMemcpy", "cuMemcpy", "cudaMemset", "cuMemset")) for n in names]
+    )
+    # A copy back to the host (the sampled token) is a step's output, never a graph's input.
+    is_copy_kernel = np.array(
+        [
+            (bool(_COPY_KERNEL.search(n)) or n.startswith(("Memcpy", "Memset"))) and "DtoH" not in n
+            for n in names
+        ]
+    )
+    name = trace.call_name
+    n_calls = len(name)
+
+    # Which call each GPU event's correlation id belongs to.
+    gpu_corr = trace.gpu_corr
+    known = np.unique(gpu_corr[gpu_corr >= 0])
+    correlated = np.isin(trace.call_corr, known) & (trace.call_corr >= 0)
+    candidate = (is_launch[name] | correlated) & ~is_sync[name]
+
+    # A runtime call can show the driver call it makes as a second event inside it: keep the outermost
+    # one, per host thread (launches on two threads overlap in time legitimately). Intervals on one
+    # thread either nest or are disjoint, so "starts before an earlier call has ended" means nested; a
+    # nested call's GPU work belongs to the call around it.
+    outermost = np.arange(n_calls)
+    keep = candidate.copy()
+    for thread in np.unique(trace.call_thread[candidate]):
+        rows = np.flatnonzero(candidate & (trace.call_thread == thread))
+        running = np.maximum.accumulate(trace.call_ts[rows] + trace.call_dur[rows])
+        nested = np.zeros(len(rows), bool)
+        nested[1:] = trace.call_ts[rows[1:]] < running[:-1]
+        keep[rows[nested]] = False
+        last_outer = np.maximum.accumulate(np.where(nested, 0, np.arange(len(rows))))
+        outermost[rows] = rows[last_outer]
+    launch = np.flatnonzero(keep)
+    position = np.full(n_calls, -1, np.int64)
+    position[launch] = np.arange(len(launch))
+
+    owner = np.full(len(gpu_corr), -1, np.int64)
+    calls_with_corr = np.flatnonzero(candidate & correlated)
+    if len(calls_with_corr):
+        order = np.argsort(trace.call_corr[calls_with_corr], kind="stable")
+        corr_sorted = trace.call_corr[calls_with_corr][order]
+        at = np.minimum(np.searchsorted(corr_sorted, gpu_corr), len(corr_sorted) - 1)
+        hit = (corr_sorted[at] == gpu_corr) & (gpu_corr >= 0)
+        owner[hit] = position[outermost[calls_with_corr[order][at[hit]]]]
+    gpu_by_owner = np.argsort(owner, kind="stable")
+    owner_sorted = owner[gpu_by_owner]
+
+    # A launch copies inputs in when all its GPU work does; without GPU work its name decides.
+    mine = owner >= 0
+    work = np.bincount(owner[mine], minlength=len(launch))
+    copies = np.bincount(owner[mine], weights=is_copy_kernel[trace.gpu_name[mine]], minlength=len(launch))
+    is_copy = np.where(work > 0, copies == work, is_copy_call[name[launch]])
+    out = _Index(
+        launch=launch,
+        position=position,
+        is_graph=is_graph[name[launch]],
+        is_copy=is_copy.astype(bool),
+        sync=np.flatnonzero(is_sync[name]),
+        gpu_by_owner=gpu_by_owner,
+        owner_sorted=owner_sorted,
+    )
+    object.__setattr__(trace, "_index", out)
+    return out
+
+
+# -- steps ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class StepWindow:
+    """One step: which launch calls belong to it, and where its time 0 is."""
+
+    index: int  # ProfilerStep's N, else 0, 1, 2, ...
+    calls: np.ndarray  # indices into the trace's call columns, launches only, sorted by start
+    t0: float  # the step's time 0 (trace µs)
+    range_thread: int = -1  # the thread owning the step's range (-1: none)
+
+
+def find_steps(trace: Trace, step_range: str | None = None) -> tuple[str, list[StepWindow]]:
+    """(the rule used, the steps). `step_range` names a CPU range that marks each step."""
+    launches = _index(trace)
+    if not len(launches.launch):
+        raise TraceError(f"{trace.name} has no kernel launch calls")
+    if step_range:
+        if not isinstance(step_range, str) or len(step_range) > 200:
+            raise TraceError("the step range must be a name of at most 200 characters")
+        windows = _range_windows(trace, launches, lambda n: n == step_range, numbered=False)
+        if not windows:
+            raise TraceError(f"{trace.name} has no CPU range named {step_range!r} with launches in it")
+        return RULES["range"].format(name=step_range), windows
+    windows = _range_windows(trace, launches, _PROFILER_STEP.match, numbered=True)
+    if windows:
+        return RULES["profiler"], windows
+    windows = _range_windows(trace, launches, lambda n: n == STEP_ANNOTATION, numbered=False)
+    if windows:
+        return RULES["range"].format(name=STEP_ANNOTATION), windows
+    if launches.is_graph.any():
+        return RULES["graph"], _graph_windows(trace, launches)
+    windows = _sync_windows(trace, launches)
+    if len(windows) > 1:
+        return RULES["sync"], windows
+    calls = launches.launch
+    return RULES["whole"], [StepWindow(index=0, calls=calls, t0=float(trace.call_ts[calls[0]]))]
+
+
+def _range_windows(trace: Trace, launches: _Index, match, numbered: bool) -> list[StepWindow]:
+    hits = [i for i in range(len(trace.range_ts)) if match(trace.name_of(trace.range_name[i]))]
+    out, last_end = [], -np.inf
+    starts = trace.call_ts[launches.launch]
+    for i in hits:
+        t0, t1 = float(trace.range_ts[i]), float(trace.range_ts[i] + trace.range_dur[i])
+        if t0 < last_end:  # nested inside the previous range of the same name: the outer one stands
+            continue
+        last_end = t1
+        lo, hi = np.searchsorted(starts, [t0, t1], side="left")
+        calls = launches.launch[lo:hi]
+        if not len(calls):
+            continue
+        number = _PROFILER_STEP.match(trace.name_of(trace.range_name[i])) if numbered else None
+        index = int(number.group(1)) if number else len(out)
+        out.append(StepWindow(index=index, calls=calls, t0=t0, range_thread=int(trace.range_thread[i])))
+        if len(out) > MAX_STEPS:
+            raise TraceError(f"the trace has more than {MAX_STEPS:,} steps: profile fewer")
+    return out
+
+
+def _split(trace: Trace, calls: np.ndarray, cut_after: list[int]) -> list[StepWindow]:
+    """Steps made by cutting the sorted launch list after the given positions."""
+    bounds = [0] + [c + 1 for c in cut_after] + [len(calls)]
+    out = []
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        if hi > lo:
+            part = calls[lo:hi]
+            out.append(StepWindow(index=len(out), calls=part, t0=float(trace.call_ts[part[0]])))
+    if len(out) > MAX_STEPS:
+        raise TraceError(f"the trace has more than {MAX_STEPS:,} steps: profile fewer")
+    return out
+
+
+def _syncs_between(trace: Trace, launches: _Index, t0: float, t1: float) -> np.ndarray:
+    sync_ts = trace.call_ts[launches.sync]
+    lo, hi = np.searchsorted(sync_ts, [t0, t1], side="left")
+    return launches.sync[lo:hi]
+
+
+def _graph_windows(trace: Trace, launches: _Index) -> list[StepWindow]:
+    """One step per graph launch: it takes the launches since the previous step ended, where a step
+    ends at the last synchronisation before the next graph launch, or else just before the copies
+    that feed the next graph launch (its inputs), or else right before it."""
+    calls, graph_pos, copies = launches.launch, np.flatnonzero(launches.is_graph), launches.is_copy
+    starts, ends = trace.call_ts[calls], trace.call_ts[calls] + trace.call_dur[calls]
+    cut_after = []
+    # Before the first graph launch: warm-up and set-up work up to the last synchronisation is not a step.
+    first = 0
+    syncs = _syncs_between(trace, launches, -np.inf, starts[graph_pos[0]])
+    if len(syncs):
+        first = int(np.searchsorted(starts, trace.call_ts[syncs[-1]], side="right"))
+        if first > 0:
+            cut_after.append(first - 1)
+    for a, b in zip(graph_pos[:-1], graph_pos[1:]):
+        syncs = _syncs_between(trace, launches, ends[a], starts[b])
+        if len(syncs):
+            cut = int(np.searchsorted(starts, trace.call_ts[syncs[-1]], side="right")) - 1
+        else:
+            cut = b - 1
+            while cut > a and copies[cut]:
+                cut -= 1
+        cut_after.append(max(cut, a))
+    last = graph_pos[-1]
+    syncs = _syncs_between(trace, launches, ends[last], np.inf)
+    if len(syncs):
+        tail = int(np.searchsorted(starts, trace.call_ts[syncs[0]], side="right")) - 1
+        if tail < len(calls) - 1:
+            cut_after.append(max(tail, last))
+    windows = _split(trace, calls, sorted(set(cut_after)))
+    # Keep only steps that replay a graph: the pieces cut off before the first and after the last are not steps.
+    graph_calls = set(calls[graph_pos].tolist())
+    kept = [w for w in windows if graph_calls.intersection(w.calls.tolist())]
+    return [StepWindow(index=i, calls=w.calls, t0=w.t0) for i, w in enumerate(kept)]
+
+
+def _sync_windows(trace: Trace, launches: _Index) -> list[StepWindow]:
+    calls = launches.launch
+    if not len(launches.sync):
+        return []
+    starts = trace.call_ts[calls]
+    cuts = np.searchsorted(starts, trace.call_ts[launches.sync], side="right") - 1
+    cuts = sorted({int(c) for c in cuts if 0 <= c < len(calls) - 1})
+    return _split(trace, calls, cuts)
+
+
+# -- one step's lanes and readouts -------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False)
+class TraceStep:
+    """One step read off a trace: its lanes and what the page reports about it."""
+
+    index: int
+    timeline: Timeline
+    launches: int  # launch calls (before a graph's input copies merge with its launch)
+    graph_launches: int
+    launch_delay_us: np.ndarray  # per GPU event: its start minus the end of the call that launched it
+    host_per_launch_us: np.ndarray  # per GPU event: the host time of its launch call's CPU interval
+    gpu_bytes: np.ndarray = field(repr=False, default=None)  # per GPU event: memcpy / memset bytes
+    op_bytes: np.ndarray = field(
+        repr=False, default=None
+    )  # per GPU event: its op's largest tensor input (0: unknown)
+
+    @property
+    def kernels(self) -> int:
+        return len(self.timeline.gpu_start)
+
+    @property
+    def kernel_names(self) -> tuple[str, ...]:
+        return self.timeline.gpu_names
+
+    @property
+    def kernels_per_step(self) -> int:  # the probe's name for it
+        return self.kernels
+
+    @property
+    def metrics(self) -> StepMetrics:
+        cached = self.__dict__.get("_metrics")
+        if cached is None:
+            cached = self.timeline.metrics()
+            object.__setattr__(self, "_metrics", cached)
+        return cached
+
+    @property
+    def gpu_streams(self) -> int:
+        return len(self.timeline.streams)
+
+    def gpu_time_by_kind(self) -> dict[str, float]:
+        """Summed GPU time of each kind of work (kernels, communication, copies, memsets), µs."""
+        kinds = self.timeline.gpu_kinds
+        return {k: float(self.timeline.gpu_dur[kinds == k].sum()) for k in GPU_KINDS}
+
+    def launch_delay(self) -> dict[str, float]:
+        """Median, p90 and largest launch delay (µs) over the step's GPU events."""
+        d = self.launch_delay_us
+        if not len(d):
+            return {"median_us": 0.0, "p90_us": 0.0, "max_us": 0.0}
+        med, p90 = np.percentile(d, [50, 90])
+        return {"median_us": float(med), "p90_us": float(p90), "max_us": float(d.max())}
+
+    def summary(self) -> dict:
+        """The step's readouts as plain numbers (the CLI's JSON, the page's table)."""
+        m = self.metrics
+        return {
+            "index": self.index,
+            "step_us": m.step_us,
+            "gpu_busy_us": m.gpu_busy_us,
+            "kernels": self.kernels,
+            "launches": self.launches,
+            "graph_launches": self.graph_launches,
+            "gpu_streams": self.gpu_streams,
+            "utilisation": m.utilisation,
+            "bound_by": m.bound_by,
+            "cpu_launch_us": m.cpu_launch_us,
+            "idle_us": m.idle_us,
+            "gpu_us_by_kind": self.gpu_time_by_kind(),
+            "launch_delay": self.launch_delay(),
+        }
+
+
+def step_timeline(
+    trace: Trace, window: StepWindow, label: str = "", merge_graph_inputs: bool = True
+) -> TraceStep:
+    """The lanes of one step, and its counts."""
+    idx = _index(trace)
+    calls = window.calls
+    at = idx.position[calls]  # the step's calls are consecutive launches
+    lo, hi = np.searchsorted(idx.owner_sorted, [at[0], at[-1] + 1], side="left")
+    if hi <= lo:
+        raise TraceError(
+            f"{trace.name}: no GPU events belong to step {window.index}'s launches (was CUDA profiled?)"
+        )
+    rows = idx.gpu_by_owner[lo:hi]
+    order = np.argsort(rows, kind="stable")  # GPU rows are sorted by start: row order is time order
+    gpu_rows, owner = rows[order], idx.owner_sorted[lo:hi][order] - at[0]
+
+    t0 = window.t0
+    call_start = trace.call_ts[calls] - t0
+    call_end = call_start + trace.call_dur[calls]
+    thread = trace.call_thread[calls]
+    tile_start = _host_intervals(trace, idx, window, call_start, call_end, thread)
+
+    names = [trace.name_of(n) for n in trace.call_name[calls]]
+    first_kernel = {}
+    for row, o in zip(gpu_rows.tolist(), owner.tolist()):
+        first_kernel.setdefault(o, row)
+    cpu_names = [
+        f"{api}: {short_kernel_name(trace.name_of(trace.gpu_name[first_kernel[i]]))}"
+        if i in first_kernel
+        else api
+        for i, api in enumerate(names)
+    ]
+    is_graph = idx.is_graph[at]
+    host_of_call = call_end - tile_start
+    cpu_keep = np.arange(len(calls))
+    cpu_start, cpu_end, cpu_thread = tile_start, call_end, thread
+    if merge_graph_inputs and is_graph.any():
+        cpu_start, cpu_end, cpu_names, cpu_thread, cpu_keep = _merge_graph_inputs(
+            is_graph, idx.is_copy[at], tile_start, call_end, cpu_names, thread
+        )
+    gpu_start = trace.gpu_ts[gpu_rows] - t0
+    timeline = Timeline(
+        cpu_start=cpu_start,
+        cpu_dur=cpu_end - cpu_start,
+        cpu_names=tuple(cpu_names),
+        gpu_start=np.maximum(gpu_start, 0.0),
+        gpu_dur=trace.gpu_dur[gpu_rows],
+        gpu_names=tuple(trace.name_of(n) for n in trace.gpu_name[gpu_rows]),
+        launched_by=cpu_keep[owner],
+        source="measured",
+        label=label,
+        gpu_stream=trace.gpu_stream[gpu_rows],
+        cpu_thread=cpu_thread,
+    )
+    return TraceStep(
+        index=window.index,
+        timeline=timeline,
+        launches=len(calls),
+        graph_launches=int(is_graph.sum()),
+        launch_delay_us=gpu_start - call_end[owner],
+        host_per_launch_us=host_of_call[owner],
+        gpu_bytes=trace.gpu_bytes[gpu_rows],
+        op_bytes=trace.gpu_op_bytes[gpu_rows],
+    )
+
+
+def _host_intervals(trace, idx, window, call_start, call_end, thread) -> np.ndarray:
+    """Where each launch's host interval starts: the end of the previous launch call on its thread, or
+    the step's start (for the thread that owns the step; another thread's first launch is its call
+    alone), or the end of a synchronisation in between, whichever is latest."""
+    tile_start = call_start.copy()
+    sync_end = trace.call_ts[idx.sync] + trace.call_dur[idx.sync] - window.t0
+    sync_thread = trace.call_thread[idx.sync]
+    owner_thread = window.range_thread if window.range_thread >= 0 else int(thread[0])
+    for th in np.unique(thread):
+        rows = np.flatnonzero(thread == th)
+        prev = np.concatenate(([0.0], call_end[rows[:-1]]))
+        if th != owner_thread:
+            prev[0] = call_start[rows[0]]
+        th_sync = np.sort(sync_end[sync_thread == th])
+        if len(th_sync):  # the latest synchronisation ending before each call starts
+            k = np.searchsorted(th_sync, call_start[rows], side="right") - 1
+            prev = np.maximum(prev, np.where(k >= 0, th_sync[np.maximum(k, 0)], -np.inf))
+        tile_start[rows] = np.minimum(np.maximum(prev, 0.0), call_start[rows])
+    return tile_start
+
+
+def _merge_graph_inputs(is_graph, is_copy, start, end, names, thread):
+    """Each graph launch and the copy launches right before it on its thread (the inputs going into the
+    graph's static buffers) become one CPU interval, named like '2 input copies + cudaGraphLaunch'.
+
+    Returns the merged lanes and, per original call, the index of the interval it ended up in.
+    """
+    group = np.arange(len(is_graph))
+    for g in np.flatnonzero(is_graph):
+        j = g - 1
+        while j >= 0 and is_copy[j] and not is_graph[j] and thread[j] == thread[g] and group[j] == j:
+            group[j] = g
+            j -= 1
+    heads, inverse = np.unique(group, return_inverse=True)
+    new_start = np.minimum.reduceat(
+        start[np.argsort(group, kind="stable")], np.searchsorted(np.sort(group), heads)
+    )
+    new_names = []
+    for h in heads:
+        n_copies = int((group == h).sum()) - 1
+        if is_graph[h]:
+            new_names.append(f"{n_copies} input copies + cudaGraphLaunch" if n_copies else "cudaGraphLaunch")
+        else:
+            new_names.append(names[h])
+    return new_start, end[heads], new_names, thread[heads], inverse
+
+
+# -- the whole trace -----------------------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False)
+class TraceReport:
+    """Every step of one trace file (one rank), with the rule that found them."""
+
+    trace: Trace
+    rule: str
+    steps: tuple[TraceStep, ...]
+
+    def median(self, key: str) -> float:
+        return float(np.median([s.summary()[key] for s in self.steps]))
+
+    def spread(self, key: str) -> tuple[float, float]:
+        """(smallest, largest) of a step readout over the steps."""
+        values = [s.summary()[key] for s in self.steps]
+        return float(min(values)), float(max(values))
+
+    def summary(self) -> dict:
+        keys = ("step_us", "gpu_busy_us", "cpu_launch_us", "utilisation", "kernels", "launches")
+        return {
+            "file": self.trace.name,
+            "device": self.trace.device,
+            "rule": self.rule,
+            "steps": [s.summary() for s in self.steps],
+            "median": {k: self.median(k) for k in keys},
+            "spread": {k: list(self.spread(k)) for k in keys},
+        }
+
+
+def analyse(
+    source, step_range: str | None = None, name: str | None = None, label: str | None = None
+) -> TraceReport:
+    """Read a trace and cut it into steps: the reader's one entry point for a file.
+
+    `label` names every step's timeline (default: the file name and the step's index)."""
+    trace = source if isinstance(source, Trace) else read_trace(source, name=name)
+    rule, windows = find_steps(trace, step_range)
+    steps = []
+    for w in windows:
+        try:
+            steps.append(step_timeline(trace, w, label=label or f"{trace.name} · step {w.index}"))
+        except TraceError:
+            continue  # a window whose launches have no GPU events (warm-up host work) is not a step
+    if not steps:
+        raise TraceError(f"{trace.name}: none of its steps has GPU events matched to its launches")
+    return TraceReport(trace=trace, rule=rule, steps=tuple(steps))
+
+
+# -- names ---------------------------------------------------------------------------------------------------
+def short_kernel_name(name: str, limit: int = 60) -> str:
+    """A kernel's name without return type, template arguments and parameter list."""
+    if name.startswith("void "):
+        name = name[5:]
+    depth, out = 0, []
+    for ch in name:
+        if ch in "<(":
+            depth += 1
+        elif ch in ">)":
+            depth = max(depth - 1, 0)
+        elif depth == 0:
+            out.append(ch)
+    short = "".join(out).strip() or name
+    return short if len(short) <= limit else short[: limit - 1] + "…"
+
+
+def kernels_per_layer(names, n_layers: int) -> tuple[int, bool]:
+    """Kernels per decoder layer, read off the step's kernel sequence.
+
+    Finds the longest block of kernel names that repeats `n_layers` times in a row (the layers
+    run identical kernels), so everything before and after -- embedding, input copies, final
+    norm, LM head -- is left out without knowing which kernel is which. Longest, not shortest:
+    two equal neighbours inside a layer must not pass for a period of 1. Longer false periods
+    cannot occur: n_layers repeats of a longer block would not fit in the step. Where the
+    first or last layer differs (a compiler fusing across the boundary), n_layers - 1 or - 2
+    repeats are accepted with exact=False; the repeats must cover at least half the step.
+    With no such repeat the answer is len(names) // n_layers, exact=False.
+    """
+    names = list(names)
+    total = len(names)
+    for repeats in (n_layers, n_layers - 1, n_layers - 2):
+        if repeats < 2:
+            break
+        # The layers are most of a step: a repeat covering less than half of it is a coincidence.
+        for period in range(total // repeats, -(-total // (2 * repeats)) - 1, -1):
+            if period and _repeats_somewhere(names, period, repeats):
+                return period, repeats == n_layers
+    return total // max(n_layers, 1), False
+
+
+def _repeats_somewhere(names: list, period: int, repeats: int) -> bool:
+    span = period * repeats
+    for offset in range(0, len(names) - span + 1):
+        if names[offset : offset + span - period] == names[offset + period : offset + span]:
+            return True
+    return False

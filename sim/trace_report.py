@@ -1,0 +1,170 @@
+"""`python -m sim trace FILE [FILE ...] [--step-range NAME] [--json]`: a profiler trace's steps and what-ifs.
+
+Each FILE is one rank (a `.json`, `.json.gz` or `.pt.trace.json(.gz)` written by torch.profiler:
+vLLM, SGLang, Hugging Face, torch.compile, your own code). The text report gives the rule that
+found the steps, every step's readouts, their median and spread, the kernels that take the GPU's
+time, and what CUDA graphs and fusion would make of the median step (an estimate, from the one
+timing model). `--json` prints one object:
+
+    {"rule", "steps": [{index, step_us, gpu_busy_us, kernels, launches, graph_launches, gpu_streams,
+      utilisation, bound_by, cpu_launch_us, ...}], "median", "spread",
+     "whatif": {"graphs": {step_us, ...}, "fusion": {...}, "fusion + graphs": {...}},
+     "ranks": [the same for every FILE]}
+
+with the top-level fields those of the first FILE and the what-ifs as the median over its steps.
+Bad input exits with code 2 and one sentence.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import numpy as np
+
+from core.trace import TraceError, TraceReport, analyse, short_kernel_name
+from sim.trace_whatif import default_replay_cost, whatifs
+
+WHATIF_KEYS = ("step_us", "gpu_busy_us", "cpu_launch_us", "kernels", "launches", "utilisation")
+
+
+def median_whatifs(report: TraceReport, cost) -> dict:
+    """Each what-if's readouts as the median over the steps (the bound-by of the median step)."""
+    per_step = [whatifs(step, cost) for step in report.steps]
+    out = {}
+    for name in per_step[0]:
+        rows = [w[name].summary() for w in per_step if name in w]
+        median = {k: float(np.median([r[k] for r in rows])) for k in WHATIF_KEYS}
+        middle = rows[int(np.argsort([r["step_us"] for r in rows])[len(rows) // 2])]
+        median.update(bound_by=middle["bound_by"], bytes_saved=middle["bytes_saved"], kind=middle["kind"])
+        median["vs_trace"] = report.median("step_us") / median["step_us"]
+        out[name] = median
+    folded = per_step[len(per_step) // 2]["fusion"].folded
+    out["fusion"]["folded"] = [
+        {
+            "name": f.name,
+            "count": f.count,
+            "gpu_us": f.gpu_us,
+            "host_us": f.host_us,
+            "bytes_saved": f.bytes_saved,
+        }
+        for f in folded
+    ]
+    return out
+
+
+def kernel_table(report: TraceReport, step_index: int | None = None, limit: int | None = None) -> list[dict]:
+    """Per kernel name over one step (or all steps): calls, GPU time, share, launch delay, host per launch."""
+    steps = report.steps if step_index is None else [s for s in report.steps if s.index == step_index]
+    names, dur, delay, host = [], [], [], []
+    for s in steps:
+        names += [short_kernel_name(n, 90) for n in s.timeline.gpu_names]
+        dur.append(s.timeline.gpu_dur)
+        delay.append(s.launch_delay_us)
+        host.append(s.host_per_launch_us)
+    dur, delay, host = np.concatenate(dur), np.concatenate(delay), np.concatenate(host)
+    keys, inverse = np.unique(np.array(names, dtype=object), return_inverse=True)
+    calls = np.bincount(inverse, minlength=len(keys))
+    total = np.bincount(inverse, weights=dur, minlength=len(keys))
+    delay_sum = np.bincount(inverse, weights=delay, minlength=len(keys))
+    host_sum = np.bincount(inverse, weights=host, minlength=len(keys))
+    busy = float(dur.sum()) or 1.0
+    rows = [
+        {
+            "kernel": str(keys[i]),
+            "calls": int(calls[i]) // max(len(steps), 1) if step_index is None else int(calls[i]),
+            "total_us": float(total[i]) / (len(steps) if step_index is None else 1),
+            "mean_us": float(total[i] / calls[i]),
+            "share": float(total[i]) / busy,
+            "launch_delay_us": float(delay_sum[i] / calls[i]),
+            "host_per_launch_us": float(host_sum[i] / calls[i]),
+        }
+        for i in np.argsort(-total)
+    ]
+    return rows[:limit] if limit else rows
+
+
+def to_json(reports: list[TraceReport], cost) -> dict:
+    ranks = []
+    for r in reports:
+        rank = r.summary()
+        rank["whatif"] = median_whatifs(r, cost)
+        ranks.append(rank)
+    return {**ranks[0], "ranks": ranks}
+
+
+def _us(v: float) -> str:
+    return f"{v:,.1f}" if v < 100 else f"{v:,.0f}"
+
+
+def format_report(reports: list[TraceReport], cost, top: int = 12) -> str:
+    lines = []
+    for r in reports:
+        s = r.summary()
+        head = f"{r.trace.name}" + (f" ({r.trace.device})" if r.trace.device else "")
+        lines += [head, f"steps: {len(r.steps)}, found by {r.rule}", ""]
+        lines.append(
+            f"{'step':>6} {'step µs':>10} {'GPU busy':>10} {'CPU launch':>11} {'kernels':>8} {'launches':>9} "
+            f"{'graphs':>7} {'streams':>8} {'util':>6}  bound by"
+        )
+        for st in s["steps"]:
+            lines.append(
+                f"{st['index']:>6} {_us(st['step_us']):>10} {_us(st['gpu_busy_us']):>10} {_us(st['cpu_launch_us']):>11} "
+                f"{st['kernels']:>8,} {st['launches']:>9,} {st['graph_launches']:>7} {st['gpu_streams']:>8} "
+                f"{100 * st['utilisation']:>5.0f}%  {st['bound_by']}"
+            )
+        lo, hi = s["spread"]["step_us"]
+        lines.append(f"median step {_us(s['median']['step_us'])} µs (fastest {_us(lo)}, slowest {_us(hi)})")
+        lines += ["", "what-ifs on the median step (estimates from the timing model):"]
+        for name, w in median_whatifs(r, cost).items():
+            lines.append(
+                f"  {name:<16} {_us(w['step_us']):>9} µs  {w['vs_trace']:.2f}× vs the trace, {w['kernels']:,.0f} kernels, "
+                f"{w['launches']:,.0f} launches, bound by {w['bound_by']}"
+            )
+            if name == "fusion" and w["folded"]:
+                saved = w["bytes_saved"]
+                folded = ", ".join(f"{f['name']} ×{f['count']}" for f in w["folded"][:6])
+                lines.append(
+                    f"  {'':<16} folds {folded}"
+                    + (f"; {saved / 1e6:.2f} MB less HBM traffic" if saved is not None else "")
+                )
+        lines += ["", f"kernels by GPU time (median step's share), top {top}:"]
+        for row in kernel_table(r, limit=top):
+            lines.append(
+                f"  {100 * row['share']:5.1f}%  {row['calls']:>6,} × {row['mean_us']:8.2f} µs  "
+                f"delay {row['launch_delay_us']:7.1f} µs  host {row['host_per_launch_us']:6.1f} µs  {row['kernel']}"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m sim trace",
+        description="Read torch.profiler traces (one file per rank): the decode steps as the page draws them, "
+        "their readouts, and what CUDA graphs and fusion would save.",
+    )
+    parser.add_argument("files", nargs="+", metavar="FILE", help=".json, .json.gz or .pt.trace.json(.gz)")
+    parser.add_argument(
+        "--step-range",
+        metavar="NAME",
+        help="a CPU range (record_function) that marks each step, e.g. decode_step",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object (see the module's help)")
+    args = parser.parse_args(argv)
+    try:
+        reports = [analyse(f, step_range=args.step_range) for f in args.files]
+    except TraceError as err:
+        print(f"python -m sim trace: {err}", file=sys.stderr)
+        return 2
+    cost = default_replay_cost()
+    if args.json:
+        print(json.dumps(to_json(reports, cost), indent=1))
+    else:
+        print(format_report(reports, cost))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,339 @@
+"""What CUDA graphs and kernel fusion would save on a step read from a profiler trace: an estimate.
+
+The step's own kernels, with the durations the trace measured, are rescheduled by the one timing
+model (`sim.timing`): the same recurrence, the same replay cost as the simulator and the calibration.
+
+- **CUDA graphs** (only for a step that does not replay one already): the host copies the step's
+  inputs (its host-to-device copies before the first kernel; their host time is the trace's) and
+  makes one graph launch, whose cost -- fixed, plus a little per node -- and the GPU's gap between
+  replayed nodes are the replay cost calibrated to the probe's recorded H200 run unless another is
+  given. The kernels then run back to back, each stream in its own order; device-to-host copies
+  after the last kernel (the sampled token going back) stay eager launches after the replay.
+- **Fusion**: the elementwise and norm kernels that a fuser folds together (residual adds, RMSNorm's
+  pow / mean / rsqrt / mul, casts, RoPE's muls and cats, SwiGLU's SiLU and multiply): each run of
+  them between two kernels that are not (GEMMs, attention, embedding gathers, copies, communication)
+  becomes one kernel, as Inductor's pointwise and reduction fusion does. The fused kernel reads its
+  inputs and writes its output once, so it takes as long as the run's longest member; the others'
+  launches, their host time and their GPU time go. The bytes saved are each folded intermediate's
+  write and read, 2 × the op's largest tensor, where the trace recorded shapes (record_shapes=True).
+  Host time per remaining launch, launch latency and the gap between queued kernels are the trace's.
+- **Fusion + graphs**: the fused step, replayed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from core.timeline import StepMetrics, Timeline
+from core.trace import TraceStep, short_kernel_name
+from sim.timing import GraphReplayCost, schedule_starts
+
+ESTIMATE = "estimate"
+
+# Lower-cased name fragments. A kernel is foldable when it matches FOLDABLE and none of ANCHORS.
+FOLDABLE = re.compile(
+    r"elementwise|vectorized_|unrolled_|catarraybatchedcopy|copy_kernel|direct_copy|bfloat16_copy"
+    r"|rms_?norm|layer_?norm|layernorm|rmsnorm|meanops|welford|triton_poi_|triton_red_|triton_per_"
+)
+ANCHORS = re.compile(
+    r"gemm|gemv|nvjet|cutlass|cublas|xmma|splitk|matmul|_mm_|flash|fmha|attention|attn|sdpa|softmax"
+    r"|index_?select|indexselect|embedding|nccl|all_?reduce|argmax|argmin|topk|sort|sampl"
+)
+
+
+def foldable(name: str) -> bool:
+    """Would a fuser fold this kernel into its neighbours (an elementwise or norm kernel)?"""
+    lowered = name.lower()
+    return bool(FOLDABLE.search(lowered)) and not ANCHORS.search(lowered)
+
+
+@dataclass(frozen=True, slots=True)
+class FoldedKernel:
+    """One kernel name the fusion what-if folds away: how often, and what that saves."""
+
+    name: str
+    count: int  # occurrences in the step that go (a run's longest member stays, as the fused kernel)
+    gpu_us: float  # their GPU time
+    host_us: float  # their launches' host time
+    bytes_saved: int | None  # None where the trace has no shapes
+
+
+@dataclass(frozen=True, eq=False)
+class WhatIf:
+    """The step as it would run with graphs, fusion or both."""
+
+    name: str
+    timeline: Timeline
+    launches: int
+    notes: tuple[str, ...] = ()
+    folded: tuple[FoldedKernel, ...] = ()
+    bytes_saved: int | None = None
+    metrics: StepMetrics = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "metrics", self.timeline.metrics())
+
+    @property
+    def kernels(self) -> int:
+        return len(self.timeline.gpu_start)
+
+    def summary(self) -> dict:
+        m = self.metrics
+        return {
+            "step_us": m.step_us,
+            "gpu_busy_us": m.gpu_busy_us,
+            "cpu_launch_us": m.cpu_launch_us,
+            "kernels": self.kernels,
+            "launches": self.launches,
+            "utilisation": m.utilisation,
+            "bound_by": m.bound_by,
+            "bytes_saved": self.bytes_saved,
+            "kind": ESTIMATE,
+        }
+
+
+# -- what the trace says about its own eager launches ---------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class _Eager:
+    """Per GPU event of an eager step: its launch call's end, host time and the stream's habits."""
+
+    call_end: np.ndarray
+    host_us: np.ndarray
+    latency_us: float  # launch call end -> kernel start, when the GPU was waiting (median)
+    queued_gap_us: float  # end of one kernel -> start of the next already-queued one (median)
+
+
+def _eager_habits(step: TraceStep) -> _Eager:
+    tl = step.timeline
+    call_end = tl.gpu_start - step.launch_delay_us
+    prev_end = np.full(len(tl.gpu_start), -np.inf)
+    for s in tl.streams:
+        rows = np.flatnonzero(tl.gpu_stream == s)
+        prev_end[rows[1:]] = tl.gpu_end[rows[:-1]]
+    waited = call_end > prev_end  # the GPU was idle when this launch arrived
+    latency = step.launch_delay_us[waited]
+    queued = ~waited & np.isfinite(prev_end)
+    gap = (tl.gpu_start - prev_end)[queued]
+    return _Eager(
+        call_end=call_end,
+        host_us=step.host_per_launch_us,
+        latency_us=float(np.median(latency)) if len(latency) else 0.0,
+        queued_gap_us=float(np.clip(np.median(gap), 0.0, None)) if len(gap) else 0.0,
+    )
+
+
+def _by_stream_starts(ready, dur, gap, streams) -> np.ndarray:
+    """The one recurrence, applied to each stream's kernels in their order."""
+    start = np.zeros(len(dur))
+    for s in np.unique(streams):
+        rows = np.flatnonzero(streams == s)
+        g = gap[rows] if np.ndim(gap) else gap
+        start[rows] = schedule_starts(ready[rows], dur[rows], g)
+    return start
+
+
+# -- fusion ------------------------------------------------------------------------------------------------------
+def _fusion_plan(step: TraceStep) -> tuple[np.ndarray, np.ndarray, list[FoldedKernel], int | None]:
+    """(keep mask, new durations, what goes, bytes saved) for the step's GPU events."""
+    tl = step.timeline
+    names = tl.gpu_names
+    fold = np.array([foldable(n) for n in names], bool) & (tl.gpu_kinds == "kernel")
+    keep = np.ones(len(names), bool)
+    dur = tl.gpu_dur.copy()
+    gone: dict[str, list] = {}
+    shapes_known = bool(step.op_bytes is not None and (step.op_bytes[fold] > 0).any())
+    saved_bytes = 0
+    for s in tl.streams:
+        rows = np.flatnonzero(tl.gpu_stream == s)
+        run: list[int] = []
+        for i in [*rows.tolist(), None]:
+            if i is not None and fold[i]:
+                run.append(i)
+                continue
+            if len(run) > 1:
+                longest = max(run, key=lambda k: dur[k])
+                for k in run:
+                    if k == longest:
+                        continue
+                    keep[k] = False
+                    entry = gone.setdefault(short_kernel_name(names[k]), [0, 0.0, 0.0, 0])
+                    entry[0] += 1
+                    entry[1] += float(tl.gpu_dur[k])
+                    entry[2] += float(step.host_per_launch_us[k])
+                    entry[3] += 2 * int(step.op_bytes[k]) if shapes_known else 0
+                # The run's last op writes the fused kernel's output; the others' intermediates stay on chip.
+                if shapes_known:
+                    saved_bytes += sum(2 * int(step.op_bytes[k]) for k in run[:-1])
+            run = []
+    folded = [
+        FoldedKernel(name=n, count=c, gpu_us=g, host_us=h, bytes_saved=b if shapes_known else None)
+        for n, (c, g, h, b) in sorted(gone.items(), key=lambda kv: -kv[1][1])
+    ]
+    return keep, dur, folded, (saved_bytes if shapes_known else None)
+
+
+def fusion_whatif(step: TraceStep, plan=None) -> WhatIf:
+    """The step with the foldable kernels folded into their runs, launched eagerly."""
+    tl = step.timeline
+    keep, dur, folded, saved = plan or _fusion_plan(step)
+    habits = _eager_habits(step)
+    owner = tl.launched_by
+    kept_calls = np.unique(owner[keep])
+    dropped_calls = np.setdiff1d(np.unique(owner), kept_calls)
+    # Host: every remaining launch keeps its host time; the time of the launches that go is taken out.
+    cpu_dur = tl.cpu_dur.copy()
+    cpu_dur[dropped_calls] = 0.0
+    cpu_start = np.zeros(len(cpu_dur))
+    for th in tl.threads:
+        rows = np.flatnonzero(tl.cpu_thread == th)
+        removed = np.cumsum(np.where(np.isin(rows, dropped_calls), tl.cpu_dur[rows], 0.0))
+        shift = np.concatenate(([0.0], removed[:-1]))
+        cpu_start[rows] = tl.cpu_start[rows] - shift
+    ready = (cpu_start + cpu_dur)[owner] + habits.latency_us
+    rows = np.flatnonzero(keep)
+    start = _by_stream_starts(ready[rows], dur[rows], habits.queued_gap_us, tl.gpu_stream[rows])
+    cpu_rows = kept_calls
+    remap = np.full(len(cpu_dur), -1, np.int64)
+    remap[cpu_rows] = np.arange(len(cpu_rows))
+    timeline = Timeline(
+        cpu_start=cpu_start[cpu_rows],
+        cpu_dur=cpu_dur[cpu_rows],
+        cpu_names=tuple(tl.cpu_names[i] for i in cpu_rows),
+        gpu_start=start,
+        gpu_dur=dur[rows],
+        gpu_names=tuple(tl.gpu_names[i] for i in rows),
+        launched_by=remap[owner[rows]],
+        source="simulated",
+        label=f"{tl.label} · fusion ({ESTIMATE})",
+        gpu_stream=tl.gpu_stream[rows],
+        cpu_thread=tl.cpu_thread[cpu_rows],
+    )
+    launches = step.launches - len(dropped_calls)
+    notes = (
+        f"{int((~keep).sum())} kernels folded into their neighbours; each run of elementwise and norm kernels "
+        "becomes one kernel as long as its longest member.",
+    )
+    return WhatIf("fusion", timeline, launches, notes=notes, folded=tuple(folded), bytes_saved=saved)
+
+
+# -- graphs ------------------------------------------------------------------------------------------------------
+def _split_copies(tl: Timeline) -> tuple[np.ndarray, np.ndarray]:
+    """(inputs, outputs): host-to-device copies before the first kernel, device-to-host copies after the last."""
+    names = tl.gpu_names
+    kernel_rows = np.flatnonzero(tl.gpu_kinds != "memcpy")
+    if not len(kernel_rows):
+        return np.zeros(len(names), bool), np.zeros(len(names), bool)
+    first, last = tl.gpu_start[kernel_rows].min(), tl.gpu_end[kernel_rows].max()
+    htod = np.array([n.startswith("Memcpy HtoD") for n in names], bool)
+    dtoh = np.array([n.startswith("Memcpy DtoH") for n in names], bool)
+    return htod & (tl.gpu_end <= first + 1e-6), dtoh & (tl.gpu_start >= last - 1e-6)
+
+
+def graphs_whatif(
+    step: TraceStep,
+    cost: GraphReplayCost,
+    keep: np.ndarray | None = None,
+    dur: np.ndarray | None = None,
+    name: str = "graphs",
+) -> WhatIf:
+    """The step captured once and replayed: input copies, one graph launch, the kernels back to back."""
+    tl = step.timeline
+    keep = np.ones(len(tl.gpu_start), bool) if keep is None else keep
+    dur = tl.gpu_dur if dur is None else dur
+    inputs, outputs = _split_copies(tl)
+    nodes = keep & ~inputs & ~outputs
+    n_nodes = int(nodes.sum())
+    owner = tl.launched_by
+    # Host: the input copies' launches as the trace measured them, the replay, then the output copies.
+    input_calls = np.unique(owner[inputs])
+    output_calls = np.unique(owner[outputs])
+    copy_host = float(tl.cpu_dur[input_calls].sum())
+    replay = GraphReplayCost(
+        launch_us=cost.launch_us,
+        per_node_host_us=cost.per_node_host_us,
+        node_gap_us=cost.node_gap_us,
+        input_copy_us=copy_host,
+    )
+    cpu_start = list(np.cumsum(np.concatenate(([0.0], tl.cpu_dur[input_calls])))[:-1])
+    cpu_dur = list(tl.cpu_dur[input_calls])
+    cpu_names = [tl.cpu_names[i] for i in input_calls]
+    graph_at = len(cpu_start)
+    cpu_start.append(copy_host)
+    cpu_dur.append(float(cost.launch_us + cost.per_node_host_us * n_nodes))
+    cpu_names.append(f"cudaGraphLaunch ({n_nodes} nodes, {ESTIMATE})")
+    after = float(replay.host_us(n_nodes))
+    for i in output_calls:
+        # A copy back to pageable host memory returns only once it is done: its host time in the trace
+        # includes waiting for the GPU, which the replayed step's own schedule replaces.
+        waited = float(np.clip(-step.launch_delay_us[owner == i], 0.0, None).max(initial=0.0))
+        host = max(float(tl.cpu_dur[i]) - waited, 0.0)
+        cpu_start.append(after)
+        cpu_dur.append(host)
+        cpu_names.append(tl.cpu_names[i])
+        after += host
+    cpu_start, cpu_dur = np.array(cpu_start), np.array(cpu_dur)
+    call_index = {int(c): k for k, c in enumerate(input_calls)}
+    call_index.update({int(c): graph_at + 1 + k for k, c in enumerate(output_calls)})
+
+    rows_in, rows_nodes, rows_out = np.flatnonzero(inputs), np.flatnonzero(nodes), np.flatnonzero(outputs)
+    launched_by = np.concatenate(
+        (
+            [call_index[int(owner[r])] for r in rows_in],
+            np.full(len(rows_nodes), graph_at),
+            [call_index[int(owner[r])] for r in rows_out],
+        )
+    ).astype(np.int64)
+    in_ready = (cpu_start + cpu_dur)[launched_by[: len(rows_in)]]
+    in_start = _by_stream_starts(in_ready, dur[rows_in], 0.0, tl.gpu_stream[rows_in])
+    # Each replayed node reaches the GPU as the graph launch submits it, after the input copies.
+    ready = replay.ready_us(n_nodes)
+    if len(rows_in):
+        ready = np.maximum(ready, float((in_start + dur[rows_in]).max()))
+    node_start = _by_stream_starts(ready, dur[rows_nodes], cost.node_gap_us, tl.gpu_stream[rows_nodes])
+    node_start = np.maximum(node_start, 0.0)
+    last = float((node_start + dur[rows_nodes]).max()) if n_nodes else 0.0
+    out_ready = np.maximum((cpu_start + cpu_dur)[launched_by[len(rows_in) + n_nodes :]], last)
+    out_start = _by_stream_starts(out_ready, dur[rows_out], 0.0, tl.gpu_stream[rows_out])
+    rows = np.concatenate((rows_in, rows_nodes, rows_out))
+    timeline = Timeline(
+        cpu_start=cpu_start,
+        cpu_dur=cpu_dur,
+        cpu_names=tuple(cpu_names),
+        gpu_start=np.concatenate((in_start, node_start, out_start)),
+        gpu_dur=dur[rows],
+        gpu_names=tuple(tl.gpu_names[i] for i in rows),
+        launched_by=launched_by,
+        source="simulated",
+        label=f"{tl.label} · {name} ({ESTIMATE})",
+        gpu_stream=tl.gpu_stream[rows],
+    )
+    notes = (
+        f"{len(input_calls)} input copies and one graph launch of {n_nodes} nodes replace {step.launches} "
+        f"launches; replay cost: {cost.launch_us:.1f} µs + {cost.per_node_host_us:.2f} µs per node on the host, "
+        f"{cost.node_gap_us:.2f} µs between nodes on the GPU.",
+    )
+    return WhatIf(name, timeline, len(cpu_start), notes=notes)
+
+
+def whatifs(step: TraceStep, cost: GraphReplayCost) -> dict[str, WhatIf]:
+    """'fusion', and for a step that replays no graph yet, 'graphs' and 'fusion + graphs'."""
+    plan = _fusion_plan(step)
+    out = {"fusion": fusion_whatif(step, plan)}
+    if step.graph_launches == 0:
+        out["graphs"] = graphs_whatif(step, cost)
+        keep, dur, folded, saved = plan
+        both = graphs_whatif(step, cost, keep=keep, dur=dur, name="fusion + graphs")
+        out["fusion + graphs"] = WhatIf(
+            both.name, both.timeline, both.launches, notes=both.notes, folded=tuple(folded), bytes_saved=saved
+        )
+    return out
+
+
+def default_replay_cost() -> GraphReplayCost:
+    """The replay cost calibrated to the probe's recorded H200 run (the figures the what-ifs use by default)."""
+    from sim.calibration import recorded_graph_cost
+
+    return recorded_graph_cost()

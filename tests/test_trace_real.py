@@ -1,0 +1,189 @@
+"""core.trace and the what-ifs on real traces recorded on the H200.
+
+- The probe's own traces (gpu_probe/recorded/, tests/data/probe_trace_*.json) must give the numbers the
+  recorded runs hold, which the probe tab shows.
+- Hugging Face transformers decode steps (tests/data/hf/, made by `python tools/hf_traces.py --out
+  tests/data/hf` on the H200: code this project did not write): eager with ProfilerStep#N and with plain
+  synchronisation between steps, replayed with torch.cuda.graph, under torch.compile(reduce-overhead), and
+  with a second stream busy during the step. Their step times measured without the profiler are in
+  hf_llama_measured.json.
+"""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from core.probe_result import load_result
+from core.timeline import CPU_BOUND, GPU_BOUND, Timeline
+from core.trace import TraceError, analyse, kernels_per_layer
+from sim.trace_whatif import default_replay_cost, whatifs
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data"
+HF = DATA / "hf"
+RECORDED = ROOT / "gpu_probe" / "recorded"
+MEASURED = json.loads((HF / "hf_llama_measured.json").read_text())
+HF_LAYERS = MEASURED["model"]["layers"]
+
+
+def _union(start, end) -> float:
+    total, cur_s, cur_e = 0.0, None, None
+    for s, e in sorted(zip(start, end)):
+        if cur_e is None or s > cur_e:
+            total += 0.0 if cur_e is None else cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    return total + (cur_e - cur_s)
+
+
+# -- the probe's own traces ---------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("result", "trace", "mode"),
+    [
+        ("h200.json", "trace_fused_graph_b1.json", "fused+graph"),
+        ("h200.json", "trace_eager_b1.json.gz", "eager"),
+        ("h200-1b.json", "trace_1b_fused_graph_b1.json", "fused+graph"),
+        ("h200-1b.json", "trace_1b_eager_b1.json.gz", "eager"),
+    ],
+)
+def test_probe_traces_give_the_numbers_of_the_recorded_runs(result, trace, mode):
+    run = load_result(RECORDED / result).run(mode, 1)
+    step = analyse(RECORDED / trace, step_range="decode_step").steps[-1]
+    m = step.metrics
+    assert step.kernels == run.kernels_per_step and step.launches == run.launches
+    assert m.cpu_launch_us == pytest.approx(run.cpu_launch_us, abs=1e-2)
+    assert m.gpu_busy_us == pytest.approx(run.gpu_busy_us, abs=1e-2)
+    assert m.utilisation == pytest.approx(run.utilisation, abs=1e-6) and m.bound_by == run.bound_by
+    # The run's stored lanes are the reader's, to the profiler's nanosecond.
+    np.testing.assert_allclose(step.timeline.gpu_start, run.timeline.gpu_start, atol=2e-3)
+    assert step.timeline.cpu_names == run.timeline.cpu_names
+
+
+def test_probe_test_traces_steps_and_layers():
+    eager = analyse(DATA / "probe_trace_tiny_eager_b1.json", step_range="decode_step").steps[-1]
+    assert eager.kernels == eager.launches == 106 and eager.metrics.bound_by == CPU_BOUND
+    assert kernels_per_layer(eager.kernel_names, 2) == (46, True)
+    graphed = analyse(DATA / "probe_trace_tiny_fused_graph_b3.json", step_range="decode_step").steps[-1]
+    assert graphed.timeline.cpu_names == ("5 input copies + cudaGraphLaunch",) and graphed.launches == 6
+    assert kernels_per_layer(graphed.kernel_names, 2) == (6, True)
+    small = analyse(DATA / "probe_trace_small_fused_graph_b1.json", step_range="decode_step").steps[-1]
+    assert small.kernels == 196 and small.metrics.bound_by == GPU_BOUND
+    assert Timeline.from_dict(small.timeline.to_dict()).metrics().kernels == 196
+
+
+def test_probe_eager_trace_what_if_graphs_is_close_to_the_measured_graph_mode():
+    """The eager batch-1 trace replayed in the what-if against the graph mode the same run measured."""
+    for result, trace in (
+        ("h200.json", "trace_eager_b1.json.gz"),
+        ("h200-1b.json", "trace_1b_eager_b1.json.gz"),
+    ):
+        measured = load_result(RECORDED / result).run("graph", 1).step_us_median
+        step = analyse(RECORDED / trace, step_range="decode_step").steps[-1]
+        predicted = whatifs(step, default_replay_cost())["graphs"].metrics.step_us
+        assert predicted == pytest.approx(measured, rel=0.15), (result, predicted, measured)
+
+
+# -- Hugging Face transformers -----------------------------------------------------------------------
+def test_hf_traces_are_small_real_h200_traces():
+    files = sorted(HF.glob("hf_llama_*.json.gz"))
+    assert len(files) == 5 and sum(f.stat().st_size for f in files) < 3_000_000
+    for f in files:
+        assert analyse(f).trace.device == "NVIDIA H200"
+    assert MEASURED["device"] == "NVIDIA H200" and "transformers" in MEASURED
+
+
+@pytest.mark.parametrize(
+    ("name", "rule", "steps", "graphs", "streams"),
+    [
+        ("eager_profilerstep", "the profiler's ProfilerStep#N ranges", 3, 0, 1),
+        ("eager_sync", "host synchronisation between steps", 3, 0, 1),
+        ("graph", "one step per cudaGraphLaunch", 3, 1, 1),
+        ("compile", "the profiler's ProfilerStep#N ranges", 3, 1, 1),
+        ("two_streams", "the profiler's ProfilerStep#N ranges", 3, 0, 2),
+    ],
+)
+def test_hf_steps_found_by_the_right_rule(name, rule, steps, graphs, streams):
+    report = analyse(HF / f"hf_llama_{name}.json.gz")
+    assert report.rule == rule and len(report.steps) == steps
+    kernels = {s.kernels for s in report.steps}
+    assert len(kernels) == 1, "every decode step runs the same kernels"
+    for s in report.steps:
+        assert s.graph_launches == graphs and s.gpu_streams == streams
+        tl = s.timeline
+        assert s.metrics.gpu_busy_us == pytest.approx(_union(tl.gpu_start, tl.gpu_end), rel=1e-9)
+        m = s.metrics
+        assert m.bound_by == (CPU_BOUND if m.cpu_launch_us > m.gpu_busy_us else GPU_BOUND)
+
+
+def test_hf_eager_and_graph_steps_are_the_same_model():
+    eager = analyse(HF / "hf_llama_eager_sync.json.gz").steps[0]
+    graph = analyse(HF / "hf_llama_graph.json.gz").steps[0]
+    # Same GPU work: the eager step's kernels are the replayed graph's nodes, plus the same copies.
+    assert eager.kernels == graph.kernels
+    assert (
+        kernels_per_layer(eager.kernel_names, HF_LAYERS)[0]
+        == kernels_per_layer(graph.kernel_names, HF_LAYERS)[0]
+    )
+    # Eager is launch-bound at batch 1; the replay is not.
+    assert eager.metrics.bound_by == CPU_BOUND and graph.metrics.bound_by == GPU_BOUND
+    assert graph.launches < 10 < eager.launches
+    # The graph step's input copies are named as such; the copy back of the token is its own launch.
+    assert graph.timeline.cpu_names[0] == "2 input copies + cudaGraphLaunch"
+    assert graph.timeline.cpu_names[-1].startswith("cudaMemcpyAsync")
+
+
+def test_hf_two_streams_step_draws_both_streams():
+    step = analyse(HF / "hf_llama_two_streams.json.gz").steps[0]
+    tl = step.timeline
+    assert len(tl.streams) == 2
+    side = min(tl.streams, key=lambda s: int((tl.gpu_stream == s).sum()))  # the side stream runs few kernels
+    on_side = tl.gpu_stream == side
+    side_kernels = [
+        n for n, k in zip(np.array(tl.gpu_names)[on_side], tl.gpu_kinds[on_side]) if k == "kernel"
+    ]
+    assert len(side_kernels) == 6 and all(
+        "nvjet" in n or "gemm" in n.lower() for n in side_kernels
+    )  # the 6 matmuls
+    # The streams overlap: busy time is less than the sum of the kernel times.
+    assert step.metrics.gpu_busy_us < tl.gpu_dur.sum()
+
+
+@pytest.mark.parametrize("name", ["eager_profilerstep", "eager_sync"])
+def test_hf_graphs_what_if_from_the_eager_trace_is_within_15_percent_of_the_measured_graph_step(name):
+    """The issue's check: the eager trace, replayed by the timing model, against the real torch.cuda.graph
+    step timed with CUDA events and no profiler."""
+    measured = MEASURED["modes"]["graph"]["step_us_median"]
+    cost = default_replay_cost()
+    predicted = [
+        whatifs(s, cost)["graphs"].metrics.step_us for s in analyse(HF / f"hf_llama_{name}.json.gz").steps
+    ]
+    assert float(np.median(predicted)) == pytest.approx(measured, rel=0.15)
+
+
+def test_hf_fusion_what_if_folds_elementwise_and_norm_kernels_only():
+    step = analyse(HF / "hf_llama_eager_profilerstep.json.gz").steps[0]
+    fused = whatifs(step, default_replay_cost())["fusion"]
+    names = [f.name for f in fused.folded]
+    assert names and all("elementwise" in n or "reduce" in n or "Cat" in n for n in names)
+    # Every GEMM and attention kernel stays; the kernels that go are gone from the timeline.
+    kept = fused.timeline.gpu_names
+    assert sum("nvjet" in n for n in kept) == sum("nvjet" in n for n in step.kernel_names)
+    assert fused.kernels == step.kernels - sum(f.count for f in fused.folded)
+    assert fused.bytes_saved is not None and fused.bytes_saved > 0  # this trace recorded shapes
+    # Fewer launches: less host time, so a launch-bound step gets faster.
+    assert fused.metrics.step_us < step.metrics.step_us and fused.launches < step.launches
+
+
+def test_hf_compiled_step_has_little_left_to_fuse_or_graph():
+    step = analyse(HF / "hf_llama_compile.json.gz").steps[0]
+    out = whatifs(step, default_replay_cost())
+    assert "graphs" not in out  # it already replays a graph
+    assert out["fusion"].kernels > 0.9 * step.kernels
+
+
+def test_cpu_only_profile_is_refused_in_one_sentence():
+    with pytest.raises(TraceError, match="CPU-only profile"):
+        analyse(HF / "cpu_only_eager_sync.json.gz")

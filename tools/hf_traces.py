@@ -1,0 +1,282 @@
+"""Profiler traces of Hugging Face transformers decode steps, for testing the trace reader on code we did not write.
+
+Run on a CUDA machine with torch and transformers (not needed by the app):
+
+    python tools/hf_traces.py --out tests/data/hf
+
+A Llama-3.2-1B-shaped `LlamaForCausalLM` with random weights and a static KV cache decodes one sequence at
+batch 1 after a 512-token prefill. Each step is what a serving loop does: the host builds the step's
+inputs (token id, position) in pinned memory, copies them to the GPU, runs the model, and reads the
+sampled token back (`.item()`, which synchronises). Written, each gzip'd and a few steps long:
+
+- `hf_llama_eager_profilerstep.json.gz`: eager, steps marked by the profiler (`ProfilerStep#N`), with shapes;
+- `hf_llama_eager_sync.json.gz`: eager, no step marks: the steps are told apart by the host synchronisation;
+- `hf_llama_graph.json.gz`: the step captured once with `torch.cuda.graph` and replayed, no step marks;
+- `hf_llama_compile.json.gz`: `torch.compile(mode="reduce-overhead")`, `ProfilerStep#N`;
+- `hf_llama_two_streams.json.gz`: eager, `ProfilerStep#N`, with a second stream running matmuls during the step;
+- `hf_llama_measured.json`: each mode's step time measured without the profiler (CUDA events around the
+  step, from before the input copies to the last kernel; each step starts on an idle GPU), median of 100.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import torch
+
+
+def build_model(args, device):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_hidden_layers=args.layers,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=64,
+        vocab_size=128256,
+        tie_word_embeddings=True,
+        max_position_embeddings=4096,
+        rope_theta=500000.0,
+    )
+    torch.manual_seed(0)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    with torch.device(device):
+        model = LlamaForCausalLM(config).to(dtype).eval()
+    return model, config
+
+
+class Decoder:
+    """One sequence decoding at batch 1 against a static cache: the loop a server runs."""
+
+    def __init__(self, model, args, device):
+        from transformers import StaticCache
+
+        self.model, self.device = model, device
+        self.cache = StaticCache(config=model.config, max_cache_len=args.context + args.max_steps)
+        self.host_ids = torch.zeros((1, 1), dtype=torch.long).pin_memory() if device.type == "cuda" else None
+        self.host_pos = torch.zeros((1,), dtype=torch.long).pin_memory() if device.type == "cuda" else None
+        prompt = torch.randint(0, model.config.vocab_size, (1, args.context), device=device)
+        with torch.no_grad():
+            out = model(
+                input_ids=prompt,
+                past_key_values=self.cache,
+                use_cache=True,
+                cache_position=torch.arange(args.context, device=device),
+            )
+        self.token = int(out.logits[0, -1].argmax())
+        self.context = self.position = args.context
+
+    def _inputs(self):
+        if self.host_ids is None:
+            return torch.tensor([[self.token]]), torch.tensor([self.position])
+        self.host_ids[0, 0], self.host_pos[0] = self.token, self.position
+        return self.host_ids.to(self.device, non_blocking=True), self.host_pos.to(
+            self.device, non_blocking=True
+        )
+
+    def forward(self, ids, pos):
+        out = self.model(
+            input_ids=ids,
+            position_ids=pos.view(1, 1),
+            cache_position=pos,
+            past_key_values=self.cache,
+            use_cache=True,
+        )
+        return out.logits[:, -1].argmax(-1)
+
+    def eager_step(self):
+        with torch.no_grad():
+            return self.forward(*self._inputs())
+
+    def finish(self, next_token) -> None:
+        self.token = int(next_token.item()) % self.model.config.vocab_size
+        # Positions cycle through one context's worth past the prompt: the cache never fills, the steps stay alike.
+        self.position = self.context + (self.position + 1 - self.context) % self.context
+
+
+class GraphDecoder(Decoder):
+    """The same step captured once with torch.cuda.graph; each step copies its inputs in and replays."""
+
+    def __init__(self, model, args, device):
+        super().__init__(model, args, device)
+        self.ids = torch.zeros((1, 1), dtype=torch.long, device=device)
+        self.pos = torch.full((1,), self.position, dtype=torch.long, device=device)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side), torch.no_grad():
+            for _ in range(3):
+                self.forward(self.ids, self.pos)
+        torch.cuda.current_stream().wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph), torch.no_grad():
+            self.out = self.forward(self.ids, self.pos)
+
+    def eager_step(self):
+        self.host_ids[0, 0], self.host_pos[0] = self.token, self.position
+        self.ids.copy_(self.host_ids, non_blocking=True)
+        self.pos.copy_(self.host_pos, non_blocking=True)
+        self.graph.replay()
+        return self.out
+
+
+class CompiledDecoder(Decoder):
+    def __init__(self, model, args, device):
+        super().__init__(model, args, device)
+        self.compiled = torch.compile(self.forward, mode="reduce-overhead", fullgraph=False)
+        for _ in range(4):  # cudagraph trees: warm up, record, then replay
+            with torch.no_grad():
+                self.finish(self.compiled(*self._inputs()).clone())
+        torch.cuda.synchronize()
+
+    def eager_step(self):
+        with torch.no_grad():
+            return self.compiled(*self._inputs()).clone()
+
+
+def time_steps(decoder, steps: int) -> dict:
+    """CUDA-event step time: from before the input copies to the last kernel; each step starts on an idle GPU."""
+    for _ in range(10):
+        decoder.finish(decoder.eager_step())
+    times = []
+    for _ in range(steps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        out = decoder.eager_step()
+        end.record()
+        decoder.finish(out)  # .item(): waits for the step, as a server reading its token does
+        times.append(start.elapsed_time(end) * 1e3)
+    times.sort()
+    pick = lambda q: times[min(int(q * len(times)), len(times) - 1)]  # noqa: E731
+    return {"step_us_median": pick(0.5), "step_us_p10": pick(0.1), "step_us_p90": pick(0.9), "steps": steps}
+
+
+def profile(decoder, path: Path, steps: int, mark_steps: bool, shapes: bool = False, side_work=None) -> None:
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if decoder.device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    for _ in range(3):
+        decoder.finish(decoder.eager_step())
+    raw = Path(tempfile.mkstemp(suffix=".json")[1])
+    if mark_steps:
+        schedule = torch.profiler.schedule(wait=0, warmup=1, active=steps, repeat=1)
+        with torch.profiler.profile(
+            activities=activities,
+            schedule=schedule,
+            record_shapes=shapes,
+            on_trace_ready=lambda p: p.export_chrome_trace(str(raw)),
+        ) as prof:
+            for _ in range(steps + 1):
+                if side_work is not None:
+                    side_work()
+                decoder.finish(decoder.eager_step())
+                prof.step()
+    else:
+        with torch.profiler.profile(activities=activities, record_shapes=shapes) as prof:
+            for _ in range(steps):
+                decoder.finish(decoder.eager_step())
+        prof.export_chrome_trace(str(raw))
+    with open(raw, "rb") as src, gzip.open(path, "wb", compresslevel=9) as dst:
+        shutil.copyfileobj(src, dst)
+    raw.unlink()
+
+
+def side_stream_work(device):
+    """A second stream kept busy during the step: a few large matmuls, as an overlapped prefill would."""
+    stream = torch.cuda.Stream()
+    a = torch.randn(4096, 4096, device=device, dtype=torch.bfloat16)
+
+    def work():
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(6):
+                a @ a
+
+    return work
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--layers", type=int, default=16)
+    parser.add_argument("--context", type=int, default=512)
+    parser.add_argument("--steps", type=int, default=3, help="profiled steps per trace")
+    parser.add_argument("--timed-steps", type=int, default=100)
+    parser.add_argument("--device", default="cuda")
+    args = parser.parse_args(argv)
+    args.max_steps = 2048
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("no CUDA device", file=sys.stderr)
+        return 2
+    import transformers
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    model, config = build_model(args, device)
+    say = lambda *a: print(*a, file=sys.stderr, flush=True)  # noqa: E731
+    measured = {
+        "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": "python tools/hf_traces.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "model": {
+            "layers": args.layers,
+            "hidden": 2048,
+            "heads": 32,
+            "kv_heads": 8,
+            "ffn": 8192,
+            "vocab": 128256,
+            "context": args.context,
+            "dtype": str(next(model.parameters()).dtype),
+        },
+        "modes": {},
+        "errors": [],
+    }
+    eager = Decoder(model, args, device)
+    say("eager traces")
+    profile(eager, args.out / "hf_llama_eager_profilerstep.json.gz", args.steps, mark_steps=True, shapes=True)
+    profile(eager, args.out / "hf_llama_eager_sync.json.gz", args.steps, mark_steps=False)
+    if device.type == "cuda":
+        profile(
+            eager,
+            args.out / "hf_llama_two_streams.json.gz",
+            args.steps,
+            mark_steps=True,
+            side_work=side_stream_work(device),
+        )
+        measured["modes"]["eager"] = time_steps(eager, args.timed_steps)
+        for name, make in (("graph", GraphDecoder), ("compile", CompiledDecoder)):
+            say(f"{name}: build")
+            t0 = time.perf_counter()
+            try:
+                decoder = make(model, args, device)
+            except Exception as err:
+                measured["errors"].append(f"{name}: {type(err).__name__}: {str(err)[:500]}")
+                say(f"{name} failed: {err}")
+                continue
+            say(f"{name}: built in {time.perf_counter() - t0:.1f} s")
+            trace = "hf_llama_graph.json.gz" if name == "graph" else "hf_llama_compile.json.gz"
+            profile(decoder, args.out / trace, args.steps, mark_steps=name == "compile")
+            measured["modes"][name] = time_steps(decoder, args.timed_steps)
+    (args.out / "hf_llama_measured.json").write_text(json.dumps(measured, indent=1) + "\n")
+    for name, m in measured["modes"].items():
+        say(
+            f"{name:8s} {m['step_us_median']:9.1f} µs  (p10 {m['step_us_p10']:.1f}, p90 {m['step_us_p90']:.1f})"
+        )
+    say("wrote", ", ".join(sorted(os.listdir(args.out))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
