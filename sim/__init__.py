@@ -17,7 +17,6 @@ from sim.kernels import (
     UNFUSED_PER_LAYER,
     KernelSpec,
     fusion_table,
-    kernel_times_us,
     step_kernels,
 )
 from sim.schedule import SimulatedStep, StepSettings, Sweep, simulate_step, sweep
@@ -42,7 +41,6 @@ __all__ = [
     "UNFUSED_PER_LAYER",
     "KernelSpec",
     "fusion_table",
-    "kernel_times_us",
     "step_kernels",
     "COMBOS",
     "SimulatedStep",

@@ -15,6 +15,7 @@ from sim.timing import GraphReplayCost
 
 BATCH_RANGE = (1, 512)  # what the page's "Batch size" slider offers
 LAYERS_RANGE = (1, 128)  # what the page's "Layers" slider offers
+KERNELS_PER_LAYER_RANGE = (11, 256)  # unfused: at least the chapter's 11 ops, one kernel each
 MAX_SIM_BATCH = 65_536  # the simulator itself accepts more (sweeps, bucket studies), but not unbounded
 
 
@@ -33,12 +34,19 @@ class ModelConfig(DecoderShape):
 
     bytes_per_el: float = 2  # bf16 weights and activations; 1 for fp8, 0.5 for int4 weights
     context_len: int = 1024  # tokens already in each sequence's KV cache at this decode step
+    # Kernels one layer launches (sim.kernels): the chapter's 11 ops unfused, its 4 fused kernels.
+    # More unfused is a real eager PyTorch layer (the probe measured 51); the extra ones are small
+    # elementwise kernels that each pay a launch and the kernel latency.
+    unfused_per_layer: int = 11
+    fused_per_layer: int = 4
 
     def __post_init__(self) -> None:
         DecoderShape.__post_init__(self)
         owner = "ModelConfig"
         _check_float(owner, "bytes_per_el", self.bytes_per_el, 0, 8, low_open=True)
         check_int(owner, "context_len", self.context_len, 1, 1_048_576)
+        check_int(owner, "unfused_per_layer", self.unfused_per_layer, *KERNELS_PER_LAYER_RANGE)
+        check_int(owner, "fused_per_layer", self.fused_per_layer, 1, self.unfused_per_layer)
 
     def with_layers(self, n_layers: int) -> ModelConfig:
         return replace(self, n_layers=n_layers)
@@ -55,6 +63,9 @@ class HardwareConfig:
     eager_launch_us: float  # host time to build and submit one kernel (Python + dispatcher + driver)
     graph_launch_us: float  # host time for one graph replay, input copies into static buffers included
     graph_node_gap_us: float  # GPU time between one queued kernel's end and the next one's start
+    graph_node_host_us: float = (
+        0.0  # host time a graph replay adds per node (the driver submits them in turn)
+    )
 
     def __post_init__(self) -> None:
         owner = "HardwareConfig"
@@ -66,12 +77,18 @@ class HardwareConfig:
         _check_float(owner, "eager_launch_us", self.eager_launch_us, 0, 10_000, low_open=True)
         _check_float(owner, "graph_launch_us", self.graph_launch_us, 0, 100_000, low_open=True)
         _check_float(owner, "graph_node_gap_us", self.graph_node_gap_us, 0, 1_000)
+        _check_float(owner, "graph_node_host_us", self.graph_node_host_us, 0, 100)
 
     @property
     def replay_cost(self) -> GraphReplayCost:
         """A graph replay on this hardware, in the one timing model's terms: one host call of
-        `graph_launch_us` (input copies included), then the nodes `graph_node_gap_us` apart."""
-        return GraphReplayCost(launch_us=self.graph_launch_us, node_gap_us=self.graph_node_gap_us)
+        `graph_launch_us` (input copies included) plus `graph_node_host_us` a node, the nodes
+        reaching the GPU one after another and running `graph_node_gap_us` apart."""
+        return GraphReplayCost(
+            launch_us=self.graph_launch_us,
+            per_node_host_us=self.graph_node_host_us,
+            node_gap_us=self.graph_node_gap_us,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,40 +107,72 @@ class Preset:
 
 
 _CHAPTER_NOTE = """\
-The chapter's step: 32 layers, 11 kernels per layer unfused, 6 µs of host time per launch.
+The chapter's step: 32 layers, 11 kernels per layer unfused (4 fused), 6 µs of host time per launch.
 Model (≈1.2 B parameters): hidden 2048, 16 heads of 128 with 4 KV heads, a slim SwiGLU FFN of 3584
 (1.75 × hidden), vocab 32000, bf16, 1024 tokens of context. The chapter names no model; these sizes
-make its figures come out. At batch 1 the five big projections (q, o at 2.8 µs; gate, up, down at
-4.9 µs of weight reads) and the six small kernels (two norms, k, v, RoPE, attention at the 2 µs
-minimum) keep the GPU busy ≈1.08 ms for the step, ≈3 µs a kernel (the chapter's "a few
-microseconds"), against 356 × 6 µs ≈ 2.1 ms of launches: ≈50 % utilisation, as in the chapter's
-widget (0.89 vs 1.73 ms, 52 %).
-Hardware: an H100-class GPU at achievable, not datasheet, rates: 3000 GB/s HBM (≈90 % of 3.35 TB/s,
-what a large copy reaches), 700 TFLOP/s bf16 matmul (≈70 % of the 989 dense peak), 2 µs minimum kernel
-time (launch latency, ramp-up and tail of a tiny grid). 6 µs per eager launch is the chapter's figure;
-a graph replay costs 10 µs of host time (cudaGraphLaunch plus copying token ids and positions into the
+make its figures come out. At batch 1 the five big projections (q and o 3.8 µs, gate, up and down
+5.9 µs, latency included) and the six small kernels (two norms, k, v, RoPE, attention: 1.0-1.7 µs)
+keep the GPU busy ≈1.12 ms for the step, ≈3 µs a kernel (the chapter's "a few microseconds"),
+against 356 × 6 µs ≈ 2.1 ms of launches: ≈51 % utilisation, as in the chapter's widget (0.89 vs
+1.73 ms, 52 %).
+Hardware: an H100-class GPU at achievable, not datasheet, rates (estimates, not measurements):
+3000 GB/s HBM (≈90 % of 3.35 TB/s, what a large copy reaches), 700 TFLOP/s bf16 matmul (≈70 % of the
+989 dense peak), 1 µs kernel latency (launch latency, ramp-up and tail of a tiny grid). 6 µs per eager
+launch and 11 kernels a layer are the chapter's figures, not a measurement: the probe measured 51
+kernels a layer and 17-24 µs a launch for an eager PyTorch layer (the other presets use those). A
+graph replay costs 10 µs of host time (cudaGraphLaunch plus copying token ids and positions into the
 static buffers); a queued kernel starts 0.2 µs after its predecessor ends.
-Fused (132 kernels: 792 µs of launches vs ≈0.77 ms of GPU work) the step is balanced; graphs make it
-GPU-bound. Each sequence adds 2 MB of KV-cache reads per layer (1024 tokens × 4 KV heads × 128 × K and
-V × 2 bytes), so by batch ≈49 the kernels outgrow the launches: at batch 128 with both toggles off the
-gaps close on their own."""
+Fused (132 kernels: 792 µs of launches against ≈0.89 ms of GPU work) the step is just GPU-bound,
+0.93 ms; graphs take the launches off too (0.93 ms with fusion, 2.3 × the unfused eager step). Each
+sequence adds 2 MB of KV-cache reads per layer (1024 tokens × 4 KV heads × 128 × K and V × 2 bytes),
+so from batch 45 the kernels outgrow the launches: with both toggles off the gaps close on their own."""
+
+# The probe's eager PyTorch layer, measured on an H200 host (gpu_probe/recorded/h200.json, 2026-11-30):
+# kernels a layer at batch 1, and host time per launch (unprofiled enqueue time / launches) at batch
+# 1, 8, 64 and 256: 23.7, 17.3, 16.9 and 18.7 µs (the hold-out run the next day: 14.3-27.6 µs).
+PROBE_EAGER_KERNELS_PER_LAYER = 51
+PROBE_FUSED_KERNELS_PER_LAYER = 6  # its Triton layer at batch 1: 5 kernels and the split merge
+PROBE_EAGER_LAUNCH_US = 20.0
+# A replay's host time (input copies + cudaGraphLaunch), unprofiled: 99.9 µs for the fused graph's 196
+# nodes and 571.7 µs for the unfused graph's 1652 at batch 1, a line of 36 µs + 0.32 µs a node (the
+# hold-out: 91.4 and 743.9 µs, 4 µs + 0.45 µs a node).
+PROBE_REPLAY_US = 36.0
+PROBE_REPLAY_NODE_US = 0.32
+PROBE_NODE_GAP_US = 0.4  # the calibration's reading of the profiled replays: 0.416 µs between nodes
 
 _LLAMA_NOTE = """\
 Llama-3-8B: 32 layers, hidden 4096, 32 heads / 8 KV heads of 128, FFN 14336, vocab 128256, bf16,
 2048 tokens of context. 16 GB of weights per step.
-H100 SXM at achievable rates: 3000 GB/s (the datasheet's 3.35 TB/s is not reached by real copies),
-700 TFLOP/s bf16 (of 989 dense), 2 µs minimum kernel, 6 µs per eager launch (the chapter's figure),
-10 µs per graph replay, 0.2 µs between queued kernels. Reading 16 GB takes ≈5.3 ms, far more than
-356 launches: a model this size is GPU-bound even at batch 1, so launch overhead hardly matters."""
+Kernels and host, measured: the live probe's eager PyTorch layer (the same ops: RMSNorm, q/k/v, RoPE,
+paged attention, o, SwiGLU, residual adds, casts) launches 51 kernels a layer, at 17-24 µs of host
+time each on an H200's host (gpu_probe/recorded/h200.json, unprofiled); 20 µs here. Its fused Triton
+layer is 6 kernels at batch 1 (5 and the attention's split merge). A replay costs its host 36 µs
+(input copies and cudaGraphLaunch) plus 0.32 µs a node (the probe's graphs at batch 1: 99.9 µs for
+196 nodes, 571.7 µs for 1652); 0.4 µs between replayed kernels (the calibration's reading of the
+profiled replays); ≈2 µs of latency a kernel (its fitted GEMV latency, 1.9 µs).
+Published, as a check: gpt-fast's plain eager Llama-2-7B decodes 25.5 tokens/s on an A100 (39 ms a
+token) against 107 with torch.compile (pytorch-labs/gpt-fast README); here an eager step is 1636
+launches × 20 µs ≈ 33 ms of host time against ≈8.4 ms of GPU work: deep in launch-bound territory
+up to batch 256. At batch 1 graphs alone are 3.6 × faster, fusion with graphs 5.8 × (5.7 ms).
+GPU: an H100 SXM at achievable rates (estimates, not measurements): 3000 GB/s (the datasheet's
+3.35 TB/s is not reached by real copies), 700 TFLOP/s bf16 (of 989 dense). Reading 16 GB takes ≈5.3
+ms. One launch cost serves both paths: a Triton launch cost the probe ≈41 µs, twice a PyTorch op's."""
 
 _PROBE_NOTE = """\
 The live probe's decoder (≈0.5 B parameters): 32 layers, hidden 1024, 16 heads of 64 with 16 KV heads,
 FFN 2816, vocab 32000, bf16, 512 tokens of context, on one H200.
-4200 GB/s is the measured copy bandwidth of an H200 (of 4.8 TB/s on the datasheet) and 790 TFLOP/s
-the measured bf16 matmul rate; 2 µs minimum kernel. The host figures (6 µs per eager launch, 10 µs per
-graph replay, 0.2 µs node gap) are starting guesses: the Calibration tab fits them to a measured run.
-The probe's eager PyTorch step launches more than 11 kernels a layer (casts, reshapes, residual adds,
-SiLU and multiply run as kernels of their own), so the measured step is more launch-bound than this."""
+Measured on the H200 (gpu_probe/recorded/h200.json): 4200 GB/s is its copy bandwidth (4104 GB/s in
+that run; 4.8 TB/s on the datasheet) and 790 TFLOP/s its bf16 matmul rate; 2 µs latency a kernel (the
+calibration's GEMV latency, 1.9 µs). Its eager PyTorch layer launches 51 kernels at batch 1 (54-55
+above: the chapter's 11 plus residual adds, casts, SiLU and multiply, cache bookkeeping), at 17-24 µs
+of host time each, unprofiled (20 µs here); its fused Triton layer 6 (5 above batch 4). A fused+graph
+replay costs 36 µs of host time with its input copies plus 0.32 µs a node (99.9 µs measured for the
+fused graph's 196 nodes, 571.7 µs for the unfused graph's 1652); 0.4 µs between replayed kernels.
+At batch 1 the simulator then gives 32.7 ms eager (measured 39.2 ms, and 23.5 ms in the hold-out
+run: the host's noise), 4.3 ms with graphs (4.8 measured) and 0.80 ms fused with graphs (0.65). One
+launch cost serves both paths, where the probe's Triton launches cost ≈41 µs: fused without graphs
+it gives 3.9 ms where the probe measured 8.0. The Calibration tab fits every figure per kernel
+family; its preset is the calibrated one."""
 
 _H100 = dict(
     hbm_GBps=3000.0,
@@ -132,6 +181,16 @@ _H100 = dict(
     eager_launch_us=6.0,
     graph_launch_us=10.0,
     graph_node_gap_us=0.2,
+)
+_PROBE_HOST = dict(
+    min_kernel_us=2.0,
+    eager_launch_us=PROBE_EAGER_LAUNCH_US,
+    graph_launch_us=PROBE_REPLAY_US,
+    graph_node_host_us=PROBE_REPLAY_NODE_US,
+    graph_node_gap_us=PROBE_NODE_GAP_US,
+)
+_PROBE_KERNELS = dict(
+    unfused_per_layer=PROBE_EAGER_KERNELS_PER_LAYER, fused_per_layer=PROBE_FUSED_KERNELS_PER_LAYER
 )
 
 PRESETS: dict[str, Preset] = {
@@ -165,8 +224,14 @@ PRESETS: dict[str, Preset] = {
             vocab=128256,
             bytes_per_el=2,
             context_len=2048,
+            **_PROBE_KERNELS,
         ),
-        hardware=HardwareConfig(name="H100 SXM (achievable rates)", **_H100),
+        hardware=HardwareConfig(
+            name="H100 SXM (achievable rates), the probe's measured host",
+            hbm_GBps=3000.0,
+            matrix_TFLOPs=700.0,
+            **_PROBE_HOST,
+        ),
         note=_LLAMA_NOTE,
     ),
     "probe-0.5b-h200": Preset(
@@ -182,15 +247,13 @@ PRESETS: dict[str, Preset] = {
             vocab=32000,
             bytes_per_el=2,
             context_len=512,
+            **_PROBE_KERNELS,
         ),
         hardware=HardwareConfig(
             name="H200 (measured rates)",
             hbm_GBps=4200.0,
             matrix_TFLOPs=790.0,
-            min_kernel_us=2.0,
-            eager_launch_us=6.0,
-            graph_launch_us=10.0,
-            graph_node_gap_us=0.2,
+            **_PROBE_HOST,
         ),
         note=_PROBE_NOTE,
     ),

@@ -1,18 +1,33 @@
-"""Which kernels one decode step launches, and how long each runs on the GPU.
+"""Which kernels one decode step launches, what work each does, and how long each runs on the GPU.
 
-Unfused, a layer is the chapter's eleven kernels. Two elementwise steps are assumed
-to ride in an epilogue even unfused (as they do in any serving engine's eager path):
-the residual adds (in the o_proj and down_proj epilogues) and SiLU·mul (in the
-up_proj epilogue, which reads the gate output back). A naive PyTorch eager step
-launches those as kernels of their own, so a measured eager count is higher.
+The work of a step is written once, here, per **logical op** (`layer_ops`, `model_ops`):
+weights read once per step, activations and KV-cache bytes per batch row, FLOPs per row.
+Everything else is derived from it: the simulator's kernels, the fusion table, and the
+calibration's work per probe kernel family (`sim.calibration.families.family_work`).
 
-Fused, a layer is four kernels; every boundary between them is a real grid-wide
-dependency (attention needs all of q/k/v, the FFN norm needs the whole attention
-output summed into the residual, down_proj needs the whole SwiGLU output).
+Unfused, a layer is the chapter's eleven ops, one kernel each. Two elementwise steps are
+assumed to ride in an epilogue even unfused (as they do in any serving engine's eager path):
+the residual adds (in the o_proj and down_proj epilogues) and SiLU·mul (in the up_proj
+epilogue, which reads the gate output back).
 
-GPU time per kernel is `sim.timing.kernel_us`: a fixed latency plus the larger of bytes
-moved over bandwidth and FLOPs over the matrix rate. Weights are read
-once per step whatever the batch; activations and KV-cache reads grow with it.
+Fused, a layer is four kernels (`FUSIONS`); every boundary between them is a real grid-wide
+dependency (attention needs all of q/k/v, the FFN norm needs the whole attention output
+summed into the residual, down_proj needs the whole SwiGLU output). A fused kernel does the
+work of the ops it merges, less the intermediates it keeps on chip (each written once by its
+producer and read once by each consumer), so the fusion table's bytes saved are exactly the
+difference the simulator times.
+
+**Kernels per layer** are the model's (`ModelConfig.unfused_per_layer`, `fused_per_layer`),
+because a real eager PyTorch layer launches far more than eleven kernels (the probe measured
+about 51: the residual adds, casts, SiLU and multiply, the cache bookkeeping). The layer's
+work stays that of its ops; the kernels beyond the eleven (or the four, fused) are small
+elementwise kernels, `elementwise_1`, `elementwise_2`, ..., spread evenly between the ops,
+that move no bytes of their own but each pay the kernel latency and, eager, a launch. Fewer
+than four fused kernels merge neighbouring fused kernels (a persistent kernel across their
+grid-wide dependency; no further intermediates are counted as kept on chip).
+
+GPU time per kernel is `sim.timing.kernel_us`: a fixed latency plus the larger of bytes moved
+over bandwidth and FLOPs over the matrix rate.
 """
 
 from __future__ import annotations
@@ -25,9 +40,21 @@ import numpy as np
 from sim.config import HardwareConfig, ModelConfig
 from sim.timing import kernel_us
 
-UNFUSED_PER_LAYER = 11
-FUSED_PER_LAYER = 4
+UNFUSED_PER_LAYER = 11  # the chapter's ops, one kernel each: the smallest unfused layer
+FUSED_PER_LAYER = 4  # the chapter's fused layer (FUSIONS)
 MODEL_LEVEL = ("embedding", "final_norm", "lm_head", "sampling")
+EXTRA = "elementwise"  # name of the small kernels beyond the ops: elementwise_1, elementwise_2, ...
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One logical op's work, in elements (× bytes per element for bytes)."""
+
+    name: str
+    weight: float  # weight elements, read once per step whatever the batch
+    act: float  # activation elements read + written, per batch row
+    kv: float  # KV-cache elements read and appended, per batch row
+    flops: float  # per batch row
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,8 +72,16 @@ class KernelSpec:
 class Intermediate:
     tensor: str
     dim: str  # "hidden", "q_dim", "kv_dim" or "ffn": elements per token
-    writes: int
-    reads: int
+    producer: str  # the op that writes it (once)
+    consumers: tuple[str, ...]  # the ops that read it (once each)
+
+    @property
+    def writes(self) -> int:
+        return 1
+
+    @property
+    def reads(self) -> int:
+        return len(self.consumers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +96,9 @@ FUSIONS: tuple[Fusion, ...] = (
     Fusion(
         kernel="norm_qkv",
         merges=("attn_norm", "q_proj", "k_proj", "v_proj"),
-        kept_on_chip=(Intermediate("normed hidden state", "hidden", writes=1, reads=3),),
+        kept_on_chip=(
+            Intermediate("normed hidden state", "hidden", "attn_norm", ("q_proj", "k_proj", "v_proj")),
+        ),
         why="RMSNorm recomputed in the GEMV prologue (a decode row is a few KB, every CTA can afford "
         "it) feeding one packed QKV weight: 4 launches become 1.",
     ),
@@ -69,9 +106,9 @@ FUSIONS: tuple[Fusion, ...] = (
         kernel="rope_attn_o",
         merges=("rope", "attention", "o_proj"),
         kept_on_chip=(
-            Intermediate("rotated q", "q_dim", writes=1, reads=1),
-            Intermediate("rotated k", "kv_dim", writes=1, reads=1),
-            Intermediate("attention output", "q_dim", writes=1, reads=1),
+            Intermediate("rotated q", "q_dim", "rope", ("attention",)),
+            Intermediate("rotated k", "kv_dim", "rope", ("attention",)),
+            Intermediate("attention output", "q_dim", "attention", ("o_proj",)),
         ),
         why="RoPE in the attention prologue; each head's slice of W_o applied in the epilogue and "
         "summed into the residual by split-K atomics, which also carry the residual add.",
@@ -80,8 +117,8 @@ FUSIONS: tuple[Fusion, ...] = (
         kernel="norm_gate_up",
         merges=("ffn_norm", "gate_proj", "up_proj"),
         kept_on_chip=(
-            Intermediate("normed hidden state", "hidden", writes=1, reads=2),
-            Intermediate("gate output", "ffn", writes=1, reads=1),
+            Intermediate("normed hidden state", "hidden", "ffn_norm", ("gate_proj", "up_proj")),
+            Intermediate("gate output", "ffn", "gate_proj", ("up_proj",)),
         ),
         why="RMSNorm in the prologue, gate and up as one packed GEMV, SwiGLU (SiLU(gate)·up) in the "
         "epilogue: only the SwiGLU output is written.",
@@ -94,48 +131,96 @@ FUSIONS: tuple[Fusion, ...] = (
         "needs the whole SwiGLU output of every CTA before it can start.",
     ),
 )
+KEPT_ON_CHIP: tuple[Intermediate, ...] = tuple(t for fu in FUSIONS for t in fu.kept_on_chip)
 
 
-def _layer_ops(m: ModelConfig, fusion: bool) -> list[tuple[str, float, float, float, float]]:
-    """(op, weight elements, activation elements per row, KV elements per row, FLOPs per row)."""
+# -- the work, written once ----------------------------------------------------------
+def layer_ops(m: ModelConfig) -> tuple[Op, ...]:
+    """The chapter's eleven ops of one layer, in order, with their work."""
     h, q, kv, f, ctx = m.hidden, m.q_dim, m.kv_dim, m.ffn, m.context_len
     kv_cache = 2 * kv * ctx + 2 * kv  # read K and V for every cached token, append this token's
     attn_flops = 4 * q * ctx  # q·K and p·V over the context, every head
-    if not fusion:
-        return [
-            ("attn_norm", h, 2 * h, 0, 4 * h),
-            ("q_proj", h * q, h + q, 0, 2 * h * q),
-            ("k_proj", h * kv, h + kv, 0, 2 * h * kv),
-            ("v_proj", h * kv, h + kv, 0, 2 * h * kv),
-            ("rope", 0, 2 * (q + kv), 0, 6 * (q + kv)),
-            ("attention", 0, 2 * q + 2 * kv, kv_cache, attn_flops),  # reads q, k, v; writes output
-            ("o_proj", q * h, q + 2 * h, 0, 2 * q * h),  # + residual read and write (epilogue add)
-            ("ffn_norm", h, 2 * h, 0, 4 * h),
-            ("gate_proj", h * f, h + f, 0, 2 * h * f),
-            ("up_proj", h * f, h + 2 * f, 0, 2 * h * f),  # reads the gate output back for SiLU·mul
-            ("down_proj", f * h, f + 2 * h, 0, 2 * f * h),  # + residual read and write
-        ]
-    return [
-        ("norm_qkv", h + h * (q + 2 * kv), h + q + 2 * kv, 0, 4 * h + 2 * h * (q + 2 * kv)),
-        ("rope_attn_o", q * h, q + 2 * kv + 2 * h, kv_cache, 6 * (q + kv) + attn_flops + 2 * q * h),
-        ("norm_gate_up", h + 2 * h * f, h + f, 0, 4 * h + 4 * h * f),
-        ("down_proj", f * h, f + 2 * h, 0, 2 * f * h),
-    ]
+    return (
+        Op("attn_norm", h, 2 * h, 0, 4 * h),
+        Op("q_proj", h * q, h + q, 0, 2 * h * q),
+        Op("k_proj", h * kv, h + kv, 0, 2 * h * kv),
+        Op("v_proj", h * kv, h + kv, 0, 2 * h * kv),
+        Op("rope", 0, 2 * (q + kv), 0, 6 * (q + kv)),
+        Op("attention", 0, 2 * q + 2 * kv, kv_cache, attn_flops),  # reads q, k, v; writes its output
+        Op("o_proj", q * h, q + 2 * h, 0, 2 * q * h),  # + residual read and write (epilogue add)
+        Op("ffn_norm", h, 2 * h, 0, 4 * h),
+        Op("gate_proj", h * f, h + f, 0, 2 * h * f),
+        Op("up_proj", h * f, h + 2 * f, 0, 2 * h * f),  # reads the gate output back for SiLU·mul
+        Op("down_proj", f * h, f + 2 * h, 0, 2 * f * h),  # + residual read and write
+    )
 
 
-_MODEL_BEFORE = MODEL_LEVEL[:1]
-_MODEL_AFTER = MODEL_LEVEL[1:]
-
-
-def _model_ops(m: ModelConfig) -> tuple[list, list]:
+def model_ops(m: ModelConfig) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
+    """(before the layers, after them): the embedding gather; the final norm, LM head and sampling."""
     h, v = m.hidden, m.vocab
-    before = [("embedding", 0, 2 * h, 0, 0)]  # gathers one row per token: weights not read whole
-    after = [
-        ("final_norm", h, 2 * h, 0, 4 * h),
-        ("lm_head", v * h, h + v, 0, 2 * v * h),
-        ("sampling", 0, v + 1, 0, 5 * v),  # softmax + top-p over the logits, one token out
-    ]
+    before = (Op("embedding", 0, 2 * h, 0, 0),)  # gathers one row per token: the table is not read whole
+    after = (
+        Op("final_norm", h, 2 * h, 0, 4 * h),
+        Op("lm_head", v * h, h + v, 0, 2 * v * h),  # the tied embedding table, when tied: the same bytes
+        Op("sampling", 0, v + 1, 0, 5 * v),  # softmax + top-p over the logits, one token out
+    )
     return before, after
+
+
+def _dim(model: ModelConfig, dim: str) -> int:
+    return {"hidden": model.hidden, "q_dim": model.q_dim, "kv_dim": model.kv_dim, "ffn": model.ffn}[dim]
+
+
+def ops_keeping(m: ModelConfig, kept=KEPT_ON_CHIP) -> dict[str, Op]:
+    """Every op of a layer and of the model, its activations less the `kept` intermediates it writes or reads."""
+    before, after = model_ops(m)
+    ops = {op.name: op for op in (*before, *layer_ops(m), *after)}
+    saved = dict.fromkeys(ops, 0.0)
+    for t in kept:
+        saved[t.producer] += _dim(m, t.dim)
+        for consumer in t.consumers:
+            saved[consumer] += _dim(m, t.dim)
+    return {name: Op(name, op.weight, op.act - saved[name], op.kv, op.flops) for name, op in ops.items()}
+
+
+def _merged(name: str, ops: list[Op]) -> Op:
+    return Op(name, *(sum(getattr(op, k) for op in ops) for k in ("weight", "act", "kv", "flops")))
+
+
+# -- a layer's kernels, from the model's counts ----------------------------------------
+def _spread(kernels: list[Op], n_extra: int) -> list[Op]:
+    """`n_extra` zero-work elementwise kernels spread evenly after the kernels, in order."""
+    out, made, n = [], 0, len(kernels)
+    for i, k in enumerate(kernels):
+        out.append(k)
+        for _ in range((i + 1) * n_extra // n - i * n_extra // n):
+            made += 1
+            out.append(Op(f"{EXTRA}_{made}", 0, 0, 0, 0))
+    return out
+
+
+def fused_groups(n_kernels: int) -> tuple[tuple[Fusion, ...], ...]:
+    """FUSIONS as `min(n_kernels, 4)` kernels: neighbours merged, in order, as evenly as possible."""
+    groups = min(int(n_kernels), len(FUSIONS))
+    bounds = [round(i * len(FUSIONS) / groups) for i in range(groups + 1)]
+    return tuple(FUSIONS[a:b] for a, b in zip(bounds, bounds[1:]))
+
+
+@lru_cache(maxsize=64)
+def layer_kernels(model: ModelConfig, fusion: bool) -> tuple[Op, ...]:
+    """One layer's kernels in launch order, each with its work (`Op`, the kernel's name as name)."""
+    if not fusion:
+        return tuple(_spread(list(layer_ops(model)), model.unfused_per_layer - UNFUSED_PER_LAYER))
+    ops = ops_keeping(model)
+    groups = fused_groups(model.fused_per_layer)
+    kernels = [
+        _merged("+".join(fu.kernel for fu in g), [ops[op] for fu in g for op in fu.merges]) for g in groups
+    ]
+    return tuple(_spread(kernels, model.fused_per_layer - len(groups)))
+
+
+def layer_kernel_names(model: ModelConfig, fusion: bool) -> tuple[str, ...]:
+    return tuple(k.name for k in layer_kernels(model, bool(fusion)))
 
 
 def step_kernels(model: ModelConfig, fusion: bool) -> list[KernelSpec]:
@@ -146,25 +231,22 @@ def step_kernels(model: ModelConfig, fusion: bool) -> list[KernelSpec]:
 @lru_cache(maxsize=64)
 def _step_kernels(model: ModelConfig, fusion: bool) -> tuple[KernelSpec, ...]:
     b = model.bytes_per_el
-    before, after = _model_ops(model)
-    layer = _layer_ops(model, fusion)
+    before, after = model_ops(model)
 
-    def spec(name, op, idx, w, act, kv, flops):
-        return KernelSpec(name, op, idx, w * b, act * b, kv * b, float(flops))
+    def spec(name, op: Op, idx):
+        return KernelSpec(name, op.name, idx, op.weight * b, op.act * b, op.kv * b, float(op.flops))
 
-    specs = [spec(op, op, -1, *rest) for op, *rest in before]
+    specs = [spec(op.name, op, -1) for op in before]
     for i in range(model.n_layers):
-        specs += [spec(f"L{i} {op}", op, i, *rest) for op, *rest in layer]
-    specs += [spec(op, op, -1, *rest) for op, *rest in after]
+        specs += [spec(f"L{i} {op.name}", op, i) for op in layer_kernels(model, fusion)]
+    specs += [spec(op.name, op, -1) for op in after]
     return tuple(specs)
 
 
-@lru_cache(maxsize=16)
-def kernel_names(n_layers: int, fusion: bool) -> tuple[str, ...]:
-    """Names of every kernel of a step in launch order (they depend on nothing else)."""
-    before, after = list(_MODEL_BEFORE), list(_MODEL_AFTER)
-    layer = [f.kernel for f in FUSIONS] if fusion else [op for f in FUSIONS for op in f.merges]
-    return tuple(before + [f"L{i} {op}" for i in range(n_layers) for op in layer] + after)
+@lru_cache(maxsize=64)
+def kernel_names(model: ModelConfig, fusion: bool) -> tuple[str, ...]:
+    """Names of every kernel of a step in launch order."""
+    return tuple(k.name for k in _step_kernels(model, bool(fusion)))
 
 
 @lru_cache(maxsize=64)
@@ -176,7 +258,18 @@ def kernel_arrays(model: ModelConfig, fusion: bool) -> tuple[np.ndarray, np.ndar
         arr = np.concatenate((before[i], np.tile(layer[i], model.n_layers), after[i]))
         arr.setflags(write=False)
         arrays.append(arr)
-    return (*arrays, kernel_names(model.n_layers, bool(fusion)))
+    return (*arrays, kernel_names(model, bool(fusion)))
+
+
+def _frozen(values) -> np.ndarray:
+    arr = np.array(values, dtype=np.float64)
+    arr.setflags(write=False)  # cached: shared by every caller
+    return arr
+
+
+def _groups(model: ModelConfig, fusion: bool) -> tuple[tuple[Op, ...], ...]:
+    before, after = model_ops(model)
+    return before, layer_kernels(model, fusion), after
 
 
 @lru_cache(maxsize=64)
@@ -187,16 +280,20 @@ def kernel_groups(model: ModelConfig, fusion: bool) -> tuple[tuple[np.ndarray, .
     columns instead of n_layers of them.
     """
     b = model.bytes_per_el
-    before, after = _model_ops(model)
-    groups = []
-    for ops in (before, _layer_ops(model, bool(fusion)), after):
-        weight = np.array([w * b for _, w, _, _, _ in ops], dtype=np.float64)
-        per_row = np.array([(act + kv) * b for _, _, act, kv, _ in ops], dtype=np.float64)
-        flops = np.array([fl for *_, fl in ops], dtype=np.float64)
-        for arr in (weight, per_row, flops):
-            arr.setflags(write=False)  # cached: shared by every caller
-        groups.append((weight, per_row, flops))
-    return tuple(groups)
+    return tuple(
+        (
+            _frozen([op.weight * b for op in ops]),
+            _frozen([(op.act + op.kv) * b for op in ops]),
+            _frozen([op.flops for op in ops]),
+        )
+        for ops in _groups(model, bool(fusion))
+    )
+
+
+@lru_cache(maxsize=64)
+def kv_groups(model: ModelConfig, fusion: bool) -> tuple[np.ndarray, ...]:
+    """(before, one layer, after) KV-cache bytes per row of each kernel (part of `kernel_groups`' per row)."""
+    return tuple(_frozen([op.kv * model.bytes_per_el for op in ops]) for ops in _groups(model, bool(fusion)))
 
 
 def roofline_us(weight, per_row, flops, hw: HardwareConfig, batches, padded=0, kv_per_row=0.0) -> np.ndarray:
@@ -213,59 +310,56 @@ def roofline_us(weight, per_row, flops, hw: HardwareConfig, batches, padded=0, k
     return kernel_us(moved, rows * flops, hw.min_kernel_us, hw.hbm_GBps, hw.matrix_TFLOPs)
 
 
-@lru_cache(maxsize=64)
-def kv_groups(model: ModelConfig, fusion: bool) -> tuple[np.ndarray, ...]:
-    """(before, one layer, after) KV-cache bytes per row of each kernel (part of `kernel_groups`' per row)."""
-    before, after = _model_ops(model)
-    out = []
-    for ops in (before, _layer_ops(model, bool(fusion)), after):
-        arr = np.array([kv * model.bytes_per_el for _, _, _, kv, _ in ops], dtype=np.float64)
-        arr.setflags(write=False)
-        out.append(arr)
-    return tuple(out)
-
-
-def kernel_times_us(kernels, hw: HardwareConfig, batches) -> np.ndarray:
-    """GPU time of each kernel (list of KernelSpec) at each batch size: [n_batches, n_kernels]."""
-    weight = np.array([k.weight_bytes for k in kernels], dtype=np.float64)
-    per_row = np.array([k.act_bytes_per_row + k.kv_bytes_per_row for k in kernels], dtype=np.float64)
-    flops = np.array([k.flops_per_row for k in kernels], dtype=np.float64)
-    return roofline_us(weight, per_row, flops, hw, batches)
-
-
-def _dim(model: ModelConfig, dim: str) -> int:
-    return {"hidden": model.hidden, "q_dim": model.q_dim, "kv_dim": model.kv_dim, "ffn": model.ffn}[dim]
-
-
+# -- the fusion table ------------------------------------------------------------------
 def fusion_table(model: ModelConfig) -> list[dict]:
-    """One row per fused kernel: what it merged, what stays on chip, bytes saved per token.
+    """One row per fused kernel of the model's fused layer: what it merged, what stays on chip, bytes saved.
 
-    Bytes saved is the drop in activation traffic between the merged unfused kernels and the
-    fused one, per layer and per token (multiply by batch for a step); the intermediates listed
-    account for it exactly (each written `writes` times and read `reads` times).
+    Bytes saved is the drop in activation traffic between the merged unfused ops and the fused
+    kernel, per layer and per token (multiply by batch for a step); the intermediates listed
+    account for it exactly (each written once and read once by each consumer). When the model's
+    counts add small elementwise kernels, a last row says how many fusion removes.
     """
-    unfused = {op: act for op, _, act, _, _ in _layer_ops(model, False)}
-    fused = {op: act for op, _, act, _, _ in _layer_ops(model, True)}
+    unfused = {op.name: op.act for op in layer_ops(model)}
+    fused = {k.name: k for k in layer_kernels(model, True)}
     rows = []
-    for fu in FUSIONS:
-        saved_el = sum(unfused[op] for op in fu.merges) - fused[fu.kernel]
-        saved = saved_el * model.bytes_per_el
+    for group in fused_groups(model.fused_per_layer):
+        kernel = "+".join(fu.kernel for fu in group)
+        merges = tuple(op for fu in group for op in fu.merges)
+        kept = tuple(t for fu in group for t in fu.kept_on_chip)
+        saved = (sum(unfused[op] for op in merges) - fused[kernel].act) * model.bytes_per_el
         rows.append(
             {
-                "fused_kernel": fu.kernel,
-                "merges": fu.merges,
-                "launches_saved_per_layer": len(fu.merges) - 1,
+                "fused_kernel": kernel,
+                "merges": merges,
+                "launches_saved_per_layer": len(merges) - 1,
                 "kept_on_chip": tuple(
-                    f"{t.tensor} ({_dim(model, t.dim)} el, {t.writes}w+{t.reads}r)" for t in fu.kept_on_chip
+                    f"{t.tensor} ({_dim(model, t.dim)} el, {t.writes}w+{t.reads}r)" for t in kept
                 ),
                 "bytes_saved_per_token": float(saved),
                 "bytes_saved_per_token_all_layers": float(saved * model.n_layers),
-                "why": fu.why,
+                "why": " ".join(fu.why for fu in group)
+                + (
+                    ""
+                    if len(group) == 1
+                    else " Merged further: one persistent kernel across these boundaries."
+                ),
+            }
+        )
+    extra_unfused = model.unfused_per_layer - UNFUSED_PER_LAYER
+    extra_fused = model.fused_per_layer - len(rows)
+    if extra_unfused or extra_fused:
+        rows.append(
+            {
+                "fused_kernel": f"{EXTRA} kernels ({extra_fused} left)",
+                "merges": (f"{extra_unfused} {EXTRA} kernels",),
+                "launches_saved_per_layer": extra_unfused - extra_fused,
+                "kept_on_chip": (),
+                "bytes_saved_per_token": 0.0,
+                "bytes_saved_per_token_all_layers": 0.0,
+                "why": f"The model's layer launches {model.unfused_per_layer} kernels unfused and "
+                f"{model.fused_per_layer} fused: beyond the ops, small elementwise kernels (residual adds, "
+                "casts, SiLU and multiply, cache bookkeeping) that move next to nothing but each pay "
+                "the kernel latency and, eager, a launch.",
             }
         )
     return rows
-
-
-def intermediate_bytes(model: ModelConfig, fu: Fusion) -> float:
-    """Bytes per token the listed intermediates cost when they do round-trip HBM."""
-    return sum((t.writes + t.reads) * _dim(model, t.dim) for t in fu.kept_on_chip) * model.bytes_per_el

@@ -30,7 +30,7 @@ import numpy as np
 
 from core.modes import bucket_for, combo_label
 from sim.config import HardwareConfig, ModelConfig
-from sim.kernels import FUSIONS, MODEL_LEVEL, kernel_groups, kv_groups, roofline_us
+from sim.kernels import MODEL_LEVEL, kernel_groups, kv_groups, layer_kernel_names, roofline_us
 from sim.schedule import SimulatedStep, StepSettings
 from sim.timing import (
     KernelFamilyCost,
@@ -92,9 +92,9 @@ def kv_share(model: ModelConfig, tp: int) -> float:
     return 1.0 / min(check_tp(tp), model.n_kv_heads)
 
 
-def _layer_op_names(fusion: bool) -> list[str]:
-    # The order of sim.kernels' layer kernels (the same rule as its kernel_names).
-    return [f.kernel for f in FUSIONS] if fusion else [op for f in FUSIONS for op in f.merges]
+def _row_parallel(kernel: str) -> bool:
+    """A row-parallel kernel (or one merging one, fewer fused kernels a layer): an all-reduce follows."""
+    return any(part in ROW_PARALLEL_OPS for part in kernel.split("+"))
 
 
 def sharded_layer_groups(model: ModelConfig, fusion: bool, tp: int) -> tuple:
@@ -105,7 +105,7 @@ def sharded_layer_groups(model: ModelConfig, fusion: bool, tp: int) -> tuple:
     groups, kvs = kernel_groups(model, fusion), kv_groups(model, fusion)
     out = []
     for (weight, per_row, flops), kv, ops in zip(
-        groups, kvs, (MODEL_LEVEL[:1], _layer_op_names(fusion), MODEL_LEVEL[1:])
+        groups, kvs, (MODEL_LEVEL[:1], layer_kernel_names(model, fusion), MODEL_LEVEL[1:])
     ):
         share = np.array([1.0 if (op in REPLICATED_OPS or op in MODEL_LEVEL) else 1.0 / tp for op in ops])
         kv_gpu = kv * kv_share(model, tp)  # only the attention kernels read KV; they are sharded
@@ -128,14 +128,14 @@ def tp_step_kernels(
         roofline_us(w, r, f, hw, [rows], padded=[padded], kv_per_row=kv)[0]
         for w, r, f, kv in (before, layer, after)
     )
-    ops = _layer_op_names(fusion)
+    ops = layer_kernel_names(model, fusion)
     comm_us = float(allreduce.us(rows * model.hidden * model.bytes_per_el)) if tp > 1 else None
     names, durs = list(MODEL_LEVEL[:1]), [d_before]
     for i in range(model.n_layers):
         for op, d in zip(ops, d_layer):
             names.append(f"L{i} {op}")
             durs.append([d])
-            if comm_us is not None and op in ROW_PARALLEL_OPS:
+            if comm_us is not None and _row_parallel(op):
                 names.append(f"L{i} {ALLREDUCE} ({op})")
                 durs.append([comm_us])
     names += MODEL_LEVEL[1:]

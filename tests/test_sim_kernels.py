@@ -9,12 +9,28 @@ from sim.kernels import (
     FUSIONS,
     UNFUSED_PER_LAYER,
     fusion_table,
-    intermediate_bytes,
-    kernel_times_us,
+    kernel_arrays,
+    roofline_us,
     step_kernels,
 )
 
 CHAPTER = PRESETS["chapter"]
+
+
+def kernel_times_us(kernels, hw, batches):
+    """Each KernelSpec's GPU time at each batch: [n_batches, n_kernels]."""
+    weight = np.array([k.weight_bytes for k in kernels])
+    per_row = np.array([k.act_bytes_per_row + k.kv_bytes_per_row for k in kernels])
+    flops = np.array([k.flops_per_row for k in kernels])
+    return roofline_us(weight, per_row, flops, hw, batches)
+
+
+def intermediate_bytes(model, fu):
+    """Bytes per token the fusion's kept intermediates cost when they do round-trip HBM."""
+    dims = {"hidden": model.hidden, "q_dim": model.q_dim, "kv_dim": model.kv_dim, "ffn": model.ffn}
+    return sum((t.writes + t.reads) * dims[t.dim] for t in fu.kept_on_chip) * model.bytes_per_el
+
+
 SEED_ELEVEN = (
     "attn_norm",
     "q_proj",
@@ -112,8 +128,6 @@ def test_compute_bound_at_huge_batch():
 
 @pytest.mark.parametrize("fusion", [False, True])
 def test_cached_arrays_match_the_kernel_list(fusion):
-    from sim.kernels import kernel_arrays
-
     model = PRESETS["probe-0.5b-h200"].model.with_layers(3)
     specs = step_kernels(model, fusion)
     weight, per_row, flops, names = kernel_arrays(model, fusion)
@@ -121,3 +135,94 @@ def test_cached_arrays_match_the_kernel_list(fusion):
     np.testing.assert_allclose(weight, [k.weight_bytes for k in specs])
     np.testing.assert_allclose(per_row, [k.act_bytes_per_row + k.kv_bytes_per_row for k in specs])
     np.testing.assert_allclose(flops, [k.flops_per_row for k in specs])
+
+
+def _work(kernels):
+    return np.array(
+        [sum(getattr(k, f) for k in kernels) for f in ("weight_bytes", "kv_bytes_per_row", "flops_per_row")]
+    )
+
+
+@pytest.mark.parametrize("unfused, fused", [(11, 4), (51, 6), (20, 4), (11, 1), (30, 2), (11, 11)])
+def test_kernels_per_layer_keep_the_layers_work(unfused, fused):
+    from dataclasses import replace
+
+    model = replace(CHAPTER.model.with_layers(3), unfused_per_layer=unfused, fused_per_layer=fused)
+    for fusion, per_layer in ((False, unfused), (True, fused)):
+        kernels = step_kernels(model, fusion)
+        assert len(kernels) == 3 * per_layer + 4
+        assert {sum(k.layer == i for k in kernels) for i in range(3)} == {per_layer}
+        np.testing.assert_allclose(_work(kernels), _work(step_kernels(CHAPTER.model.with_layers(3), False)))
+        extras = [k for k in kernels if k.op.startswith("elementwise_")]
+        assert len(extras) == 3 * (per_layer - (11 if not fusion else min(fused, 4)))
+        assert all(
+            k.weight_bytes == k.act_bytes_per_row == k.kv_bytes_per_row == k.flops_per_row == 0
+            for k in extras
+        )
+        names = [k.op for k in kernels if k.layer == 0]
+        assert len(set(names)) == len(names)  # every kernel of a layer named apart
+        # Each extra kernel pays the latency (and, eager, a launch): more kernels never run faster.
+        t = kernel_times_us(kernels, CHAPTER.hardware, [1])[0]
+        assert t[[k.op.startswith("elementwise_") for k in kernels]] == pytest.approx(
+            CHAPTER.hardware.min_kernel_us
+        )
+    rows = fusion_table(model)
+    assert sum(r["launches_saved_per_layer"] for r in rows) == unfused - fused
+    unfused_act = sum(k.act_bytes_per_row for k in step_kernels(model, False))
+    fused_act = sum(k.act_bytes_per_row for k in step_kernels(model, True))
+    assert sum(r["bytes_saved_per_token_all_layers"] for r in rows) == pytest.approx(unfused_act - fused_act)
+
+
+def test_extra_kernels_are_spread_between_the_ops():
+    from dataclasses import replace
+
+    model = replace(CHAPTER.model.with_layers(1), unfused_per_layer=33)
+    ops = [k.op for k in step_kernels(model, False) if k.layer == 0]
+    assert [op for op in ops if not op.startswith("elementwise_")] == list(SEED_ELEVEN)
+    assert ops[-1].startswith("elementwise_") and ops[1].startswith("elementwise_")  # two after each op
+    assert ops.count("q_proj") == 1 and ops.index("q_proj") == 3
+
+
+def test_fewer_than_four_fused_kernels_merge_neighbours():
+    from dataclasses import replace
+
+    one = replace(CHAPTER.model.with_layers(2), fused_per_layer=1)
+    layer = [k.op for k in step_kernels(one, True) if k.layer == 0]
+    assert layer == ["norm_qkv+rope_attn_o+norm_gate_up+down_proj"]
+    two = [k.op for k in step_kernels(replace(one, fused_per_layer=2), True) if k.layer == 0]
+    assert two == ["norm_qkv+rope_attn_o", "norm_gate_up+down_proj"]
+
+
+@pytest.mark.parametrize(
+    "field, value", [("unfused_per_layer", 10), ("unfused_per_layer", 257), ("fused_per_layer", 0)]
+)
+def test_kernel_counts_are_validated(field, value):
+    from dataclasses import replace
+
+    with pytest.raises(ValueError, match=f"ModelConfig.{field}"):
+        replace(CHAPTER.model, **{field: value})
+    with pytest.raises(ValueError, match="ModelConfig.fused_per_layer: must be from 1 to 20"):
+        replace(CHAPTER.model, unfused_per_layer=20, fused_per_layer=21)
+
+
+def test_the_calibrations_family_work_is_the_simulators_work():
+    # sim.calibration.families adds up sim.kernels' ops by the probe family that runs them: the same
+    # bytes and FLOPs, written once.
+    from sim.calibration.families import INDEX, family_work
+
+    model = PRESETS["probe-0.5b-h200"].model
+    b = model.bytes_per_el
+    for fused in (False, True):
+        at = {rows: family_work(model, [rows], [fused]) for rows in (0, 1)}
+        weights = at[0][0][0]
+        gemm = ("gemv", "tile_gemm") if fused else ("cublas_gemv", "cublas")
+        # Every weight a step reads whole, once, in the matmul families (the norms' too, fused).
+        expected = model.read_params - (0 if fused else 2 * model.hidden * model.n_layers + model.hidden)
+        assert weights[INDEX[gemm[0]]] == weights[INDEX[gemm[1]]] == pytest.approx(expected * b)
+        # FLOPs: the simulator's unfused step's, less sampling (the probe stops at the logits).
+        sim_flops = sum(k.flops_per_row for k in step_kernels(model, False) if k.op != "sampling")
+        families = ["attention", gemm[0], "aten"] if fused else [gemm[0], "aten"]
+        assert sum(at[1][1][0][INDEX[f]] for f in families) == pytest.approx(sim_flops)
+    kv = sum(k.kv_bytes_per_row for k in step_kernels(model, True))
+    per_row = family_work(model, [1], [True])[0][0] - family_work(model, [0], [True])[0][0]
+    assert per_row[INDEX["attention"]] > kv  # the KV cache, plus q, k, v in and the output out

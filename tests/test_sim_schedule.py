@@ -6,7 +6,7 @@ import pytest
 from core.modes import CHAPTER_BUCKETS
 from core.timeline import CPU_BOUND, GPU_BOUND
 from sim.config import PRESETS, HardwareConfig, ModelConfig
-from sim.kernels import kernel_times_us, step_kernels
+from sim.kernels import kernel_arrays, roofline_us
 from sim.schedule import COMBOS, StepSettings, simulate_step, sweep
 
 CHAPTER = PRESETS["chapter"]
@@ -28,15 +28,18 @@ def test_invariants(key, n_layers):
             assert m.idle_us == pytest.approx(m.step_us - m.gpu_busy_us)
             assert 0 < m.utilisation <= 1
             assert m.step_us >= m.cpu_launch_us - 1e-9 and m.step_us >= m.gpu_busy_us - 1e-9
-            assert m.kernels == (4 if fusion else 11) * n_layers + 4
+            assert m.kernels == (model.fused_per_layer if fusion else model.unfused_per_layer) * n_layers + 4
             assert np.all(tl.launched_by >= 0)
             assert np.all(tl.gpu_start[1:] >= tl.gpu_end[:-1])  # one stream: kernels never overlap
-            # A kernel never starts before the host call that submitted it has finished.
-            assert np.all(tl.gpu_start >= tl.cpu_end[tl.launched_by] - 1e-9)
             if graphs and batch <= CHAPTER_BUCKETS[-1]:
                 assert m.launches == 1 and not step.eager_fallback
+                # A node never starts before the replay call has submitted it (they go in turn).
+                ready = preset.hardware.replay_cost.ready_us(m.kernels)
+                assert np.all(tl.gpu_start >= ready - 1e-9) and tl.cpu_end[0] >= ready[-1] - 1e-9
             else:
+                # A kernel never starts before the host call that submitted it has finished.
                 assert m.launches == m.kernels
+                assert np.all(tl.gpu_start >= tl.cpu_end[tl.launched_by] - 1e-9)
             assert step.speedup == pytest.approx(step.baseline.step_us / m.step_us)
 
 
@@ -52,7 +55,8 @@ def test_eager_schedule_matches_a_step_by_step_reference():
         graph_node_gap_us=0.5,
     )
     tl = simulate_step(model, hw, StepSettings(batch=4)).timeline
-    dur = kernel_times_us(step_kernels(model, False), hw, [4])[0]
+    weight, per_row, flops, _ = kernel_arrays(model, False)
+    dur = roofline_us(weight, per_row, flops, hw, [4])[0]
     assert len(set(np.round(dur, 6))) > 2  # a mix of long and short kernels, so both cases occur
     end = -np.inf
     for i, d in enumerate(dur):
@@ -191,7 +195,6 @@ def test_the_schedule_is_the_one_timing_models():
     import inspect
 
     import sim.schedule
-    from sim.kernels import kernel_arrays
     from sim.timing import eager_timeline, graph_replay_timeline
 
     source = inspect.getsource(sim.schedule)

@@ -4,15 +4,17 @@ A measured kernel is put in a family by its name: the Triton GEMV (batch up to 4
 tensor-core GEMM, the paged attention and the kernel that merges its context splits,
 cuBLAS's matmuls (GEMV-shaped up to batch 4, tiles above: different kernels, different
 speeds) and every other ATen kernel. Each family has one fixed latency and one
-bandwidth (`sim.timing.kernel_us`); what it moves is computed from the decoder's shape,
-per step:
+bandwidth (`sim.timing.kernel_us`). What a family moves and computes in a step is the
+simulator's work (`sim.kernels`, where the decoder's bytes and FLOPs are written once), op by
+op, summed over the family that runs each op in the probe's fused or eager path
+(`FUSED_PATH`, `UNFUSED_PATH`):
 
 - the matmul families read every weight once and each row's activations;
 - the attention reads each row's K and V over the context; the eager (unfused) path
   does it with cuBLAS batched matmuls and ATen gathers, copies and casts, so its
   cuBLAS and ATen families move KV-cache bytes too (their bandwidth is then an
   effective one: how many times the eager path touches the cache is in it);
-- the split merge reads each split's partial output.
+- the split merge reads each split's partial output (fp32, the probe's own kernel).
 
 numpy only.
 """
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.config import ModelConfig
+from sim.kernels import KEPT_ON_CHIP, layer_ops, ops_keeping
 
 GEMV_MAX_ROWS = 4  # gpu_probe.kernels.linear.GEMV_MAX_ROWS; cuBLAS also switches to GEMV-shaped tiles there
 
@@ -69,48 +72,64 @@ def classify(kernel_name: str, rows: int) -> str:
     return "aten"
 
 
+# Which probe kernel family runs each of the simulator's logical ops (`sim.kernels`), in each path.
+# Fused (Triton): RMSNorm folded into the GEMMs that read its output (and the final norm into the LM
+# head's), RoPE inside the paged attention; the probe returns logits, so no sampling kernel.
+# Eager (PyTorch): every matmul is cuBLAS, the rest ATen; the attention is cuBLAS batched matmuls
+# over K and V that ATen kernels first gather, copy and cast (`EAGER_KV_COPIES`).
+_GEMM_OPS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head")
+FUSED_PATH = {
+    **dict.fromkeys(_GEMM_OPS, "gemm"),
+    **dict.fromkeys(("attn_norm", "ffn_norm", "final_norm"), "gemm"),
+    "rope": "attention",
+    "attention": "attention",
+    "embedding": "aten",
+}
+UNFUSED_PATH = {
+    **dict.fromkeys(_GEMM_OPS, "cublas"),
+    **dict.fromkeys(("attn_norm", "ffn_norm", "final_norm", "rope", "embedding"), "aten"),
+    "attention": "cublas",
+}
+EAGER_KV_COPIES = "aten"  # also moves the eager attention's K and V (its bandwidth is then an effective one)
+# Families a path's ops map to: "gemm" is the Triton GEMV or tile GEMM, "cublas" cuBLAS's GEMV-shaped or
+# tiled kernels (which of each pair runs is the batch: GEMV_MAX_ROWS); both get the work, the measured
+# kernel count says which one ran.
+_COLUMNS = {"gemm": ("gemv", "tile_gemm"), "cublas": ("cublas_gemv", "cublas")}
+# The probe's fused attention writes its output and o_proj reads it back: the simulator's rope_attn_o
+# keeps it on chip, the probe does not.
+PROBE_KEPT = tuple(t for t in KEPT_ON_CHIP if t.tensor != "attention output")
+SPLIT_PARTIAL_BYTES = 4  # the attention's context splits write fp32 partial outputs for the merge
+
+
 def family_work(model: ModelConfig, rows, fused) -> tuple[np.ndarray, np.ndarray]:
     """(bytes, FLOPs) each family moves and computes in one step: two [n_rows, n_families] arrays.
 
-    `rows` and `fused` (the step runs the fused kernels) are one entry per step. A family's
-    work is the same whatever its kernel count; how many kernels it takes is the measured
-    (or assumed) count, each paying the family's latency.
+    `rows` and `fused` (the step runs the fused kernels) are one entry per step. The work is the
+    simulator's, op by op (`sim.kernels.ops_keeping`: the fused path without the intermediates its
+    kernels keep on chip), summed over the family that runs each op in that path. A family's work
+    is the same whatever its kernel count; how many kernels it takes is the measured (or assumed)
+    count, each paying the family's latency.
     """
-    r = np.asarray(rows, np.float64).reshape(-1, 1)
-    fused = np.broadcast_to(np.asarray(fused, bool).reshape(-1, 1), r.shape)
-    b, h, q, kv, f, v = model.bytes_per_el, model.hidden, model.q_dim, model.kv_dim, model.ffn, model.vocab
-    layers, ctx = model.n_layers, model.context_len
-    params = layers * (h * (q + 2 * kv) + q * h + 3 * h * f) + v * h  # projections + LM head
-    act = layers * ((h + q + 2 * kv) + (q + h) + (h + 2 * f) + (f + h)) + h + v  # in + out per row
-    kv_read = layers * 2 * kv * ctx  # K and V over the context, per row
-    attn_flops = layers * 4 * q * ctx  # q·K and p·V, per row
-    matmul_bytes = params * b + r * act * b
-    matmul_flops = r * 2 * params
-    work_bytes = {
-        "gemv": matmul_bytes,
-        "tile_gemm": matmul_bytes,
-        "attention": r * (kv_read + 2 * q * layers) * b,
-        "split_merge": r
-        * layers
-        * q
-        * 4.0,  # fp32 partial outputs, one per split (the count is in the latency)
-        "cublas_gemv": matmul_bytes + r * kv_read * b,
-        "cublas": matmul_bytes + r * kv_read * b,
-        # Unfused: the eager attention's gathers, copies and casts of K and V, norms, RoPE, adds.
-        # Fused: only the embedding gather and the inputs' copies are left to PyTorch.
-        "aten": r * np.where(fused, 2 * h, kv_read + layers * 8 * h) * b,
-    }
-    work_flops = {
-        "gemv": matmul_flops,
-        "tile_gemm": matmul_flops,
-        "attention": r * attn_flops,
-        "split_merge": 0 * r,
-        "cublas_gemv": matmul_flops + r * attn_flops,
-        "cublas": matmul_flops + r * attn_flops,
-        "aten": 0 * r,
-    }
-    shape = (len(r), len(FAMILIES))
-    return (
-        np.broadcast_to(np.column_stack([work_bytes[n] for n in NAMES]), shape).copy(),
-        np.broadcast_to(np.column_stack([work_flops[n] for n in NAMES]), shape).copy(),
-    )
+    r = np.asarray(rows, np.float64).reshape(-1)
+    fused = np.broadcast_to(np.asarray(fused, bool).reshape(-1), r.shape)
+    b, layers = model.bytes_per_el, model.n_layers
+    layer_names = {op.name for op in layer_ops(model)}
+    out_bytes, out_flops = np.zeros((len(r), len(FAMILIES))), np.zeros((len(r), len(FAMILIES)))
+    for is_fused, path, kept in ((False, UNFUSED_PATH, ()), (True, FUSED_PATH, PROBE_KEPT)):
+        weight, per_row, flops = np.zeros(len(FAMILIES)), np.zeros(len(FAMILIES)), np.zeros(len(FAMILIES))
+        for name, op in ops_keeping(model, kept).items():
+            if name not in path:
+                continue  # sampling: the probe stops at the logits
+            times = layers if name in layer_names else 1
+            columns = [INDEX[c] for c in _COLUMNS.get(path[name], (path[name],))]
+            weight[columns] += times * op.weight * b
+            per_row[columns] += times * (op.act + op.kv) * b
+            flops[columns] += times * op.flops
+            if name == "attention" and not is_fused:
+                per_row[INDEX[EAGER_KV_COPIES]] += times * op.kv * b
+        if is_fused:
+            per_row[INDEX["split_merge"]] = layers * model.q_dim * SPLIT_PARTIAL_BYTES
+        take = fused == is_fused
+        out_bytes[take] = weight + r[take, None] * per_row
+        out_flops[take] = r[take, None] * flops
+    return out_bytes, out_flops
