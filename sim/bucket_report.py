@@ -2,9 +2,10 @@
 
 Used by the page's Bucketing tab and by `python -m sim buckets`, so both show the same
 table. Times come from the simulator's per-kernel model (`sim.schedule.sweep`): a padded
-step runs every kernel at the bucket's rows, so the time lost to padding is the step's GPU
-time at the bucket minus that at the real batch; a batch above the largest bucket runs
-eager, and costs the eager step minus the graph step it would have had.
+step runs every kernel at the bucket's rows, but its dummy rows read no KV cache (as in the
+simulator, `TimeModel`), so the time lost to padding is the padded step's GPU time minus that
+of a graph of exactly the real batch; a batch above the largest bucket runs eager, and costs
+the eager step minus the graph step it would have had. The optimiser minimises the same times.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import numpy as np
 from sim import bucket_memory as bm
 from sim import buckets as bk
 from sim.config import PRESETS, HardwareConfig, ModelConfig
-from sim.kernels import kernel_arrays
+from sim.kernels import kernel_arrays, kv_groups
 from sim.schedule import sweep
 from sim.workloads import Workload, uniform
 
@@ -100,11 +101,44 @@ class LayoutStats:
 
 @dataclass(frozen=True, eq=False)
 class TimeModel:
-    """Per-size step times for one model, GPU and fusion setting (index = batch size)."""
+    """Per-size step times for one model, GPU and fusion setting (index = batch size).
+
+    A batch of n real rows replayed in a graph of B rows is the simulator's padded step: the
+    B-row step less what its B - n dummy rows skip, their KV-cache reads (`kv_row_us` each:
+    engines point them at a scratch slot, `sim.kernels.roofline_us` takes their KV bytes off).
+    That is exactly the simulator's figure while the KV-reading kernels are memory-bound and the
+    replayed GPU does not wait for the host between nodes (a decode step's attention reads bytes
+    far faster than it can compute on them; tests check it against `simulate_step`).
+    """
 
     graph_step_us: np.ndarray  # a graph captured at exactly this size
     graph_busy_us: np.ndarray  # GPU busy time of that step
     eager_step_us: np.ndarray  # no graph at all
+    kv_row_us: float = 0.0  # GPU time a real row's KV-cache reads take, which a dummy row skips
+
+    def padded_step_us(self, sizes, buckets) -> np.ndarray:
+        """Step time of `sizes` real rows replayed in graphs of `buckets` rows (each >= its size)."""
+        sizes, buckets = np.asarray(sizes), np.asarray(buckets)
+        return self.graph_step_us[buckets] - (buckets - sizes) * self.kv_row_us
+
+    def padded_busy_us(self, sizes, buckets) -> np.ndarray:
+        sizes, buckets = np.asarray(sizes), np.asarray(buckets)
+        return self.graph_busy_us[buckets] - (buckets - sizes) * self.kv_row_us
+
+    def padding_cost(self, sizes) -> np.ndarray:
+        """The optimiser's cost per bucket size: Σ w·(cost(bucket) - cost(n)) is then the time the
+        padded rows add, Σ w·(padded_step(n, bucket) - graph_step(n)), with the KV-read saving in it.
+        Made non-decreasing for the dynamic programme (flat only where the host, not the GPU, sets
+        the step: padding then costs nothing)."""
+        sizes = np.asarray(sizes)
+        return np.maximum.accumulate(self.graph_step_us[sizes] - sizes * self.kv_row_us)
+
+
+def kv_row_us(model: ModelConfig, hw: HardwareConfig, fusion: bool = False) -> float:
+    """GPU time of one row's KV-cache reads and appends over the step: what a padded row skips."""
+    before, layer, after = kv_groups(model, bool(fusion))
+    kv_bytes = before.sum() + model.n_layers * layer.sum() + after.sum()
+    return float(kv_bytes / (hw.hbm_GBps * 1e3))  # GB/s = 1e3 B/µs
 
 
 def time_model(model: ModelConfig, hw: HardwareConfig, max_size: int, fusion: bool = False) -> TimeModel:
@@ -117,6 +151,7 @@ def time_model(model: ModelConfig, hw: HardwareConfig, max_size: int, fusion: bo
         np.concatenate((pad, graph.step_us)),
         np.concatenate((pad, graph.gpu_busy_us)),
         np.concatenate((pad, eager.step_us)),
+        kv_row_us(model, hw, fusion),
     )
 
 
@@ -134,9 +169,9 @@ def analyse(
     covered = chosen > 0
     pad = np.where(covered, chosen - sizes, 0)
     rows_on_graphs = float(np.dot(w[covered], chosen[covered]))
-    at_bucket = np.where(covered, chosen, 1)  # index 1 stands in where there is no bucket (masked below)
-    step = np.where(covered, times.graph_step_us[at_bucket], times.eager_step_us[sizes])
-    lost = np.where(covered, times.graph_busy_us[at_bucket] - times.graph_busy_us[sizes], 0.0)
+    at_bucket = np.where(covered, chosen, sizes)  # eager sizes stand in as their own bucket (masked below)
+    step = np.where(covered, times.padded_step_us(sizes, at_bucket), times.eager_step_us[sizes])
+    lost = np.where(covered, times.padded_busy_us(sizes, at_bucket) - times.graph_busy_us[sizes], 0.0)
     eager_extra = np.where(covered, 0.0, times.eager_step_us[sizes] - times.graph_step_us[sizes])
     memory_bytes = float(memory.breakdown(lay)["total"])
     return LayoutStats(
@@ -167,7 +202,7 @@ def optimise(
     Returns the layout, or None when not even one graph fits the budget.
     """
     sizes, w = workload.batch_sizes, workload.weights
-    cost = times.graph_step_us[sizes] if objective == "time" else None
+    cost = times.padding_cost(sizes) if objective == "time" else None
     budget = np.inf if budget_bytes is None else budget_bytes
     found = bk.best_layout_under_budget(
         sizes, w, lambda lay: memory.breakdown(lay)["total"], budget, max_buckets, cost=cost

@@ -35,11 +35,15 @@ def test_analyse_by_hand(times):
     # Batch 3 pads one row into bucket 4 (3 of 4 steps); batch 300 runs eager.
     assert s.padded_rows == pytest.approx(0.75)
     assert s.waste_pct == pytest.approx(25.0)
-    assert s.padding_gpu_us == pytest.approx(0.75 * (times.graph_busy_us[4] - times.graph_busy_us[3]))
+    # The padded row costs its matmul rows but reads no KV cache (kv_row_us of GPU time).
+    assert 0 < times.kv_row_us < times.graph_busy_us[4] - times.graph_busy_us[3]
+    padded_busy = times.graph_busy_us[4] - times.kv_row_us
+    assert s.padding_gpu_us == pytest.approx(0.75 * (padded_busy - times.graph_busy_us[3]))
     assert s.eager_sizes == 1 and s.eager_share == pytest.approx(0.25)
     assert s.eager_cost_us == pytest.approx(0.25 * (times.eager_step_us[300] - times.graph_step_us[300]))
     assert s.eager_cost_us > 0  # the chapter's model is launch-bound: eager is slower
-    assert s.step_us == pytest.approx(0.75 * times.graph_step_us[4] + 0.25 * times.eager_step_us[300])
+    padded_step = times.graph_step_us[4] - times.kv_row_us
+    assert s.step_us == pytest.approx(0.75 * padded_step + 0.25 * times.eager_step_us[300])
     assert s.graphs == 2 and s.fits_budget is True
     assert s.memory_bytes == pytest.approx(bm.graph_memory_bytes((4, 8), memory), abs=1)
 
@@ -210,3 +214,87 @@ def test_binding_limit_names_what_holds_the_optimiser_back():
     free = br.binding_limits(MODEL, HW, geometric(4, 16), budget_bytes=512 * br.MIB, max_buckets=64)
     assert not free.graphs and not free.budget and free.relaxed is None
     assert br.binding_limits(MODEL, HW, w, budget_bytes=0.0, max_buckets=64) is None  # nothing fits
+
+
+@pytest.mark.parametrize("key", sorted(PRESETS))
+@pytest.mark.parametrize("fusion", [False, True])
+def test_padded_steps_are_the_simulators(key, fusion):
+    # A padded batch costs its matmul rows at the bucket, but its dummy rows read no KV cache: the
+    # optimiser's times are simulate_step's, padding included.
+    preset = PRESETS[key]
+    times = br.time_model(preset.model, preset.hardware, 256, fusion)
+    for n, bucket in ((1, 2), (3, 4), (17, 24), (33, 48), (100, 256), (255, 256)):
+        step = simulate_step(
+            preset.model,
+            preset.hardware,
+            StepSettings(batch=n, fusion=fusion, graphs=True, buckets=(bucket,)),
+        )
+        assert step.padded_rows == bucket - n
+        assert times.padded_step_us(n, bucket) == pytest.approx(step.metrics.step_us, rel=1e-9)
+        assert times.padded_busy_us(n, bucket) == pytest.approx(step.metrics.gpu_busy_us, rel=1e-9)
+
+
+def test_llama_batch_33_in_bucket_48_is_charged_what_the_simulator_charges():
+    preset = PRESETS["llama3-8b-h100"]
+    wl = Workload("33 only", [33], [1])
+    times = br.time_model(preset.model, preset.hardware, 48, fusion=True)
+    stats = br.analyse("x", (48,), wl, times, br.memory_model(preset.model, True))
+    step = simulate_step(preset.model, preset.hardware, StepSettings(batch=33, fusion=True, graphs=True))
+    assert step.bucket == 48
+    assert stats.step_us == pytest.approx(step.metrics.step_us, rel=1e-9)
+    assert stats.step_us < times.graph_step_us[48]  # not the whole 48-row step: 15 rows skip their KV reads
+    unpadded = simulate_step(
+        preset.model, preset.hardware, StepSettings(batch=33, fusion=True, graphs=True, buckets=(33,))
+    )
+    assert stats.padding_gpu_us == pytest.approx(
+        step.metrics.gpu_busy_us - unpadded.metrics.gpu_busy_us, rel=1e-9
+    )
+
+
+def test_the_optimum_is_the_best_layout_by_the_simulators_own_times():
+    # Brute force over every layout of at most 3 buckets (the largest size always one of them), each
+    # scored with simulate_step's padded steps: the optimiser finds the least expected step time.
+    from itertools import combinations
+
+    preset = PRESETS["llama3-8b-h100"]
+    model, hw = preset.model.with_layers(2), preset.hardware
+    sizes = np.arange(1, 13)
+    wl = Workload("skewed", sizes, 1.0 / sizes)
+    times = br.time_model(model, hw, 12, fusion=True)
+    memory = br.memory_model(model, True)
+    step = {
+        (n, b): simulate_step(
+            model, hw, StepSettings(batch=n, fusion=True, graphs=True, buckets=(b,))
+        ).metrics.step_us
+        for b in sizes
+        for n in sizes
+        if n <= b
+    }
+
+    def expected(layout):
+        return sum(w * step[(n, min(b for b in layout if b >= n))] for n, w in zip(sizes, wl.weights))
+
+    layouts = [(*c, 12) for k in range(3) for c in combinations(range(1, 12), k)]
+    best = min(layouts, key=expected)
+    found = br.optimise(wl, times, memory, None, max_buckets=3)
+    assert expected(found) == pytest.approx(expected(best), rel=1e-12)
+    assert br.analyse("found", found, wl, times, memory).step_us == pytest.approx(expected(found), rel=1e-9)
+
+
+def test_the_optimiser_weighs_padding_without_the_dummy_rows_kv_reads():
+    # Batch 1 is common, 2 rare, 3 common; one bucket besides 3. Charging a padded row the whole row
+    # (graph_step_us alone) pads the rare 2s into 3 (cost 0.05 x 10 < 1 x 1). With the KV reads a dummy
+    # row skips (0.95 us of the 1-10 us a row costs), padding a 1 into 2 costs only 0.05: bucket 2 wins.
+    times = br.TimeModel(
+        graph_step_us=np.array([np.nan, 10.0, 11.0, 21.0]),
+        graph_busy_us=np.array([np.nan, 10.0, 11.0, 21.0]),
+        eager_step_us=np.array([np.nan, 50.0, 50.0, 50.0]),
+        kv_row_us=0.95,
+    )
+    wl = Workload("1, 2 rarely, 3", [1, 2, 3], [1.0, 0.05, 1.0])
+    memory = bm.GraphMemoryModel(0, 0, 1)
+    assert br.optimise(wl, times, memory, None, max_buckets=2) == (2, 3)
+    steps = {lay: br.analyse("x", lay, wl, times, memory).step_us for lay in ((1, 3), (2, 3))}
+    assert steps[(2, 3)] < steps[(1, 3)]
+    unaware = br.TimeModel(times.graph_step_us, times.graph_busy_us, times.eager_step_us, kv_row_us=0.0)
+    assert br.optimise(wl, unaware, memory, None, max_buckets=2) == (1, 3)
