@@ -18,7 +18,15 @@ from sim.schedule import StepSettings, simulate_step
 from ui.charts import format_us
 from ui.common import READOUT_LABELS
 from ui.sim_presets import CALIBRATED_KEY, CALIBRATED_TITLE, PRESET_TITLES, preset_of
-from ui.sim_tab import BATCH_STOPS, HARDWARE_INPUTS, SIM_PARAMS, nearest_stop, note_paragraphs
+from ui.sim_tab import (
+    BATCH_STOPS,
+    BYTES_INPUT,
+    HARDWARE_INPUTS,
+    MODEL_INPUTS,
+    SIM_PARAMS,
+    nearest_stop,
+    note_paragraphs,
+)
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 CHAPTER = PRESETS["chapter"]
@@ -175,6 +183,8 @@ EXTREMES = [
     ("layers", 128),
     *[(key, SIM_PARAMS[key][1]) for key, *_ in HARDWARE_INPUTS],
     *[(key, SIM_PARAMS[key][2]) for key, *_ in HARDWARE_INPUTS],
+    *[(key, SIM_PARAMS[key][1]) for key, *_ in (*MODEL_INPUTS, BYTES_INPUT)],
+    *[(key, SIM_PARAMS[key][2]) for key, *_ in (*MODEL_INPUTS, BYTES_INPUT)],
 ]
 
 
@@ -216,10 +226,21 @@ def test_sim_params_cover_every_bound_widget():
         "tp",
         "launch_us",
         "graph_launch_us",
+        "graph_node_us",
         "node_gap_us",
         "hbm_GBps",
         "tflops",
         "min_kernel_us",
+        # "Your model" (Advanced)
+        "hidden",
+        "heads",
+        "kv_heads",
+        "ffn",
+        "vocab",
+        "context",
+        "bytes_per_el",
+        "kernels_unfused",
+        "kernels_fused",
     }
     assert SIM_PARAMS["batch"] == ("int", 1, 512) and SIM_PARAMS["layers"] == ("int", 1, 128)
 
@@ -391,3 +412,100 @@ def test_preset_notes_read_as_paragraphs_not_hard_wrapped_lines():
     for preset in PRESET_TITLES:
         for paragraph in note_paragraphs(preset_of(preset)[0].note):
             assert "\n" not in paragraph
+
+
+# -- "Your model" (issue 12) ----------------------------------------------------------------------
+def test_your_model_is_simulated_and_reads_as_a_custom_model():
+    at = fresh()
+    assert not any(m.value.startswith("**Custom model") for m in at.markdown)
+    for key, value in (
+        ("hidden", 4096),
+        ("heads", 32),
+        ("kv_heads", 8),
+        ("ffn", 14336),
+        ("vocab", 128256),
+        ("context", 2048),
+        ("bytes_per_el", 1.0),
+        ("kernels_unfused", 40),
+        ("kernels_fused", 6),
+    ):
+        at.number_input(key=key).set_value(value)
+    at.number_input(key="launch_us").set_value(15.0).run()  # fmt: skip
+    assert not at.exception and not at.error and not warnings(at)
+    model = replace(CHAPTER.model, name="custom-chapter-1.2b", hidden=4096, n_heads=32, n_kv_heads=8, ffn=14336,
+                    vocab=128256, context_len=2048, bytes_per_el=1.0, unfused_per_layer=40, fused_per_layer=6)  # fmt: skip
+    hw = replace(CHAPTER.hardware, eager_launch_us=15.0)
+    expected = simulate_step(model, hw, StepSettings()).metrics
+    assert readouts(at)["Kernels / step"] == f"{40 * 32 + 4:,}"
+    assert readouts(at)["Step time"] == format_us(expected.step_us)
+    (title,) = [m.value for m in at.markdown if m.value.startswith("**Custom model")]
+    assert "40 kernels/layer (6 fused)" in title and "15 µs/launch" in title and "hidden 4,096" in title
+    assert "Chapter: 32 layers" in title  # which preset it started from
+    # The step and its download are named as the custom model, not the preset's.
+    from ui.sim_tab import _as_custom
+
+    named, named_hw = _as_custom(CHAPTER, replace(model, name=CHAPTER.model.name), hw)
+    assert named.name == "custom-chapter-1.2b" and named_hw.name.endswith(", edited")
+    assert _as_custom(CHAPTER, CHAPTER.model, CHAPTER.hardware) == (CHAPTER.model, CHAPTER.hardware)
+    assert "Kernel fusion: 40 → 6 kernels per layer" in [h.value for h in at.subheader]
+
+
+def test_editing_only_the_launch_cost_drops_the_presets_title():
+    at = fresh()
+    at.number_input(key="launch_us").set_value(20.0).run()
+    (title,) = [m.value for m in at.markdown if m.value.startswith("**Custom model")]
+    assert "20 µs/launch" in title and "6 µs/launch”" in title  # the preset it came from, then the edit
+
+
+@pytest.mark.parametrize(
+    "edits, fragment",
+    [
+        ({"hidden": 1000}, "Attention heads (16) must divide the hidden size (1000)"),
+        ({"kv_heads": 5}, "KV heads (5) must divide the attention heads (16)"),
+        ({"kv_heads": 32}, "KV heads (32) must divide the attention heads (16)"),
+        ({"kernels_fused": 30}, "Kernels per layer, fused (30) cannot be more than unfused (11)"),
+        ({"bytes_per_el": 0.0}, "Bytes per element must be from 0.125"),
+    ],
+)
+def test_invalid_model_combinations_warn_and_never_raise(edits, fragment):
+    at = fresh()
+    for key, value in edits.items():
+        at.number_input(key=key).set_value(value)
+    at.run()
+    assert not at.exception and not at.error
+    assert any(fragment in w for w in warnings(at)), warnings(at)
+    assert set(readouts(at)) == set(READOUT_LABELS)
+
+
+def test_a_link_with_a_custom_model_opens_it_and_hostile_values_are_clamped():
+    at = AppTest.from_file(APP, default_timeout=60)
+    link = {"hidden": "1536", "heads": "12", "kv_heads": "4", "ffn": "4096", "vocab": "50000", "kernels_fused": "7",
+            "graph_node_us": "0.5", "kernels_unfused": "99999", "context": "-5", "bytes_per_el": "nan"}  # fmt: skip
+    at.query_params.update(link)
+    at.run()
+    assert not at.exception and not at.error
+    assert at.number_input(key="hidden").value == 1536 and at.number_input(key="heads").value == 12
+    assert at.number_input(key="kernels_unfused").value == 256  # clamped to the widget's range
+    assert [at.number_input(key=k).value for k in ("ffn", "vocab", "kernels_fused", "graph_node_us")] == [
+        4096,
+        50000,
+        7,
+        0.5,
+    ]
+    notices = " ".join(warnings(at))
+    assert "kernels_unfused" in notices and "context" in notices and "bytes_per_el" in notices
+    assert any(m.value.startswith("**Custom model") for m in at.markdown)
+
+
+def test_a_new_preset_resets_your_model():
+    at = fresh()
+    at.number_input(key="hidden").set_value(4096)
+    at.number_input(key="kernels_unfused").set_value(60).run()
+    at.selectbox(key="preset").set_value("llama3-8b-h100").run()
+    llama = PRESETS["llama3-8b-h100"].model
+    assert at.number_input(key="hidden").value == llama.hidden
+    assert at.number_input(key="kernels_unfused").value == llama.unfused_per_layer == 51
+    assert not any(m.value.startswith("**Custom model") for m in at.markdown)
+    expected = simulate_step(llama, PRESETS["llama3-8b-h100"].hardware, StepSettings()).metrics
+    assert readouts(at)["Step time"] == format_us(expected.step_us)
+    assert readouts(at)["Bound by"] == "CPU launch"  # 51 kernels a layer at 20 µs: launch-bound at batch 1

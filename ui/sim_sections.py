@@ -11,7 +11,7 @@ import streamlit as st
 
 from core.modes import CHAPTER_BUCKETS, combo_title
 from sim.config import BATCH_RANGE, HardwareConfig, ModelConfig
-from sim.kernels import FUSED_PER_LAYER, MODEL_LEVEL, UNFUSED_PER_LAYER, fusion_table, step_kernels
+from sim.kernels import MODEL_LEVEL, fusion_table, step_kernels
 from sim.schedule import Sweep, sweep
 from ui.charts import sweep_figure
 
@@ -98,7 +98,7 @@ def sweep_view(model: ModelConfig, hw: HardwareConfig, fusion: bool, graphs: boo
 
 
 def fusion_view(model: ModelConfig) -> None:
-    st.subheader(f"Kernel fusion: {UNFUSED_PER_LAYER} → {FUSED_PER_LAYER} kernels per layer")
+    st.subheader(f"Kernel fusion: {model.unfused_per_layer} → {model.fused_per_layer} kernels per layer")
     unfused = len(step_kernels(model, False))
     fused = len(step_kernels(model, True))
     st.dataframe(fusion_rows(model), hide_index=True, width="stretch")

@@ -16,9 +16,18 @@ from dataclasses import replace
 
 import streamlit as st
 
+from core.decoder import LIMITS
 from sim.chrome_trace import to_chrome_trace_json
-from sim.config import BATCH_RANGE, DEFAULT_PRESET, LAYERS_RANGE, HardwareConfig, ModelConfig
-from sim.kernels import FUSED_PER_LAYER, UNFUSED_PER_LAYER, step_kernels
+from sim.config import (
+    BATCH_RANGE,
+    DEFAULT_PRESET,
+    KERNELS_PER_LAYER_RANGE,
+    LAYERS_RANGE,
+    HardwareConfig,
+    ModelConfig,
+    Preset,
+)
+from sim.kernels import step_kernels
 from sim.schedule import SimulatedStep, StepSettings, simulate_step
 from sim.tensor_parallel import TP_CHOICES, simulate_tp_step, tp_summary
 from ui.charts import FIRST_LAUNCHES, lanes_figure
@@ -30,6 +39,7 @@ from ui.sim_sections import fusion_view, sweep_view
 HARDWARE_INPUTS = (
     ("launch_us", "CPU µs per eager launch", "eager_launch_us", 0.0, 1000.0, 0.5, "%.2f"),
     ("graph_launch_us", "CPU µs per graph launch", "graph_launch_us", 0.0, 10000.0, 1.0, "%.1f"),
+    ("graph_node_us", "CPU µs per graph node", "graph_node_host_us", 0.0, 100.0, 0.05, "%.2f"),
     ("node_gap_us", "µs gap between graph nodes", "graph_node_gap_us", 0.0, 100.0, 0.1, "%.2f"),
     ("hbm_GBps", "HBM GB/s", "hbm_GBps", 0.0, 20000.0, 100.0, "%.0f"),
     ("tflops", "Matrix TFLOP/s", "matrix_TFLOPs", 0.0, 10000.0, 10.0, "%.0f"),
@@ -38,6 +48,20 @@ HARDWARE_INPUTS = (
 # The widgets accept 0 so that a typed or linked 0 gets a clear warning; the simulator
 # needs these strictly positive, so they are raised to this floor.
 POSITIVE_FLOORS = {"launch_us": 0.1, "graph_launch_us": 0.1, "hbm_GBps": 1.0, "tflops": 0.1}
+# "Your model" (Advanced): (URL key, label, ModelConfig field, widget min, widget max, step). Layers is
+# the slider above; the launch cost is "CPU µs per eager launch" among the hardware figures.
+MODEL_INPUTS = (
+    ("hidden", "Hidden size", "hidden", *LIMITS["hidden"], 64),
+    ("heads", "Attention heads", "n_heads", *LIMITS["n_heads"], 1),
+    ("kv_heads", "KV heads", "n_kv_heads", *LIMITS["n_kv_heads"], 1),
+    ("ffn", "FFN size", "ffn", *LIMITS["ffn"], 256),
+    ("vocab", "Vocabulary", "vocab", *LIMITS["vocab"], 1000),
+    ("context", "Context (tokens cached per sequence)", "context_len", 1, 1_048_576, 256),
+    ("kernels_unfused", "Kernels per layer, unfused", "unfused_per_layer", *KERNELS_PER_LAYER_RANGE, 1),
+    ("kernels_fused", "Kernels per layer, fused", "fused_per_layer", 1, KERNELS_PER_LAYER_RANGE[1], 1),
+)
+BYTES_INPUT = ("bytes_per_el", "Bytes per element", "bytes_per_el", 0.0, 8.0, 0.5)
+BYTES_FLOOR = 0.125  # a typed 0 is raised to 1-bit weights, with a warning
 
 TP_OPTIONS = tuple(str(n) for n in TP_CHOICES)  # "GPUs (tensor parallel)": strings, as the URL holds them
 
@@ -53,6 +77,8 @@ SIM_PARAMS: dict[str, tuple] = {
     "whole_step": ("bool", (False, True)),
     "tp": ("choice", TP_OPTIONS),
     **{key: ("float", low, high) for key, _, _, low, high, _, _ in HARDWARE_INPUTS},
+    **{key: ("int", low, high) for key, _, _, low, high, _ in MODEL_INPUTS},
+    BYTES_INPUT[0]: ("float", BYTES_INPUT[3], BYTES_INPUT[4]),
 }
 # The batch slider's stops, spaced about logarithmically: the story happens at batch 1-64, so every
 # size up to 8 is a stop of its own, then four stops per doubling (the chapter's buckets 24, 48, 96
@@ -105,10 +131,13 @@ def simulated(
 
 # -- settings ------------------------------------------------------------------------
 def _apply_preset() -> None:
-    """A new preset brings its own hardware figures: overwrite the Advanced inputs."""
+    """A new preset brings its own model and hardware figures: overwrite the Advanced inputs."""
     preset, _ = preset_of(PRESET_BY_URL_VALUE.get(st.session_state.get("preset"), DEFAULT_PRESET))
     for key, _, field, *_ in HARDWARE_INPUTS:
         st.session_state[key] = float(getattr(preset.hardware, field))
+    for key, _, field, *_ in MODEL_INPUTS:
+        st.session_state[key] = int(getattr(preset.model, field))
+    st.session_state[BYTES_INPUT[0]] = float(preset.model.bytes_per_el)
 
 
 def _finite_or(value, fallback: float) -> float:
@@ -135,14 +164,89 @@ def checked_hardware(base: HardwareConfig, values: dict, n_kernels: int) -> tupl
             value = high
         fixed[field] = value
     eager_step_us = n_kernels * fixed["eager_launch_us"]
-    if fixed["graph_launch_us"] > eager_step_us:
-        warnings.append(
-            f"{labels['graph_launch_us']} ({fixed['graph_launch_us']:g}) is more than launching the whole "
-            f"step eagerly ({n_kernels} × {fixed['eager_launch_us']:g} µs = {eager_step_us:g} µs); no engine "
-            f"would capture a graph then. Using {eager_step_us:g} µs."
+    replay_us = fixed["graph_launch_us"] + n_kernels * fixed["graph_node_host_us"]
+    if replay_us > eager_step_us:
+        per_node = (
+            f" + {n_kernels} nodes × {fixed['graph_node_host_us']:g} µs"
+            if fixed["graph_node_host_us"]
+            else ""
         )
-        fixed["graph_launch_us"] = eager_step_us
+        warnings.append(
+            f"{labels['graph_launch_us']} ({fixed['graph_launch_us']:g}{per_node}) is more than launching the "
+            f"whole step eagerly ({n_kernels} × {fixed['eager_launch_us']:g} µs = {eager_step_us:g} µs); no "
+            f"engine would capture a graph then. Using {eager_step_us:g} µs for the replay."
+        )
+        fixed["graph_launch_us"], fixed["graph_node_host_us"] = eager_step_us, 0.0
     return replace(base, **fixed), warnings
+
+
+def _largest_divisor(n: int, at_most: int) -> int:
+    return max(d for d in range(1, max(min(at_most, n), 1) + 1) if n % d == 0)
+
+
+def checked_model(base: ModelConfig, layers: int, values: dict) -> tuple[ModelConfig, list[str]]:
+    """ "Your model" made valid, and a sentence for each figure that had to change (never a traceback)."""
+    warnings, fixed = [], {"n_layers": layers}
+    for key, label, field, low, high, _ in MODEL_INPUTS:
+        fixed[field] = _clamped_int(values.get(key, getattr(base, field)), (low, high), label, warnings)
+    key, label, field, low, high, _ = BYTES_INPUT
+    value = _finite_or(values.get(key, base.bytes_per_el), base.bytes_per_el)
+    if not BYTES_FLOOR <= value <= high:
+        clamped = min(max(value, BYTES_FLOOR), high)
+        warnings.append(
+            f"{label} must be from {BYTES_FLOOR:g} to {high:g} (got {value:g}); using {clamped:g}."
+        )
+        value = clamped
+    fixed[field] = value
+    hidden, heads, kv_heads = fixed["hidden"], fixed["n_heads"], fixed["n_kv_heads"]
+    if hidden % heads:
+        new = _largest_divisor(hidden, heads)
+        warnings.append(
+            f"Attention heads ({heads}) must divide the hidden size ({hidden}) into whole heads; using {new} "
+            f"(head size {hidden // new})."
+        )
+        fixed["n_heads"] = heads = new
+    if heads % kv_heads or kv_heads > heads:
+        new = _largest_divisor(heads, kv_heads)
+        warnings.append(
+            f"KV heads ({kv_heads}) must divide the attention heads ({heads}): each KV head serves a whole group "
+            f"of query heads; using {new}."
+        )
+        fixed["n_kv_heads"] = new
+    if fixed["fused_per_layer"] > fixed["unfused_per_layer"]:
+        warnings.append(
+            f"Kernels per layer, fused ({fixed['fused_per_layer']}) cannot be more than unfused "
+            f"({fixed['unfused_per_layer']}); using {fixed['unfused_per_layer']}."
+        )
+        fixed["fused_per_layer"] = fixed["unfused_per_layer"]
+    return replace(base, **fixed), warnings
+
+
+def is_custom(preset: Preset, model: ModelConfig, hardware: HardwareConfig) -> bool:
+    """Whether the settings are no longer the preset's (its title would then be wrong)."""
+    return model != preset.model or hardware != preset.hardware
+
+
+def custom_title(preset: Preset, model: ModelConfig, hardware: HardwareConfig) -> str:
+    """What the page calls an edited model instead of the preset's title."""
+    m, hw = model, hardware
+    return (
+        f"Custom model, from the preset “{preset.title}”: {m.n_layers} layers, hidden {m.hidden:,}, "
+        f"{m.n_heads} heads / {m.n_kv_heads} KV heads, FFN {m.ffn:,}, vocab {m.vocab:,}, "
+        f"{m.context_len:,} tokens of context, {m.bytes_per_el:g} bytes an element, "
+        f"{m.unfused_per_layer} kernels/layer ({m.fused_per_layer} fused), {hw.eager_launch_us:g} µs/launch."
+    )
+
+
+def _as_custom(
+    preset: Preset, model: ModelConfig, hardware: HardwareConfig
+) -> tuple[ModelConfig, HardwareConfig]:
+    """The edited model and hardware renamed, so the lanes, labels and file names say so."""
+    if model != preset.model:
+        model = replace(model, name=f"custom-{preset.model.name}")
+    if hardware != preset.hardware:
+        hardware = replace(hardware, name=f"{preset.hardware.name}, edited")
+    return model, hardware
 
 
 def _controls() -> tuple:
@@ -166,6 +270,7 @@ def _controls() -> tuple:
             "the Calibration tab's predictions; what it cannot represent is under Advanced, "
             "“Where the preset's figures come from”."
         )
+    title_slot = st.empty()  # the custom model's title, once the Advanced figures are read
     stops_col, exact_col, layers_col, fusion_col, graphs_col = st.columns(
         [2.5, 0.9, 2.6, 1.2, 1.2], vertical_alignment="center"
     )
@@ -175,14 +280,16 @@ def _controls() -> tuple:
         value=DEFAULTS["layers"],
         key="layers",
         bind="query-params",
-        help=f"Each layer launches {UNFUSED_PER_LAYER} kernels unfused, {FUSED_PER_LAYER} fused.",
+        help=f"Each layer launches {preset.model.unfused_per_layer} kernels unfused, "
+        f"{preset.model.fused_per_layer} fused (this preset's; Advanced → Your model changes them).",
     )
     fusion = fusion_col.toggle(
         "Kernel fusion",
         value=False,
         key="fusion",
         bind="query-params",
-        help=f"{UNFUSED_PER_LAYER} kernels per layer become {FUSED_PER_LAYER}.",
+        help=f"{preset.model.unfused_per_layer} kernels per layer become {preset.model.fused_per_layer} "
+        "(this preset's counts; Advanced → Your model changes them).",
     )
     graphs = graphs_col.toggle(
         "CUDA graphs",
@@ -202,8 +309,37 @@ def _controls() -> tuple:
         "divide, and each layer adds two all-reduces, costed from published H100 figures. "
         "The lanes show one GPU; the sweep below stays on one GPU.",
     )
-    values = {}
+    values, model_values = {}, {}
     with st.expander("Advanced"):
+        st.caption(
+            "Your model: its shape, precision, context and kernels per layer (layers: the slider above; "
+            "launch cost: CPU µs per eager launch below). Defaults are the preset's; changing the preset "
+            "resets them. A layer beyond the chapter's 11 kernels runs small elementwise kernels that "
+            "move no bytes of their own but each pay a launch and the kernel latency."
+        )
+        columns = st.columns(3)
+        for i, (key, label, field, low, high, step) in enumerate(MODEL_INPUTS):
+            model_values[key] = columns[i % 3].number_input(
+                label,
+                min_value=low,
+                max_value=high,
+                value=int(getattr(preset.model, field)),
+                step=step,
+                key=key,
+                bind="query-params",
+            )
+        key, label, field, low, high, step = BYTES_INPUT
+        model_values[key] = columns[len(MODEL_INPUTS) % 3].number_input(
+            label,
+            min_value=low,
+            max_value=high,
+            value=float(preset.model.bytes_per_el),
+            step=step,
+            format="%.3g",
+            key=key,
+            bind="query-params",
+            help="2 for bf16, 1 for fp8, 0.5 for int4 weights (activations and KV cache counted alike).",
+        )
         st.caption(
             f"Hardware figures. Defaults are the preset's ({plain(preset.hardware.name)}); changing "
             "the preset resets them."
@@ -225,10 +361,20 @@ def _controls() -> tuple:
                 st.text(paragraph)  # text, not markdown: a calibrated note quotes the result file
     notices = [preset_notice] if preset_notice else []
     layers = _clamped_int(layers, LAYERS_RANGE, "Layers", notices)
-    model = preset.model.with_layers(layers)
+    model, model_notices = checked_model(preset.model, layers, model_values)
     n_kernels = len(step_kernels(model, bool(fusion)))
     hardware, hw_notices = checked_hardware(preset.hardware, values, n_kernels)
-    return model, hardware, bool(fusion), bool(graphs), notices + hw_notices, (stops_col, exact_col)
+    if is_custom(preset, model, hardware):
+        title_slot.markdown(f"**{custom_title(preset, model, hardware)}**")
+        model, hardware = _as_custom(preset, model, hardware)
+    return (
+        model,
+        hardware,
+        bool(fusion),
+        bool(graphs),
+        notices + model_notices + hw_notices,
+        (stops_col, exact_col),
+    )
 
 
 def note_paragraphs(note: str) -> list[str]:
