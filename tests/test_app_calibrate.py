@@ -80,12 +80,11 @@ def test_overlay_controls_at_their_extremes(recorded, mode, batch, whole):
     assert at.selectbox(key="cal_batch").value in recorded.batches
 
 
-def test_calibrated_presets_for_the_simulator_tab(recorded):
-    from ui.calibrate_tab import calibrated_presets
+def test_calibrated_preset_for_the_simulator_tab(recorded):
+    from ui.calibration_cache import preset_for
 
-    presets = calibrated_presets()
-    assert [p.title for p in presets.values()] == ["probe decoder on Test GPU"]
-    preset = next(iter(presets.values()))
+    preset = preset_for(recorded)  # what ui.sim_presets offers as the calibrated preset
+    assert preset.title == "probe decoder on Test GPU" and preset_for(recorded) is preset  # fitted once
     assert preset.model.n_layers == 4
     assert preset.hardware.hbm_GBps == pytest.approx(calibrate(recorded).params["gemv_GBps"], rel=1e-3)
 

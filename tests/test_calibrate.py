@@ -13,7 +13,7 @@ from synthetic_params import KNOWN_PARAMS  # tests/synthetic_params.py
 from core.probe_result import load_result, recorded_result
 from sim.calibration import PARAMS, calibrate, calibrated_preset, recorded_graph_cost, synthetic_result
 from sim.calibration.least_squares import bounded_least_squares
-from sim.calibration.report import main
+from sim.calibration.report import loo_summary, main
 from sim.config import PRESETS, Preset
 from sim.schedule import StepSettings, simulate_step
 
@@ -74,8 +74,8 @@ def test_leave_one_out_predicts_without_the_point():
     loo = cal.loo_errors()
     assert loo[i] == pytest.approx(1 / 1.5 - 1, abs=0.03)  # predicted from the other eager steps
     assert np.median(np.abs(np.delete(loo, i))) < 0.02  # least absolute deviations ignore the outlier
-    point, err = cal.worst_point()
-    assert (point.mode, point.batch) == ("eager", 8) and err == loo[i]
+    worst = loo_summary(cal)["worst_point"]
+    assert (worst["mode"], worst["batch"]) == ("eager", 8) and worst["error"] == pytest.approx(loo[i])
 
 
 def test_parameters_the_runs_do_not_constrain_are_held():
@@ -103,7 +103,7 @@ def test_recorded_run_meets_the_goals_where_the_data_allows(recorded_cal):
     # Goals (issue 12): every mode's median leave-one-out error <= 10 %, fused+graph batch 1 within 10 %.
     for mode in ("eager", "fused", "graph", "fused+graph"):
         assert recorded_cal.mode_loo_error(mode) <= 0.10, mode
-    assert abs(recorded_cal.point_loo_error("fused+graph", 1)) <= 0.10
+    assert abs(loo_summary(recorded_cal)["fused_graph_b1"]) <= 0.10
     # The one point beyond 25 % is the eager batch-1 step, whose host took 23.7 µs a launch where the
     # other eager steps took 16.9-18.7: run-to-run host noise the model cannot predict from the others.
     errs = {(p.mode, p.batch): e for p, e in zip(recorded_cal.points, recorded_cal.loo_errors())}

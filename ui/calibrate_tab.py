@@ -13,7 +13,6 @@ import streamlit as st
 from core.probe_result import MODES
 from sim.calibration import FIT_MODES, PARAMS, Calibration
 from sim.calibration.report import loo_summary, verdict
-from sim.config import Preset
 from ui.calibrate_charts import predicted_vs_measured_figure
 from ui.calibration_cache import calibration_of, preset_for, result_key
 from ui.charts import format_us, lanes_figure
@@ -26,21 +25,6 @@ CALIBRATE_PARAMS: dict[str, tuple] = {
     "cal_whole": ("bool",),
 }
 LOO_LABEL = "Median step-time error (leave-one-out)"
-
-
-def calibrated_presets() -> dict[str, Preset]:
-    """Presets fitted to the runs this session can see (recorded first), for the simulator's picker.
-
-    key -> Preset, titled "probe decoder on <GPU>"; cached per run content, so cheap on every rerun.
-    """
-    out = {}
-    for result, _ in available_results().values():
-        try:
-            preset = preset_for(result)
-        except ValueError:
-            continue
-        out.setdefault(preset.key, preset)  # two runs on one GPU (small and 1b): the first, recorded, wins
-    return out
 
 
 # -- page -------------------------------------------------------------------------

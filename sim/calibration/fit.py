@@ -24,8 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.modes import FIT_MODES
-from core.timeline import StepMetrics, Timeline
+from core.timeline import Timeline
 from sim.calibration.families import FAMILIES
 from sim.calibration.least_squares import bounded_least_squares
 from sim.calibration.model import (
@@ -35,14 +34,13 @@ from sim.calibration.model import (
     PARAMS,
     Point,
     ProbeModel,
-    family_cost,
     graph_cost,
     model_from_result,
     params_vector,
     points_from_result,
 )
 from sim.config import ModelConfig
-from sim.timing import GraphReplayCost, KernelFamilyCost
+from sim.timing import GraphReplayCost
 
 GOAL = 0.10  # median leave-one-out error per mode, and fused+graph at batch 1
 WORST_GOAL = 0.25  # no single point beyond this
@@ -58,7 +56,7 @@ def _fit_gpu(sim: ProbeModel, use: np.ndarray, theta: np.ndarray) -> tuple[np.nd
     """GPU parameters from the families' exclusive times: (theta, which GPU parameters the data moved)."""
     measured = np.array([p.family_us for p in sim.points])
     busy = np.array([p.busy_us for p in sim.points])
-    cell = use[:, None] & (sim._counts > 0) & (measured > 0)
+    cell = use[:, None] & (sim.counts > 0) & (measured > 0)
     weight = np.sqrt(measured / busy[:, None])[cell]
     log_measured = np.log(measured[cell])
     idx = _GPU_INDEX
@@ -184,9 +182,6 @@ class Calibration:
     def graph_cost(self) -> GraphReplayCost:
         return graph_cost(self.params)
 
-    def family_cost(self, family: str) -> KernelFamilyCost:
-        return family_cost(self.params, family)
-
     def measured(self) -> np.ndarray:
         return np.array([[p.step_us, p.host_us, p.busy_us] for p in self.points])
 
@@ -206,29 +201,8 @@ class Calibration:
         errs = [abs(e) for p, e in zip(self.points, self.loo_errors()) if p.mode == mode and np.isfinite(e)]
         return float(np.median(errs)) if errs else float("nan")
 
-    def worst_mode(self) -> tuple[str, float]:
-        """(mode, its median leave-one-out error) of the worst-predicted mode."""
-        modes = [m for m in FIT_MODES if np.isfinite(self.mode_loo_error(m))]
-        mode = max(modes, key=self.mode_loo_error)
-        return mode, self.mode_loo_error(mode)
-
-    def worst_point(self) -> tuple[Point, float]:
-        """(point, its signed leave-one-out error) of the worst-predicted point."""
-        errs = self.loo_errors()
-        i = int(np.nanargmax(np.abs(errs)))
-        return self.points[i], float(errs[i])
-
-    def point_loo_error(self, mode: str, batch: int) -> float:
-        errs = self.loo_errors()
-        return next(
-            (float(e) for p, e in zip(self.points, errs) if p.mode == mode and p.batch == batch), np.nan
-        )
-
     def timeline(self, index: int) -> Timeline:
         return self.simulator.timeline(self.theta, index)
-
-    def metrics(self, index: int) -> StepMetrics:
-        return self.timeline(index).metrics()
 
     def rows(self) -> list[dict]:
         """One table row per measured point: measured, predicted, error (%), leave-one-out."""

@@ -35,7 +35,6 @@ from sim.calibration.families import NAMES as FAMILY_NAMES
 from sim.config import ModelConfig
 from sim.timing import (
     GraphReplayCost,
-    KernelFamilyCost,
     eager_timeline,
     graph_replay_timeline,
     kernel_us,
@@ -99,11 +98,6 @@ GPU_PARAMS = tuple(
 
 def params_vector(params: dict) -> np.ndarray:
     return np.array([float(params[n]) for n in NAMES])
-
-
-def family_cost(params: dict, family: str) -> KernelFamilyCost:
-    rate = params[f"{family}_TFLOPs"] if family in MATMUL else float("inf")
-    return KernelFamilyCost(params[f"{family}_latency_us"], params[f"{family}_GBps"], rate)
 
 
 def graph_cost(params: dict, pdl_chain: bool = False) -> GraphReplayCost:
@@ -248,6 +242,11 @@ class ProbeModel:
         self._valid = self._fam >= 0
         self._is_triton = self._valid & host_of[np.maximum(self._fam, 0)]
         self._is_pdl = np.array([f.pdl for f in FAMILIES])
+
+    @property
+    def counts(self) -> np.ndarray:
+        """[n_points, n_families] how many kernels of each family each point's step runs."""
+        return self._counts
 
     def family_us(self, theta) -> np.ndarray:
         """[n_points, n_families] GPU time of each family's kernels in each step (0 where it has none)."""
