@@ -6,7 +6,10 @@ or the recorded run's figures would fail the recovery tests.
 
 KNOWN_PARAMS = dict(
     gemv_latency_us=3.1, gemv_GBps=2500.0, gemv_TFLOPs=90.0,
-    tile_gemm_latency_us=6.5, tile_gemm_GBps=1800.0, tile_gemm_TFLOPs=350.0,
+    tile_gemm_latency_us=4.5, tile_gemm_GBps=2100.0, tile_gemm_TFLOPs=250.0,
+    tile_gemm_wide_latency_us=6.5, tile_gemm_wide_GBps=1800.0, tile_gemm_wide_TFLOPs=350.0,
+    unpiped_gemm_latency_us=7.5, unpiped_gemm_GBps=1200.0, unpiped_gemm_TFLOPs=200.0,
+    unpiped_gemm_wide_latency_us=9.5, unpiped_gemm_wide_GBps=700.0, unpiped_gemm_wide_TFLOPs=150.0,
     attention_latency_us=5.5, attention_GBps=2900.0, attention_TFLOPs=150.0,
     split_merge_latency_us=1.7, split_merge_GBps=900.0,
     cublas_gemv_latency_us=3.4, cublas_gemv_GBps=1600.0, cublas_gemv_TFLOPs=70.0,

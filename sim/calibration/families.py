@@ -30,6 +30,13 @@ from sim.config import ModelConfig
 from sim.kernels import KEPT_ON_CHIP, layer_ops, ops_keeping
 
 GEMV_MAX_ROWS = 4  # gpu_probe.kernels.linear.GEMV_MAX_ROWS; cuBLAS also switches to GEMV-shaped tiles there
+# gpu_probe.kernels.linear._tile_config: up to 16 rows one 16-row tensor-core tile, above that 32- or
+# 64-row tiles narrowed for occupancy: two kernels as far as speed goes (tests check the rule).
+TILE_ROWS = 16
+# gpu_probe.kernels.linear.UNPIPELINED_1B: the (n_out, k, swiglu) shapes whose tensor-core GEMM runs
+# unpipelined (num_stages=1; pipelined, it raced on the H200): the 1b preset's gate/up and LM head.
+# Unpipelined, it streams its weights 2-4 times slower than the pipelined kernel of the same tiles.
+UNPIPELINED = frozenset({(8192, 2048, True), (128256, 2048, False)})
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +49,14 @@ class Family:
 
 FAMILIES: tuple[Family, ...] = (
     Family("gemv", "triton", True, "Triton GEMV (batch up to 4): weights streamed on CUDA cores"),
-    Family("tile_gemm", "triton", False, "Triton tensor-core GEMM (batch above 4)"),
+    Family("tile_gemm", "triton", False, "Triton tensor-core GEMM, one 16-row tile (batch 5-16)"),
+    Family(
+        "tile_gemm_wide", "triton", False, "Triton tensor-core GEMM, 32- or 64-row tiles (batch above 16)"
+    ),
+    Family(
+        "unpiped_gemm", "triton", False, "the tensor-core GEMM unpipelined (1b gate/up, LM head), 16 rows"
+    ),
+    Family("unpiped_gemm_wide", "triton", False, "the tensor-core GEMM unpipelined, above 16 rows"),
     Family("attention", "triton", False, "Triton paged attention: each row's K and V over the context"),
     Family("split_merge", "triton", False, "Triton merge of the attention's context splits (small batch)"),
     Family("cublas_gemv", "aten", False, "cuBLAS matmuls at batch up to 4 (projections and attention)"),
@@ -51,9 +65,72 @@ FAMILIES: tuple[Family, ...] = (
 )
 NAMES = tuple(f.name for f in FAMILIES)
 INDEX = {f.name: i for i, f in enumerate(FAMILIES)}
-MATMUL = ("gemv", "tile_gemm", "cublas_gemv", "cublas", "attention")  # may be limited by the matrix rate
+MATMUL = (  # may be limited by the matrix rate
+    "gemv",
+    "tile_gemm",
+    "tile_gemm_wide",
+    "unpiped_gemm",
+    "unpiped_gemm_wide",
+    "cublas_gemv",
+    "cublas",
+    "attention",
+)
 
 _CUBLAS = re.compile(r"nvjet|gemm|gemv|cutlass|splitKreduce|cublas|sm90_xmma|sm80_xmma", re.IGNORECASE)
+
+
+def tile_family(rows: int, unpipelined: bool) -> str:
+    """The tensor-core GEMM's family at `rows` rows (its tiles), pipelined or not."""
+    base = "unpiped_gemm" if unpipelined else "tile_gemm"
+    return base if rows <= TILE_ROWS else f"{base}_wide"
+
+
+# The probe's fused layer runs its GEMMs in this order (gpu_probe.model.fused_forward), the LM head after
+# the layers; the ops each one carries (RMSNorm folded into the GEMM that reads its output).
+FUSED_GEMMS = ("qkv", "o", "gate_up", "down")
+GEMM_OF_OP = {
+    **dict.fromkeys(("attn_norm", "q_proj", "k_proj", "v_proj"), "qkv"),
+    "o_proj": "o",
+    **dict.fromkeys(("ffn_norm", "gate_proj", "up_proj"), "gate_up"),
+    "down_proj": "down",
+    **dict.fromkeys(("final_norm", "lm_head"), "lm_head"),
+}
+
+
+def gemm_shape(model: ModelConfig, gemm: str) -> tuple[int, int, bool]:
+    """(n_out, k, swiglu) of one of the probe's fused GEMMs, as gpu_probe.kernels.linear keys its tiles."""
+    h, q, kv, f = model.hidden, model.q_dim, model.kv_dim, model.ffn
+    return {
+        "qkv": (q + 2 * kv, h, False),
+        "o": (h, q, False),
+        "gate_up": (f, h, True),
+        "down": (h, f, False),
+        "lm_head": (model.vocab, h, False),
+    }[gemm]
+
+
+def gemm_family(model: ModelConfig, gemm: str, rows: int) -> str:
+    """The family one of the probe's fused GEMMs runs in at `rows` rows."""
+    if rows <= GEMV_MAX_ROWS:
+        return "gemv"
+    return tile_family(rows, gemm_shape(model, gemm) in UNPIPELINED)
+
+
+def classify_step(model: ModelConfig, kernel_names, rows: int) -> list[str]:
+    """The family of every kernel of one measured step, in order.
+
+    Its name says the family, except for the tensor-core GEMM, whose name is one for every shape: a
+    fused step's GEMMs are counted off in the probe's order (4 a layer, then the LM head), so those of
+    an unpipelined shape go to the unpipelined families. A step with another GEMM count keeps them
+    all pipelined.
+    """
+    families = [classify(n, rows) for n in kernel_names]
+    tiles = [i for i, n in enumerate(kernel_names) if "_fused_linear_kernel" in str(n)]
+    if len(tiles) == len(FUSED_GEMMS) * model.n_layers + 1:
+        for j, i in enumerate(tiles):
+            gemm = FUSED_GEMMS[j % len(FUSED_GEMMS)] if j < len(tiles) - 1 else "lm_head"
+            families[i] = gemm_family(model, gemm, rows)
+    return families
 
 
 def classify(kernel_name: str, rows: int) -> str:
@@ -62,7 +139,7 @@ def classify(kernel_name: str, rows: int) -> str:
     if "_gemv_kernel" in name:
         return "gemv"
     if "_fused_linear_kernel" in name:
-        return "tile_gemm"
+        return tile_family(rows, unpipelined=False)
     if "_paged_attention_kernel" in name:
         return "attention"
     if "_merge_splits_kernel" in name:
@@ -91,14 +168,20 @@ UNFUSED_PATH = {
     "attention": "cublas",
 }
 EAGER_KV_COPIES = "aten"  # also moves the eager attention's K and V (its bandwidth is then an effective one)
-# Families a path's ops map to: "gemm" is the Triton GEMV or tile GEMM, "cublas" cuBLAS's GEMV-shaped or
-# tiled kernels (which of each pair runs is the batch: GEMV_MAX_ROWS); both get the work, the measured
-# kernel count says which one ran.
-_COLUMNS = {"gemm": ("gemv", "tile_gemm"), "cublas": ("cublas_gemv", "cublas")}
+# "gemm" is the probe's Triton GEMV or tensor-core GEMM (`gemm_family`: by rows and shape), "cublas"
+# cuBLAS's GEMV-shaped or tiled kernels (by rows: GEMV_MAX_ROWS).
 # The probe's fused attention writes its output and o_proj reads it back: the simulator's rope_attn_o
 # keeps it on chip, the probe does not.
 PROBE_KEPT = tuple(t for t in KEPT_ON_CHIP if t.tensor != "attention output")
 SPLIT_PARTIAL_BYTES = 4  # the attention's context splits write fp32 partial outputs for the merge
+
+
+def _family_of(model: ModelConfig, path_family: str, op: str, rows: int) -> str:
+    if path_family == "gemm":
+        return gemm_family(model, GEMM_OF_OP[op], rows)
+    if path_family == "cublas":
+        return "cublas_gemv" if rows <= GEMV_MAX_ROWS else "cublas"
+    return path_family
 
 
 def family_work(model: ModelConfig, rows, fused) -> tuple[np.ndarray, np.ndarray]:
@@ -106,30 +189,27 @@ def family_work(model: ModelConfig, rows, fused) -> tuple[np.ndarray, np.ndarray
 
     `rows` and `fused` (the step runs the fused kernels) are one entry per step. The work is the
     simulator's, op by op (`sim.kernels.ops_keeping`: the fused path without the intermediates its
-    kernels keep on chip), summed over the family that runs each op in that path. A family's work
-    is the same whatever its kernel count; how many kernels it takes is the measured (or assumed)
-    count, each paying the family's latency.
+    kernels keep on chip), summed over the family that runs each op in that path at those rows.
+    A family's work is the same whatever its kernel count; how many kernels it takes is the
+    measured (or assumed) count, each paying the family's latency.
     """
     r = np.asarray(rows, np.float64).reshape(-1)
     fused = np.broadcast_to(np.asarray(fused, bool).reshape(-1), r.shape)
     b, layers = model.bytes_per_el, model.n_layers
     layer_names = {op.name for op in layer_ops(model)}
+    ops = {False: ops_keeping(model, ()), True: ops_keeping(model, PROBE_KEPT)}
     out_bytes, out_flops = np.zeros((len(r), len(FAMILIES))), np.zeros((len(r), len(FAMILIES)))
-    for is_fused, path, kept in ((False, UNFUSED_PATH, ()), (True, FUSED_PATH, PROBE_KEPT)):
-        weight, per_row, flops = np.zeros(len(FAMILIES)), np.zeros(len(FAMILIES)), np.zeros(len(FAMILIES))
-        for name, op in ops_keeping(model, kept).items():
+    for k, (rows_k, fused_k) in enumerate(zip(r, fused)):
+        path = FUSED_PATH if fused_k else UNFUSED_PATH
+        for name, op in ops[bool(fused_k)].items():
             if name not in path:
                 continue  # sampling: the probe stops at the logits
             times = layers if name in layer_names else 1
-            columns = [INDEX[c] for c in _COLUMNS.get(path[name], (path[name],))]
-            weight[columns] += times * op.weight * b
-            per_row[columns] += times * (op.act + op.kv) * b
-            flops[columns] += times * op.flops
-            if name == "attention" and not is_fused:
-                per_row[INDEX[EAGER_KV_COPIES]] += times * op.kv * b
-        if is_fused:
-            per_row[INDEX["split_merge"]] = layers * model.q_dim * SPLIT_PARTIAL_BYTES
-        take = fused == is_fused
-        out_bytes[take] = weight + r[take, None] * per_row
-        out_flops[take] = r[take, None] * flops
+            col = INDEX[_family_of(model, path[name], name, int(rows_k))]
+            out_bytes[k, col] += times * (op.weight + rows_k * (op.act + op.kv)) * b
+            out_flops[k, col] += times * rows_k * op.flops
+            if name == "attention" and not fused_k:
+                out_bytes[k, INDEX[EAGER_KV_COPIES]] += times * rows_k * op.kv * b
+        if fused_k:
+            out_bytes[k, INDEX["split_merge"]] += rows_k * layers * model.q_dim * SPLIT_PARTIAL_BYTES
     return out_bytes, out_flops

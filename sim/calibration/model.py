@@ -30,7 +30,7 @@ import numpy as np
 
 from core.modes import FIT_MODES, FUSED_MODES, GRAPH_MODES
 from core.timeline import Timeline
-from sim.calibration.families import FAMILIES, GEMV_MAX_ROWS, INDEX, MATMUL, classify, family_work
+from sim.calibration.families import FAMILIES, GEMV_MAX_ROWS, INDEX, MATMUL, classify_step, family_work
 from sim.calibration.families import NAMES as FAMILY_NAMES
 from sim.config import ModelConfig
 from sim.timing import (
@@ -182,13 +182,14 @@ def _exclusive_us(tl: Timeline) -> tuple[np.ndarray, np.ndarray]:
 def points_from_result(result) -> list[Point]:
     """One point per run of a mode the model represents."""
     points = []
+    model = model_from_result(result)
     for run in result.runs:
         if run.mode not in FIT_MODES:
             continue
         graphs = run.mode in GRAPH_MODES and not run.eager_fallback
         rows = int(run.bucket if (graphs and run.bucket) else run.batch)
         tl = run.timeline
-        fams = np.array([INDEX[classify(n, rows)] for n in tl.gpu_names], np.int64)
+        fams = np.array([INDEX[f] for f in classify_step(model, tl.gpu_names, rows)], np.int64)
         excl, gaps = _exclusive_us(tl)
         family_us = np.bincount(fams, weights=excl, minlength=len(FAMILIES))
         queued = np.array([INPUT_COPY not in n for n in tl.gpu_names])

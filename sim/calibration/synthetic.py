@@ -13,7 +13,7 @@ from dataclasses import replace
 import numpy as np
 
 from core.modes import FIT_MODES, FUSED_MODES, GRAPH_MODES
-from sim.calibration.families import GEMV_MAX_ROWS, INDEX, classify
+from sim.calibration.families import GEMV_MAX_ROWS, INDEX, classify_step
 from sim.calibration.model import Point, ProbeModel, params_vector
 from sim.config import ModelConfig
 
@@ -53,7 +53,7 @@ def synthetic_result(
         for b in batches:
             fused, graphs = m in FUSED_MODES, m in GRAPH_MODES
             names = kernel_names(model, fused, b, graphs)
-            fams = np.array([INDEX[classify(n, b)] for n in names], np.int64)
+            fams = np.array([INDEX[f] for f in classify_step(model, names, b)], np.int64)
             points.append(Point(m, b, b, fused, graphs, names, fams, 1.0, 1.0, 1.0, np.zeros(0)))
     sim = ProbeModel(model, points)
     host = sim.host_us(theta)
