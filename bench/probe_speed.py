@@ -103,7 +103,11 @@ def goals(res) -> list[tuple[str, float | None, str, bool | None]]:
 
 def main(argv: list[str]) -> int:
     if argv:
-        res = load_result(argv[0])
+        try:
+            res = load_result(argv[0])
+        except (ValueError, OSError) as err:  # a crafted or broken file: one sentence, no traceback
+            print(f"bench/probe_speed.py: {argv[0][:300]}: {err}", file=sys.stderr)
+            return 2
     else:
         from gpu_probe.live import cuda_available, main_progress, run_probe
 

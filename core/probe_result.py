@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -259,13 +260,26 @@ def _read(source):
     if len(raw) > MAX_RESULT_BYTES:
         raise ValueError(f"result: file is larger than {MAX_RESULT_BYTES // 2**20} MB")
     try:
-        return json.loads(raw.decode("utf-8"))
+        data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ValueError(f"result: not valid JSON ({err})") from None
     except ValueError as err:  # e.g. an integer past Python's 4,300-digit limit
         raise ValueError(f"result: not usable JSON ({str(err)[:200]})") from None
     except RecursionError:  # e.g. "[[[[…": json gives up past Python's recursion limit
         raise ValueError("result: not valid JSON (nested too deeply)") from None
+    if _SURROGATE_ESCAPE.search(raw):  # "\ud800" alone decodes to a str that no page or terminal can encode
+        try:
+            json.dumps(data, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(
+                "result: a string holds a lone UTF-16 surrogate (\\ud800-\\udfff), not text"
+            ) from None
+        except RecursionError:
+            raise ValueError("result: not valid JSON (nested too deeply)") from None
+    return data
+
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 def _parse(d: dict, timeline_source: str | None) -> ProbeResult:

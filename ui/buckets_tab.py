@@ -201,7 +201,7 @@ def _workload(max_batch: int) -> wl.Workload:
     if kind == "uploaded CSV":
         upload = st.file_uploader(
             "Batch-size histogram (CSV with a `batch,count` header)",
-            type=["csv", "txt"],
+            type=["text/csv", "csv", "txt"],  # a MIME type: see ui/probe_results.py upload_widget
             key="bk_csv_file",
             max_upload_size=CSV_UPLOAD_MB,
             help=f"Up to {wl.MAX_CSV_BYTES:,} bytes and {wl.MAX_CSV_ROWS:,} rows; "
@@ -219,7 +219,7 @@ def _workload(max_batch: int) -> wl.Workload:
                     f"the file is too large ({upload.size:,} bytes; at most {wl.MAX_CSV_BYTES:,})"
                 )
             return wl.parse_histogram_csv(upload.getvalue(), name=upload.name[:60])
-        except ValueError as err:
+        except (ValueError, csv.Error) as err:  # csv.Error: a bare CR inside a row escapes the parser
             st.error(f"That CSV cannot be used: {plain(err)}. Showing a uniform workload instead.")
             return wl.uniform(max_batch)
     if kind == "uniform":

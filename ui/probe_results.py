@@ -91,7 +91,10 @@ def upload_widget(key: str, select_key: str) -> None:
     """
     file = st.file_uploader(
         "Probe result made on your GPU (`python -m gpu_probe --out results.json`)",
-        type=["json"],
+        # A MIME type among them: the browser's file picker still offers JSON files only, and Streamlit
+        # skips its own name check, which a hand-made request with another name would turn into an
+        # exception box in place of the uploader. The content is checked anyway (load_result).
+        type=["application/json", "json"],
         key=key,
         max_upload_size=probe_result.MAX_RESULT_BYTES // 2**20,
         help=f"Schema-checked. {probe_result.LIMITS} It stays in this browser session only, which keeps "

@@ -1,0 +1,239 @@
+"""Issue 15's proof: the generated hostile corpus (tests/hostile_corpus.py) through every upload point
+and every CLI that reads the same files -- no traceback, and no case past 10 s.
+
+Upload points: the probe result uploaders of the Live GPU probe and Calibration tabs, the Bucketing
+tab's CSV, and the profiler-trace uploader (found on whichever tab holds one: the five tabs before it
+hold none; until it lands, the trace cases go through `core.trace.analyse` and `python -m sim trace`).
+CLIs: `python -m sim calibrate FILE`, `python bench/probe_speed.py FILE`, `python -m sim buckets --csv
+FILE`, `python -m sim trace FILE` -- each run over its files in one subprocess (the driver in
+hostile_corpus.py calls the entry point as `python -m` does), and a few as real processes.
+
+The 10 s bound catches hangs and unbounded work, not speed: a fine case takes well under a second.
+A case that fails in code this suite does not own is marked in KNOWN with the fix it needs.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hostile_corpus import CLIS, CSV_CASES, MAX_SECONDS, RESULT_CASES, TRACE_CASES, write
+from streamlit.testing.v1 import AppTest
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = str(ROOT / "app.py")
+KNOWN_TABS = ("Simulator", "Live GPU probe", "Bucketing", "Calibration", "Check yourself")
+
+# (where, case) -> why it fails today and the fix, in code owned elsewhere. `where`: a CLI of CLIS,
+# "trace-reader" (core.trace.analyse) or "trace-page" (the trace uploader). strict: a fix turns the
+# entry into a failure here, so it is removed with the fix.
+_LONE_SURROGATE = (
+    "core/trace.py keeps a lone UTF-16 surrogate (an escaped \\ud800) in device and kernel names, "
+    "which the page's protobuf and a UTF-8 terminal cannot encode (UnicodeEncodeError); fix: refuse "
+    "or replace such strings in the reader"
+)
+_OVERFLOW = (
+    "core/trace.py _number: float() of a 400-digit integer raises OverflowError; fix: catch "
+    "OverflowError beside ValueError/TypeError there"
+)
+_BOMB = (
+    "core/trace.py reads up to MAX_TEXT_CHARS = 2e9 decompressed characters: 512 MB of tiny events "
+    "took ~22 s here; fix: a bound 10 s covers (~200 MB) or a limit on events read, not only kept"
+)
+KNOWN = {
+    ("buckets", "lone_cr.csv"): "sim/workloads.py parse_histogram_csv lets csv.Error escape (a bare "
+    "CR inside a row); fix: catch csv.Error there and raise ValueError naming the row (the page "
+    "catches it already)",
+    **{(where, "lone_surrogates.json"): _LONE_SURROGATE for where in ("trace", "trace-page")},
+    **{(where, "ts_400_digits.json"): _OVERFLOW for where in ("trace", "trace-reader", "trace-page")},
+    **{(where, "bomb_events_512MB.json.gz"): _BOMB for where in ("trace", "trace-reader", "trace-page")},
+    ("trace-page", "nsight.nsys-rep"): "ui/trace_tab.py's uploader lists extensions only (json, gz), so "
+    "Streamlit's own name check turns a hand-made upload of another name into an exception box in "
+    "place of the uploader; fix: add a MIME type to its `type` (as ui/probe_results.py does) and say "
+    "what an Nsight report is (core.trace does)",
+}
+
+
+def known(where: str, *values, id: str | None = None):
+    """A pytest.param of `values` (the case's name last), xfail where KNOWN lists the case."""
+    why = KNOWN.get((where, values[-1]))
+    # The bomb's 20-odd seconds are spent once, in the CLI's run; the page and the reader skip it.
+    run = not (why is _BOMB and where != "trace")
+    marks = [pytest.mark.xfail(reason=why, strict=True, run=run)] if why else []
+    return pytest.param(*values, marks=marks, id=id)
+
+
+# -- the CLIs --------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("corpus")
+    write(folder)
+    return folder
+
+
+_CLI_RESULTS: dict[str, dict] = {}
+
+
+def cli_results(cli: str, folder: Path) -> dict:
+    """case -> the driver's record for one CLI over its files (run once per CLI, in one subprocess)."""
+    if cli not in _CLI_RESULTS:
+        proc = subprocess.run(
+            [sys.executable, str(ROOT / "tests" / "hostile_corpus.py"), "run", cli, str(folder)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        records = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+        done = {r["case"]: r for r in records if "seconds" in r}
+        started = [r["case"] for r in records if r.get("start")]
+        assert proc.returncode == 0, f"the {cli} driver died at {started[-1:]}: {proc.stderr[-2000:]}"
+        _CLI_RESULTS[cli] = done
+    return _CLI_RESULTS[cli]
+
+
+CLI_PARAMS = [
+    known(cli, cli, name, id=f"{cli}-{name}")
+    for cli, (kind, _, _) in CLIS.items()
+    for name in {"result": RESULT_CASES, "csv": CSV_CASES, "trace": TRACE_CASES}[kind]
+]
+
+
+@pytest.mark.parametrize(("cli", "name"), CLI_PARAMS)
+def test_cli_answers_every_case_without_a_traceback(corpus, cli, name):
+    record = cli_results(cli, corpus)[name]
+    assert not record["traceback"], f"{CLIS[cli][2]} on {name}: {record['tail']}"
+    assert record["rc"] in (0, 1, 2), record
+    assert record["seconds"] <= MAX_SECONDS, f"{CLIS[cli][2]} on {name} took {record['seconds']:.1f} s"
+    if record["rc"] == 2:  # refused: one line that says why, the file named or its field
+        lines = record["tail"].strip().splitlines()
+        assert len(lines) == 1 and len(lines[0]) < 600, record["tail"]
+
+
+@pytest.mark.parametrize(
+    ("command", "case"),
+    [
+        (["-m", "sim", "calibrate"], "result/batch_400_digits.json"),
+        (["bench/probe_speed.py"], "result/batch_400_digits.json"),
+        (["bench/probe_speed.py"], "result/nested_bomb.json"),
+        (["-m", "sim", "buckets", "--csv"], "csv/huge_batch.csv"),
+        (["-m", "sim", "trace"], "trace/nested_bomb.json"),
+    ],
+)
+def test_real_processes_exit_2_with_one_line(corpus, command, case):
+    started = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, *command, str(corpus / case)], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert time.perf_counter() - started <= MAX_SECONDS + 5  # the interpreter's start-up on top
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+# -- the page --------------------------------------------------------------------------------------------
+def page_on(tab: str, **params) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params["tab"] = tab
+    for key, value in params.items():
+        at.query_params[key] = value
+    return at.run()
+
+
+def upload(at: AppTest, key: str, name: str, data: bytes, mime: str) -> float:
+    started = time.perf_counter()
+    at.file_uploader(key=key).set_value((name, data, mime)).run()
+    return time.perf_counter() - started
+
+
+def assert_answered(at: AppTest, where: str, seconds: float) -> None:
+    assert not at.exception, f"{where}: {[e.message for e in at.exception][:1]}"
+    assert at.title and at.title[0].value == "launch-bound", where
+    assert seconds <= MAX_SECONDS, f"{where} took {seconds:.1f} s"
+
+
+_PAGES: dict[tuple, AppTest] = {}
+
+
+def page(tab: str, **params) -> AppTest:
+    """One page per tab for the whole module: each case replaces the previous upload, as a visitor would."""
+    key = (tab, *sorted(params.items()))
+    if key not in _PAGES:
+        _PAGES[key] = page_on(tab, **params)
+    return _PAGES[key]
+
+
+@pytest.mark.parametrize("tab", ["Live GPU probe", "Calibration"])
+@pytest.mark.parametrize("name", list(RESULT_CASES))
+def test_probe_result_uploads(tab, name):
+    at = page(tab)
+    key = "pr_upload" if tab == "Live GPU probe" else "cal_upload"
+    seconds = upload(at, key, name, RESULT_CASES[name](), "application/json")
+    assert_answered(at, f"{tab}: {name}", seconds)
+
+
+@pytest.mark.parametrize("name", list(CSV_CASES))
+def test_histogram_uploads(name):
+    at = page("Bucketing", bk_workload="uploaded CSV")
+    seconds = upload(at, "bk_csv_file", name, CSV_CASES[name](), "text/csv")
+    assert_answered(at, f"Bucketing: {name}", seconds)
+    assert at.get("plotly_chart"), f"Bucketing: {name}: the tab's charts are gone"
+
+
+def trace_uploader(at: AppTest):
+    """The page's profiler-trace uploader on this page, or None (its key changes after each upload)."""
+    for widget in at.file_uploader:
+        if "trace" in f"{widget.key} {widget.label}".lower():
+            return widget
+    return None
+
+
+_TRACE_TAB: list = []
+
+
+def trace_tab() -> str | None:
+    """The tab that holds the trace uploader: not one of the five known ones. None before it exists."""
+    if not _TRACE_TAB:
+        from ui.url_params import TAB_LABELS
+
+        found = [t for t in TAB_LABELS if t not in KNOWN_TABS and trace_uploader(page(t)) is not None]
+        _TRACE_TAB.append(found[0] if found else None)
+    return _TRACE_TAB[0]
+
+
+@pytest.mark.parametrize("name", [known("trace-page", n) for n in TRACE_CASES])
+def test_trace_uploads(name):
+    tab = trace_tab()
+    if tab is None:
+        pytest.skip("no profiler-trace uploader on the page yet (ui/trace_tab.py); core.trace runs below")
+    # A case known to break the page gets a page of its own: what it leaves behind would fail the rest.
+    at = page_on(tab) if ("trace-page", name) in KNOWN else page(tab)
+    widget = trace_uploader(at)
+    assert widget is not None, f"{tab}: the trace uploader is gone"
+    started = time.perf_counter()
+    widget.set_value([(name, TRACE_CASES[name](), "application/json")]).run()
+    assert_answered(at, f"{tab}: {name}", time.perf_counter() - started)
+
+
+@pytest.mark.parametrize("name", [known("trace-reader", n) for n in TRACE_CASES])
+def test_trace_reader(name):
+    """The reader the trace uploader calls: TraceError (one sentence) or a report, never anything else."""
+    trace = pytest.importorskip("core.trace")
+    data = TRACE_CASES[name]()
+    started = time.perf_counter()
+    try:
+        report = trace.analyse(data, name=name)
+    except trace.TraceError as err:
+        assert len(str(err)) < 600 and "\n" not in str(err), str(err)
+    else:
+        assert report.steps
+    assert time.perf_counter() - started <= MAX_SECONDS, name
+
+
+def test_the_corpus_is_large_enough():
+    assert len(RESULT_CASES) + len(CSV_CASES) + len(TRACE_CASES) >= 50
+    assert min(len(RESULT_CASES), len(CSV_CASES), len(TRACE_CASES)) >= 20
