@@ -143,3 +143,40 @@ def test_tied_embeddings_read_the_same_bytes_but_count_the_table_once():
     assert tied.read_params == m.read_params  # the LM head reads the table whole either way
     with pytest.raises(ValueError, match="ModelConfig.tie_embeddings"):
         replace(m, tie_embeddings="yes")
+
+
+def test_preset_notes_quote_what_the_simulator_gives():
+    # The notes cite the simulator's own figures; a change to a preset or the model must update them.
+    import numpy as np
+
+    from sim.schedule import simulate_step, sweep
+
+    def step(preset, fusion, graphs):
+        return simulate_step(preset.model, preset.hardware, StepSettings(1, fusion, graphs))
+
+    chapter = PRESETS["chapter"]
+    both = step(chapter, True, True)
+    assert f"{both.metrics.step_us / 1e3:.2f} ms with fusion, {both.speedup:.1f} ×" in chapter.note
+    assert (
+        f"from batch {sweep(chapter.model, chapter.hardware, np.arange(1, 513)).crossover[(False, False)]}"
+        in chapter.note
+    )
+    assert f"{chapter.hardware.min_kernel_us:g} µs kernel latency" in chapter.note
+    llama = PRESETS["llama3-8b-h100"]
+    graphs, fused_graphs = step(llama, False, True), step(llama, True, True)
+    assert f"graphs alone are {graphs.speedup:.1f} ×" in llama.note
+    assert (
+        f"fusion with graphs {fused_graphs.speedup:.1f} × ({fused_graphs.metrics.step_us / 1e3:.1f} ms)"
+        in llama.note
+    )
+    probe = PRESETS["probe-0.5b-h200"]
+    assert f"{step(probe, False, False).metrics.step_us / 1e3:.1f} ms eager" in probe.note
+    assert f"{step(probe, False, True).metrics.step_us / 1e3:.1f} ms with graphs" in probe.note
+    assert f"{step(probe, True, True).metrics.step_us / 1e3:.2f} ms fused with graphs" in probe.note
+    assert f"it gives {step(probe, True, False).metrics.step_us / 1e3:.1f} ms" in probe.note
+    for preset in (llama, probe):
+        assert (preset.model.unfused_per_layer, preset.model.fused_per_layer) == (
+            51,
+            6,
+        )  # the probe's, measured
+        assert preset.hardware.eager_launch_us == 20.0 and "17-24 µs" in preset.note
