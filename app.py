@@ -8,7 +8,7 @@ import ui.warmup  # noqa: F401, I001 - first: pandas and Plotly whole before any
 
 import streamlit as st
 
-from ui import buckets_tab, calibrate_tab, probe_tab, quiz, sim_tab, url_params
+from ui import buckets_tab, calibrate_tab, probe_tab, quiz, sim_tab, trace_tab, url_params
 
 st.set_page_config(page_title="launch-bound", page_icon="⏱", layout="wide")
 
@@ -25,7 +25,7 @@ st.caption(
 
 # Bound to the URL and lazy: only the open tab runs, so the simulator never pays for the
 # probe tab's 6 MB recorded run, the calibration fit or the padding demo's torch import.
-simulator, probe, bucketing, calibration, check = st.tabs(
+simulator, probe, your_trace, bucketing, calibration, check = st.tabs(
     url_params.TAB_LABELS, key="tab", bind="query-params"
 )
 
@@ -35,6 +35,9 @@ if simulator.open:
 if probe.open:
     with probe:
         probe_tab.render()
+if your_trace.open:
+    with your_trace:
+        trace_tab.render()
 if bucketing.open:
     with bucketing:
         buckets_tab.render()

@@ -35,41 +35,80 @@ AGGREGATE_BINS = 1200
 CPU_COLOUR = "rgba(224, 123, 57, 0.97)"  # CPU building and submitting a launch
 GPU_COLOUR = "rgba(58, 118, 176, 0.97)"  # GPU executing a kernel
 IDLE_COLOUR = "rgba(150, 150, 150, 0.35)"  # GPU waiting: the bubbles
-COMM_COLOUR = "rgba(44, 160, 44, 0.97)"  # GPU in a communication kernel (tensor parallelism's all-reduces)
-# Lower-cased name fragments of communication kernels: the simulator's, NCCL's, the engines' custom all-reduces.
-COMM_MARKERS = ("all_reduce", "allreduce", "nccl")
+COMM_COLOUR = "rgba(44, 160, 44, 0.97)"  # GPU in a communication kernel (all-reduce, NCCL)
+MEMCPY_COLOUR = "rgba(148, 103, 189, 0.97)"  # GPU copying memory
+MEMSET_COLOUR = "rgba(140, 86, 75, 0.97)"  # GPU setting memory
 STEP_COLOUR = "#222222"
 
-KINDS = ("CPU launch", "GPU kernel", "idle")
+KINDS = ("CPU launch", "GPU kernel", "communication", "memcpy", "memset", "idle")
+KIND_COLOURS = dict(
+    zip(KINDS, (CPU_COLOUR, GPU_COLOUR, COMM_COLOUR, MEMCPY_COLOUR, MEMSET_COLOUR, IDLE_COLOUR))
+)
+# core.timeline.GPU_KINDS -> the legend's name for it
+_GPU_KIND = {"kernel": "GPU kernel", "communication": "communication", "memcpy": "memcpy", "memset": "memset"}
 
 
 # -- lanes ---------------------------------------------------------------------
-def _lane_names(steps: list[Timeline]) -> list[tuple[str, str]]:
-    """('CPU', 'GPU') for one step; with an overlay each pair is tagged with where it came from."""
+def _tags(steps: list[Timeline]) -> list[str]:
+    """'' for one step; with an overlay, what tells each step's lanes apart (where it came from)."""
     if len(steps) == 1:
-        return [("CPU", "GPU")]
+        return [""]
     tags = [step.source for step in steps]
     if tags[0] == tags[1]:
         # Two steps of the same kind (e.g. two simulations): their labels tell them apart.
         labels = [step.label for step in steps]
         distinct = all(labels) and labels[0] != labels[1]
         tags = labels if distinct else [f"{tag} {i + 1}" for i, tag in enumerate(tags)]
-    return [(f"CPU · {tag}", f"GPU · {tag}") for tag in tags]
+    return tags
 
 
-def _intervals(timeline: Timeline, cpu_lane: str, gpu_lane: str) -> dict[str, tuple]:
-    """kind -> (lane, start, duration, names) for the three kinds of interval."""
-    idle_start, idle_dur = timeline.idle_intervals()
-    out = {
-        "CPU launch": (cpu_lane, timeline.cpu_start, timeline.cpu_dur, timeline.cpu_names),
-        "GPU kernel": (gpu_lane, timeline.gpu_start, timeline.gpu_dur, timeline.gpu_names),
-        "idle": (gpu_lane, idle_start, idle_dur, ("idle",) * len(idle_start)),
+def _step_lanes(step: Timeline, tag: str) -> tuple[dict, dict]:
+    """({thread: CPU lane}, {stream: GPU lane}): 'CPU' and 'GPU' for a step on one thread and one
+    stream; 'CPU · thread 2', 'GPU · stream 7' where it used more; each tagged with ' · tag'."""
+    suffix = f" · {tag}" if tag else ""
+    threads, streams = step.threads, step.streams
+    cpu = {
+        t: ("CPU" if len(threads) == 1 else f"CPU · thread {k + 1}") + suffix for k, t in enumerate(threads)
     }
-    comm = np.array([any(m in name.lower() for m in COMM_MARKERS) for name in timeline.gpu_names], bool)
-    if comm.any():  # a kind of its own, only when there is any (one GPU's step has none)
-        names = np.array(timeline.gpu_names, dtype=object)
-        for kind, rows in (("GPU kernel", ~comm), ("communication", comm)):
-            out[kind] = (gpu_lane, timeline.gpu_start[rows], timeline.gpu_dur[rows], tuple(names[rows]))
+    gpu = {s: ("GPU" if len(streams) == 1 else f"GPU · stream {s}") + suffix for s in streams}
+    return cpu, gpu
+
+
+def _lane_of(ids: np.ndarray, lanes: dict) -> np.ndarray:
+    out = np.empty(len(ids), dtype=object)
+    for key, lane in lanes.items():
+        out[ids == key] = lane
+    return out
+
+
+def _intervals(timeline: Timeline, cpu_lanes: dict, gpu_lanes: dict) -> dict[str, tuple]:
+    """kind -> (lane of each interval, start, duration, names), for the kinds the step has.
+
+    The idle bubbles (no stream busy) are drawn on every GPU lane.
+    """
+    out = {
+        "CPU launch": (
+            _lane_of(timeline.cpu_thread, cpu_lanes),
+            timeline.cpu_start,
+            timeline.cpu_dur,
+            timeline.cpu_names,
+        )
+    }
+    names = np.array(timeline.gpu_names, dtype=object)
+    lanes = _lane_of(timeline.gpu_stream, gpu_lanes)
+    kinds = timeline.gpu_kinds
+    for kind, label in _GPU_KIND.items():
+        rows = kinds == kind
+        if rows.any() or kind == "kernel":  # a kind of its own only when the step has any
+            out[label] = (lanes[rows], timeline.gpu_start[rows], timeline.gpu_dur[rows], tuple(names[rows]))
+    idle_start, idle_dur = timeline.idle_intervals()
+    every = list(gpu_lanes.values())
+    out["idle"] = (
+        np.repeat(np.array(every, dtype=object), len(idle_start)),
+        np.tile(idle_start, len(every)),
+        np.tile(idle_dur, len(every)),
+        ("idle",) * (len(idle_start) * len(every)),
+    )
     return out
 
 
@@ -81,13 +120,7 @@ def _hover(kind: str) -> str:
 
 
 def _style(kind: str, faded: bool) -> dict:
-    colour = {
-        "CPU launch": CPU_COLOUR,
-        "GPU kernel": GPU_COLOUR,
-        "idle": IDLE_COLOUR,
-        "communication": COMM_COLOUR,
-    }[kind]
-    return {"colour": colour, "opacity": 0.55 if faded and kind != "idle" else 1.0}
+    return {"colour": KIND_COLOURS[kind], "opacity": 0.55 if faded and kind != "idle" else 1.0}
 
 
 def _bar_trace(kind, lane, start, dur, names, legend_name, faded) -> dict:
@@ -101,7 +134,7 @@ def _bar_trace(kind, lane, start, dur, names, legend_name, faded) -> dict:
         "orientation": "h",
         "base": start,
         "x": dur,
-        "y": np.full(len(start), lane, dtype=object),
+        "y": lane if isinstance(lane, np.ndarray) else np.full(len(start), lane, dtype=object),
         "name": legend_name,
         "marker": marker,
         "opacity": style["opacity"],
@@ -112,9 +145,16 @@ def _bar_trace(kind, lane, start, dur, names, legend_name, faded) -> dict:
     }
 
 
+def _text(name: str) -> str:
+    # Hover labels understand a little HTML (<b>, <a href>): a name from a trace or file is shown as text.
+    return name.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def _custom(names, start, dur) -> np.ndarray:
     custom = np.empty((len(start), 3), dtype=object)
-    custom[:, 0], custom[:, 1], custom[:, 2] = names, start, dur
+    shown = {n: _text(n) for n in set(names)}
+    custom[:, 0] = [shown[n] for n in names]
+    custom[:, 1], custom[:, 2] = start, dur
     return custom
 
 
@@ -165,7 +205,7 @@ def _busy_per_bin(start: np.ndarray, end: np.ndarray, edges: np.ndarray) -> np.n
 
 
 def _binned_traces(
-    step: Timeline, cpu_lane: str, gpu_lane: str, suffix: str, faded: bool, bins: int = AGGREGATE_BINS
+    step: Timeline, cpu_lanes: dict, gpu_lanes: dict, suffix: str, faded: bool, bins: int = AGGREGATE_BINS
 ) -> list[dict]:
     """A long step as `bins` time bins per lane: each bar's opacity is the share of its bin the lane is
     busy, so density and bubbles read as in the bar view; stretches where the GPU is idle for a whole
@@ -173,10 +213,15 @@ def _binned_traces(
     edges = np.linspace(0.0, step.step_us, bins + 1)
     width = float(edges[1] - edges[0]) or 1.0
     traces = []
-    lanes = (
-        ("CPU launch", cpu_lane, step.cpu_start, step.cpu_end, "launches"),
-        ("GPU kernel", gpu_lane, step.gpu_start, step.gpu_end, "kernels"),
-    )
+    lanes = [
+        ("CPU launch", lane, step.cpu_start[rows], step.cpu_end[rows], "launches")
+        for thread, lane in cpu_lanes.items()
+        for rows in [step.cpu_thread == thread]
+    ] + [
+        ("GPU kernel", lane, step.gpu_start[rows], step.gpu_end[rows], "kernels")
+        for stream, lane in gpu_lanes.items()
+        for rows in [step.gpu_stream == stream]
+    ]
     for kind, lane, start, end, what in lanes:
         share = np.clip(_busy_per_bin(start, end, edges) / width, 0.0, 1.0)
         count = np.histogram(start, edges)[0]
@@ -190,20 +235,22 @@ def _binned_traces(
         )
         # Never fully transparent: a bin with one short kernel must still show.
         trace["marker"]["opacity"] = np.maximum(share[keep], 0.12)
+        trace["showlegend"] = lane == next(iter(cpu_lanes.values())) or lane == next(iter(gpu_lanes.values()))
         traces.append(trace)
     idle_start, idle_dur = step.idle_intervals()
     wide = idle_dur >= width
-    traces.append(
-        _bar_trace(
+    for k, lane in enumerate(gpu_lanes.values()):
+        trace = _bar_trace(
             "idle",
-            gpu_lane,
+            lane,
             idle_start[wide],
             idle_dur[wide],
             ("idle",) * int(wide.sum()),
             "idle" + suffix,
             faded,
         )
-    )
+        trace["showlegend"] = k == 0
+        traces.append(trace)
     return traces
 
 
@@ -217,7 +264,8 @@ def lanes_figure(
     max_bars: int = MAX_BARS,
     max_segments: int = MAX_SEGMENTS,
 ) -> go.Figure:
-    """CPU and GPU lanes of one step; `overlay` adds two more lanes for a second step.
+    """CPU and GPU lanes of one step (a lane per host thread and per CUDA stream where it used more
+    than one); `overlay` adds a second step's lanes below.
 
     By default only the first `first` launches are drawn (the chapter's view), which is
     where the bubbles are visible; `whole_step=True` draws everything.
@@ -227,25 +275,26 @@ def lanes_figure(
         shown = [t.first_launches(first) for t in shown]
     lanes: list[str] = []
     groups = []
-    for i, (step, (cpu_lane, gpu_lane)) in enumerate(zip(shown, _lane_names(shown))):
-        lanes += [cpu_lane, gpu_lane]
-        groups.append((step, cpu_lane, gpu_lane, i == 1))
+    for i, (step, tag) in enumerate(zip(shown, _tags(shown))):
+        cpu_lanes, gpu_lanes = _step_lanes(step, tag)
+        lanes += [*cpu_lanes.values(), *gpu_lanes.values()]
+        groups.append((step, cpu_lanes, gpu_lanes, tag, i == 1))
 
     total_bars = sum(
-        len(s.cpu_start) + 2 * len(s.gpu_start) + 1 for s, *_ in groups
-    )  # kernels + launches + at most one gap per kernel
+        len(s.cpu_start) + (1 + len(g)) * len(s.gpu_start) + 1 for s, _, g, *_ in groups
+    )  # launches + kernels + at most one gap per kernel on each GPU lane
     make_trace = _segment_trace if total_bars > max_bars else _bar_trace
     binned = whole_step and total_bars > max_segments
     if binned and not title:
         title = f"{total_bars:,} intervals drawn as {AGGREGATE_BINS:,} time bins per lane; a bar's shade is how busy it is"
 
     traces = []
-    for step, cpu_lane, gpu_lane, faded in groups:
-        suffix = f" · {cpu_lane.split(' · ', 1)[1]}" if overlay is not None else ""
+    for step, cpu_lanes, gpu_lanes, tag, faded in groups:
+        suffix = f" · {tag}" if tag else ""
         if binned:
-            traces += _binned_traces(step, cpu_lane, gpu_lane, suffix, faded)
+            traces += _binned_traces(step, cpu_lanes, gpu_lanes, suffix, faded)
             continue
-        for kind, (lane, start, dur, names) in _intervals(step, cpu_lane, gpu_lane).items():
+        for kind, (lane, start, dur, names) in _intervals(step, cpu_lanes, gpu_lanes).items():
             traces.append(make_trace(kind, lane, start, dur, names, kind + suffix, faded))
 
     # Margins that already fit the lane labels, the legend above and the axis below. Streamlit
@@ -268,7 +317,7 @@ def lanes_figure(
             "showgrid": True,
             "zeroline": False,
         },
-        # Lanes read top to bottom: CPU above GPU, the overlay's pair below. Zoom is along time only.
+        # Lanes read top to bottom: CPU above GPU, the overlay's lanes below. Zoom is along time only.
         "yaxis": {
             "type": "category",
             "categoryorder": "array",

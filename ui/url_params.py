@@ -8,7 +8,7 @@ to the default, with no word to the reader) and keeps unknown keys in the URL.
 keys, and says so in one `st.warning` that names each key.
 
 Each tab declares its keys in a dict next to its widgets (`SIM_PARAMS` in
-`ui/sim_tab.py`, `BUCKET_PARAMS`, `PROBE_PARAMS`, `CALIBRATE_PARAMS`), read lazily
+`ui/sim_tab.py`, `BUCKET_PARAMS`, `PROBE_PARAMS`, `TRACE_PARAMS`, `CALIBRATE_PARAMS`), read lazily
 here. A spec is one of
     ("int", lo, hi)   ("float", lo, hi)   ("bool",) or "bool"   ("choice", options[, {alias: option}])
     ("text", max_chars)  (free text the page parses itself: only its length is checked here)
@@ -30,13 +30,14 @@ from dataclasses import dataclass
 import streamlit as st
 
 # The app's tab labels; app.py binds `st.tabs(..., key="tab")` to these.
-TAB_LABELS = ("Simulator", "Live GPU probe", "Bucketing", "Calibration", "Check yourself")
+TAB_LABELS = ("Simulator", "Live GPU probe", "Your trace", "Bucketing", "Calibration", "Check yourself")
 APP_PARAMS = {"tab": ("choice", TAB_LABELS)}
 # (module, dict name, key prefix the tab owns; None: un-prefixed keys)
 SPEC_SOURCES = (
     ("ui.sim_tab", "SIM_PARAMS", None),
     ("ui.buckets_tab", "BUCKET_PARAMS", "bk_"),
     ("ui.probe_tab", "PROBE_PARAMS", "pr_"),
+    ("ui.trace_tab", "TRACE_PARAMS", "tr_"),
     ("ui.calibrate_tab", "CALIBRATE_PARAMS", "cal_"),
 )
 # Streamlit's own keys (embedding); never touched.

@@ -1,0 +1,53 @@
+"""The "Your trace" tab in Chromium: upload a trace, pick a step, see the lanes, readouts and the what-if."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from harness import eventually, lanes, metric_value, open_app, query_params_when, rerun_after
+
+from core.trace import analyse
+
+pytestmark = pytest.mark.browser
+
+HF = Path(__file__).resolve().parents[1] / "data" / "hf"
+
+
+def test_upload_a_trace_pick_a_step_and_see_lanes_readouts_and_the_what_if(page, app_url):
+    trace = HF / "hf_llama_eager_sync.json.gz"
+    steps = analyse(trace).steps
+    open_app(page, app_url, "tab=Your+trace", wait_for=".st-key-tr_lanes .main-svg")
+    upload = page.locator("[data-testid=stFileUploader] input[type=file]").first
+    rerun_after(
+        page,
+        lambda: upload.set_input_files(
+            files=[
+                {
+                    "name": "my_model.pt.trace.json.gz",
+                    "mimeType": "application/gzip",
+                    "buffer": trace.read_bytes(),
+                }
+            ]
+        ),
+    )
+    page.get_by_text("uploaded: my_model.pt.trace.json.gz").first.wait_for()
+    assert page.locator("[data-testid=stException]").count() == 0
+    assert metric_value(page, "Kernels / step") == f"{steps[0].kernels:,}"
+    assert metric_value(page, "Bound by") == "CPU launch"
+
+    # Pick the last step: the URL follows, the readouts are that step's.
+    rerun_after(page, lambda: page.locator(".st-key-tr_step [role=radiogroup] label").nth(2).click())
+    query_params_when(page, lambda q: q.get("tr_step") == str(steps[2].index))
+    assert metric_value(page, "Step time") == f"{steps[2].metrics.step_us / 1e3:.1f} ms"
+
+    # The what-if beside it: a second pair of lanes, the replayed step, with far fewer launches.
+    select = page.locator(".st-key-tr_whatif input[role=combobox]")
+    select.click()
+    rerun_after(page, lambda: page.get_by_role("option", name="with CUDA graphs").click())
+    drawn = eventually(lambda: lanes(page) if any("simulated" in k for k in lanes(page)) else None)
+    assert drawn["CPU launch · simulated"][0] < drawn["CPU launch · measured"][0]
+    page.get_by_text("with CUDA graphs (estimate)").first.wait_for(
+        state="attached"
+    )  # a cell of the what-if table
+    assert page.locator("[data-testid=stException]").count() == 0

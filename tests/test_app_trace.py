@@ -1,0 +1,151 @@
+"""The "Your trace" tab through AppTest: recorded traces, uploads (good, bad, several ranks), the what-ifs,
+the comparison, the URL, and one session's upload never reaching another."""
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from app_pages import as_read, metrics, open_tab  # tests/app_pages.py
+
+from core.trace import analyse
+
+ROOT = Path(__file__).resolve().parents[1]
+HF = ROOT / "tests" / "data" / "hf"
+TAB = "Your trace"
+
+
+def _lanes_spec(at, index=0) -> dict:
+    return json.loads(at.get("plotly_chart")[index].proto.spec)
+
+
+def _lanes_of(spec) -> set:
+    return {y for trace in spec["data"] for y in (trace.get("y") or []) if y is not None}
+
+
+def _upload(at, *files):
+    """Upload (name, bytes) pairs into the tab's current uploader and run."""
+    uploader = next(u for u in at.file_uploader if u.key and u.key.startswith("tr_upload_"))
+    values = [(name, data, "application/json") for name, data in files]
+    return uploader.set_value(values).run()
+
+
+def _no_traceback(at):
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def test_the_tab_opens_on_a_recorded_trace_with_the_readers_numbers():
+    at = open_tab(TAB)
+    _no_traceback(at)
+    step = analyse(HF / "hf_llama_eager_profilerstep.json.gz").steps[0]
+    shown = metrics(at)
+    assert shown["Kernels / step"] == f"{step.kernels:,}" and shown["Bound by"] == "CPU launch"
+    assert shown["Launches"] == f"{step.launches:,}" and shown["GPU streams"] == "1"
+    assert "recorded on an H200" in at.info[0].value
+    assert any("What CUDA graphs and fusion would save" in h.value for h in at.subheader)
+
+
+def test_a_graphed_trace_is_gpu_bound_and_has_no_graphs_what_if():
+    at = open_tab(TAB, tr_trace="HF Llama-1B CUDA graph", tr_whatif="with CUDA graphs")
+    _no_traceback(at)
+    assert metrics(at)["Bound by"] == "GPU" and metrics(at)["Graph launches"] == "1"
+    captions = " ".join(c.value for c in at.caption)
+    assert "already replays a CUDA graph" in captions
+
+
+def test_the_what_if_is_drawn_beside_the_trace_and_the_aliases_work():
+    at = open_tab(TAB, tr_whatif="graphs")  # the what-if's own name is an alias of its option
+    _no_traceback(at)
+    assert at.selectbox(key="tr_whatif").value == "with CUDA graphs"
+    lanes = _lanes_of(_lanes_spec(at))
+    assert {"CPU · measured", "GPU · measured", "CPU · simulated", "GPU · simulated"} <= lanes
+    table = at.dataframe[0].value
+    assert list(table["the step"]) == [
+        "as traced",
+        "with fusion (estimate)",
+        "with CUDA graphs (estimate)",
+        "with fusion + graphs (estimate)",
+    ]
+
+
+def test_two_traces_side_by_side_on_one_time_axis():
+    at = open_tab(TAB, tr_compare="HF Llama-1B CUDA graph", tr_whole="true")
+    _no_traceback(at)
+    left, right = _lanes_spec(at, 0), _lanes_spec(at, 1)
+    assert left["layout"]["xaxis"]["range"] == right["layout"]["xaxis"]["range"]
+
+
+def test_steps_are_picked_by_their_index_and_bound_to_the_url():
+    at = open_tab(TAB, tr_step="3")
+    _no_traceback(at)
+    assert at.radio(key="tr_step").value == 3
+    at = open_tab(TAB, tr_step="99")  # not a step of this trace: the first one, no traceback
+    _no_traceback(at)
+    assert at.radio(key="tr_step").value == 1
+
+
+def test_a_named_step_range_that_is_not_there_is_one_clear_error():
+    at = open_tab(TAB, tr_range="no_such_range")
+    _no_traceback(at)
+    assert any("no CPU range named" in as_read(e.value) for e in at.error)
+
+
+def test_an_upload_becomes_the_trace_shown():
+    at = open_tab(TAB)
+    at = _upload(at, ("my_step.pt.trace.json.gz", (HF / "hf_llama_graph.json.gz").read_bytes()))
+    _no_traceback(at)
+    assert at.selectbox(key="tr_trace").value == "uploaded: my_step.pt.trace.json.gz"
+    assert metrics(at)["Graph launches"] == "1"
+    # The uploader was replaced by a fresh one: the file's bytes are not held any more.
+    assert all(not u.value for u in at.file_uploader)
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "message"),
+    [
+        ("cpu.json.gz", (HF / "cpu_only_eager_sync.json.gz").read_bytes(), "CPU-only profile"),
+        ("junk.json", b"\x00\x01 not json", "not a JSON trace|not UTF-8"),
+        ("cut.json.gz", gzip.compress(b'{"traceEvents": [{"ph": "X"}]}' * 50)[:60], "truncated|gzip"),
+        ("profile.nsys-rep.json", b"NSYS\x00" + bytes(range(200)), "Nsight Systems|not UTF-8|JSON"),
+    ],
+)
+def test_a_bad_upload_is_named_and_the_page_keeps_working(name, data, message):
+    import re
+
+    at = open_tab(TAB)
+    at = _upload(at, (name, data))
+    _no_traceback(at)
+    errors = [as_read(e.value) for e in at.error]
+    assert errors and re.search(message, errors[0]), errors
+    assert at.selectbox(key="tr_trace").value == "HF Llama-1B eager"  # what was shown is still shown
+    assert metrics(at)["Kernels / step"] == "832"
+
+
+def test_several_files_are_ranks():
+    at = open_tab(TAB)
+    data = (HF / "hf_llama_eager_sync.json.gz").read_bytes()
+    at = _upload(at, ("rank-0.trace.json.gz", data), ("rank-1.trace.json.gz", data))
+    _no_traceback(at)
+    assert at.number_input(key="tr_rank").value == 0
+    at.number_input(key="tr_rank").set_value(1).run()
+    _no_traceback(at)
+    assert "rank 1 of 2" in at.info[0].value
+
+
+def test_one_sessions_upload_never_reaches_another():
+    first = open_tab(TAB)
+    first = _upload(first, ("mine.json.gz", (HF / "hf_llama_graph.json.gz").read_bytes()))
+    assert first.selectbox(key="tr_trace").value == "uploaded: mine.json.gz"
+    second = open_tab(TAB, tr_trace="uploaded: mine.json.gz")
+    _no_traceback(second)
+    assert second.selectbox(key="tr_trace").value == "HF Llama-1B eager"
+    assert any("uploads stay in the session" in w.value for w in second.warning)
+
+
+def test_an_upload_name_renders_as_text():
+    at = open_tab(TAB)
+    name = "![x](http://127.0.0.1:9/pixel.png) [click me](https://example.com).json"
+    at = _upload(at, (name, b"not json"))
+    _no_traceback(at)
+    shown = at.error[0].value
+    assert "](" not in shown.replace("\\]\\(", "")  # every bracket is escaped: no image, no link

@@ -1,0 +1,544 @@
+"""The "Your trace" tab: a torch.profiler trace of your own model, drawn as the page draws a decode step.
+
+Upload a trace (vLLM, SGLang, Hugging Face, torch.compile or your own code; several files at once are
+ranks) or pick one of the traces recorded on an H200 that ship with the app. The reader is
+`core.trace` (the probe's own), the what-ifs `sim.trace_whatif` (the simulator's timing model).
+
+Memory: a trace is read one event at a time from the upload and kept as compact columns; the upload
+itself is then released (the uploader is replaced by a fresh one). One trace is read at a time on the
+server, and the server keeps at most `MAX_RESIDENT` uploaded traces in all (the oldest goes first).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from pathlib import Path
+
+import streamlit as st
+
+from core import trace as reader
+from ui.charts import FIRST_LAUNCHES, format_us, lanes_figure
+from ui.common import plain, show_readouts, show_time_split
+
+ROOT = Path(__file__).resolve().parents[1]
+UPLOAD_MB = 500  # the uploader's limit, stated on the page (server.maxUploadSize, 512, allows it)
+MAX_SESSION_TRACES = 3  # uploads a session keeps (the oldest goes first)
+MAX_RESIDENT = 8  # uploaded traces the whole server keeps in memory
+
+# What to draw beside the trace: the option (what the URL holds) -> sim.trace_whatif's name for it.
+WHATIFS = {
+    "the trace alone": None,
+    "with CUDA graphs": "graphs",
+    "with fusion": "fusion",
+    "with fusion + graphs": "fusion + graphs",
+}
+# title (what the picker shows and the URL holds) -> (file, what it is, the range marking its steps or None)
+EXAMPLES = {
+    "HF Llama-1B eager": (
+        "tests/data/hf/hf_llama_eager_profilerstep.json.gz",
+        "Hugging Face transformers: a Llama-3.2-1B-shaped LlamaForCausalLM (random weights, static cache) "
+        "decoding at batch 1, eager, steps marked by ProfilerStep#N, shapes recorded",
+        None,
+    ),
+    "HF Llama-1B CUDA graph": (
+        "tests/data/hf/hf_llama_graph.json.gz",
+        "the same model's decode step captured once with torch.cuda.graph and replayed, no step marks",
+        None,
+    ),
+    "HF Llama-1B torch.compile": (
+        "tests/data/hf/hf_llama_compile.json.gz",
+        "the same model under torch.compile(mode='reduce-overhead'), ProfilerStep#N",
+        None,
+    ),
+    "HF Llama-1B eager, no step marks": (
+        "tests/data/hf/hf_llama_eager_sync.json.gz",
+        "the same eager loop profiled without ProfilerStep#N: its steps are told apart by host synchronisation",
+        None,
+    ),
+    "HF Llama-1B eager, busy second stream": (
+        "tests/data/hf/hf_llama_two_streams.json.gz",
+        "the same eager loop with a second CUDA stream running matmuls during each step",
+        None,
+    ),
+    "Probe 0.5B eager": (
+        "gpu_probe/recorded/trace_eager_b1.json.gz",
+        "this app's probe decoder (small preset), eager PyTorch at batch 1, from the recorded H200 run",
+        reader.STEP_ANNOTATION,
+    ),
+    "Probe 0.5B fused + CUDA graph": (
+        "gpu_probe/recorded/trace_fused_graph_b1.json",
+        "this app's probe decoder (small preset), fused Triton kernels replayed as a CUDA graph, batch 1",
+        reader.STEP_ANNOTATION,
+    ),
+}
+DEFAULT_TRACE = "HF Llama-1B eager"
+NOTHING = "nothing"
+
+# URL key -> spec, read by ui.url_params before any widget. Trace titles are checked here, not there:
+# an upload's title exists only in the session that made it.
+TRACE_PARAMS: dict[str, tuple] = {
+    "tr_trace": ("text", 200),
+    "tr_compare": ("text", 200),
+    "tr_step": ("int", 0, 10**9),
+    "tr_range": ("text", 200),
+    "tr_whole": ("bool",),
+    "tr_whatif": ("choice", tuple(WHATIFS), {v: k for k, v in WHATIFS.items() if v}),
+    "tr_rank": ("int", 0, 1023),
+}
+
+_READ_LOCK = threading.Lock()  # one trace read at a time: the server's memory stays bounded
+_RESIDENT: OrderedDict[str, tuple] = OrderedDict()  # upload id -> ranks; server-wide, oldest first
+_RESIDENT_LOCK = threading.Lock()
+
+
+# -- where traces come from -----------------------------------------------------------------------------
+@st.cache_resource(show_spinner=False, max_entries=2 * len(EXAMPLES))
+def _example_ranks(title: str, digest: str) -> tuple:
+    del digest  # part of the key: the file's whole content, so an edited file is read again
+    path = ROOT / EXAMPLES[title][0]
+    return (reader.read_trace(path, name=path.name),)
+
+
+def _example(title: str) -> tuple:
+    path = ROOT / EXAMPLES[title][0]
+    return _example_ranks(title, hashlib.sha256(path.read_bytes()).hexdigest())
+
+
+def _session_uploads() -> dict:
+    return st.session_state.setdefault("tr_uploads", {})  # title -> upload id
+
+
+def _resident(upload_id: str):
+    with _RESIDENT_LOCK:
+        found = _RESIDENT.get(upload_id)
+        if found is not None:
+            _RESIDENT.move_to_end(upload_id)
+        return found
+
+
+def _keep_resident(upload_id: str, ranks: tuple) -> None:
+    with _RESIDENT_LOCK:
+        _RESIDENT[upload_id] = ranks
+        while len(_RESIDENT) > MAX_RESIDENT:
+            _RESIDENT.popitem(last=False)
+
+
+def _read_upload(files) -> tuple:
+    """The uploaded files as ranks; TraceError names the first that cannot be used."""
+    for f in files:
+        if f.size > UPLOAD_MB * 2**20:  # the browser checks this too, a hand-made request need not
+            raise reader.TraceError(f"{f.name[:120]} is larger than {UPLOAD_MB} MB")
+    with _READ_LOCK:
+        ranks = []
+        for f in files:
+            trace = reader.read_trace(f, name=f.name[:200])
+            reader.find_steps(trace)  # a trace without steps is refused now, not on every rerun
+            ranks.append(trace)
+    return tuple(ranks)
+
+
+def _upload_widget() -> None:
+    """The uploader. A new upload is read once, kept as columns, and becomes the trace shown."""
+    generation = st.session_state.setdefault("tr_upload_generation", 0)
+    files = st.file_uploader(
+        "Your torch.profiler trace (.json, .json.gz, .pt.trace.json.gz; several files at once are ranks)",
+        type=["json", "gz"],
+        accept_multiple_files=True,
+        key=f"tr_upload_{generation}",
+        max_upload_size=UPLOAD_MB,
+        help=f"Read on this server and kept in your session only (its {MAX_SESSION_TRACES} latest uploads); "
+        "the file itself is released once it has been read.",
+    )
+    st.caption(
+        f"Limits: {UPLOAD_MB} MB per file, {reader.MAX_GPU_EVENTS:,} GPU events and "
+        f"{reader.MAX_TEXT_CHARS / 1e9:.0f} GB of decompressed JSON per trace."
+    )
+    problem = st.session_state.pop("tr_upload_problem", None)
+    if problem:
+        st.error(problem, icon=":material/error:")
+    if not files:
+        return
+    names = [f.name for f in files]
+    try:
+        with st.spinner("Reading the trace…"):
+            ranks = _read_upload(files)
+    except reader.TraceError as err:
+        st.session_state["tr_upload_problem"] = plain(err)
+    else:
+        upload_id = (
+            f"{generation}-{hashlib.sha256(chr(0).join(names).encode()).hexdigest()[:12]}-{id(ranks):x}"
+        )
+        _keep_resident(upload_id, ranks)
+        label = ", ".join(n[:60] for n in names[:3]) + (
+            f" and {len(names) - 3} more" if len(names) > 3 else ""
+        )
+        uploads = _session_uploads()
+        title = f"uploaded: {label}"
+        uploads.pop(title, None)  # the same name again: the newest upload wins
+        uploads[title] = upload_id
+        for old in list(uploads)[:-MAX_SESSION_TRACES]:
+            del uploads[old]
+        st.session_state["tr_trace"] = title
+    # A fresh uploader on the next run lets Streamlit drop the file's bytes: only the columns stay.
+    st.session_state["tr_upload_generation"] = generation + 1
+    st.rerun()
+
+
+def _options() -> list[str]:
+    """The titles to pick from: the shipped examples, then this session's uploads."""
+    return [*EXAMPLES, *_session_uploads()]
+
+
+def _ranks(title: str) -> tuple | None:
+    """The trace files (ranks) behind a title, or None where an upload is no longer held."""
+    if title in EXAMPLES:
+        return _example(title)
+    upload_id = _session_uploads().get(title)
+    return _resident(upload_id) if upload_id else None
+
+
+# -- analysis, cached on the trace itself -------------------------------------------------------------------
+def _report(trace: reader.Trace, step_range: str | None) -> reader.TraceReport:
+    cache = trace.__dict__.setdefault("_reports", {})
+    if step_range not in cache:
+        cache[step_range] = reader.analyse(trace, step_range=step_range)
+    return cache[step_range]
+
+
+def _whatifs(step: reader.TraceStep) -> dict:
+    cached = step.__dict__.get("_whatifs")
+    if cached is None:
+        from sim.trace_whatif import default_replay_cost, whatifs
+
+        cached = whatifs(step, default_replay_cost())
+        object.__setattr__(step, "_whatifs", cached)
+    return cached
+
+
+def _kernel_rows(report: reader.TraceReport, step: reader.TraceStep) -> list[dict]:
+    cached = step.__dict__.get("_kernel_rows")
+    if cached is None:
+        from sim.trace_report import kernel_table
+
+        cached = kernel_table(report, step.index)
+        object.__setattr__(step, "_kernel_rows", cached)
+    return cached
+
+
+# -- the page ---------------------------------------------------------------------------------------------
+def _pick(label: str, key: str, options: list[str], default: str, help_text: str) -> str:
+    """A bound selectbox of trace titles; a title this session does not have falls back, with a word."""
+    # On a session's first run the bound widget has no state yet: what the link asked for is in the URL.
+    wanted = st.session_state.get(key) or st.query_params.get(key)
+    if wanted not in options:
+        if wanted:
+            st.warning(
+                f"The link names a trace that is not here ({plain(str(wanted)[:60])}): uploads stay in the "
+                "session that made them. Showing a recorded one.",
+                icon=":material/warning:",
+            )
+        st.session_state[key] = default
+    return st.selectbox(label, options, key=key, bind="query-params", help=help_text)
+
+
+def _step_picker(report: reader.TraceReport, key: str) -> reader.TraceStep:
+    """The step to draw, by its index (ProfilerStep#N's N where the profiler marked the steps)."""
+    steps = {s.index: s for s in report.steps}
+    if st.session_state.get(key) not in steps:
+        st.session_state[key] = report.steps[0].index
+    if len(steps) == 1:
+        return report.steps[0]
+    help_text = f"{len(steps)} steps, found by {report.rule}."
+    if len(steps) <= 12:
+        index = st.radio("Step", list(steps), key=key, bind="query-params", horizontal=True, help=help_text)
+    else:
+        index = st.select_slider("Step", list(steps), key=key, bind="query-params", help=help_text)
+    return steps[index]
+
+
+def _readouts(report: reader.TraceReport, step: reader.TraceStep) -> None:
+    show_readouts(
+        step.metrics,
+        None,
+        speedup_help="A trace has no unoptimised twin to compare with: the what-ifs below say what graphs and "
+        "fusion would make of this step.",
+    )
+    delay = step.launch_delay()
+    launches, graphs, streams, lag = st.columns(4)
+    launches.metric(
+        "Launches",
+        f"{step.launches:,}",
+        help="Launch calls on the host: kernels, copies, memsets, graph launches.",
+    )
+    graphs.metric("Graph launches", f"{step.graph_launches:,}", help="cudaGraphLaunch calls in this step.")
+    streams.metric("GPU streams", f"{step.gpu_streams}", help="CUDA streams this step's GPU work ran on.")
+    lag.metric(
+        "Launch delay",
+        f"{delay['median_us']:.1f} µs",
+        help=f"How long after its launch call ended a kernel started: median {delay['median_us']:.1f} µs, p90 "
+        f"{delay['p90_us']:.1f} µs, largest {delay['max_us']:.1f} µs. Near zero: the GPU was waiting for the "
+        "host. Large: kernels queued up behind each other, and the GPU set the pace.",
+    )
+    lo, hi = report.spread("step_us")
+    st.caption(
+        f"Step {step.index} of {len(report.steps)}, found by {plain(report.rule)}. Over all steps: median "
+        f"{format_us(report.median('step_us'))}, fastest {format_us(lo)}, slowest {format_us(hi)}. A step runs "
+        "from its start (its range's start where a range marks it, else its first launch call) to the end of its "
+        "last GPU work; the profiler adds host time to every launch."
+    )
+
+
+def _gpu_time_by_kind(step: reader.TraceStep) -> None:
+    by_kind = {k: v for k, v in step.gpu_time_by_kind().items() if v > 0}
+    if len(by_kind) > 1:
+        st.caption(
+            "GPU time by kind: " + ", ".join(f"{k} {format_us(us)}" for k, us in by_kind.items()) + "."
+        )
+
+
+def _whatif_table(step: reader.TraceStep) -> None:
+    outs = _whatifs(step)
+    base = step.metrics.step_us
+    labels = {v: k for k, v in WHATIFS.items()}
+    rows = [
+        {
+            "the step": "as traced",
+            "step time": format_us(base),
+            "vs the trace": "1.00×",
+            "kernels": step.kernels,
+            "launches": step.launches,
+            "bound by": step.metrics.bound_by,
+        }
+    ]
+    for name, w in outs.items():
+        rows.append(
+            {
+                "the step": f"{labels[name]} (estimate)",
+                "step time": format_us(w.metrics.step_us),
+                "vs the trace": f"{base / w.metrics.step_us:.2f}×",
+                "kernels": w.kernels,
+                "launches": w.launches,
+                "bound by": w.metrics.bound_by,
+            }
+        )
+    st.dataframe(rows, hide_index=True, width="stretch")
+    if step.graph_launches:
+        st.caption("This step already replays a CUDA graph, so only fusion is estimated.")
+    notes = " ".join(dict.fromkeys(note for w in outs.values() for note in w.notes))
+    st.caption(
+        "Estimates: the trace's own kernel times rescheduled by the simulator's timing model. " + notes
+    )
+    folded = outs["fusion"].folded
+    if not folded:
+        return
+    saved = outs["fusion"].bytes_saved
+    st.markdown("**What fusion would fold away**")
+    st.dataframe(
+        [
+            {
+                "kernel": f.name,
+                "count": f.count,
+                "GPU µs": round(f.gpu_us, 1),
+                "host µs": round(f.host_us, 1),
+                "HBM traffic saved": f"{f.bytes_saved / 1e6:,.2f} MB" if f.bytes_saved is not None else "—",
+            }
+            for f in folded
+        ],
+        hide_index=True,
+        width="stretch",
+    )
+    st.caption(
+        f"{sum(f.count for f in folded):,} launches fewer. "
+        + (
+            f"About {saved / 1e6:,.1f} MB less HBM traffic: each folded intermediate is neither written out nor "
+            "read back (2 × the op's largest tensor input, from the trace's shapes)."
+            if saved is not None
+            else "Bytes saved need shapes: record with torch.profiler.profile(record_shapes=True)."
+        )
+    )
+
+
+def _lanes(
+    step: reader.TraceStep, whatif: str | None, whole: bool, key: str, x_max: float | None = None
+) -> None:
+    overlay = _whatifs(step).get(whatif) if whatif else None
+    fig = lanes_figure(step.timeline, overlay.timeline if overlay is not None else None, whole_step=whole)
+    if x_max is not None:
+        fig.update_xaxes(range=[0, x_max * 1.02], autorange=False)
+    st.plotly_chart(
+        fig, width="stretch", key=key, theme=None, config={"displaylogo": False, "scrollZoom": True}
+    )
+    if whatif and overlay is None:
+        st.caption("This step already replays a CUDA graph: there is no graphs what-if to draw.")
+
+
+def _kernels_table(report: reader.TraceReport, step: reader.TraceStep) -> None:
+    rows = _kernel_rows(report, step)
+    st.dataframe(
+        [
+            {
+                "kernel": r["kernel"],
+                "calls": r["calls"],
+                "total µs": round(r["total_us"], 1),
+                "mean µs": round(r["mean_us"], 2),
+                "share": f"{100 * r['share']:.1f}%",
+                "launch delay µs": round(r["launch_delay_us"], 1),
+                "host µs / launch": round(r["host_per_launch_us"], 1),
+            }
+            for r in rows
+        ],
+        hide_index=True,
+        width="stretch",
+        height=min(36 * (len(rows) + 1) + 4, 420),
+    )
+    st.caption(
+        "Per kernel name in this step: calls, GPU time, its share of the kernels' time, the mean delay from the "
+        "end of its launch call to its start, and the host time of its launch (for a replayed graph, the whole "
+        "graph launch)."
+    )
+
+
+def _side_title(title: str, step: reader.TraceStep) -> None:
+    m = step.metrics
+    st.markdown(f"**{plain(title)}** · step {step.index}")
+    st.caption(
+        f"{m.kernels:,} kernels, {step.launches:,} launches, {format_us(m.step_us)}, bound by {m.bound_by}, "
+        f"GPU utilisation {100 * m.utilisation:.0f}%."
+    )
+
+
+def _compared(title: str, position: int):
+    """(report, step) of the trace to compare with, at the same position, or None."""
+    ranks = _ranks(title)
+    if ranks is None:
+        st.warning("The trace to compare with is no longer held on this server: upload it again.")
+        return None
+    try:
+        report = _report(ranks[0], EXAMPLES[title][2] if title in EXAMPLES else None)
+    except reader.TraceError as err:
+        st.error(plain(err), icon=":material/error:")
+        return None
+    return report, report.steps[min(position, len(report.steps) - 1)]
+
+
+def render() -> None:
+    st.subheader("Your trace: your own model's decode steps, drawn the same way")
+    st.caption(
+        "Record a few decode steps with torch.profiler (CPU and CUDA activities) and upload the trace: vLLM "
+        "(VLLM_TORCH_PROFILER_DIR, then /start_profile and /stop_profile), SGLang (SGLANG_TORCH_PROFILER_DIR, one "
+        "file per rank), Hugging Face, torch.compile or your own loop (prof.export_chrome_trace). The steps are "
+        "found by ProfilerStep#N, a range you name, graph launches or host synchronisation, in that order."
+    )
+    _upload_widget()
+    options = _options()
+    pick_col, compare_col = st.columns(2)
+    with pick_col:
+        title = _pick(
+            "Trace",
+            "tr_trace",
+            options,
+            DEFAULT_TRACE,
+            "Recorded traces ship with the app; uploads stay in your session.",
+        )
+    with compare_col:
+        compare = _pick(
+            "Compare with",
+            "tr_compare",
+            [NOTHING, *options],
+            NOTHING,
+            "A second trace drawn beside it, on one time axis.",
+        )
+    ranks = _ranks(title)
+    if ranks is None:
+        st.warning(
+            "That upload is no longer held on this server (it keeps its latest uploads only): upload it again."
+        )
+        return
+    range_col, rank_col, whatif_col, whole_col = st.columns([2, 1, 2, 1.2], vertical_alignment="bottom")
+    default_range = EXAMPLES[title][2] if title in EXAMPLES else None
+    typed = range_col.text_input(
+        "Step range (optional)",
+        key="tr_range",
+        bind="query-params",
+        max_chars=200,
+        placeholder=default_range or "e.g. decode_step",
+        help="The name of a CPU range (record_function) around each step. Empty: the reader's own rules.",
+    )
+    step_range = typed.strip() or default_range
+    rank = 0
+    if len(ranks) > 1:
+        rank = int(
+            rank_col.number_input(
+                "Rank", min_value=0, max_value=len(ranks) - 1, step=1, key="tr_rank", bind="query-params"
+            )
+        )
+    whatif = WHATIFS[
+        whatif_col.selectbox(
+            "Draw the step",
+            tuple(WHATIFS),
+            key="tr_whatif",
+            bind="query-params",
+            help="The what-ifs are estimates: the trace's own kernel times rescheduled by the simulator's timing "
+            "model, drawn below the trace.",
+        )
+    ]
+    whole = whole_col.toggle("Show the whole step", key="tr_whole", bind="query-params")
+    trace = ranks[min(rank, len(ranks) - 1)]
+    try:
+        report = _report(trace, step_range)
+    except reader.TraceError as err:
+        st.error(plain(err), icon=":material/error:")
+        return
+    described = f"recorded on an H200: {EXAMPLES[title][1]}" if title in EXAMPLES else title
+    st.info(
+        f"**{plain(described)}**"
+        + (f" · rank {rank} of {len(ranks)}" if len(ranks) > 1 else "")
+        + (f" · {plain(trace.device)}" if trace.device else "")
+        + f" · {trace.events:,} events, {len(report.steps)} steps",
+        icon=":material/timeline:",
+    )
+    step = _step_picker(report, "tr_step")
+    _readouts(report, step)
+    other = _compared(compare, report.steps.index(step)) if compare != NOTHING else None
+    replay = step.timeline.metrics().launches == 1
+    st.subheader(
+        "The whole step" if whole else f"First {FIRST_LAUNCHES} {'kernels' if replay else 'launches'}"
+    )
+    if other is None:
+        _lanes(step, whatif, whole, "tr_lanes")
+    else:
+        shown = [s.timeline if whole else s.timeline.first_launches(FIRST_LAUNCHES) for s in (step, other[1])]
+        x_max = max(t.step_us for t in shown)
+        left, right = st.columns(2, gap="medium")
+        with left:
+            _side_title(title, step)
+            _lanes(step, whatif, whole, "tr_lanes", x_max)
+        with right:
+            _side_title(compare, other[1])
+            _lanes(other[1], None, whole, "tr_compare_lanes", x_max)
+        st.caption("Both on one time axis, so a step twice as long looks twice as long.")
+    _gpu_time_by_kind(step)
+    st.markdown("**Where the time goes**")
+    show_time_split(step.metrics)
+    st.subheader("What CUDA graphs and fusion would save")
+    _whatif_table(step)
+    st.subheader("Kernels")
+    _kernels_table(report, step)
+    _download(step)
+
+
+def _download(step: reader.TraceStep) -> None:
+    from sim.chrome_trace import to_chrome_trace_json
+
+    timeline = step.timeline
+    st.download_button(
+        "Download this step as drawn (Chrome trace, opens in Perfetto)",
+        data=lambda: to_chrome_trace_json(timeline),
+        on_click="ignore",
+        file_name=f"trace-step-{step.index}.json",
+        mime="application/json",
+        icon=":material/download:",
+        key="tr_download",
+    )
