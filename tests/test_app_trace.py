@@ -149,3 +149,29 @@ def test_an_upload_name_renders_as_text():
     _no_traceback(at)
     shown = at.error[0].value
     assert "](" not in shown.replace("\\]\\(", "")  # every bracket is escaped: no image, no link
+
+
+def test_an_upload_over_the_limit_is_refused_unread(monkeypatch):
+    import core.trace
+    import ui.trace_tab
+
+    monkeypatch.setattr(ui.trace_tab, "UPLOAD_MB", 1)
+
+    def never(*args, **kwargs):
+        raise AssertionError("an oversized upload was read")
+
+    monkeypatch.setattr(core.trace, "read_trace", never)
+    at = open_tab(TAB)
+    at = _upload(at, ("big.json", b" " * (2**20 + 1)))  # a client need not respect the browser's check
+    _no_traceback(at)
+    assert any("larger than 1 MB" in as_read(e.value) for e in at.error)
+
+
+def test_the_server_holds_a_bounded_number_of_uploaded_traces():
+    import ui.trace_tab as tab
+
+    tab._RESIDENT.clear()
+    for i in range(tab.MAX_RESIDENT + 3):
+        tab._keep_resident(f"upload-{i}", (object(),))
+    assert len(tab._RESIDENT) == tab.MAX_RESIDENT
+    assert tab._resident("upload-0") is None and tab._resident(f"upload-{tab.MAX_RESIDENT + 2}") is not None
