@@ -216,9 +216,12 @@ def test_the_calibrations_family_work_is_the_simulators_work():
         at = {rows: family_work(model, [rows], [fused]) for rows in (0, 1)}
         weights = at[0][0][0]
         gemm = ("gemv", "tile_gemm") if fused else ("cublas_gemv", "cublas")
-        # Every weight a step reads whole, once, in the matmul families (the norms' too, fused).
+        # Every weight a step reads whole, once, in the matmul family that runs at these rows (the norms'
+        # too, fused); the wider kernels' family none.
         expected = model.read_params - (0 if fused else 2 * model.hidden * model.n_layers + model.hidden)
-        assert weights[INDEX[gemm[0]]] == weights[INDEX[gemm[1]]] == pytest.approx(expected * b)
+        assert weights[INDEX[gemm[0]]] == pytest.approx(expected * b) and weights[INDEX[gemm[1]]] == 0
+        wide = family_work(model, [64], [fused])[0][0]
+        assert wide[INDEX["tile_gemm_wide" if fused else "cublas"]] > expected * b
         # FLOPs: the simulator's unfused step's, less sampling (the probe stops at the logits).
         sim_flops = sum(k.flops_per_row for k in step_kernels(model, False) if k.op != "sampling")
         families = ["attention", gemm[0], "aten"] if fused else [gemm[0], "aten"]
