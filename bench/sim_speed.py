@@ -59,7 +59,7 @@ def bench_page(repeats: int) -> None:
     at.run()
     if at.exception:
         raise SystemExit(f"the page raised: {at.exception}")
-    at.slider(key="batch").set_value(2).run()  # warm the imports and first-run paths
+    at.number_input(key="batch").set_value(2).run()  # warm the imports and first-run paths
 
     def timed(change) -> float:
         change()
@@ -72,14 +72,18 @@ def bench_page(repeats: int) -> None:
 
     rng = np.random.default_rng(0)
     batch_values = rng.permutation(np.arange(3, 513))[:repeats]
-    batch_ms = [timed(lambda b=int(b): at.slider(key="batch").set_value(b)) for b in batch_values]
+    batch_ms = [timed(lambda b=int(b): at.number_input(key="batch").set_value(b)) for b in batch_values]
+    # "Your model": a new model, so a new step and a new sweep.
+    hidden_values = rng.permutation(np.arange(8, 65) * 64)[: max(repeats // 2, 3)]
+    hidden_ms = [timed(lambda h=int(h): at.number_input(key="hidden").set_value(h)) for h in hidden_values]
     toggle_ms = [timed(lambda i=i: at.toggle(key="fusion").set_value(i % 2 == 0)) for i in range(repeats)]
     layer_values = rng.permutation(np.arange(1, 129))[: max(repeats // 2, 3)]
     layers_ms = [timed(lambda n=int(n): at.slider(key="layers").set_value(n)) for n in layer_values]
 
     print("(b) page rerun after a control change (AppTest.run() wall time; see the docstring)")
     for name, values in (
-        ("Batch size slider (new step, cached sweep)", batch_ms),
+        ("Batch size (new step, cached sweep)", batch_ms),
+        ("Hidden size, Your model (new step and new sweep)", hidden_ms),
         ("Kernel fusion toggle (cached after the first two)", toggle_ms),
         ("Layers slider (new step and new sweep)", layers_ms),
     ):
