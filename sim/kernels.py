@@ -350,8 +350,8 @@ def fusion_table(model: ModelConfig) -> list[dict]:
     if extra_unfused or extra_fused:
         rows.append(
             {
-                "fused_kernel": f"{EXTRA} kernels ({extra_fused} left)",
-                "merges": (f"{extra_unfused} {EXTRA} kernels",),
+                "fused_kernel": EXTRA,
+                "merges": (f"{extra_unfused} small kernels ({extra_fused} left fused)",),
                 "launches_saved_per_layer": extra_unfused - extra_fused,
                 "kept_on_chip": (),
                 "bytes_saved_per_token": 0.0,
