@@ -101,9 +101,12 @@ def stream_end_us(first_ready_us, segments) -> np.ndarray:
 
 
 def eager_ready_us(launch_us, n: int) -> np.ndarray:
-    """When each of n eager launches has been submitted: the host issues them back to back."""
-    launch = np.broadcast_to(np.asarray(launch_us, np.float64), (n,))
-    return np.cumsum(launch)
+    """When each of n eager launches has been submitted: the host issues them back to back.
+
+    `launch_us` is one cost, one per launch, or [..., n] (one step per row)."""
+    launch = np.asarray(launch_us, np.float64)
+    launch = np.broadcast_to(launch, launch.shape[:-1] + (n,) if launch.ndim else (n,))
+    return np.cumsum(launch, axis=-1)
 
 
 @lru_cache(maxsize=32)

@@ -35,6 +35,7 @@ from sim.calibration.families import NAMES as FAMILY_NAMES
 from sim.config import ModelConfig
 from sim.timing import (
     GraphReplayCost,
+    eager_ready_us,
     eager_timeline,
     graph_replay_timeline,
     kernel_us,
@@ -279,7 +280,8 @@ class ProbeModel:
         host = self.host_us(theta)
         launch = np.where(self._is_triton, p["triton_launch_us"], p["aten_launch_us"]) * self._valid
         replay = graph_cost(p).ready_us(self._fam.shape[1])  # nodes submitted one after another
-        ready = np.where(self._graphs[:, None], replay[None, :], np.cumsum(launch, axis=1))
+        eager = eager_ready_us(launch, self._fam.shape[1])  # each launch after the one before it
+        ready = np.where(self._graphs[:, None], replay[None, :], eager)
         ready = np.where(self._valid, ready, 0.0)  # padding: zero-length, never waits for the host
         gap = np.where(self._pdl[:, None] | ~self._valid, 0.0, p["node_gap_us"])
         start = schedule_starts(ready, dur, gap)
