@@ -41,6 +41,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import math
 import re
 import zlib
 from dataclasses import dataclass, field
@@ -54,8 +55,11 @@ STEP_ANNOTATION = "decode_step"  # the probe's record_function around one step
 
 # -- limits: what one trace may make the reader hold or do ------------------------------------
 MAX_TEXT_CHARS = 2 * 10**9  # decompressed JSON characters read (a gzip bomb stops here)
-MAX_GPU_EVENTS = 5_000_000
-MAX_CALLS = 10_000_000
+# A 300 MB trace of 114 steps × 1,200 kernels holds about 0.8 M events, 137 k of them kernels
+# (bench/trace_speed.py); these bounds keep the worst file a 500 MB upload can be to seconds of reading.
+MAX_EVENTS = 5_000_000  # events read, all kinds
+MAX_GPU_EVENTS = 1_500_000
+MAX_CALLS = 1_500_000
 MAX_EVENT_CHARS = 64 * 2**20  # one event object (a 64 MB event is not a profiler's)
 MAX_STEPS = 10_000
 _CHUNK = 4 * 2**20
@@ -137,21 +141,19 @@ class Trace:
 
 
 class _Columns:
-    """Growing columns of one event kind (plain lists until the end: appending to arrays is slow)."""
+    """Rows of one event kind, kept as tuples until the end (appending to arrays is slow), then columns."""
 
     def __init__(self, *fields: str):
         self.fields = fields
-        self.data = {f: [] for f in fields}
-
-    def add(self, *values) -> None:
-        for f, v in zip(self.fields, values):
-            self.data[f].append(v)
+        self.rows: list[tuple] = []
+        self.add = self.rows.append  # add((value, ...)): one tuple per event, in `fields` order
 
     def __len__(self) -> int:
-        return len(self.data[self.fields[0]])
+        return len(self.rows)
 
     def arrays(self, dtypes: dict, order_by: str) -> dict:
-        out = {f: np.asarray(self.data[f], dtypes.get(f, np.float64)) for f in self.fields}
+        columns = zip(*self.rows) if self.rows else ([] for _ in self.fields)
+        out = {f: np.asarray(c, dtypes.get(f, np.float64)) for f, c in zip(self.fields, columns)}
         order = np.argsort(out[order_by], kind="stable")
         return {f: a[order] for f, a in out.items()}
 
@@ -321,18 +323,33 @@ def _events(text):
 
 
 def _number(value, default=0.0) -> float:
-    if isinstance(value, bool):
+    """A finite float from a number or numeric string; `default` for anything else (400 digits included)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         return default
-    if isinstance(value, (int, float)):
+    try:
         out = float(value)
-        return out if np.isfinite(out) else default
-    if isinstance(value, str):
-        try:
-            out = float(value)
-        except ValueError:
-            return default
-        return out if np.isfinite(out) else default
-    return default
+    except (ValueError, OverflowError):
+        return default
+    return out if math.isfinite(out) else default
+
+
+_ID_LIMIT = 2**62
+_MAX_US = 1e17
+
+
+def _id(value, default: int = -1) -> int:
+    """An integer id (correlation, stream, External id) that fits the columns; `default` if it does not."""
+    out = _number(value, np.nan)
+    return int(out) if abs(out) < _ID_LIMIT else default  # NaN compares False
+
+
+def _text(value, limit: int) -> str:
+    """A name as the page can show it: at most `limit` characters, lone surrogates (an escaped \\ud800 in
+    the JSON) replaced, since neither the page nor a UTF-8 terminal can encode them."""
+    text = value[:limit]
+    if not text.isascii():
+        text = text.encode("utf-8", "replace").decode("utf-8")
+    return text
 
 
 _ELEMENT_BYTES = {
@@ -353,7 +370,7 @@ def _largest_tensor_bytes(dims, types, skip_first: bool = False) -> int:
             continue
         size = _ELEMENT_BYTES.get(kind, 1 if kind.startswith("c10::Float8") else 0)
         if size and all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2**40 for d in shape):
-            best = max(best, size * int(np.prod(shape, dtype=np.float64)))
+            best = max(best, size * math.prod(shape))
     return min(best, 2**62)
 
 
@@ -367,14 +384,16 @@ def _collect(events, label: str) -> Trace:
     device, count = "", 0
 
     def name_id(text: str) -> int:
-        return names.setdefault(text[:4000], len(names))
+        return names.setdefault(_text(text, 4000), len(names))
 
     for event in events:
         count += 1
+        if count > MAX_EVENTS:
+            raise TraceError(f"the trace has more than {MAX_EVENTS:,} events: profile fewer steps")
         if "__device__" in event:
             props = event["__device__"]
             if not device and isinstance(props, list) and props and isinstance(props[0], dict):
-                device = str(props[0].get("name", ""))[:200]
+                device = _text(str(props[0].get("name", "")), 200)
             continue
         if event.get("ph") != "X":
             continue
@@ -385,22 +404,24 @@ def _collect(events, label: str) -> Trace:
             continue
         args = event.get("args")
         args = args if isinstance(args, dict) else {}
-        ts, dur = _number(event.get("ts"), np.nan), max(_number(event.get("dur")), 0.0)
-        if not np.isfinite(ts):
+        ts, dur = _number(event.get("ts"), np.nan), min(max(_number(event.get("dur")), 0.0), _MAX_US)
+        if not abs(ts) < _MAX_US:  # NaN, or past any clock a profiler keeps (µs since the epoch are ~1.8e15)
             continue
         if cat in _GPU_CATS:
             corr = args.get("correlation")
-            device_id = int(_number(args.get("device", event.get("pid")), 0))
-            stream = int(_number(args.get("stream", event.get("tid")), 0))
+            device_id = _id(args.get("device", event.get("pid")), 0)
+            stream = _id(args.get("stream", event.get("tid")), 0)
             gpu.add(
-                ts,
-                dur,
-                stream,
-                name_id(name),
-                int(_number(corr, -1)),
-                int(_number(args.get("bytes"))),
-                device_id,
-                int(_number(args.get("External id"), -1)),
+                (
+                    ts,
+                    dur,
+                    stream,
+                    name_id(name),
+                    _id(corr),
+                    max(_id(args.get("bytes"), 0), 0),
+                    device_id,
+                    _id(args.get("External id")),
+                )
             )
             if len(gpu) > MAX_GPU_EVENTS:
                 raise TraceError(
@@ -408,19 +429,19 @@ def _collect(events, label: str) -> Trace:
                 )
         elif cat in _API_CATS:
             thread = threads.setdefault((event.get("pid"), event.get("tid")), len(threads))
-            calls.add(ts, dur, thread, name_id(name), int(_number(args.get("correlation"), -1)))
+            calls.add((ts, dur, thread, name_id(name), _id(args.get("correlation"))))
             if len(calls) > MAX_CALLS:
                 raise TraceError(f"the trace has more than {MAX_CALLS:,} runtime calls: profile fewer steps")
         elif cat == "user_annotation" or (cat == "cpu_op" and _PROFILER_STEP.match(name)):
             thread = threads.setdefault((event.get("pid"), event.get("tid")), len(threads))
-            ranges.add(ts, dur, thread, name_id(name))
+            ranges.add((ts, dur, thread, name_id(name)))
         elif cat == "cpu_op" and "Input Dims" in args:
             # An in-place op's first input is its destination (a whole KV cache for index_copy_): skip it.
             largest = _largest_tensor_bytes(
                 args.get("Input Dims"), args.get("Input type"), name.endswith("_")
             )
             if largest:
-                ops.add(int(_number(args.get("External id"), -1)), largest)
+                ops.add((_id(args.get("External id")), largest))
 
     if count == 0:
         raise TraceError(f"{label} has no events")
@@ -448,8 +469,9 @@ def _collect(events, label: str) -> Trace:
         found = (o["ext"][at] == g["ext"]) & (g["ext"] >= 0)
         op_bytes[found] = o["bytes"][at[found]]
     stream = g["stream"]
-    if len(np.unique(g["device"])) > 1:  # one process driving several GPUs: keep their streams apart
-        stream = g["device"] * 1_000_000 + stream
+    devices, device_index = np.unique(g["device"], return_inverse=True)
+    if len(devices) > 1:  # one process driving several GPUs: keep their streams apart
+        stream = device_index * 1_000_000 + stream % 1_000_000
     empty_i, empty_f = np.zeros(0, np.int64), np.zeros(0)
     thread_names = tuple(f"{pid}/{tid}" for pid, tid in threads)
     return Trace(

@@ -31,39 +31,17 @@ KNOWN_TABS = ("Simulator", "Live GPU probe", "Bucketing", "Calibration", "Check 
 # (where, case) -> why it fails today and the fix, in code owned elsewhere. `where`: a CLI of CLIS,
 # "trace-reader" (core.trace.analyse) or "trace-page" (the trace uploader). strict: a fix turns the
 # entry into a failure here, so it is removed with the fix.
-_LONE_SURROGATE = (
-    "core/trace.py keeps a lone UTF-16 surrogate (an escaped \\ud800) in device and kernel names, "
-    "which the page's protobuf and a UTF-8 terminal cannot encode (UnicodeEncodeError); fix: refuse "
-    "or replace such strings in the reader"
-)
-_OVERFLOW = (
-    "core/trace.py _number: float() of a 400-digit integer raises OverflowError; fix: catch "
-    "OverflowError beside ValueError/TypeError there"
-)
-_BOMB = (
-    "core/trace.py reads up to MAX_TEXT_CHARS = 2e9 decompressed characters: 512 MB of tiny events "
-    "took ~22 s here; fix: a bound 10 s covers (~200 MB) or a limit on events read, not only kept"
-)
 KNOWN = {
     ("buckets", "lone_cr.csv"): "sim/workloads.py parse_histogram_csv lets csv.Error escape (a bare "
     "CR inside a row); fix: catch csv.Error there and raise ValueError naming the row (the page "
     "catches it already)",
-    **{(where, "lone_surrogates.json"): _LONE_SURROGATE for where in ("trace", "trace-page")},
-    **{(where, "ts_400_digits.json"): _OVERFLOW for where in ("trace", "trace-reader", "trace-page")},
-    **{(where, "bomb_events_512MB.json.gz"): _BOMB for where in ("trace", "trace-reader", "trace-page")},
-    ("trace-page", "nsight.nsys-rep"): "ui/trace_tab.py's uploader lists extensions only (json, gz), so "
-    "Streamlit's own name check turns a hand-made upload of another name into an exception box in "
-    "place of the uploader; fix: add a MIME type to its `type` (as ui/probe_results.py does) and say "
-    "what an Nsight report is (core.trace does)",
 }
 
 
 def known(where: str, *values, id: str | None = None):
     """A pytest.param of `values` (the case's name last), xfail where KNOWN lists the case."""
     why = KNOWN.get((where, values[-1]))
-    # The bomb's 20-odd seconds are spent once, in the CLI's run; the page and the reader skip it.
-    run = not (why is _BOMB and where != "trace")
-    marks = [pytest.mark.xfail(reason=why, strict=True, run=run)] if why else []
+    marks = [pytest.mark.xfail(reason=why, strict=True)] if why else []
     return pytest.param(*values, marks=marks, id=id)
 
 

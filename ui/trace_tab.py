@@ -144,7 +144,10 @@ def _upload_widget() -> None:
     generation = st.session_state.setdefault("tr_upload_generation", 0)
     files = st.file_uploader(
         "Your torch.profiler trace (.json, .json.gz, .pt.trace.json.gz; several files at once are ranks)",
-        type=["json", "gz"],
+        # MIME types among them: the file picker still offers these files, and Streamlit skips its own name
+        # check, which a hand-made upload under another name would turn into an exception box. An Nsight
+        # report is let in so that the reader can say what it is; every file's content is checked anyway.
+        type=["application/json", "application/gzip", "application/x-gzip", "json", "gz", "nsys-rep"],
         accept_multiple_files=True,
         key=f"tr_upload_{generation}",
         max_upload_size=UPLOAD_MB,
