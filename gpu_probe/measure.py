@@ -130,7 +130,7 @@ def run_record(
 
 
 # ---- correctness checks ------------------------------------------------------------------------
-def _rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     a, b = a.double(), b.double()
     return float((a - b).norm() / b.norm().clamp_min(1e-30))
 
@@ -165,7 +165,7 @@ def check_graph_vs_eager(runner: GraphRunner, model, batch, tolerance: float | N
                 graph_out, quiet = runner.outputs[bucket][:n].clone(), False
             eager = runner.eager(**rows.as_dict())
             exact = bool(torch.equal(graph_out, eager_padded))
-            err = _rel_err(graph_out, eager)
+            err = rel_err(graph_out, eager)
             ok = exact and err <= tolerance and quiet
             passed, canary = passed and ok, canary and quiet
             per_bucket.append(
@@ -254,7 +254,7 @@ def check_fused_vs_unfused(model, batch, sizes=(1, 8), tolerance: float | None =
             model.fused = False
             ref = model(**rows).clone()
             model.fused = True
-            errs[n] = _rel_err(model(**rows), ref)
+            errs[n] = rel_err(model(**rows), ref)
     model.fused = saved
     passed = all(e <= tolerance for e in errs.values()) and bool(errs)
     return {

@@ -282,7 +282,7 @@ def check_sharded_vs_unsharded(
     tensor has to be sent between ranks; each rank checks its own (full) logits.
     """
     from gpu_probe.decode_batch import make_batch
-    from gpu_probe.measure import _rel_err, logit_tolerance
+    from gpu_probe.measure import logit_tolerance, rel_err
 
     blocks = 1 + max(sizes) * cfg.max_blocks_per_seq
     full = ProbeModel(cfg, device=device, num_blocks=blocks, fused=fused)
@@ -295,7 +295,7 @@ def check_sharded_vs_unsharded(
     errs = {}
     for n in sizes:
         rows = batch.head(n).as_dict()
-        errs[n] = _rel_err(shard(**rows), full(**rows))
+        errs[n] = rel_err(shard(**rows), full(**rows))
     # The same slots were written: the shard's cache must equal the full one's heads.
     kv_equal = bool(
         torch.allclose(

@@ -135,11 +135,14 @@ def parse_histogram_csv(data, name: str = "uploaded histogram") -> Workload:
         raise ValueError("expected the CSV file's text or bytes")
     if "\x00" in text:
         raise ValueError("the file contains binary data; expected a plain CSV")
-    rows = [
-        (number, row)
-        for number, row in enumerate(csv.reader(io.StringIO(text)), start=1)
-        if any(cell.strip() for cell in row)
-    ]
+    rows = []
+    reader = csv.reader(io.StringIO(text))
+    try:
+        for number, row in enumerate(reader, start=1):
+            if any(cell.strip() for cell in row):
+                rows.append((number, row))
+    except csv.Error as err:  # a bare carriage return inside a row, an unclosed quote at the end
+        raise ValueError(f"row {reader.line_num}: not a CSV row ({err})") from None
     if not rows:
         raise ValueError("the file is empty; expected a header `batch,count` and one row per batch size")
     header_line, header = rows[0]

@@ -31,11 +31,7 @@ KNOWN_TABS = ("Simulator", "Live GPU probe", "Bucketing", "Calibration", "Check 
 # (where, case) -> why it fails today and the fix, in code owned elsewhere. `where`: a CLI of CLIS,
 # "trace-reader" (core.trace.analyse) or "trace-page" (the trace uploader). strict: a fix turns the
 # entry into a failure here, so it is removed with the fix.
-KNOWN = {
-    ("buckets", "lone_cr.csv"): "sim/workloads.py parse_histogram_csv lets csv.Error escape (a bare "
-    "CR inside a row); fix: catch csv.Error there and raise ValueError naming the row (the page "
-    "catches it already)",
-}
+KNOWN: dict = {}
 
 
 def known(where: str, *values, id: str | None = None):
