@@ -83,7 +83,7 @@ class HardwareConfig:
     def replay_cost(self) -> GraphReplayCost:
         """A graph replay on this hardware, in the one timing model's terms: one host call of
         `graph_launch_us` (input copies included) plus `graph_node_host_us` a node, the nodes
-        reaching the GPU one after another and running `graph_node_gap_us` apart."""
+        starting once it has returned and running `graph_node_gap_us` apart."""
         return GraphReplayCost(
             launch_us=self.graph_launch_us,
             per_node_host_us=self.graph_node_host_us,
@@ -153,7 +153,7 @@ profiled replays); ≈2 µs of latency a kernel (its fitted GEMV latency, 1.9 µ
 Published, as a check: gpt-fast's plain eager Llama-2-7B decodes 25.5 tokens/s on an A100 (39 ms a
 token) against 107 with torch.compile (pytorch-labs/gpt-fast README); here an eager step is 1636
 launches × 20 µs ≈ 33 ms of host time against ≈8.4 ms of GPU work: deep in launch-bound territory
-up to batch 256. At batch 1 graphs alone are 3.6 × faster, fusion with graphs 5.9 × (5.6 ms).
+up to batch 256. At batch 1 graphs alone are 3.4 × faster, fusion with graphs 5.8 × (5.7 ms).
 GPU: an H100 SXM at achievable rates (estimates, not measurements): 3000 GB/s (the datasheet's
 3.35 TB/s is not reached by real copies), 700 TFLOP/s bf16 (of 989 dense). Reading 16 GB takes ≈5.3
 ms. One launch cost serves both paths: a Triton launch cost the probe ≈41 µs, twice a PyTorch op's."""
@@ -169,7 +169,7 @@ of host time each, unprofiled (20 µs here); its fused Triton layer 6 (5 above b
 replay costs 36 µs of host time with its input copies plus 0.32 µs a node (99.9 µs measured for the
 fused graph's 196 nodes, 571.7 µs for the unfused graph's 1652); 0.4 µs between replayed kernels.
 At batch 1 the simulator then gives 32.7 ms eager (measured 39.2 ms, and 23.5 ms in the hold-out
-run: the host's noise), 4.2 ms with graphs (4.8 measured) and 0.73 ms fused with graphs (0.65). One
+run: the host's noise), 4.7 ms with graphs (4.8 measured) and 0.80 ms fused with graphs (0.65). One
 launch cost serves both paths, where the probe's Triton launches cost ≈41 µs: fused without graphs
 it gives 3.9 ms where the probe measured 8.0. The Calibration tab fits every figure per kernel
 family; its preset is the calibrated one."""

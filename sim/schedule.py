@@ -200,7 +200,7 @@ def _sweep_series(model, hw, batches: np.ndarray, fusion: bool, graphs: bool, bu
     graph_host = replay.host_us(n)
     eager_step = np.maximum(end(0.0, hw.eager_launch_us), eager_host)
     if use_graph.any():
-        graph_step = np.maximum(end(replay.first_ready_us, replay.per_node_host_us), graph_host)
+        graph_step = np.maximum(end(graph_host, 0.0), graph_host)  # the nodes start once the call returns
         step = np.where(use_graph, graph_step, eager_step)
     else:
         step = eager_step

@@ -152,7 +152,12 @@ def test_step_and_gpu_time_monotone_in_batch(key):
     for n_layers in (1, 32, 128):
         sw = sweep(preset.model.with_layers(n_layers), preset.hardware, np.arange(1, 513))
         for combo in COMBOS:
-            assert np.all(np.diff(sw[combo].step_us) >= -1e-9), (n_layers, combo)
+            step = np.diff(sw[combo].step_us)
+            if combo[1]:
+                # Above the largest bucket the step runs eagerly: its launches overlap the GPU, where a
+                # replay's whole host call comes before its first kernel, so the step may get shorter there.
+                step = np.delete(step, CHAPTER_BUCKETS[-1] - 1)  # from batch 256 to 257
+            assert np.all(step >= -1e-9), (n_layers, combo)
             assert np.all(np.diff(sw[combo].gpu_busy_us) >= -1e-9), (n_layers, combo)
 
 

@@ -70,7 +70,17 @@ def test_graph_replay_step_broadcasts_and_matches_its_timeline():
     assert steps.shape == (2,)
     for row, step in zip(dur, steps):
         assert graph_replay_timeline(row, "abc", cost).step_us == pytest.approx(step)
-    assert steps[0] == pytest.approx(3.0 + 3 * 2.0 + 1.0)  # each node waits for the host's per-node cost
+    # The nodes start once the call (3 + 3 × 2 µs) has returned, then run back to back 0.5 µs apart.
+    assert steps[0] == pytest.approx(3.0 + 3 * 2.0 + 3 * 1.0 + 2 * 0.5)
+    assert steps[1] == pytest.approx(3.0 + 3 * 2.0 + 3 * 9.0 + 2 * 0.5)
+
+
+def test_a_replayed_node_starts_only_once_the_graph_launch_has_returned():
+    cost = GraphReplayCost(launch_us=30.0, per_node_host_us=0.5, node_gap_us=0.4, input_copy_us=9.0)
+    tl = graph_replay_timeline(np.full(100, 2.0), ["k"] * 100, cost)
+    assert tl.cpu_end[0] == pytest.approx(9.0 + 30.0 + 50.0)
+    assert tl.gpu_start[0] == pytest.approx(tl.cpu_end[0])  # as every profiled replay shows
+    np.testing.assert_allclose(np.diff(tl.gpu_start), 2.4)
 
 
 def test_schedule_starts_broadcasts_over_leading_axes():
@@ -91,8 +101,8 @@ def test_graph_replay_timeline_is_one_launch_then_the_nodes_back_to_back():
     cost = GraphReplayCost(launch_us=10.0, per_node_host_us=0.5, node_gap_us=1.0, input_copy_us=4.0)
     tl = graph_replay_timeline([5.0, 5.0, 5.0], ["a", "b", "c"], cost, label="x")
     assert len(tl.cpu_start) == 1 and tl.cpu_dur[0] == pytest.approx(15.5)  # 4 + 10 + 3 × 0.5
-    # The nodes reach the GPU one after another while the call runs: 14 + 0.5 µs for the first.
-    np.testing.assert_allclose(tl.gpu_start, [14.5, 20.5, 26.5])
+    # The nodes start once the call has returned (15.5 µs), then back to back 1 µs apart.
+    np.testing.assert_allclose(tl.gpu_start, [15.5, 21.5, 27.5])
     assert tl.step_us == pytest.approx(cost.step_us([5.0, 5.0, 5.0]))
     assert tl.label == "x" and set(tl.launched_by) == {0}
 

@@ -15,7 +15,12 @@ sampled token back (`.item()`, which synchronises). Written, each gzip'd and a f
 - `hf_llama_compile.json.gz`: `torch.compile(mode="reduce-overhead")`, `ProfilerStep#N`;
 - `hf_llama_two_streams.json.gz`: eager, `ProfilerStep#N`, with a second stream running matmuls during the step;
 - `hf_llama_measured.json`: each mode's step time measured without the profiler (CUDA events around the
-  step, from before the input copies to the last kernel; each step starts on an idle GPU), median of 100.
+  step, from before the input copies to the last kernel; each step starts on an idle GPU), median of 100,
+  with the host's enqueue time and the GPU's own span of the step (the step enqueued behind a GPU sleep).
+
+`--arch qwen2 --second-model` does the same for a Qwen2.5-0.5B-shaped Qwen2ForCausalLM (24 thin layers,
+biases on q/k/v, 14 query heads over 2 KV heads), eager (synchronised) and torch.cuda.graph only: a second
+model to check the what-ifs on (`hf_qwen2_*`).
 """
 
 from __future__ import annotations
@@ -33,26 +38,37 @@ from pathlib import Path
 
 import torch
 
+# --arch -> (transformers config and model class names, the shape): Llama-3.2-1B's and Qwen2.5-0.5B's.
+ARCHS = {
+    "llama": (
+        "LlamaConfig",
+        "LlamaForCausalLM",
+        dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
+             num_key_value_heads=8, head_dim=64, vocab_size=128256, rope_theta=500000.0),
+    ),
+    "qwen2": (
+        "Qwen2Config",
+        "Qwen2ForCausalLM",
+        dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+             num_key_value_heads=2, vocab_size=151936, rope_theta=1000000.0),
+    ),
+}  # fmt: skip
+
 
 def build_model(args, device):
-    from transformers import LlamaConfig, LlamaForCausalLM
+    import transformers
 
-    config = LlamaConfig(
-        hidden_size=2048,
-        intermediate_size=8192,
-        num_hidden_layers=args.layers,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        head_dim=64,
-        vocab_size=128256,
-        tie_word_embeddings=True,
-        max_position_embeddings=4096,
-        rope_theta=500000.0,
+    config_name, model_name, shape = ARCHS[args.arch]
+    shape = dict(shape)
+    if args.layers:
+        shape["num_hidden_layers"] = args.layers
+    config = getattr(transformers, config_name)(
+        tie_word_embeddings=True, max_position_embeddings=4096, **shape
     )
     torch.manual_seed(0)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     with torch.device(device):
-        model = LlamaForCausalLM(config).to(dtype).eval()
+        model = getattr(transformers, model_name)(config).to(dtype).eval()
     return model, config
 
 
@@ -145,20 +161,43 @@ class CompiledDecoder(Decoder):
 
 
 def time_steps(decoder, steps: int) -> dict:
-    """CUDA-event step time: from before the input copies to the last kernel; each step starts on an idle GPU."""
+    """CUDA-event step time: from before the input copies to the last kernel; each step starts on an idle GPU.
+
+    Beside it, unprofiled: the host's time to enqueue the step (return from the call), and the GPU's own
+    span of the step, timed from an event recorded after a 5 ms GPU sleep that the step is enqueued
+    behind, so that none of the host's time shows (for a host-bound eager step the span is still the
+    host's: its launches cannot get ahead of the GPU).
+    """
     for _ in range(10):
         decoder.finish(decoder.eager_step())
-    times = []
-    for _ in range(steps):
+    times, enqueue, span = [], [], []
+    for k in range(2 * steps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        hide = k % 2 == 1
+        if hide:
+            torch.cuda._sleep(5_000_000)  # ~3-5 ms of GPU cycles
         start.record()
+        t0 = time.perf_counter()
         out = decoder.eager_step()
+        t1 = time.perf_counter()
         end.record()
         decoder.finish(out)  # .item(): waits for the step, as a server reading its token does
-        times.append(start.elapsed_time(end) * 1e3)
-    times.sort()
-    pick = lambda q: times[min(int(q * len(times)), len(times) - 1)]  # noqa: E731
-    return {"step_us_median": pick(0.5), "step_us_p10": pick(0.1), "step_us_p90": pick(0.9), "steps": steps}
+        (span if hide else times).append(start.elapsed_time(end) * 1e3)
+        if not hide:
+            enqueue.append((t1 - t0) * 1e6)
+
+    def pick(values, q):
+        ordered = sorted(values)
+        return ordered[min(int(q * len(ordered)), len(ordered) - 1)]
+
+    return {
+        "step_us_median": pick(times, 0.5),
+        "step_us_p10": pick(times, 0.1),
+        "step_us_p90": pick(times, 0.9),
+        "enqueue_us_median": pick(enqueue, 0.5),
+        "gpu_span_us_median": pick(span, 0.5),
+        "steps": steps,
+    }
 
 
 def profile(decoder, path: Path, steps: int, mark_steps: bool, shapes: bool = False, side_work=None) -> None:
@@ -208,7 +247,13 @@ def side_stream_work(device):
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--layers", type=int, default=16)
+    parser.add_argument("--arch", choices=sorted(ARCHS), default="llama")
+    parser.add_argument(
+        "--second-model",
+        action="store_true",
+        help="only the eager (synchronised) and torch.cuda.graph traces and their timings: a check on another model",
+    )
+    parser.add_argument("--layers", type=int, default=None, help="override the shape's layer count")
     parser.add_argument("--context", type=int, default=512)
     parser.add_argument("--steps", type=int, default=3, help="profiled steps per trace")
     parser.add_argument("--timed-steps", type=int, default=100)
@@ -231,32 +276,43 @@ def main(argv=None) -> int:
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": "python tools/hf_traces.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "model": {
-            "layers": args.layers,
-            "hidden": 2048,
-            "heads": 32,
-            "kv_heads": 8,
-            "ffn": 8192,
-            "vocab": 128256,
+            "arch": args.arch,
+            "layers": config.num_hidden_layers,
+            "hidden": config.hidden_size,
+            "heads": config.num_attention_heads,
+            "kv_heads": config.num_key_value_heads,
+            "ffn": config.intermediate_size,
+            "vocab": config.vocab_size,
             "context": args.context,
             "dtype": str(next(model.parameters()).dtype),
         },
         "modes": {},
         "errors": [],
     }
+    prefix = f"hf_{args.arch}_"
     eager = Decoder(model, args, device)
     say("eager traces")
-    profile(eager, args.out / "hf_llama_eager_profilerstep.json.gz", args.steps, mark_steps=True, shapes=True)
-    profile(eager, args.out / "hf_llama_eager_sync.json.gz", args.steps, mark_steps=False)
-    if device.type == "cuda":
+    if not args.second_model:
         profile(
-            eager,
-            args.out / "hf_llama_two_streams.json.gz",
-            args.steps,
-            mark_steps=True,
-            side_work=side_stream_work(device),
+            eager, args.out / f"{prefix}eager_profilerstep.json.gz", args.steps, mark_steps=True, shapes=True
         )
+    profile(eager, args.out / f"{prefix}eager_sync.json.gz", args.steps, mark_steps=False)
+    if device.type == "cuda":
+        if not args.second_model:
+            profile(
+                eager,
+                args.out / f"{prefix}two_streams.json.gz",
+                args.steps,
+                mark_steps=True,
+                side_work=side_stream_work(device),
+            )
         measured["modes"]["eager"] = time_steps(eager, args.timed_steps)
-        for name, make in (("graph", GraphDecoder), ("compile", CompiledDecoder)):
+        makers = (
+            (("graph", GraphDecoder),)
+            if args.second_model
+            else (("graph", GraphDecoder), ("compile", CompiledDecoder))
+        )
+        for name, make in makers:
             say(f"{name}: build")
             t0 = time.perf_counter()
             try:
@@ -266,10 +322,10 @@ def main(argv=None) -> int:
                 say(f"{name} failed: {err}")
                 continue
             say(f"{name}: built in {time.perf_counter() - t0:.1f} s")
-            trace = "hf_llama_graph.json.gz" if name == "graph" else "hf_llama_compile.json.gz"
+            trace = f"{prefix}{name}.json.gz"
             profile(decoder, args.out / trace, args.steps, mark_steps=name == "compile")
             measured["modes"][name] = time_steps(decoder, args.timed_steps)
-    (args.out / "hf_llama_measured.json").write_text(json.dumps(measured, indent=1) + "\n")
+    (args.out / f"{prefix}measured.json").write_text(json.dumps(measured, indent=1) + "\n")
     for name, m in measured["modes"].items():
         say(
             f"{name:8s} {m['step_us_median']:9.1f} µs  (p10 {m['step_us_p10']:.1f}, p90 {m['step_us_p90']:.1f})"

@@ -13,8 +13,8 @@ the unprofiled host time and the step time.
   (`sim.timing.kernel_us`). In a graph, a GEMV launched with PDL hides part of its
   latency behind its predecessor (`pdl_hidden_us`);
 - the host time: eager, one launch per kernel (a PyTorch op and a Triton launch cost
-  differently); a graph, one replay (`sim.timing.GraphReplayCost`), whose nodes reach
-  the GPU one after another while the call runs;
+  differently); a graph, one replay (`sim.timing.GraphReplayCost`), whose nodes start
+  once the call has returned;
 - the step: the kernels scheduled by `sim.timing.schedule_starts`, each family's time
   shared evenly by its kernels, `node_gap_us` apart when they queue (none inside a
   PDL chain, whose overlap is already in its kernels' exclusive times).
@@ -264,8 +264,7 @@ class ProbeModel:
     def host_us(self, theta) -> np.ndarray:
         p = dict(zip(NAMES, theta))
         eager = self._aten_launches * p["aten_launch_us"] + self._triton_launches * p["triton_launch_us"]
-        replay = p["replay_us"] + p["replay_per_node_us"] * self._n
-        return np.where(self._graphs, replay, eager)
+        return np.where(self._graphs, graph_cost(p).host_us(self._n), eager)
 
     def kernel_us(self, theta) -> np.ndarray:
         """[n_points, longest] each kernel's GPU time: its family's time shared evenly (0: padding)."""
@@ -279,9 +278,9 @@ class ProbeModel:
         dur = self.kernel_us(theta)
         host = self.host_us(theta)
         launch = np.where(self._is_triton, p["triton_launch_us"], p["aten_launch_us"]) * self._valid
-        replay = graph_cost(p).ready_us(self._fam.shape[1])  # nodes submitted one after another
         eager = eager_ready_us(launch, self._fam.shape[1])  # each launch after the one before it
-        ready = np.where(self._graphs[:, None], replay[None, :], eager)
+        # A replay's nodes start once the call has returned (sim.timing.GraphReplayCost.ready_us).
+        ready = np.where(self._graphs[:, None], host[:, None], eager)
         ready = np.where(self._valid, ready, 0.0)  # padding: zero-length, never waits for the host
         gap = np.where(self._pdl[:, None] | ~self._valid, 0.0, p["node_gap_us"])
         start = schedule_starts(ready, dur, gap)
