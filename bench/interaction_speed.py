@@ -42,8 +42,9 @@ LANES = ".st-key-sim_lanes"  # the element container of the lanes chart (st.plot
 # container and the metric row, and a lanes container or metric being added or removed, move the
 # end mark; the result resolves once the server has sent the rerun (counted by
 # harness.WEBSOCKET_JS), the script is idle, the lanes have changed and are visible, and the page
-# has been quiet for quietMs.
-MEASURE_JS = """([quietMs, lanesSel]) => { window.__lbMeasure = new Promise((resolve) => {
+# has been quiet for quietMs. The end mark is the last change's own time, so the poll interval
+# (pollMs, default 10) only delays noticing it, never moves it.
+MEASURE_JS = """([quietMs, lanesSel, pollMs = 10]) => { window.__lbMeasure = new Promise((resolve) => {
   const app = document.querySelector('[data-testid=stApp]');
   const main = document.querySelector('[data-testid=stMain]');
   const watched = lanesSel + ', [data-testid=stMetric]';
@@ -78,7 +79,7 @@ MEASURE_JS = """([quietMs, lanesSel]) => { window.__lbMeasure = new Promise((res
       changes.disconnect();
       resolve(settled ? last - start : null);
     } else {
-      setTimeout(poll, 10);
+      setTimeout(poll, pollMs);
     }
   };
   poll();

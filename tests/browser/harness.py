@@ -68,11 +68,18 @@ def rss_mb(pid: int) -> tuple[float, float]:
 
 @contextmanager
 def app_server_process(
-    log_path: Path | None = None, extra_args: tuple[str, ...] = (), prefix: tuple[str, ...] = ()
+    log_path: Path | None = None,
+    extra_args: tuple[str, ...] = (),
+    prefix: tuple[str, ...] = (),
+    launcher: tuple[str, ...] = ("-m", "streamlit"),
+    env: dict | None = None,
+    script: str = "app.py",
 ):
     """As app_server, yielding (base URL, the server's Popen) for benches that watch the process.
 
-    `prefix` goes before the interpreter (e.g. `taskset -c 0`), `extra_args` after `app.py`'s options.
+    `prefix` goes before the interpreter (e.g. `taskset -c 0`), `launcher` after it (a script that
+    wraps streamlit's CLI, e.g. bench/timed_server.py), `extra_args` after `app.py`'s options, and
+    `env` is added to the server's environment, and `script` is the page to run (default app.py).
     """
     port = free_port()
     log = open(log_path, "wb") if log_path else subprocess.DEVNULL
@@ -80,10 +87,9 @@ def app_server_process(
         [
             *prefix,
             sys.executable,
-            "-m",
-            "streamlit",
+            *launcher,
             "run",
-            "app.py",
+            script,
             "--server.headless",
             "true",
             "--server.port",
@@ -99,6 +105,7 @@ def app_server_process(
         cwd=ROOT,
         stdout=log,
         stderr=subprocess.STDOUT,
+        env={**os.environ, **env} if env else None,
     )
     base = f"http://127.0.0.1:{port}"
     try:
