@@ -269,19 +269,19 @@ CONTROL_TYPES = (
     "color_picker",
     "button_group",
 )
-# Controls that must not be in a link: the quiz's answers are per session, and the run pickers list
-# this session's own uploads and live runs, which a link cannot carry.
+# Controls that must not be in a link: the quiz's answers are per session. (The run and trace pickers are
+# bound: a link carries a shipped run or trace; an upload's, which exists only in its session, falls back.)
 UNBOUND_ON_PURPOSE = (
     "quiz_",
-    "pr_run",
-    "cal_run",
     "batch_stops",
-)  # batch_stops follows the bound "batch" box
+    "tr_upload_",
+)  # batch_stops follows the bound "batch" box; tr_upload_ is the trace uploader
 VIEWS = [
     ("Simulator", {}),
     ("Bucketing", {}),
     ("Bucketing", {"bk_view": "Padding-corruption demo"}),
     ("Live GPU probe", {}),
+    ("Your trace", {}),
     ("Calibration", {}),
     ("Check yourself", {}),
 ]
@@ -308,5 +308,7 @@ def test_every_control_is_bound_and_declared_with_its_real_range(tab, extra):
                 if spec.kind == "choice":
                     missing = [o for o in shown if o not in spec.options]
                     assert not missing, f"{bound}: options {missing} would be dropped from a link"
+                elif spec.kind == "text":  # a title or label the page checks itself
+                    assert all(len(o) <= spec.hi for o in shown), bound
                 else:
                     assert all(spec.lo <= float(o) <= spec.hi for o in shown), bound

@@ -86,3 +86,16 @@ def test_the_modes_table_fits_1400_px():
     assert list(table.columns) == list(MODE_COLUMNS)
     # The app's wide layout leaves about 1,240 px of a 1400 px window for the table.
     assert sum(width for _, width, _, _ in MODE_COLUMNS.values()) <= 1240
+
+
+def test_a_link_opens_the_run_it_names_and_an_unknown_one_falls_back():
+    first = open_tab("Live GPU probe")
+    one_b_label = next(o for o in first.selectbox(key="pr_run").options if "1b preset" in o)
+    shared = open_tab("Live GPU probe", pr_run=one_b_label)
+    assert shared.selectbox(key="pr_run").value == one_b_label
+    assert (
+        metrics(shared)["Kernels / step"]
+        == f"{probe_result.load_result(ONE_B).run('eager', 1).kernels_per_step:,}"
+    )
+    stale = open_tab("Live GPU probe", pr_run="uploaded: someone else's run")
+    assert not stale.exception and stale.selectbox(key="pr_run").value.startswith("recorded: small preset")

@@ -23,6 +23,7 @@ CALIBRATE_PARAMS: dict[str, tuple] = {
     "cal_mode": ("choice", MODES),
     "cal_batch": ("int", 1, 65536),
     "cal_whole": ("bool",),
+    "cal_run": ("text", 300),  # a run's label; checked by ui.probe_results.run_picker
 }
 LOO_LABEL = "Median step-time error (leave-one-out)"
 

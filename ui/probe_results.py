@@ -144,7 +144,10 @@ def available_results() -> dict:
 
 
 def run_picker(title: str, options: dict, key: str, help_text: str) -> str:
-    # Seeded through session state (not `index`) so that a new upload can select itself.
-    if st.session_state.get(key) not in options:
+    """A run picker bound to the URL, so a link opens the same run (an upload's label exists only in the
+    session that made it: such a link falls back to the first run). Seeded through session state (not
+    `index`) so that a new upload can select itself."""
+    wanted = st.session_state.get(key) or st.query_params.get(key)  # a session's first run: the link's
+    if wanted not in options:
         st.session_state[key] = next(iter(options))
-    return st.selectbox(title, tuple(options), key=key, help=help_text)
+    return st.selectbox(title, tuple(options), key=key, help=help_text, bind="query-params")

@@ -28,6 +28,10 @@ PROBE_PARAMS: dict[str, tuple] = {
     "pr_mode": ("choice", MODES),
     "pr_batch": ("int", 1, 65536),
     "pr_whole": ("bool",),
+    "pr_run": (
+        "text",
+        300,
+    ),  # a run's label; checked against the runs there are by ui.probe_results.run_picker
 }
 
 
