@@ -159,3 +159,18 @@ def show_time_split(metrics: StepMetrics) -> None:
     """'Where the time goes': CPU launch cost against GPU execution, and why they do not add."""
     st.html(time_split_html(metrics))
     st.caption(OVERLAP_SENTENCE)
+
+
+def chrome_trace_download(timeline, label: str, file_name: str, key: str) -> None:
+    """A button that downloads a drawn step as Chrome trace JSON (Perfetto opens it), built only when clicked."""
+    from sim.chrome_trace import to_chrome_trace_json
+
+    st.download_button(
+        label,
+        data=lambda: to_chrome_trace_json(timeline),
+        on_click="ignore",
+        file_name=file_name,
+        mime="application/json",
+        icon=":material/download:",
+        key=key,
+    )

@@ -14,7 +14,7 @@ import streamlit as st
 from core import probe_result
 from core.timeline import StepMetrics
 from ui.charts import FIRST_LAUNCHES, format_us, lanes_figure
-from ui.common import code, plain, show_readouts
+from ui.common import chrome_trace_download, code, plain, show_readouts
 from ui.probe_charts import mark_profiler_stretch, share_time_axis, step_split_figure
 from ui.probe_live import LIVE_BATCHES, LIVE_DURATION, measure_live
 from ui.probe_results import available_results, describe, recorded, run_picker, upload_widget
@@ -153,17 +153,11 @@ def _lanes(result, run, source: str, whole: bool) -> None:
                 theme=None,  # lanes carry their own styles (ui/charts.py)
                 config={"displaylogo": False, "scrollZoom": True},
             )
-    from sim.chrome_trace import to_chrome_trace_json
-
-    timeline = run.timeline
-    st.download_button(
+    chrome_trace_download(
+        run.timeline,
         "Download the measured step as a Chrome trace (open in Perfetto)",
-        data=lambda: to_chrome_trace_json(timeline),
-        on_click="ignore",
-        file_name=f"probe-{run.mode.replace('+', '_')}-b{run.batch}.json",
-        mime="application/json",
-        icon=":material/download:",
-        key="pr_trace_download",
+        f"probe-{run.mode.replace('+', '_')}-b{run.batch}.json",
+        "pr_trace_download",
     )
 
 

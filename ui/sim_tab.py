@@ -17,7 +17,6 @@ from dataclasses import replace
 import streamlit as st
 
 from core.decoder import LIMITS
-from sim.chrome_trace import to_chrome_trace_json
 from sim.config import (
     BATCH_RANGE,
     DEFAULT_PRESET,
@@ -31,7 +30,7 @@ from sim.kernels import step_kernels
 from sim.schedule import SimulatedStep, StepSettings, simulate_step
 from sim.tensor_parallel import TP_CHOICES, simulate_tp_step, tp_summary
 from ui.charts import FIRST_LAUNCHES, lanes_figure
-from ui.common import plain, regime_explanation, show_readouts, show_time_split
+from ui.common import chrome_trace_download, plain, regime_explanation, show_readouts, show_time_split
 from ui.sim_presets import CALIBRATED_KEY, PRESET_BY_URL_VALUE, PRESET_TITLES, preset_of
 from ui.sim_sections import fusion_view, sweep_view
 
@@ -586,14 +585,10 @@ def _step_view(step: SimulatedStep) -> None:
         st.subheader("What this means")
         st.markdown(text)
 
-    timeline = step.timeline
     file_stem = f"launch-bound-{step.model.name}-b{step.settings.batch}-{'fused' if step.settings.fusion else 'unfused'}-{'graphs' if step.settings.graphs else 'eager'}"
-    st.download_button(
+    chrome_trace_download(
+        step.timeline,
         "Download this step as a Chrome trace (open in Perfetto)",
-        data=lambda: to_chrome_trace_json(timeline),  # built only when clicked
-        file_name=f"{file_stem}.json",
-        mime="application/json",
-        on_click="ignore",
-        icon=":material/download:",
-        key="sim_trace_download",
+        f"{file_stem}.json",
+        "sim_trace_download",
     )

@@ -20,7 +20,7 @@ import streamlit as st
 
 from core import trace as reader
 from ui.charts import FIRST_LAUNCHES, format_us, lanes_figure
-from ui.common import plain, show_readouts, show_time_split
+from ui.common import chrome_trace_download, plain, show_readouts, show_time_split
 
 ROOT = Path(__file__).resolve().parents[1]
 UPLOAD_MB = 500  # the uploader's limit, stated on the page (server.maxUploadSize, 512, allows it)
@@ -533,15 +533,9 @@ def render() -> None:
 
 
 def _download(step: reader.TraceStep) -> None:
-    from sim.chrome_trace import to_chrome_trace_json
-
-    timeline = step.timeline
-    st.download_button(
+    chrome_trace_download(
+        step.timeline,
         "Download this step as drawn (Chrome trace, opens in Perfetto)",
-        data=lambda: to_chrome_trace_json(timeline),
-        on_click="ignore",
-        file_name=f"trace-step-{step.index}.json",
-        mime="application/json",
-        icon=":material/download:",
-        key="tr_download",
+        f"trace-step-{step.index}.json",
+        "tr_download",
     )
