@@ -5,6 +5,9 @@ Layout in the viewer (one process per lane, so each gets a labelled group):
     pid 1  "CPU (host)"  tid 1  "CPU thread: building + submitting launches"
     pid 2  "GPU"         tid 1  "GPU stream: kernels"
 
+A measured step with several host threads or CUDA streams gets a track for each ("CPU thread 2: …",
+"GPU stream 7: kernels").
+
 Every interval becomes one complete ("X") event with its name and duration in µs.
 Each kernel with a known launcher (`timeline.launched_by[i] >= 0`) gets a flow
 arrow: an "s" event inside the launch slice and an "f" event (binding point
@@ -56,12 +59,26 @@ def _anchor(start: float, dur: float) -> float:
     return start + min(dur / 2.0, _ANCHOR_US)
 
 
+def lane_tracks(ids: np.ndarray, start: np.ndarray, dur: np.ndarray, base_name: str, kind: str):
+    """(track per interval, track labels): a lane per host thread or CUDA stream (`ids`), each spread
+    over as many tracks as its overlapping intervals need ("GPU stream 7: kernels (2)")."""
+    track = np.zeros(len(start), np.int64)
+    labels: list[str] = []
+    lanes = np.unique(ids) if len(ids) else np.zeros(1, np.int64)
+    for lane in lanes:
+        rows = np.flatnonzero(ids == lane)
+        local = assign_tracks(start[rows], dur[rows]) if len(rows) else np.zeros(0, np.int64)
+        track[rows] = len(labels) + local
+        name = base_name if len(lanes) == 1 else base_name.replace(kind, f"{kind} {int(lane)}", 1)
+        labels += [name if t == 0 else f"{name} ({t + 1})" for t in range(int(local.max(initial=0)) + 1)]
+    return track, labels
+
+
 def _lane_events(
-    pid: int, base_name: str, category: str, start, dur, names, tracks, extra_args
+    pid: int, labels: list[str], category: str, start, dur, names, tracks, extra_args
 ) -> tuple[list[dict], list[dict]]:
     meta, slices = [], []
-    for t in range(int(tracks.max()) + 1 if len(tracks) else 1):
-        label = base_name if t == 0 else f"{base_name} ({t + 1})"
+    for t, label in enumerate(labels):
         meta.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": t + 1, "args": {"name": label}})
         meta.append(
             {"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": t + 1, "args": {"sort_index": t}}
@@ -85,8 +102,8 @@ def _lane_events(
 def to_chrome_trace(timeline: Timeline, name: str = "decode step") -> dict:
     """The step as a Chrome trace object: {"traceEvents": [...], "displayTimeUnit": "ns", ...}."""
     tl = timeline
-    cpu_tracks = assign_tracks(tl.cpu_start, tl.cpu_dur)
-    gpu_tracks = assign_tracks(tl.gpu_start, tl.gpu_dur)
+    cpu_tracks, cpu_labels = lane_tracks(tl.cpu_thread, tl.cpu_start, tl.cpu_dur, CPU_TRACK, "thread")
+    gpu_tracks, gpu_labels = lane_tracks(tl.gpu_stream, tl.gpu_start, tl.gpu_dur, GPU_TRACK, "stream")
     title = f"{name} ({tl.source})" + (f": {tl.label}" if tl.label else "")
 
     # Which kernels each launch submitted, for the launch slice's args.
@@ -109,7 +126,7 @@ def to_chrome_trace(timeline: Timeline, name: str = "decode step") -> dict:
     ]
     cpu_meta, cpu_slices = _lane_events(
         CPU_PID,
-        CPU_TRACK,
+        cpu_labels,
         "launch",
         tl.cpu_start,
         tl.cpu_dur,
@@ -119,7 +136,7 @@ def to_chrome_trace(timeline: Timeline, name: str = "decode step") -> dict:
     )
     gpu_meta, gpu_slices = _lane_events(
         GPU_PID,
-        GPU_TRACK,
+        gpu_labels,
         "kernel",
         tl.gpu_start,
         tl.gpu_dur,

@@ -178,3 +178,34 @@ def test_simulated_step_exports_cleanly():
         assert_tracks_nest(trace)
         n_flows = len([e for e in trace["traceEvents"] if e["ph"] == "s"])
         assert n_flows == int(np.sum(tl.launched_by >= 0))
+
+
+def test_each_stream_and_thread_gets_tracks_of_its_own():
+    tl = Timeline(
+        cpu_start=[0.0, 1.0, 5.0],
+        cpu_dur=[4.0, 2.0, 3.0],
+        cpu_names=["a", "b", "c"],
+        gpu_start=[5.0, 6.0, 9.0],
+        gpu_dur=[3.0, 3.0, 1.0],
+        gpu_names=["k7", "k29", "k7b"],
+        launched_by=[0, 1, 2],
+        source="measured",
+        gpu_stream=[7, 29, 7],
+        cpu_thread=[0, 1, 0],
+    )
+    events = json.loads(to_chrome_trace_json(tl))["traceEvents"]
+    tracks = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    assert sorted(tracks.values()) == [
+        "CPU thread 0: building + submitting launches",
+        "CPU thread 1: building + submitting launches",
+        "GPU stream 29: kernels",
+        "GPU stream 7: kernels",
+    ]
+    kernel_track = {
+        e["name"]: tracks[(e["pid"], e["tid"])] for e in events if e.get("cat") == "kernel" and e["ph"] == "X"
+    }
+    assert kernel_track == {
+        "k7": "GPU stream 7: kernels",
+        "k7b": "GPU stream 7: kernels",
+        "k29": "GPU stream 29: kernels",
+    }
