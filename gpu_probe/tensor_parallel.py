@@ -33,12 +33,16 @@ import json
 import os
 import time
 from dataclasses import replace
+from datetime import UTC, datetime
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from core.tp_result import KIND as TP_KIND
+from core.tp_result import SCHEMA_VERSION as TP_SCHEMA_VERSION
+from core.tp_result import TP_MODES
 from gpu_probe.config import ProbeModelConfig, get_config
 from gpu_probe.kv_cache import PagedKVCache
 from gpu_probe.model import ProbeModel, rms_norm, rotate_half
@@ -368,7 +372,59 @@ def allreduce_sweep(
     return rows
 
 
-TP_MODES = ("eager", "graph", "fused+graph")
+def rank_record(
+    rank: int, device: str, runs: list, checks: dict, allreduce: list, allreduce_bytes_per_row: int
+) -> dict:
+    """One rank's part of the result: its run records (`gpu_probe.measure.run_record`), its checks,
+    its all-reduce sweep (`allreduce_sweep`) and one all-reduce's message per batch row."""
+    return {
+        "rank": rank,
+        "device": device,
+        "runs": list(runs),
+        "checks": dict(checks),
+        "allreduce": list(allreduce),
+        "allreduce_bytes_per_row": allreduce_bytes_per_row,
+    }
+
+
+def tp_result_record(
+    *,
+    tp: int,
+    preset: dict,
+    command: str,
+    torch_version: str,
+    cuda: str,
+    nccl: str,
+    batches,
+    modes,
+    buckets,
+    ranks: list,
+    tp1_runs: list,
+    wall_s: float,
+    created: str | None = None,
+) -> dict:
+    """The TP result file's content (read back by `core.tp_result.load_tp_result`): the ranks'
+    records (`rank_record`, in rank order), the TP1 baseline's run records, and whether every
+    rank's checks passed. Pure: the CPU tests build a result with it."""
+    created = created or datetime.now(UTC).isoformat(timespec="seconds")
+    return {
+        "schema": TP_SCHEMA_VERSION,
+        "kind": TP_KIND,
+        "tp": tp,
+        "preset": preset,
+        "command": command,
+        "created": created,
+        "torch": torch_version,
+        "cuda": cuda,
+        "nccl": nccl,
+        "batches": list(batches),
+        "modes": list(modes),
+        "buckets": list(buckets),
+        "ranks": list(ranks),
+        "tp1_runs": list(tp1_runs),
+        "all_checks_passed": all(c["passed"] for r in ranks for c in r["checks"].values()),
+        "wall_s": wall_s,
+    }
 
 
 def _rows_needed(batches, buckets) -> int:
@@ -434,8 +490,8 @@ def run_tp_probe(
     KV canary (the all-reduces captured inside each bucket's graph), then step time and a
     profiled timeline per (mode, batch) with the all-reduce kernels in it, and the all-reduce
     time per call against message size. Rank 0 also times the unsharded model (TP1) at the same
-    batches. Rank 0 writes one JSON file (its own format, `"kind": "tensor_parallel"`; the page
-    cannot show it yet). Returns the exit code: 0 all checks passed, 1 otherwise.
+    batches. Rank 0 writes one JSON file (`tp_result_record`; read by `core.tp_result`, shown by
+    the page's Live GPU probe tab). Returns the exit code: 0 all checks passed, 1 otherwise.
     """
     rank, tp, local = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"])
     device = torch.device("cuda", local)
@@ -473,33 +529,32 @@ def run_tp_probe(
             del full
             torch.cuda.empty_cache()
         dist.barrier()
-        mine = {
-            "rank": rank,
-            "device": torch.cuda.get_device_name(device),
-            "runs": runs,
-            "checks": checks,
-            "allreduce": allreduce,
-            "allreduce_bytes_per_row": cfg.hidden * 2,
-        }
+        mine = rank_record(
+            rank,
+            torch.cuda.get_device_name(device),
+            runs,
+            checks,
+            allreduce,
+            cfg.hidden * cfg.bytes_per_el,
+        )
         gathered = [None] * tp
         dist.all_gather_object(gathered, mine)
-        passed = all(c["passed"] for r in gathered for c in r["checks"].values())
+        result = tp_result_record(
+            tp=tp,
+            preset=cfg.to_dict(),
+            command=command,
+            torch_version=torch.__version__,
+            cuda=torch.version.cuda or "unknown",
+            nccl=".".join(map(str, torch.cuda.nccl.version())),
+            batches=batches,
+            modes=modes,
+            buckets=buckets,
+            ranks=gathered,
+            tp1_runs=tp1_runs,
+            wall_s=time.perf_counter() - t0,
+        )
+        passed = result["all_checks_passed"]
         if rank == 0:
-            result = {
-                "kind": "tensor_parallel",
-                "tp": tp,
-                "preset": cfg.to_dict(),
-                "command": command,
-                "torch": torch.__version__,
-                "nccl": ".".join(map(str, torch.cuda.nccl.version())),
-                "batches": list(batches),
-                "modes": list(modes),
-                "buckets": list(buckets),
-                "ranks": gathered,
-                "tp1_runs": tp1_runs,
-                "all_checks_passed": passed,
-                "wall_s": time.perf_counter() - t0,
-            }
             with open(out, "w") as f:
                 json.dump(result, f)
             say(f"wrote {out}: checks {'all passed' if passed else 'FAILED'}")

@@ -12,7 +12,9 @@ so one GPU's lanes stand for all of them (a straggler's wait is not modelled). W
 than KV heads, each GPU keeps one KV head whole (vLLM replicates them), so the KV cache divides
 by min(tp, n_kv_heads).
 
-α and β default to PUBLISHED figures, not fitted: no two-GPU run of the probe exists yet. They
+α and β default to PUBLISHED figures: no two-GPU run of the probe exists yet. Given a TP probe
+result, `fitted_allreduce` fits them to its all-reduce sweep (`fit_allreduce`), and
+`simulate_tp_step(..., allreduce=fitted)` uses the fit instead. The published ones
 come from SGLang's custom all-reduce on H100 (sgl-project/sglang #2904, "unit test performance
 in H100 (without cuda graph)"): 3.7 / 4.8 / 5.9 µs at 512 B and 19.9 / 31.1 / 33.8 µs at 1 MiB
 for 2 / 4 / 8 GPUs; α is the 512 B time and β the slope between the two rows. For comparison,
@@ -84,6 +86,52 @@ def published_allreduce(tp: int) -> AllReduceCost:
         GBps,
         f"published, not fitted: SGLang custom all-reduce on {tp}×H100 (sglang #2904), "
         f"{small_us} µs at 512 B and {large_us} µs at 1 MiB",
+    )
+
+
+def fit_allreduce(nbytes, us_per_call, tp: int, source: str = "fitted") -> AllReduceCost:
+    """α and β of all-reduce cost = α + bytes / β, fitted to measured time per call.
+
+    Least squares on the relative error, (α + bytes/β − t) / t: a sweep's sizes grow
+    geometrically (512 B to 2 MiB), and in absolute µs the largest messages would set the line
+    alone, leaving α, the small-message cost a decode step pays, to chance. Linear in
+    (α, 1/β), so solved exactly, with α ≥ 0 and 1/β ≥ 0 (the better one-parameter fit where the
+    two-parameter one leaves that range; 1/β = 0 is β = inf). Needs two distinct sizes.
+    """
+    x = np.asarray(nbytes, np.float64).reshape(-1)
+    t = np.asarray(us_per_call, np.float64).reshape(-1)
+    if len(x) != len(t):
+        raise ValueError(f"fit_allreduce: {len(x)} sizes against {len(t)} times")
+    if not (np.all(np.isfinite(x)) and np.all(np.isfinite(t)) and np.all(x > 0) and np.all(t > 0)):
+        raise ValueError("fit_allreduce: sizes and times must be positive finite numbers")
+    if len(np.unique(x)) < 2:
+        raise ValueError("fit_allreduce: needs at least two distinct message sizes")
+    design = np.column_stack((1.0 / t, x / t))  # relative residual: design @ (α, 1/β) − 1
+
+    def cost(u: np.ndarray) -> float:
+        r = design @ u - 1.0
+        return float(r @ r)
+
+    (alpha, slope), *_ = np.linalg.lstsq(design, np.ones(len(t)), rcond=None)
+    if alpha < 0 or slope < 0:  # the best fit on the boundary: one parameter at zero
+        ones = np.ones(len(t))
+        column_fits = []  # (α, 0) and (0, 1/β), each the least-squares value of its column alone
+        for k in (0, 1):
+            u = np.zeros(2)
+            u[k] = max((design[:, k] @ ones) / (design[:, k] @ design[:, k]), 0.0)
+            column_fits.append(u)
+        alpha, slope = min(column_fits, key=cost)
+    GBps = 1.0 / (slope * 1e3) if slope > 0 else float("inf")  # µs per byte -> GB/s
+    return AllReduceCost(int(tp), float(alpha), float(GBps), source)
+
+
+def fitted_allreduce(result, captured: bool = True) -> AllReduceCost:
+    """`fit_allreduce` on a TP probe result's sweep (`core.tp_result.TPResult`, every rank's points):
+    the all-reduce captured in a CUDA graph (what a graphed step pays) or eager."""
+    nbytes, us = result.sweep(captured)
+    how = "captured in a CUDA graph" if captured else "eager"
+    return fit_allreduce(
+        nbytes, us, result.tp, f"fitted to {len(us)} measured points ({how}) on {result.device}"
     )
 
 

@@ -12,6 +12,7 @@ from sim.tensor_parallel import (
     NCCL_NVLS_TREE_2XH100_US,
     AllReduceCost,
     check_tp,
+    fit_allreduce,
     published_allreduce,
     simulate_tp_step,
     tp_summary,
@@ -108,3 +109,69 @@ def test_tp_must_divide_the_heads():
     model = replace(CHAPTER.model, n_heads=12, n_kv_heads=4, hidden=1536)
     with pytest.raises(ValueError, match="tp: 8 GPUs must divide the 12 attention heads"):
         simulate_tp_step(model, CHAPTER.hardware, StepSettings(), tp=8)
+
+
+# ---- fitting α and β to a measured sweep ------------------------------------------------------
+SWEEP = np.array([512, 2048, 8192, 32768, 131072, 524288, 2097152], np.float64)
+
+
+@pytest.mark.parametrize("alpha,GBps", [(3.7, 65.8), (9.5, 20.0), (25.0, 400.0)])
+def test_fit_recovers_known_alpha_and_beta(alpha, GBps):
+    fit = fit_allreduce(SWEEP, alpha + SWEEP / (GBps * 1e3), tp=2, source="test")
+    assert np.isclose(fit.latency_us, alpha, rtol=1e-9) and np.isclose(fit.GBps, GBps, rtol=1e-9)
+    assert fit.tp == 2 and fit.source == "test"
+
+
+def test_fit_with_noise_stays_close():
+    rng = np.random.default_rng(7)
+    sizes = np.repeat(SWEEP, 4)  # four ranks' points
+    us = (5.0 + sizes / 60e3) * (1 + 0.03 * rng.standard_normal(len(sizes)))
+    fit = fit_allreduce(sizes, us, tp=2)
+    assert abs(fit.latency_us - 5.0) < 0.25 and abs(fit.GBps - 60.0) < 3.0
+
+
+def test_fit_weighs_small_messages_by_their_relative_error():
+    """A 1 µs error at 512 B is a 20 % error there; an absolute fit would let the 2 MiB point decide α."""
+    us = 5.0 + SWEEP / 60e3
+    us[-1] *= 1.05  # the largest message 5 % slow
+    fit = fit_allreduce(SWEEP, us, tp=2)
+    assert abs(fit.latency_us - 5.0) < 0.1
+
+
+def test_fit_stays_in_range():
+    flat = fit_allreduce(SWEEP, np.full(len(SWEEP), 7.0), tp=2)  # no size dependence: β is infinite
+    assert np.isclose(flat.latency_us, 7.0) and flat.GBps == float("inf")
+    assert np.allclose(flat.us(SWEEP), 7.0)
+    # Small messages faster than proportional: the unconstrained line would cross zero below α = 0.
+    through_zero = fit_allreduce(SWEEP, SWEEP / 50e3 * np.linspace(0.5, 1.0, len(SWEEP)), tp=2)
+    assert through_zero.latency_us == 0.0 and 40 < through_zero.GBps < 100
+    shrinking = fit_allreduce(SWEEP, np.linspace(30.0, 3.0, len(SWEEP)), tp=2)  # nonsense: still in range
+    assert shrinking.latency_us >= 0 and shrinking.GBps > 0
+
+
+@pytest.mark.parametrize(
+    "sizes,us,match",
+    [
+        ([512, 512], [4.0, 4.1], "two distinct"),
+        ([512], [4.0], "two distinct"),
+        ([512, 1024], [4.0], "2 sizes against 1 times"),
+        ([512, 1024], [4.0, float("nan")], "positive finite"),
+        ([0, 1024], [4.0, 5.0], "positive finite"),
+        ([512, 1024], [4.0, -5.0], "positive finite"),
+    ],
+)
+def test_fit_refuses_unusable_sweeps(sizes, us, match):
+    with pytest.raises(ValueError, match=match):
+        fit_allreduce(sizes, us, tp=2)
+
+
+def test_the_simulator_takes_fitted_figures_in_place_of_the_published_ones():
+    fit = fit_allreduce(SWEEP, 6.0 + SWEEP / 30e3, tp=2, source="fitted")
+    s = StepSettings(batch=4, fusion=True, graphs=True)
+    fitted = simulate_tp_step(CHAPTER.model, CHAPTER.hardware, s, tp=2, allreduce=fit)
+    published = simulate_tp_step(CHAPTER.model, CHAPTER.hardware, s, tp=2)
+    nbytes = 4 * CHAPTER.model.hidden * CHAPTER.model.bytes_per_el
+    comm = [ALLREDUCE in n for n in fitted.timeline.gpu_names]
+    assert np.allclose(fitted.timeline.gpu_dur[comm], 6.0 + nbytes / 30e3)
+    assert np.allclose(published.timeline.gpu_dur[comm], published_allreduce(2).us(nbytes))
+    assert fitted.metrics.step_us > published.metrics.step_us  # a slower all-reduce, a longer step

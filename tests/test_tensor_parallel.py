@@ -160,6 +160,62 @@ def test_kv_canary_and_graph_checks_per_rank():
         assert checks["padding_assertion"]["canary_fired"] == [3], rank  # batch 3 padded to bucket 4
 
 
+def test_a_result_built_like_run_tp_probe_loads_in_the_page_loader():
+    """The file's record built by the writer's own functions (`rank_record`, `tp_result_record`) from
+    real checks on each rank (gloo threads) and run records (`run_record` over synthetic profiled
+    steps: no profiler on CPU), written as run_tp_probe writes it, read back by core.tp_result."""
+    import json
+
+    from tp_synthetic import allreduce_rows, runs_of
+
+    from core.tp_result import load_tp_result
+    from gpu_probe.tensor_parallel import TP_MODES, rank_record, tp_result_record
+
+    cfg = get_config("tiny")
+
+    def rank_part(rank, ar):
+        checks = {
+            "sharded_vs_unsharded (unfused)": check_sharded_vs_unsharded(
+                cfg, rank, 2, all_reduce=ar, sizes=(1,)
+            )["sharded_vs_unsharded"]
+        }
+        model = TensorParallelModel.from_config(cfg, rank, 2, all_reduce=ar)
+        batch = make_batch(model, 4)
+        model.kv_cache.fill_random_()
+        runner = GraphRunner(model, buckets=(1, 2, 4), use_graphs=False)
+        for name, check in check_graph_vs_eager(runner, model, batch).items():
+            checks[f"{name} (graph)"] = check
+        return rank_record(
+            rank, "cpu (gloo)", runs_of(rank, 2), checks, allreduce_rows(), model.allreduce_bytes_per_row
+        )
+
+    ranks = run_ranks(2, rank_part)
+    record = tp_result_record(
+        tp=2,
+        preset=cfg.to_dict(),
+        command="torchrun --nproc-per-node 2 -m gpu_probe --tp 2 --preset tiny",
+        torch_version=torch.__version__,
+        cuda="none",
+        nccl="none",
+        batches=(1, 4),
+        modes=TP_MODES,
+        buckets=(1, 2, 4),
+        ranks=ranks,
+        tp1_runs=runs_of(0, 1),
+        wall_s=1.0,
+    )
+    result = load_tp_result(json.dumps(record).encode())  # as run_tp_probe's json.dump writes it
+    assert result.all_checks_passed and record["all_checks_passed"]
+    assert [r.rank for r in result.ranks] == [0, 1] and result.preset["name"] == "tiny"
+    assert {name for _, name, _ in result.checks()} == {
+        "sharded_vs_unsharded (unfused)",
+        "graph_vs_eager (graph)",
+        "kv_canary (graph)",
+    }
+    assert result.ranks[0].allreduce_bytes_per_row == cfg.hidden * 4  # fp32
+    assert result.created  # stamped by the writer
+
+
 @pytest.mark.parametrize("field,value,tp", [("n_kv_heads", 2, 4), ("n_heads", 4, 3), ("ffn", 171, 2)])
 def test_tp_must_divide_heads_kv_heads_and_ffn(field, value, tp):
     cfg = get_config("tiny", ffn=171 if field == "ffn" else 172)

@@ -11,10 +11,11 @@ from datetime import datetime
 
 import streamlit as st
 
-from core import probe_result
+from core import probe_result, tp_result
 from ui.common import plain
 
 RESULTS_KEY = "probe_results"  # session: label -> ProbeResult (uploaded and live runs)
+TP_RESULTS_KEY = "probe_tp_results"  # session: label -> TPResult (uploaded TP runs; probe tab only)
 MAX_SESSION_UPLOADS = 4  # uploads a session keeps (the oldest goes first): memory per session stays bounded
 # More shipped runs, offered after the default one (probe_result.RECORDED_PATH): files beside it.
 MORE_RECORDED = ("h200-1b.json",)
@@ -65,7 +66,8 @@ def preset_of(result) -> str:
 def _parse_upload(data: bytes):
     # Keyed by the whole file (Streamlit hashes every byte), shared read-only: a ProbeResult is frozen,
     # and a cache_resource hands out the object itself instead of unpickling 20 MB on every rerun.
-    return probe_result.load_result(data)
+    # A tensor-parallel result ("kind": "tensor_parallel") is read by its own loader.
+    return tp_result.load_any_result(data)
 
 
 def too_large(size: int, limit: int, what: str) -> str | None:
@@ -84,10 +86,15 @@ def session_results() -> dict:
     return st.session_state.setdefault(RESULTS_KEY, {})
 
 
-def upload_widget(key: str, select_key: str) -> None:
+def session_tp_results() -> dict:
+    return st.session_state.setdefault(TP_RESULTS_KEY, {})
+
+
+def upload_widget(key: str, select_key: str, accepts_tp: bool = False) -> None:
     """A result-file uploader; a bad file is named in an error and changes nothing else.
 
-    A newly uploaded run becomes the one shown (`select_key` is the run picker's key).
+    A newly uploaded run becomes the one shown (`select_key` is the run picker's key). A
+    tensor-parallel result is kept apart (`session_tp_results`) where `accepts_tp`, else refused.
     """
     file = st.file_uploader(
         "Probe result made on your GPU (`python -m gpu_probe --out results.json`)",
@@ -98,7 +105,12 @@ def upload_widget(key: str, select_key: str) -> None:
         key=key,
         max_upload_size=probe_result.MAX_RESULT_BYTES // 2**20,
         help=f"Schema-checked. {probe_result.LIMITS} It stays in this browser session only, which keeps "
-        f"its {MAX_SESSION_UPLOADS} most recent uploads.",
+        f"its {MAX_SESSION_UPLOADS} most recent uploads."
+        + (
+            f" A tensor-parallel result (`torchrun ... -m gpu_probe --tp 2`) is read too: {tp_result.LIMITS}"
+            if accepts_tp
+            else ""
+        ),
     )
     st.caption(f"Limits: {probe_result.LIMITS[0].lower()}{probe_result.LIMITS[1:]}")
     if file is None:
@@ -115,12 +127,15 @@ def upload_widget(key: str, select_key: str) -> None:
         if big:  # refused unread and unhashed: the browser's limit binds only a browser
             raise ValueError(big)
         result = _parse_upload(file.getvalue())
+        is_tp = isinstance(result, tp_result.TPResult)
+        if is_tp and not accepts_tp:
+            raise ValueError("it is a tensor-parallel result; the Live GPU probe tab shows it")
     except ValueError as err:
         why = f"**{plain(file.name)}** is not a usable probe result: {plain(err)}"
         st.error(why, icon=":material/error:")
     else:
         label = f"uploaded: {file.name[:120]} ({describe(result)})"
-        uploads = session_results()
+        uploads = session_tp_results() if is_tp else session_results()
         if label not in uploads:
             uploads[label] = result
             st.session_state[select_key] = label

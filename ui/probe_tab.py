@@ -13,6 +13,8 @@ import streamlit as st
 
 from core import probe_result
 from core.timeline import StepMetrics
+from core.tp_result import TPResult
+from ui import tp_view
 from ui.charts import FIRST_LAUNCHES, format_us, lanes_figure
 from ui.common import chrome_trace_download, code, plain, show_readouts
 from ui.probe_charts import mark_profiler_stretch, share_time_axis, step_split_figure
@@ -32,6 +34,7 @@ PROBE_PARAMS: dict[str, tuple] = {
         "text",
         300,
     ),  # a run's label; checked against the runs there are by ui.probe_results.run_picker
+    **tp_view.TP_PARAMS,  # the tensor-parallel view's controls (ui.tp_view)
 }
 
 
@@ -56,8 +59,9 @@ def _pick_result():
             result = measure_live()
             if result is not None:
                 return result, "live"
-    upload_widget("pr_upload", "pr_run")
-    options = available_results()
+    upload_widget("pr_upload", "pr_run", accepts_tp=True)
+    st.caption(tp_view.NO_RUN_NOTE)
+    options = {**available_results(), **tp_view.uploaded_options()}  # a TP run is shown by ui.tp_view
     if not options:
         _, why = recorded()
         st.warning(f"No recorded run could be read ({plain(why)}). Upload a result file to see one.")
@@ -218,6 +222,9 @@ def render() -> None:
     )
     result, source = _pick_result()
     if result is None:
+        return
+    if isinstance(result, TPResult):
+        tp_view.render(result)
         return
     st.caption(_model_line(result))
     if source == "recorded":
