@@ -222,7 +222,7 @@ class ProbeResult:
 # -- loading -----------------------------------------------------------------
 def load_result(source, timeline_source: str | None = None) -> ProbeResult:
     """Parse and check a probe result; `ValueError` names the first bad field."""
-    data = _read(source)
+    data = read_json(source)
     if not isinstance(data, dict):
         raise ValueError("result: expected a JSON object at the top level")
     return _parse(data, timeline_source)
@@ -240,7 +240,7 @@ def dump_result(result: ProbeResult | dict, path) -> None:
     Path(path).write_text(text, encoding="utf-8")
 
 
-def _read(source):
+def read_json(source):
     if isinstance(source, dict):
         return source
     if isinstance(source, (str, Path)):
@@ -296,16 +296,16 @@ def _parse(d: dict, timeline_source: str | None) -> ProbeResult:
     except ValueError:
         raise ValueError("created: must be an ISO 8601 date and time") from None
     model = _obj(d, "model")
-    _bounded_block(model, "model")
-    n_layers = _parse_config(_obj(model, "config", "model.config"))
-    _num(model, "n_params", 1, 1e13, "model.n_params", integer=True)
-    _num(model, "weight_bytes", 1, 1e14, "model.weight_bytes", integer=True)
+    bounded_block(model, "model")
+    n_layers = parse_config(_obj(model, "config", "model.config"))
+    number_field(model, "n_params", 1, 1e13, "model.n_params", integer=True)
+    number_field(model, "weight_bytes", 1, 1e14, "model.weight_bytes", integer=True)
     if model.get("read_bytes") is not None:
-        _num(model, "read_bytes", 1, 1e14, "model.read_bytes", integer=True)
-    hbm = _num(d, "hbm_copy_GBps", 1e-3, _MAX_GBPS)
+        number_field(model, "read_bytes", 1, 1e14, "model.read_bytes", integer=True)
+    hbm = number_field(d, "hbm_copy_GBps", 1e-3, _MAX_GBPS)
     max_kernels = MAX_KERNELS_PER_LAYER * n_layers + MAX_KERNELS_OUTSIDE_LAYERS
     raw_runs = _list(d, "runs", MAX_RUNS)
-    runs = tuple(_parse_run(r, f"runs[{i}]", timeline_source, max_kernels) for i, r in enumerate(raw_runs))
+    runs = tuple(parse_run(r, f"runs[{i}]", timeline_source, max_kernels) for i, r in enumerate(raw_runs))
     seen = set()
     for i, r in enumerate(runs):
         if (r.mode, r.batch) in seen:
@@ -314,7 +314,7 @@ def _parse(d: dict, timeline_source: str | None) -> ProbeResult:
     raw_captures = _list(d, "captures", MAX_CAPTURES)
     captures = tuple(_parse_capture(c, f"captures[{i}]") for i, c in enumerate(raw_captures))
     checks = _obj(d, "checks")
-    _bounded_block(checks, "checks")
+    bounded_block(checks, "checks")
     for name, check in checks.items():
         if len(name) > MAX_STRING:
             raise ValueError(f"checks: a check name is longer than {MAX_STRING:,} characters")
@@ -332,10 +332,10 @@ def _parse(d: dict, timeline_source: str | None) -> ProbeResult:
     settings = d.get("settings", {})
     if not isinstance(settings, dict):
         raise ValueError("settings: expected an object")
-    _bounded_block(settings, "settings")
+    bounded_block(settings, "settings")
     for key, (lo, hi) in _SETTINGS_INTS.items():
         if key in settings:
-            _num(settings, key, lo, hi, f"settings.{key}", integer=True)
+            number_field(settings, key, lo, hi, f"settings.{key}", integer=True)
     return ProbeResult(
         model=model,
         hbm_copy_GBps=hbm,
@@ -348,9 +348,9 @@ def _parse(d: dict, timeline_source: str | None) -> ProbeResult:
     )
 
 
-def _parse_config(config: dict) -> int:
+def parse_config(config: dict) -> int:
     """Type and range of every model.config field the app reads; returns n_layers."""
-    _bounded_block(config, "model.config", 16_000)
+    bounded_block(config, "model.config", 16_000)
     for key, bounds in _CONFIG_FIELDS.items():
         if key not in config:
             continue
@@ -359,21 +359,23 @@ def _parse_config(config: dict) -> int:
             if not isinstance(value, str) or len(value) > 100:
                 raise ValueError(f"model.config.{key}: expected a string of at most 100 characters")
         else:
-            _num(config, key, *bounds, f"model.config.{key}", integer=True)
+            number_field(config, key, *bounds, f"model.config.{key}", integer=True)
     if "bytes_per_el" in config:
-        _num(config, "bytes_per_el", 1e-3, 8, "model.config.bytes_per_el")
-    return int(_num(config, "n_layers", *_CONFIG_FIELDS["n_layers"], "model.config.n_layers", integer=True))
+        number_field(config, "bytes_per_el", 1e-3, 8, "model.config.bytes_per_el")
+    return int(
+        number_field(config, "n_layers", *_CONFIG_FIELDS["n_layers"], "model.config.n_layers", integer=True)
+    )
 
 
-def _parse_run(r, where: str, timeline_source: str | None, max_kernels: int) -> ProbeRun:
+def parse_run(r, where: str, timeline_source: str | None, max_kernels: int) -> ProbeRun:
     if not isinstance(r, dict):
         raise ValueError(f"{where}: expected an object")
     mode = r.get("mode")
     if mode not in MODES:
         raise ValueError(f"{where}.mode: must be one of {MODES}, got {mode!r}")
-    batch = int(_num(r, "batch", 1, _MAX_BATCH, f"{where}.batch", integer=True))
+    batch = int(number_field(r, "batch", 1, _MAX_BATCH, f"{where}.batch", integer=True))
     times = {
-        k: _num(r, k, 0, _MAX_US, f"{where}.{k}")
+        k: number_field(r, k, 0, _MAX_US, f"{where}.{k}")
         for k in ("step_us_median", "step_us_p10", "step_us_p90", "cpu_launch_us", "gpu_busy_us")
     }
     if not times["step_us_p10"] <= times["step_us_median"] * (1 + 1e-9) <= times["step_us_p90"] * (1 + 2e-9):
@@ -381,9 +383,11 @@ def _parse_run(r, where: str, timeline_source: str | None, max_kernels: int) -> 
     if times["step_us_median"] <= 0:
         raise ValueError(f"{where}.step_us_median: must be positive")
     # Consistent with the model: a step of n layers runs at most MAX_KERNELS_PER_LAYER per layer plus the rest.
-    kernels = int(_num(r, "kernels_per_step", 1, max_kernels, f"{where}.kernels_per_step", integer=True))
-    per_layer = _num(r, "kernels_per_layer", 0, 1e4, f"{where}.kernels_per_layer")
-    util = _num(r, "utilisation", 0, 1 + 1e-6, f"{where}.utilisation")
+    kernels = int(
+        number_field(r, "kernels_per_step", 1, max_kernels, f"{where}.kernels_per_step", integer=True)
+    )
+    per_layer = number_field(r, "kernels_per_layer", 0, 1e4, f"{where}.kernels_per_layer")
+    util = number_field(r, "utilisation", 0, 1 + 1e-6, f"{where}.utilisation")
     bound = r.get("bound_by")
     if bound not in (CPU_BOUND, GPU_BOUND):
         raise ValueError(f"{where}.bound_by: must be {CPU_BOUND!r} or {GPU_BOUND!r}, got {bound!r}")
@@ -399,17 +403,19 @@ def _parse_run(r, where: str, timeline_source: str | None, max_kernels: int) -> 
         ) from None
     bucket = r.get("bucket")
     if bucket is not None:
-        bucket = int(_num(r, "bucket", batch, _MAX_BATCH, f"{where}.bucket", integer=True))
+        bucket = int(number_field(r, "bucket", batch, _MAX_BATCH, f"{where}.bucket", integer=True))
     padded = (
-        int(_num(r, "padded_rows", 0, _MAX_BATCH, f"{where}.padded_rows", integer=True))
+        int(number_field(r, "padded_rows", 0, _MAX_BATCH, f"{where}.padded_rows", integer=True))
         if "padded_rows" in r
         else 0
     )
     enqueue = r.get("enqueue_us_median")
     if enqueue is not None:
-        enqueue = _num(r, "enqueue_us_median", 0, _MAX_US, f"{where}.enqueue_us_median")
+        enqueue = number_field(r, "enqueue_us_median", 0, _MAX_US, f"{where}.enqueue_us_median")
     launches = (
-        int(_num(r, "launches", 0, max_kernels, f"{where}.launches", integer=True)) if "launches" in r else 0
+        int(number_field(r, "launches", 0, max_kernels, f"{where}.launches", integer=True))
+        if "launches" in r
+        else 0
     )
     if not isinstance(r.get("eager_fallback", False), bool):
         raise ValueError(f"{where}.eager_fallback: expected true or false")
@@ -433,15 +439,15 @@ def _parse_run(r, where: str, timeline_source: str | None, max_kernels: int) -> 
 def _parse_capture(c, where: str) -> dict:
     if not isinstance(c, dict):
         raise ValueError(f"{where}: expected an object")
-    _num(c, "bucket", 1, _MAX_BATCH, f"{where}.bucket", integer=True)
-    _num(c, "capture_ms", 0, 1e6, f"{where}.capture_ms")
-    _num(c, "graph_mem_bytes", 0, 1e12, f"{where}.graph_mem_bytes", integer=True)
+    number_field(c, "bucket", 1, _MAX_BATCH, f"{where}.bucket", integer=True)
+    number_field(c, "capture_ms", 0, 1e6, f"{where}.capture_ms")
+    number_field(c, "graph_mem_bytes", 0, 1e12, f"{where}.graph_mem_bytes", integer=True)
     for key in ("pool_bytes", "warmup_ms"):
         if c.get(key) is not None:
-            _num(c, key, 0, 1e12, f"{where}.{key}")
+            number_field(c, key, 0, 1e12, f"{where}.{key}")
     if c.get("variant") is not None and (not isinstance(c["variant"], str) or len(c["variant"]) > 40):
         raise ValueError(f"{where}.variant: expected a string of at most 40 characters")
-    _bounded_block(c, where, 4000)
+    bounded_block(c, where, 4000)
     return c
 
 
@@ -469,7 +475,9 @@ def _check_timeline_size(data, where: str, max_kernels: int) -> None:
 
 
 # -- field helpers: every message names the field --------------------------------
-def _num(d: dict, key: str, lo: float, hi: float, where: str | None = None, integer: bool = False) -> float:
+def number_field(
+    d: dict, key: str, lo: float, hi: float, where: str | None = None, integer: bool = False
+) -> float:
     where = where or key
     if key not in d:
         raise ValueError(f"{where}: missing")
@@ -496,7 +504,7 @@ def _text(d: dict, key: str, limit: int) -> str:
     return v
 
 
-def _bounded_block(v, where: str, limit: int | None = None) -> None:
+def bounded_block(v, where: str, limit: int | None = None) -> None:
     """A free-form object (settings, checks, model) stays small: its JSON at most `limit` characters."""
     limit = limit or _MAX_BLOCK_CHARS[where]
     try:

@@ -32,11 +32,11 @@ import numpy as np
 
 from core import probe_result
 from core.probe_result import (  # the single-GPU result's parsers: one set of rules for a run record
-    _bounded_block,
-    _num,
-    _parse_config,
-    _parse_run,
-    _read,
+    bounded_block,
+    number_field,
+    parse_config,
+    parse_run,
+    read_json,
 )
 
 KIND = "tensor_parallel"
@@ -136,7 +136,7 @@ def is_tp_data(data) -> bool:
 
 def load_tp_result(source, timeline_source: str = "measured") -> TPResult:
     """Parse and check a TP result (path, bytes, file-like or dict); `ValueError` names the first bad field."""
-    data = _read(source)
+    data = read_json(source)
     if not is_tp_data(data):
         raise ValueError(f'kind: a tensor-parallel result has "kind": "{KIND}"')
     return _parse(data, timeline_source)
@@ -144,7 +144,7 @@ def load_tp_result(source, timeline_source: str = "measured") -> TPResult:
 
 def load_any_result(source, timeline_source: str | None = None):
     """A TP result (`TPResult`) or a single-GPU one (`core.probe_result.ProbeResult`), read once."""
-    data = _read(source)
+    data = read_json(source)
     if is_tp_data(data):
         return _parse(data, timeline_source or "measured")
     return probe_result.load_result(data, timeline_source=timeline_source)
@@ -196,7 +196,7 @@ def _parse(d: dict, timeline_source: str) -> TPResult:
         ranks=ranks,
         tp1_runs=tp1_runs,
         all_checks_passed=passed,
-        wall_s=_num(d, "wall_s", 0, _MAX_US),
+        wall_s=number_field(d, "wall_s", 0, _MAX_US),
         **strings,
     )
 
@@ -207,7 +207,7 @@ _STRINGS = ("command", "created", "torch", "cuda", "nccl")
 def _parse_config_as(preset: dict) -> int:
     """The preset's fields as model.config's (`core.probe_result`), named as preset's."""
     try:
-        return _parse_config(preset)
+        return parse_config(preset)
     except ValueError as err:
         raise ValueError(str(err).replace("model.config", "preset", 1)) from None
 
@@ -224,7 +224,7 @@ def _parse_rank(r, i: int, context) -> TPRank:
     checks = r.get("checks")
     if not isinstance(checks, dict):
         raise ValueError(f"{where}.checks: expected an object")
-    _bounded_block(checks, f"{where}.checks", 256_000)
+    bounded_block(checks, f"{where}.checks", 256_000)
     for name, check in checks.items():
         if len(name) > MAX_STRING:
             raise ValueError(f"{where}.checks: a check name is longer than {MAX_STRING:,} characters")
@@ -249,7 +249,8 @@ def _parse_point(p, where: str) -> AllReducePoint:
         raise ValueError(f"{where}: expected an object")
     nbytes = _int(p, "bytes", 1, _MAX_MESSAGE, f"{where}.bytes")
     eager, graph = (
-        _num(p, k, 0, _MAX_CALL_US, f"{where}.{k}") for k in ("eager_us_per_call", "graph_us_per_call")
+        number_field(p, k, 0, _MAX_CALL_US, f"{where}.{k}")
+        for k in ("eager_us_per_call", "graph_us_per_call")
     )
     if eager <= 0 or graph <= 0:
         raise ValueError(f"{where}: times per call must be positive")
@@ -262,13 +263,13 @@ def _parse_runs(raw: list, where: str, context) -> tuple:
     for k, r in enumerate(raw):
         at = f"{where}[{k}]"
         timeline = r.get("timeline") if isinstance(r, dict) else None
-        if isinstance(timeline, dict):  # the rest of it is checked by _parse_run
+        if isinstance(timeline, dict):  # the rest of it is checked by parse_run
             label = timeline.get("label", "")
             if not isinstance(label, str) or len(label) > MAX_HEADER_STRING:
                 raise ValueError(
                     f"{at}.timeline.label: expected a string of at most {MAX_HEADER_STRING} characters"
                 )
-        run = _parse_run(r, at, timeline_source, max_kernels)
+        run = parse_run(r, at, timeline_source, max_kernels)
         if run.mode not in modes:
             raise ValueError(f"{at}.mode: {run.mode!r} is not one of this run's modes {modes}")
         if run.batch not in batches:
@@ -282,7 +283,7 @@ def _parse_runs(raw: list, where: str, context) -> tuple:
 
 # -- field helpers: every message names the field --------------------------------------
 def _int(d: dict, key: str, lo: int, hi: int, where: str | None = None) -> int:
-    return int(_num(d, key, lo, hi, where or key, integer=True))
+    return int(number_field(d, key, lo, hi, where or key, integer=True))
 
 
 def _str(d: dict, key: str, limit: int, where: str | None = None) -> str:
