@@ -162,13 +162,15 @@ _PROBE_NOTE = """\
 The live probe's decoder (≈0.5 B parameters): 32 layers, hidden 1024, 16 heads of 64 with 16 KV heads,
 FFN 2816, vocab 32000, bf16, 512 tokens of context, on one H200.
 Measured on the H200 (gpu_probe/recorded/h200.json): 4200 GB/s is its copy bandwidth (4104 GB/s in
-that run; 4.8 TB/s on the datasheet) and 790 TFLOP/s its bf16 matmul rate; 2 µs latency a kernel (the
+that run; 4.8 TB/s on the datasheet). 790 TFLOP/s is the bf16 matrix rate the lent H200 is described
+as reaching (of 989 dense), not a fit: the runs' kernels are memory-bound and never pin a matrix rate
+down (the Calibration tab says which rates its runs constrain). 2 µs latency a kernel (the
 calibration's GEMV latency, 1.9 µs). Its eager PyTorch layer launches 51 kernels at batch 1 (54-55
 above: the chapter's 11 plus residual adds, casts, SiLU and multiply, cache bookkeeping), at 17-24 µs
 of host time each, unprofiled (20 µs here); its fused Triton layer 6 (5 above batch 4). A fused+graph
 replay costs 36 µs of host time with its input copies plus 0.32 µs a node (99.9 µs measured for the
 fused graph's 196 nodes, 571.7 µs for the unfused graph's 1652); 0.4 µs between replayed kernels.
-At batch 1 the simulator then gives 32.7 ms eager (measured 39.2 ms, and 23.5 ms in the hold-out
+At batch 1 the simulator then gives 32.7 ms eager (measured 39.2 ms, and 23.6 ms in the hold-out
 run: the host's noise), 4.7 ms with graphs (4.8 measured) and 0.80 ms fused with graphs (0.65). One
 launch cost serves both paths, where the probe's Triton launches cost ≈41 µs: fused without graphs
 it gives 3.9 ms where the probe measured 8.0. The Calibration tab fits every figure per kernel

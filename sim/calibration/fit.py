@@ -75,7 +75,9 @@ def _fit_gpu(sim: ProbeModel, use: np.ndarray, theta: np.ndarray) -> tuple[np.nd
         if best is None or cost < best[1] - 1e-12:
             best = (u, cost, moved)
     out = theta.copy()
-    out[idx] = np.exp(best[0])
+    # exp(log(bound)) can land a rounding step outside the bound the solver held it at
+    low, high = np.array([[p.low, p.high] for p in PARAMS])[idx].T
+    out[idx] = np.clip(np.exp(best[0]), low, high)
     return out, best[2]
 
 
