@@ -21,6 +21,10 @@ HAS_CUDA = _cuda_available()
 if not HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# The page starts fitting the shipped run in a background process (ui/calibration_cache.py); tests
+# that count fits want them inline. tests/test_app_calibrate.py tests the background fit itself.
+os.environ.setdefault("LAUNCH_BOUND_NO_PREFIT", "1")
+
 pytest_plugins = ["app_pages"]  # the `recorded` fixture
 
 

@@ -192,3 +192,39 @@ def test_scatter_labels_never_cover_each_other(source):
         t["text"] = [str(b) for b in t["customdata"]]
         t["textposition"] = ["top center"] * len(t["text"])
     assert _label_overlaps(fig)
+
+
+def test_the_shipped_runs_fit_starts_with_the_server_and_serves_that_content_only(monkeypatch):
+    """ui/warmup.py starts the shipped run's fit in a background process; the page uses it for that
+    content only, a preset reuses the leave-one-out fit, and nothing is fitted twice."""
+    from ui import calibration_cache
+
+    monkeypatch.delenv("LAUNCH_BOUND_NO_PREFIT", raising=False)
+    monkeypatch.setattr(calibration_cache, "_PREFIT", {})
+    st.cache_resource.clear()
+    calls = []
+
+    def counting(result, loo=True):
+        calls.append(loo)
+        return calibrate(result, loo=loo)
+
+    monkeypatch.setattr(calibration_cache, "calibrate", counting)
+    try:
+        calibration_cache.prefit_recorded()
+        assert calibration_cache._PREFIT["future"] is not None
+        calibration_cache._PREFIT["future"].result(timeout=120)  # done: the content check decides
+        shipped = probe_result.recorded_result()
+        other = probe_result.load_result(fake_run())
+        # Another content first: the background fit is not handed out for it.
+        assert calibration_cache.calibration_of(other).median_loo_error == calibrate(other).median_loo_error
+        assert calls == [True]
+        cal = calibration_cache.calibration_of(shipped)
+        assert calls == [True]  # the shipped run's fit came from the background process
+        assert cal.params == calibrate(shipped, loo=False).params
+        assert cal.median_loo_error == calibrate(shipped).median_loo_error
+        calibration_cache.preset_for(shipped)
+        calibration_cache.preset_for(other)
+        calibration_cache.probe_sim_step(other, "eager", 1)
+        assert calls == [True]  # presets and pictures reuse the leave-one-out fits
+    finally:
+        st.cache_resource.clear()
