@@ -328,7 +328,10 @@ def _optimum_summary(stats: list, budget_mib: float, binding: br.Binding | None,
     st.code(", ".join(map(str, best.buckets)), language=None, wrap_lines=True)
 
 
+@st.fragment
 def _layouts_view() -> None:
+    """Every control of the layouts view reruns only this (not the page around it): a budget or workload
+    change costs the optimiser and the two charts, nothing else (bench/first_view_speed.py)."""
     layouts, max_batch = _controls()
     w1, w2, w3 = st.columns(3)
     w1.selectbox(
