@@ -274,12 +274,14 @@ def lanes(page, index: int = 0) -> dict[str, tuple[int, float]]:
 WEBSOCKET_JS = """(() => {
   window.__lbMessages = 0;
   window.__lbLastMessageAt = 0;
+  window.__lbFirstMessageAt = null;
   const add = WebSocket.prototype.addEventListener;
   WebSocket.prototype.addEventListener = function (type, listener, ...rest) {
     if (type !== 'message') return add.call(this, type, listener, ...rest);
     const counted = (event) => {
       window.__lbMessages += 1;
       window.__lbLastMessageAt = performance.now();
+      if (window.__lbFirstMessageAt === null) window.__lbFirstMessageAt = window.__lbLastMessageAt;
       return listener(event);
     };
     return add.call(this, type, counted, ...rest);

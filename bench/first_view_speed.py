@@ -1,0 +1,234 @@
+"""How fast the page answers a newcomer's first views, measured in Chromium (issue 14, item 5).
+
+    python bench/first_view_speed.py [--runs 5] [--changes 5] [--only load,calibration,controls]
+
+Goals, each checked on the median of several runs:
+- cold page load to the first readout <= 1.5 s: a fresh server each run (its first session imports
+  what the page needs), a new browser context; from navigation start to the first `st.metric`
+  value on the page;
+- first Calibration tab open <= 1.0 s: a fresh server each run (no fit cached), the Simulator tab
+  loaded, then a click on "Calibration"; to the last change the click causes in the page (the
+  leave-one-out readout shown, every chart drawn, then a quiet period);
+- every other control change <= 300 ms, on one server, each timed the same way from the action:
+  the Live GPU probe's "Show the whole step" toggle (on and off in turn), its batch -> 256 with the
+  whole step shown, and the Bucketing tab's graph-memory budget (one step of its slider, up and
+  down in turn).
+
+Times are taken in the page (`performance.now()`), so Playwright's round trips are not counted.
+Prints each measurement's median, its runs, and the goal met or missed with the ratio to it, and
+the machine's load average beside them (the numbers are noisy on a shared 2-core machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "browser"))
+import harness  # noqa: E402
+
+QUIET_MS = 300  # a chart draws a moment after the run; nothing for this long: the view is complete
+POLL_MS = 20
+CHART = "[data-testid=stPlotlyChart]"
+LOO_METRIC = ("[data-testid=stMetricLabel]", "leave-one-out")  # (selector, text it holds)
+
+# Installed before the page loads: the time (from navigation start) of the first readout value.
+FIRST_READOUT_JS = """(() => {
+  window.__lbFirstReadout = null;
+  const seen = () => {
+    const v = document.querySelector('[data-testid=stMetricValue]');
+    if (v && v.textContent.trim() && window.__lbFirstReadout === null) {
+      window.__lbFirstReadout = performance.now();
+      return true;
+    }
+    return false;
+  };
+  const watch = new MutationObserver(() => { if (seen()) watch.disconnect(); });
+  document.addEventListener('DOMContentLoaded', () => {
+    watch.observe(document.body, {subtree: true, childList: true, characterData: true});
+  });
+})()"""
+
+# Armed before an action: the clock starts at the action's first pointer or key event; every change
+# in the main area moves the end mark; done once the server has answered (harness.WEBSOCKET_JS),
+# the script is idle, `need` ([selector, text], or null) is on the page, every chart is drawn and
+# visible, and nothing has changed for quietMs. Resolves to end - start in ms, or null after 30 s
+# (60 s from arming when the action never came).
+ACTION_JS = """([quietMs, pollMs, need]) => { window.__lbAction = new Promise((resolve) => {
+  const app = document.querySelector('[data-testid=stApp]');
+  const main = document.querySelector('[data-testid=stMain]');
+  const before = window.__lbMessages;
+  let start = null, last = null;
+  const armed = performance.now();
+  const needed = () => !need || [...document.querySelectorAll(need[0])].some(
+    (el) => el.textContent.includes(need[1]));
+  const begin = () => { if (start === null) { start = performance.now(); last = start; } };
+  for (const type of ['pointerdown', 'keydown']) {
+    document.addEventListener(type, begin, {capture: true, once: true});
+  }
+  const changes = new MutationObserver(() => { if (start !== null) last = performance.now(); });
+  changes.observe(main, {subtree: true, childList: true, attributes: true, characterData: true});
+  const drawn = () => [...main.querySelectorAll('.js-plotly-plot')].every(
+    (gd) => gd._fullLayout && gd.style.visibility !== 'hidden');
+  const poll = () => {
+    const now = performance.now();
+    const settled = start !== null && window.__lbMessages > before
+      && app.getAttribute('data-test-script-state') === 'notRunning'
+      && needed() && drawn()
+      && now - Math.max(last, window.__lbLastMessageAt) >= quietMs;
+    if (settled || (start !== null && now - start > 30000) || now - armed > 60000) {
+      changes.disconnect();
+      resolve(settled ? last - start : null);
+    } else {
+      setTimeout(poll, pollMs);
+    }
+  };
+  poll();
+}); }"""
+
+
+def timed(page, action, need: tuple[str, str] | None = None) -> float | None:
+    """ms from `action`'s first pointer/key event to the end of what it changed on the page."""
+    page.evaluate(ACTION_JS, [QUIET_MS, POLL_MS, list(need) if need else None])
+    action()
+    return page.evaluate("() => window.__lbAction")
+
+
+def new_page(browser):
+    context = harness.new_context(browser)
+    context.add_init_script(FIRST_READOUT_JS)
+    return context.new_page()
+
+
+# Where a load's time goes: the page's own files parsed (DOMContentLoaded), the server's first
+# message over the websocket, the first readout.
+PHASES_JS = """() => [performance.getEntriesByType('navigation')[0].domContentLoadedEventEnd,
+  window.__lbFirstMessageAt, window.__lbFirstReadout]"""
+
+
+def cold_loads(browser, runs: int) -> tuple[list[list[float]], list[list[float]]]:
+    """([DOMContentLoaded, first message, first readout] ms from navigation start) per run: on a fresh
+    server, then for a second visitor to the same server."""
+    cold, warm = [], []
+    for _ in range(runs):
+        with harness.app_server() as base:
+            for out in (cold, warm):
+                page = new_page(browser)
+                page.goto(base)
+                page.wait_for_function("() => window.__lbFirstReadout !== null", timeout=60_000)
+                out.append([float(v or 0) for v in page.evaluate(PHASES_JS)])
+                harness.wait_idle(page)
+                page.context.close()
+    return cold, warm
+
+
+def phases(what: str, runs: list[list[float]]) -> None:
+    """The median of each phase of the loads, as the share of the load before the first readout."""
+    dom, first, readout = (statistics.median(r[i] for r in runs) for i in range(3))
+    print(
+        f"  {what}: page files parsed at {dom:.0f} ms, the server's first message at {first:.0f} ms, "
+        f"first readout at {readout:.0f} ms (medians)"
+    )
+
+
+def tab(page, label: str):
+    return page.locator("[data-testid=stTab]", has_text=label).first
+
+
+def first_calibration_opens(browser, runs: int) -> list[float | None]:
+    out = []
+    for _ in range(runs):
+        with harness.app_server() as base:
+            page = new_page(browser)
+            harness.open_app(page, base, wait_for=CHART)
+            page.wait_for_timeout(500)
+            out.append(timed(page, lambda: tab(page, "Calibration").click(), need=LOO_METRIC))
+            page.context.close()
+    return out
+
+
+def control_changes(browser, changes: int) -> dict[str, list[float | None]]:
+    results: dict[str, list[float | None]] = {}
+    with harness.app_server() as base:
+        page = new_page(browser)
+        harness.open_app(page, base, "tab=Live+GPU+probe", wait_for=CHART)
+        page.wait_for_timeout(500)
+        whole = results.setdefault("probe: Show the whole step (on, off in turn)", [])
+        for _ in range(changes):
+            whole.append(timed(page, lambda: harness.click_toggle(page, "Show the whole step")))
+        if not harness.toggle_state(page, "Show the whole step"):
+            harness.rerun_after(page, lambda: harness.click_toggle(page, "Show the whole step"))
+        batch = results.setdefault("probe: batch -> 256 with the whole step shown", [])
+        box = page.locator("[data-testid=stSelectbox]").filter(has_text="Batch size").first
+        for i in range(changes):
+            target = "256" if i % 2 == 0 else "1"
+            box.click()
+            option = page.locator("[role=option]", has_text=target).first
+            option.wait_for()
+            elapsed = timed(page, option.click)
+            if target == "256":
+                batch.append(elapsed)
+            else:
+                page.wait_for_timeout(200)
+
+        budget = results.setdefault("bucketing: graph memory budget, one slider step", [])
+        harness.open_app(page, base, "tab=Bucketing", wait_for=CHART)
+        page.wait_for_timeout(500)
+        slider = harness.slider_input(page, "Graph memory budget (MiB)")
+        slider.focus()
+        for i in range(changes):
+            key = "ArrowRight" if i % 2 == 0 else "ArrowLeft"
+            budget.append(timed(page, lambda key=key: page.keyboard.press(key)))
+        page.context.close()
+    return results
+
+
+def report(what: str, values: list[float | None], goal_ms: float) -> None:
+    got = [v for v in values if v is not None]
+    if not got:
+        print(f"{what:<58} no run finished within 30 s")
+        return
+    median = statistics.median(got)
+    verdict = "met" if median <= goal_ms else "MISSED"
+    runs = ", ".join("-" if v is None else f"{v:.0f}" for v in values)
+    print(
+        f"{what:<58} median {median:6.0f} ms  goal <= {goal_ms:.0f} ms  {median / goal_ms:4.2f} x  "
+        f"{verdict:<6}  runs: {runs}  (load {os.getloadavg()[0]:.1f})"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=5, help="fresh-server runs for the first views (5)")
+    parser.add_argument("--changes", type=int, default=6, help="changes of each control (6)")
+    parser.add_argument("--only", default="load,calibration,controls", help="which measurements")
+    args = parser.parse_args(argv)
+    missing = harness.missing_requirements()
+    if missing:
+        print(f"cannot run: {missing}")
+        return 2
+    only = set(args.only.split(","))
+    print(f"Chromium at {harness.VIEWPORT['width']}x{harness.VIEWPORT['height']}, {os.cpu_count()} cores")
+    with harness.chromium() as browser:
+        if "load" in only:
+            cold, warm = cold_loads(browser, args.runs)
+            report("cold page load -> first readout (fresh server)", [r[2] for r in cold], 1500)
+            phases("fresh server", cold)
+            report("page load -> first readout (second visitor)", [r[2] for r in warm], 1500)
+            phases("second visitor", warm)
+        if "calibration" in only:
+            report(
+                "first Calibration tab open (fresh server)", first_calibration_opens(browser, args.runs), 1000
+            )
+        if "controls" in only:
+            for what, values in control_changes(browser, args.changes).items():
+                report(what, values, 300)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
