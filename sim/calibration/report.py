@@ -30,7 +30,9 @@ def load_run(source: str):
     if str(source).endswith(".gz"):
         try:
             with gzip.open(source, "rb") as fh:
-                return load_result(fh)  # reads at most the result size limit + 1 byte: a gzip bomb stops there
+                return load_result(
+                    fh
+                )  # reads at most the result size limit + 1 byte: a gzip bomb stops there
         except (OSError, EOFError) as err:
             raise ValueError(f"{source}: not a readable .json.gz ({err})") from None
     return load_result(source)
