@@ -9,6 +9,8 @@ step - read floor) / kernels per step <= 1.8 µs; eager / fused+graph at batch 1
 fused+graph / compile step time <= 1.0; all default buckets captured in < 2 s in total (1b: < 3 s);
 < 10 MiB of graph memory per bucket. Goals are reported, never asserted. Last, the fused+graph
 batch-1 step is split into the read floor, host launch + input copies and kernel boundaries.
+Where the run has back-to-back step times (steps enqueued with no synchronize between them), the
+floor goals are also reported for those.
 """
 
 from __future__ import annotations
@@ -36,24 +38,31 @@ def goals(res) -> list[tuple[str, float | None, str, bool | None]]:
         )
     )
     read_floor = res.read_floor_us(1)
-    if preset == "1b":
-        rows.append(
-            (
-                f"fused+graph b1 / read floor, weights + KV ({read_floor:.1f} µs)",
-                fg1.step_us_median / read_floor if fg1 else None,
-                "<= 1.35",
-                None,
+    # Each goal twice: the step as timed (it starts on an idle GPU, which waits through the host's input
+    # copies and graph launch) and back to back (that host work hidden under the previous step, as in a
+    # decode loop that samples on the GPU; how published per-token figures are taken).
+    b2b = fg1.step_us_back_to_back if fg1 else None
+    for how, step in (("", fg1.step_us_median if fg1 else None), (" back to back", b2b)):
+        if how and step is None:
+            continue
+        if preset == "1b":
+            rows.append(
+                (
+                    f"fused+graph b1{how} / read floor, weights + KV ({read_floor:.1f} µs)",
+                    step / read_floor if step else None,
+                    "<= 1.35",
+                    None,
+                )
             )
-        )
-    else:
-        rows.append(
-            (
-                f"(fused+graph b1 - read floor {read_floor:.1f} µs) / kernels per step, µs",
-                (fg1.step_us_median - read_floor) / fg1.kernels_per_step if fg1 else None,
-                "<= 1.8",
-                None,
+        else:
+            rows.append(
+                (
+                    f"(fused+graph b1{how} - read floor {read_floor:.1f} µs) / kernels per step, µs",
+                    (step - read_floor) / fg1.kernels_per_step if step else None,
+                    "<= 1.8",
+                    None,
+                )
             )
-        )
     rows.append(
         (
             "eager b1 / fused+graph b1",
@@ -71,6 +80,11 @@ def goals(res) -> list[tuple[str, float | None, str, bool | None]]:
                 "<= 1.0",
                 None,
             )
+        )
+    comp1 = res.run("compile", 1)
+    if b2b and comp1 and comp1.step_us_back_to_back:
+        rows.append(
+            ("fused+graph / compile, b1 back to back", b2b / comp1.step_us_back_to_back, "<= 1.0", None)
         )
     fused = [c for c in res.captures if c.get("variant", "fused") == "fused"]
     default = tuple(sorted(c["bucket"] for c in fused)) == DEFAULT_BUCKETS
@@ -137,8 +151,9 @@ def main(argv: list[str]) -> int:
     for r in res.runs:
         if r.batch == 1:
             print(
-                f"  b1 {r.mode:<12} median {r.step_us_median:9.1f} µs  kernels/layer {r.kernels_per_layer:g}  "
-                f"{r.bound_by}-bound, utilisation {r.utilisation:.0%}"
+                f"  b1 {r.mode:<12} median {r.step_us_median:9.1f} µs  "
+                + (f"back to back {r.step_us_back_to_back:9.1f} µs  " if r.step_us_back_to_back else "")
+                + f"kernels/layer {r.kernels_per_layer:g}  {r.bound_by}-bound, utilisation {r.utilisation:.0%}"
             )
     return 0
 

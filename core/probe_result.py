@@ -13,6 +13,7 @@ Layout of the JSON (times in microseconds, sizes in bytes):
     runs: [{mode, batch, bucket, padded_rows, eager_fallback,
             step_us_median, step_us_p10, step_us_p90   CUDA-event step time over many steps
             enqueue_us_median                          host time to enqueue one step, unprofiled
+            step_us_back_to_back                       per-step time with no sync between steps (optional)
             kernels_per_step, kernels_per_layer        counted in the profiled step's trace
             cpu_launch_us, gpu_busy_us, utilisation, bound_by   Timeline.metrics() of that step
             timeline}]                                 Timeline.to_dict() of the profiled step
@@ -107,6 +108,8 @@ class ProbeRun:
     eager_fallback: bool = False  # a graph mode whose batch exceeded the largest bucket
     enqueue_us_median: float | None = None
     launches: int = 0
+    # The same steps enqueued back to back: the host's work for one overlaps the GPU's for the last.
+    step_us_back_to_back: float | None = None
 
     def to_dict(self) -> dict:
         out = {name: getattr(self, name) for name in self.__slots__ if name != "timeline"}
@@ -171,16 +174,26 @@ class ProbeResult:
         return self.read_bytes(run.batch) / (run.step_us_median * 1e3)
 
     def step_split(self, run: ProbeRun) -> dict:
-        """A step's median time cut into the read floor, the host's launch and input copies
-        (`enqueue_us_median`: the GPU of a replayed graph waits through it, since each timed step
-        starts on an idle GPU) and the rest, spread over the step's kernels: kernel boundaries."""
+        """A step's median time cut into the read floor, the host's launch and input copies, and the
+        rest, spread over the step's kernels: kernel boundaries.
+
+        Each timed step starts on an idle GPU, which waits through the host's copies and launch.
+        Where the run has its back-to-back time (the host's work hidden under the previous step),
+        the host's share is measured: median − back to back (`host_from` "back to back"). Older
+        files give only the median enqueue time, used as the host's share (`host_from` "enqueue").
+        """
         floor = min(self.read_floor_us(run.batch), run.step_us_median)
-        host = min(max(run.enqueue_us_median or 0.0, 0.0), run.step_us_median - floor)
+        if run.step_us_back_to_back is not None:
+            host, host_from = run.step_us_median - max(run.step_us_back_to_back, floor), "back to back"
+        else:
+            host, host_from = run.enqueue_us_median or 0.0, "enqueue"
+        host = min(max(host, 0.0), run.step_us_median - floor)
         boundaries = run.step_us_median - floor - host
         kernels = max(run.kernels_per_step, 1)
         return {
             "floor_us": floor,
             "host_us": host,
+            "host_from": host_from,
             "boundaries_us": boundaries,
             "kernels": run.kernels_per_step,
             "per_kernel_us": boundaries / kernels,
@@ -412,6 +425,9 @@ def parse_run(r, where: str, timeline_source: str | None, max_kernels: int) -> P
     enqueue = r.get("enqueue_us_median")
     if enqueue is not None:
         enqueue = number_field(r, "enqueue_us_median", 0, _MAX_US, f"{where}.enqueue_us_median")
+    back_to_back = r.get("step_us_back_to_back")
+    if back_to_back is not None:
+        back_to_back = number_field(r, "step_us_back_to_back", 1e-3, _MAX_US, f"{where}.step_us_back_to_back")
     launches = (
         int(number_field(r, "launches", 0, max_kernels, f"{where}.launches", integer=True))
         if "launches" in r
@@ -432,6 +448,7 @@ def parse_run(r, where: str, timeline_source: str | None, max_kernels: int) -> P
         eager_fallback=bool(r.get("eager_fallback", False)),
         enqueue_us_median=enqueue,
         launches=launches,
+        step_us_back_to_back=back_to_back,
         **times,
     )
 

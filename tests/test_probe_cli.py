@@ -93,3 +93,7 @@ def test_short_end_to_end_run(tmp_path):
     assert res.run("eager", 1).launches > res.run("fused", 1).launches
     assert len(list(traces.glob("*.json"))) == 10
     assert res.hbm_copy_GBps > 100 and res.command.startswith("python -m gpu_probe --preset tiny")
+    # Back to back, the host's work for a step hides under the GPU's work on the one before.
+    assert all(r.step_us_back_to_back for r in res.runs)
+    fg1 = res.run("fused+graph", 1)
+    assert fg1.step_us_back_to_back <= fg1.step_us_median * 1.1

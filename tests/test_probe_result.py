@@ -246,3 +246,37 @@ def test_step_split_adds_up_to_the_step():
     assert split["floor_us"] + split["host_us"] + split["boundaries_us"] == pytest.approx(400.0)
     assert split["per_kernel_us"] == pytest.approx(1.18)
     assert res.hbm_used_GBps(run) == pytest.approx(888_000_000 / 400e3)
+
+
+def test_step_split_measures_the_host_share_when_the_run_has_back_to_back_times():
+    data = valid_result()
+    data["hbm_copy_GBps"] = 4_000.0
+    data["runs"][1].update(
+        step_us_median=400.0,
+        step_us_p10=390.0,
+        step_us_p90=420.0,
+        enqueue_us_median=60.0,
+        step_us_back_to_back=310.0,
+        kernels_per_step=100,
+    )
+    res = load_result(data)
+    split = res.step_split(res.run("fused+graph", 3))
+    # The idle start costs median - back to back (90 µs), not the enqueue time (60 µs).
+    assert split["host_from"] == "back to back" and split["host_us"] == pytest.approx(90.0)
+    assert split["boundaries_us"] == pytest.approx(310.0 - 222.0)
+    assert split["floor_us"] + split["host_us"] + split["boundaries_us"] == pytest.approx(400.0)
+    # Back to back below the floor (a clock glitch, a crafted file): the host share stops at the floor.
+    data["runs"][1]["step_us_back_to_back"] = 100.0
+    split = load_result(data).step_split(load_result(data).run("fused+graph", 3))
+    assert split["host_us"] == pytest.approx(400.0 - 222.0) and split["boundaries_us"] == pytest.approx(0.0)
+    del data["runs"][1]["step_us_back_to_back"]  # an older file: the enqueue time stands in
+    split = load_result(data).step_split(load_result(data).run("fused+graph", 3))
+    assert split["host_from"] == "enqueue" and split["host_us"] == 60.0
+
+
+@pytest.mark.parametrize("bad", [0, -5.0, "310", [310.0], 1e400, float("nan")])
+def test_back_to_back_must_be_a_positive_time(bad):
+    data = valid_result()
+    data["runs"][1]["step_us_back_to_back"] = bad
+    with pytest.raises(ValueError, match=r"runs\[1\]\.step_us_back_to_back"):
+        load_result(data)

@@ -178,6 +178,17 @@ def _model_line(result) -> str:
     return "Model of this run: " + ", ".join(p for p in parts if p) + "."
 
 
+def _host_share_source(run, split) -> str:
+    """How the split's host share was obtained, in words."""
+    if split["host_from"] == "back to back":
+        return (
+            "the median less the step enqueued back to back, "
+            f"{format_us(run.step_us_back_to_back)}: each timed step starts on an idle GPU, which waits through "
+            "the host's work; back to back, that work hides under the previous step"
+        )
+    return "its median enqueue time: each timed step starts on an idle GPU, which waits through it"
+
+
 def _what_graphs_leave(result, run) -> None:
     split = result.step_split(run)
     st.subheader("What CUDA graphs leave on the table")
@@ -191,8 +202,8 @@ def _what_graphs_leave(result, run) -> None:
     st.caption(
         f"The {format_us(run.step_us_median)} median step at batch {run.batch}: the read floor "
         f"({format_us(split['floor_us'])}, the bytes this step must read at the measured copy bandwidth), the host's "
-        f"input copies and graph launch ({format_us(split['host_us'])}, its median enqueue time: each timed step "
-        f"starts on an idle GPU, which waits through it), and the rest, {format_us(split['boundaries_us'])}, spread "
+        f"input copies and graph launch ({format_us(split['host_us'])}, {_host_share_source(run, split)}), and the "
+        f"rest, {format_us(split['boundaries_us'])}, spread "
         f"over the step's {split['kernels']} kernels: {split['per_kernel_us']:.2f} µs per kernel boundary, where one "
         "kernel drains, the next starts, waits for its inputs and fills the memory pipe again."
     )
