@@ -138,7 +138,14 @@ class ProbeSession:
         out["errors"] += self.errors
         out["checks"].update({name: dict(check) for name, check in self.checks.items()})
         out["captures"] += [dict(c) for c in self.captures]
-        out["settings"].update(context_len=self.cfg.prefill_len, num_blocks=self.num_blocks, **self.static)
+        from gpu_probe.kernels.linear import unpipelined_gemms  # Triton: imported where it runs
+
+        out["settings"].update(
+            context_len=self.cfg.prefill_len,
+            num_blocks=self.num_blocks,
+            unpipelined_gemms=unpipelined_gemms(self.cfg),
+            **self.static,
+        )
         if self.model is None:
             return
         compile_ran = False

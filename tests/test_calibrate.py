@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from synthetic_params import KNOWN_PARAMS  # tests/synthetic_params.py
 from core.probe_result import load_result, recorded_result
 from sim.calibration import PARAMS, calibrate, calibrated_preset, recorded_graph_cost, synthetic_result
 from sim.calibration.least_squares import bounded_least_squares
+from sim.calibration.model import model_from_result
 from sim.calibration.report import loo_summary, main
 from sim.config import PRESETS, Preset
 from sim.schedule import StepSettings, simulate_step
@@ -188,28 +190,58 @@ def test_families_follow_the_probe_kernels_choices():
     # sim.calibration.families restates three of gpu_probe.kernels.linear's rules (sim imports no torch):
     # the GEMV's row limit, the 16-row tile, the shapes that run unpipelined. They must agree.
     linear = pytest.importorskip("gpu_probe.kernels.linear")
+    from gpu_probe.config import get_config
     from sim.calibration import families
 
     assert families.GEMV_MAX_ROWS == linear.GEMV_MAX_ROWS
-    assert families.UNPIPELINED == linear.UNPIPELINED_1B
-    for n, k, swiglu in ((3072, 2048, False), (8192, 2048, True), (1024, 2816, False)):
-        # One tile configuration from GEMV_MAX_ROWS + 1 up to TILE_ROWS rows, another just above.
-        configs = [linear._tile_config(m, n, k, swiglu, 132) for m in range(5, families.TILE_ROWS + 2)]
-        assert all(c == configs[0] for c in configs[:-1]) and configs[-1] != configs[0]
-        assert (linear._tile_config(64, n, k, swiglu, 132)["num_stages"] == 1) == (
-            (n, k, swiglu) in families.UNPIPELINED
+    for preset in ("small", "1b"):
+        cfg = get_config(preset)
+        # What a result file records is what the kernel does, read back as the calibration reads it.
+        named = families.unpipelined_gemms(
+            SimpleNamespace(settings={"unpipelined_gemms": linear.unpipelined_gemms(cfg)})
         )
+        model = model_from_result(SimpleNamespace(model={"config": cfg.to_dict()}, settings={}))
+        for gemm in ("qkv", "o", "gate_up", "down", "lm_head"):
+            n, k, swiglu = families.gemm_shape(model, gemm)
+            # One tile configuration from GEMV_MAX_ROWS + 1 up to TILE_ROWS rows, another just above.
+            configs = [linear._tile_config(m, n, k, swiglu, 132) for m in range(5, families.TILE_ROWS + 2)]
+            assert all(c == configs[0] for c in configs[:-1]) and configs[-1] != configs[0]
+            assert (linear._tile_config(64, n, k, swiglu, 132)["num_stages"] == 1) == (
+                (n, k, swiglu) in named
+            )
+    # Files made before the rule changed: the 1b preset's gate/up and LM head, no small-preset shape.
+    assert families.unpipelined_gemms(recorded_result()) == {(8192, 2048, True), (128256, 2048, False)}
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"a": 1},
+        [[1, 2]],
+        [[1, 2, "yes"]],
+        [[0, 2, True]],
+        [[1.5, 2, True]],
+        [[True, 2, True]],
+        [[1, 2, True]] * 17,
+    ],
+)
+def test_a_malformed_unpipelined_gemms_entry_is_named(bad):
+    from sim.calibration.families import unpipelined_gemms
+
+    with pytest.raises(ValueError, match=r"settings\.unpipelined_gemms"):
+        unpipelined_gemms(SimpleNamespace(settings={"unpipelined_gemms": bad}))
 
 
 def test_the_1b_runs_gemms_are_told_apart_by_shape():
     from core.probe_result import load_result as load
-    from sim.calibration.families import classify_step
+    from sim.calibration.families import classify_step, unpipelined_gemms
     from sim.calibration.model import model_from_result
 
     one_b = load(ROOT / "gpu_probe" / "recorded" / "h200-1b.json")
     model = model_from_result(one_b)
     run = one_b.run("fused+graph", 64)
-    fams = [f for f in classify_step(model, run.timeline.gpu_names, 64) if "gemm" in f]
+    old = unpipelined_gemms(one_b)
+    fams = [f for f in classify_step(model, run.timeline.gpu_names, 64, unpipelined=old) if "gemm" in f]
     assert fams[:4] == [
         "tile_gemm_wide",
         "tile_gemm_wide",
@@ -219,13 +251,21 @@ def test_the_1b_runs_gemms_are_told_apart_by_shape():
     assert (
         fams[-1] == "unpiped_gemm_wide" and fams.count("unpiped_gemm_wide") == model.n_layers + 1
     )  # + LM head
-    at_8 = [f for f in classify_step(model, one_b.run("fused", 8).timeline.gpu_names, 8) if "gemm" in f]
+    at_8 = [
+        f
+        for f in classify_step(model, one_b.run("fused", 8).timeline.gpu_names, 8, unpipelined=old)
+        if "gemm" in f
+    ]
     assert set(at_8) == {"tile_gemm", "unpiped_gemm"}
     small = recorded_result().run("fused+graph", 64)
     small_model = model_from_result(recorded_result())
-    assert {f for f in classify_step(small_model, small.timeline.gpu_names, 64) if "gemm" in f} == {
-        "tile_gemm_wide"
-    }
+    assert {
+        f
+        for f in classify_step(
+            small_model, small.timeline.gpu_names, 64, unpipelined=unpipelined_gemms(recorded_result())
+        )
+        if "gemm" in f
+    } == {"tile_gemm_wide"}
 
 
 def test_the_1b_runs_fused_graph_steps_are_predicted_within_10_percent_left_out():

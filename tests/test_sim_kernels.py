@@ -208,24 +208,30 @@ def test_kernel_counts_are_validated(field, value):
 def test_the_calibrations_family_work_is_the_simulators_work():
     # sim.calibration.families adds up sim.kernels' ops by the probe family that runs them: the same
     # bytes and FLOPs, written once.
-    from sim.calibration.families import INDEX, family_work
+    from sim.calibration.families import INDEX, UNPIPELINED_BEFORE_2026_12_02, family_work
 
     model = PRESETS["probe-0.5b-h200"].model
     b = model.bytes_per_el
     for fused in (False, True):
-        at = {rows: family_work(model, [rows], [fused]) for rows in (0, 1)}
+        at = {
+            rows: family_work(model, [rows], [fused], unpipelined=UNPIPELINED_BEFORE_2026_12_02)
+            for rows in (0, 1)
+        }
         weights = at[0][0][0]
         gemm = ("gemv", "tile_gemm") if fused else ("cublas_gemv", "cublas")
         # Every weight a step reads whole, once, in the matmul family that runs at these rows (the norms'
         # too, fused); the wider kernels' family none.
         expected = model.read_params - (0 if fused else 2 * model.hidden * model.n_layers + model.hidden)
         assert weights[INDEX[gemm[0]]] == pytest.approx(expected * b) and weights[INDEX[gemm[1]]] == 0
-        wide = family_work(model, [64], [fused])[0][0]
+        wide = family_work(model, [64], [fused], unpipelined=UNPIPELINED_BEFORE_2026_12_02)[0][0]
         assert wide[INDEX["tile_gemm_wide" if fused else "cublas"]] > expected * b
         # FLOPs: the simulator's unfused step's, less sampling (the probe stops at the logits).
         sim_flops = sum(k.flops_per_row for k in step_kernels(model, False) if k.op != "sampling")
         families = ["attention", gemm[0], "aten"] if fused else [gemm[0], "aten"]
         assert sum(at[1][1][0][INDEX[f]] for f in families) == pytest.approx(sim_flops)
     kv = sum(k.kv_bytes_per_row for k in step_kernels(model, True))
-    per_row = family_work(model, [1], [True])[0][0] - family_work(model, [0], [True])[0][0]
+    per_row = (
+        family_work(model, [1], [True], unpipelined=UNPIPELINED_BEFORE_2026_12_02)[0][0]
+        - family_work(model, [0], [True], unpipelined=UNPIPELINED_BEFORE_2026_12_02)[0][0]
+    )
     assert per_row[INDEX["attention"]] > kv  # the KV cache, plus q, k, v in and the output out

@@ -34,10 +34,25 @@ GEMV_MAX_ROWS = 4  # above this the 3-D broadcast of the GEMV costs more registe
 # batch 2; at batch 4 these lost, 1435 -> 1590, so the rule below keeps batches 3-4). The small preset's
 # shapes have other K and never match.
 GEMV_TILES_1B = {(3072, 2048, False): (2, 1), (8192, 2048, True): (2, 1), (2048, 8192, False): (4, 4)}
-# (n_out, k, swiglu) of the 1b preset where the tensor-core kernel, software-pipelined (num_stages 2-4),
-# gave different results for the same inputs on the H200 (1e-3 relative; gate/up at 65-256 rows, the LM
-# head at 2 stages; Triton 3.6). Unpipelined (num_stages=1) it was deterministic; see kernels/NOTES.md.
-UNPIPELINED_1B = {(8192, 2048, True), (128256, 2048, False)}
+# The tensor-core kernel, software-pipelined (num_stages 2-4), gave different results for the same inputs
+# on the H200 (Triton 3.6; `tools/tc_determinism.py`): every SwiGLU shape at some batch and depth (the 1b
+# gate/up at 65-256 rows, the small preset's at 256 rows and 3 stages, 1 time in 6 runs), and the 1b LM head
+# at 2 stages. Unpipelined (num_stages=1) it was deterministic in every shape and batch tried, so SwiGLU
+# always runs unpipelined, and so do the (n_out, k, swiglu) shapes below; see kernels/NOTES.md, run 6.
+UNPIPELINED = {(128256, 2048, False)}
+
+
+def runs_unpipelined(n_out: int, k: int, swiglu: bool) -> bool:
+    """Whether the tensor-core kernel runs this shape unpipelined (a result file records it per shape)."""
+    return swiglu or (n_out, k, swiglu) in UNPIPELINED
+
+
+def unpipelined_gemms(cfg) -> list[list]:
+    """[n_out, k, swiglu] of the decoder's fused GEMMs (QKV, O, gate/up, down, LM head) that run
+    unpipelined: a probe result names them (`settings.unpipelined_gemms`) for the calibration."""
+    h, q, kv, f = cfg.hidden, cfg.q_dim, cfg.kv_dim, cfg.ffn
+    shapes = ((q + 2 * kv, h, False), (h, q, False), (f, h, True), (h, f, False), (cfg.vocab, h, False))
+    return [list(shape) for shape in dict.fromkeys(shapes) if runs_unpipelined(*shape)]
 
 
 @triton.jit
@@ -308,7 +323,7 @@ def _tile_config(m: int, n: int, k: int, swiglu: bool, num_sms: int) -> dict:
         while -(-m // block_m) * -(-n // block_n) < num_sms // 2 and block_n > 32:
             block_n //= 2
         block_k = 64 if block_m == 64 else 128
-    stages = 1 if (n, k, swiglu) in UNPIPELINED_1B else 3 if swiglu and block_m == 64 else 4
+    stages = 1 if runs_unpipelined(n, k, swiglu) else 4
     return {
         "kernel": "dot",
         "BLOCK_M": block_m,

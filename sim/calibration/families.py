@@ -33,10 +33,35 @@ GEMV_MAX_ROWS = 4  # gpu_probe.kernels.linear.GEMV_MAX_ROWS; cuBLAS also switche
 # gpu_probe.kernels.linear._tile_config: up to 16 rows one 16-row tensor-core tile, above that 32- or
 # 64-row tiles narrowed for occupancy: two kernels as far as speed goes (tests check the rule).
 TILE_ROWS = 16
-# gpu_probe.kernels.linear.UNPIPELINED_1B: the (n_out, k, swiglu) shapes whose tensor-core GEMM runs
-# unpipelined (num_stages=1; pipelined, it raced on the H200): the 1b preset's gate/up and LM head.
-# Unpipelined, it streams its weights 2-4 times slower than the pipelined kernel of the same tiles.
-UNPIPELINED = frozenset({(8192, 2048, True), (128256, 2048, False)})
+# Which (n_out, k, swiglu) shapes a run's tensor-core GEMM ran unpipelined (num_stages=1; pipelined,
+# they raced on the H200): a result file names them in `settings.unpipelined_gemms`
+# (gpu_probe.kernels.linear.runs_unpipelined: every SwiGLU GEMM and the 1b LM head). Files without it
+# were made before 2026-12-02, when only the 1b preset's gate/up and LM head ran unpipelined (h200.json
+# and h200-holdout.json ran the small preset's gate/up pipelined). Unpipelined, the kernel streams its
+# weights 2-4 times slower than the pipelined kernel of the same tiles.
+UNPIPELINED_BEFORE_2026_12_02 = frozenset({(8192, 2048, True), (128256, 2048, False)})
+
+
+def unpipelined_gemms(result) -> frozenset[tuple[int, int, bool]]:
+    """The shapes `result`'s tensor-core GEMMs ran unpipelined; ValueError names a malformed entry."""
+    named = (getattr(result, "settings", None) or {}).get("unpipelined_gemms")
+    if named is None:
+        return UNPIPELINED_BEFORE_2026_12_02
+    if not isinstance(named, list) or len(named) > 16:
+        raise ValueError("settings.unpipelined_gemms: expected a list of at most 16 [n_out, k, swiglu]")
+    shapes = set()
+    for i, shape in enumerate(named):
+        if (
+            not isinstance(shape, list)
+            or len(shape) != 3
+            or not all(type(v) is int and 0 < v <= 2**24 for v in shape[:2])
+            or not isinstance(shape[2], bool)
+        ):
+            raise ValueError(
+                f"settings.unpipelined_gemms[{i}]: expected [n_out, k, swiglu] (two counts, a boolean)"
+            )
+        shapes.add((shape[0], shape[1], shape[2]))
+    return frozenset(shapes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +79,7 @@ FAMILIES: tuple[Family, ...] = (
         "tile_gemm_wide", "triton", False, "Triton tensor-core GEMM, 32- or 64-row tiles (batch above 16)"
     ),
     Family(
-        "unpiped_gemm", "triton", False, "the tensor-core GEMM unpipelined (1b gate/up, LM head), 16 rows"
+        "unpiped_gemm", "triton", False, "the tensor-core GEMM unpipelined (gate/up, the 1b LM head), 16 rows"
     ),
     Family("unpiped_gemm_wide", "triton", False, "the tensor-core GEMM unpipelined, above 16 rows"),
     Family("attention", "triton", False, "Triton paged attention: each row's K and V over the context"),
@@ -109,14 +134,14 @@ def gemm_shape(model: ModelConfig, gemm: str) -> tuple[int, int, bool]:
     }[gemm]
 
 
-def gemm_family(model: ModelConfig, gemm: str, rows: int) -> str:
-    """The family one of the probe's fused GEMMs runs in at `rows` rows."""
+def gemm_family(model: ModelConfig, gemm: str, rows: int, *, unpipelined: frozenset) -> str:
+    """The family one of the probe's fused GEMMs runs in at `rows` rows (`unpipelined`: see above)."""
     if rows <= GEMV_MAX_ROWS:
         return "gemv"
-    return tile_family(rows, gemm_shape(model, gemm) in UNPIPELINED)
+    return tile_family(rows, gemm_shape(model, gemm) in unpipelined)
 
 
-def classify_step(model: ModelConfig, kernel_names, rows: int) -> list[str]:
+def classify_step(model: ModelConfig, kernel_names, rows: int, *, unpipelined: frozenset) -> list[str]:
     """The family of every kernel of one measured step, in order.
 
     Its name says the family, except for the tensor-core GEMM, whose name is one for every shape: a
@@ -129,7 +154,7 @@ def classify_step(model: ModelConfig, kernel_names, rows: int) -> list[str]:
     if len(tiles) == len(FUSED_GEMMS) * model.n_layers + 1:
         for j, i in enumerate(tiles):
             gemm = FUSED_GEMMS[j % len(FUSED_GEMMS)] if j < len(tiles) - 1 else "lm_head"
-            families[i] = gemm_family(model, gemm, rows)
+            families[i] = gemm_family(model, gemm, rows, unpipelined=unpipelined)
     return families
 
 
@@ -176,22 +201,22 @@ PROBE_KEPT = tuple(t for t in KEPT_ON_CHIP if t.tensor != "attention output")
 SPLIT_PARTIAL_BYTES = 4  # the attention's context splits write fp32 partial outputs for the merge
 
 
-def _family_of(model: ModelConfig, path_family: str, op: str, rows: int) -> str:
+def _family_of(model: ModelConfig, path_family: str, op: str, rows: int, unpipelined: frozenset) -> str:
     if path_family == "gemm":
-        return gemm_family(model, GEMM_OF_OP[op], rows)
+        return gemm_family(model, GEMM_OF_OP[op], rows, unpipelined=unpipelined)
     if path_family == "cublas":
         return "cublas_gemv" if rows <= GEMV_MAX_ROWS else "cublas"
     return path_family
 
 
-def family_work(model: ModelConfig, rows, fused) -> tuple[np.ndarray, np.ndarray]:
+def family_work(model: ModelConfig, rows, fused, *, unpipelined: frozenset) -> tuple[np.ndarray, np.ndarray]:
     """(bytes, FLOPs) each family moves and computes in one step: two [n_rows, n_families] arrays.
 
     `rows` and `fused` (the step runs the fused kernels) are one entry per step. The work is the
     simulator's, op by op (`sim.kernels.ops_keeping`: the fused path without the intermediates its
     kernels keep on chip), summed over the family that runs each op in that path at those rows.
     A family's work is the same whatever its kernel count; how many kernels it takes is the
-    measured (or assumed) count, each paying the family's latency.
+    measured (or assumed) count, each paying the family's latency. `unpipelined`: `unpipelined_gemms`.
     """
     r = np.asarray(rows, np.float64).reshape(-1)
     fused = np.broadcast_to(np.asarray(fused, bool).reshape(-1), r.shape)
@@ -205,7 +230,7 @@ def family_work(model: ModelConfig, rows, fused) -> tuple[np.ndarray, np.ndarray
             if name not in path:
                 continue  # sampling: the probe stops at the logits
             times = layers if name in layer_names else 1
-            col = INDEX[_family_of(model, path[name], name, int(rows_k))]
+            col = INDEX[_family_of(model, path[name], name, int(rows_k), unpipelined)]
             out_bytes[k, col] += times * (op.weight + rows_k * (op.act + op.kv)) * b
             out_flops[k, col] += times * rows_k * op.flops
             if name == "attention" and not fused_k:

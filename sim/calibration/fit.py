@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from core.timeline import Timeline
-from sim.calibration.families import FAMILIES
+from sim.calibration.families import FAMILIES, unpipelined_gemms
 from sim.calibration.least_squares import bounded_least_squares
 from sim.calibration.model import (
     GPU_PARAMS,
@@ -239,7 +239,7 @@ class Calibration:
         points = points_from_result(other)
         if not points:
             raise ValueError("runs: the other run has no eager, fused, graph or fused+graph run")
-        predicted = ProbeModel(model, points).predict(self.theta)[:, 0]
+        predicted = ProbeModel(model, points, unpipelined_gemms(other)).predict(self.theta)[:, 0]
         return [
             {"mode": p.mode, "batch": p.batch, "step_us_measured": p.step_us, "step_us_predicted": float(s)}
             for p, s in zip(points, predicted)
@@ -252,7 +252,7 @@ def calibrate(result, loo: bool = True) -> Calibration:
     points = points_from_result(result)
     if len(points) < 2:
         raise ValueError("runs: calibration needs at least two runs of eager, fused, graph or fused+graph")
-    sim = ProbeModel(model, points)
+    sim = ProbeModel(model, points, unpipelined_gemms(result))
     share = copy_share(result)
     use = np.ones(len(points), bool)
     theta, fitted = fit(sim, use, share)

@@ -30,7 +30,15 @@ import numpy as np
 
 from core.modes import FIT_MODES, FUSED_MODES, GRAPH_MODES
 from core.timeline import Timeline
-from sim.calibration.families import FAMILIES, GEMV_MAX_ROWS, INDEX, MATMUL, classify_step, family_work
+from sim.calibration.families import (
+    FAMILIES,
+    GEMV_MAX_ROWS,
+    INDEX,
+    MATMUL,
+    classify_step,
+    family_work,
+    unpipelined_gemms,
+)
 from sim.calibration.families import NAMES as FAMILY_NAMES
 from sim.config import ModelConfig
 from sim.timing import (
@@ -185,13 +193,16 @@ def points_from_result(result) -> list[Point]:
     """One point per run of a mode the model represents."""
     points = []
     model = model_from_result(result)
+    unpipelined = unpipelined_gemms(result)
     for run in result.runs:
         if run.mode not in FIT_MODES:
             continue
         graphs = run.mode in GRAPH_MODES and not run.eager_fallback
         rows = int(run.bucket if (graphs and run.bucket) else run.batch)
         tl = run.timeline
-        fams = np.array([INDEX[f] for f in classify_step(model, tl.gpu_names, rows)], np.int64)
+        fams = np.array(
+            [INDEX[f] for f in classify_step(model, tl.gpu_names, rows, unpipelined=unpipelined)], np.int64
+        )
         excl, gaps = _exclusive_us(tl)
         family_us = np.bincount(fams, weights=excl, minlength=len(FAMILIES))
         queued = np.array([INPUT_COPY not in n for n in tl.gpu_names])
@@ -222,13 +233,16 @@ def points_from_result(result) -> list[Point]:
 class ProbeModel:
     """Predicts the points' family times, host times and steps from a parameter vector."""
 
-    def __init__(self, model: ModelConfig, points: list[Point]):
+    def __init__(self, model: ModelConfig, points: list[Point], unpipelined: frozenset):
+        """`unpipelined`: the GEMM shapes the run's tensor-core kernel ran unpipelined (`unpipelined_gemms`)."""
         self.model, self.points = model, list(points)
         n_points, n_fam = len(self.points), len(FAMILIES)
         rows = np.array([p.rows for p in self.points], float)
         fused = np.array([p.fused for p in self.points])
         self._bytes, self._flops = (
-            family_work(model, rows, fused) if n_points else (np.zeros((0, n_fam)),) * 2
+            family_work(model, rows, fused, unpipelined=unpipelined)
+            if n_points
+            else (np.zeros((0, n_fam)),) * 2
         )
         self._counts = np.array([p.counts for p in self.points], float).reshape(n_points, n_fam)
         self._graphs = np.array([p.graphs for p in self.points], bool)

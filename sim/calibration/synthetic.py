@@ -13,9 +13,12 @@ from dataclasses import replace
 import numpy as np
 
 from core.modes import FIT_MODES, FUSED_MODES, GRAPH_MODES
-from sim.calibration.families import GEMV_MAX_ROWS, INDEX, classify_step
+from sim.calibration.families import GEMV_MAX_ROWS, INDEX, UNPIPELINED_BEFORE_2026_12_02, classify_step
 from sim.calibration.model import Point, ProbeModel, params_vector
 from sim.config import ModelConfig
+
+# The synthetic runs name no `settings.unpipelined_gemms`: they are read with the rule of the files without it.
+UNPIPELINED = UNPIPELINED_BEFORE_2026_12_02
 
 ATEN_PER_LAYER = 40  # the probe's eager step: ~51 kernels a layer, 9 of them cuBLAS matmuls
 
@@ -53,9 +56,11 @@ def synthetic_result(
         for b in batches:
             fused, graphs = m in FUSED_MODES, m in GRAPH_MODES
             names = kernel_names(model, fused, b, graphs)
-            fams = np.array([INDEX[f] for f in classify_step(model, names, b)], np.int64)
+            fams = np.array(
+                [INDEX[f] for f in classify_step(model, names, b, unpipelined=UNPIPELINED)], np.int64
+            )
             points.append(Point(m, b, b, fused, graphs, names, fams, 1.0, 1.0, 1.0, np.zeros(0)))
-    sim = ProbeModel(model, points)
+    sim = ProbeModel(model, points, UNPIPELINED)
     host = sim.host_us(theta)
     runs = []
     for i, pt in enumerate(points):
