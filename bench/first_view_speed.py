@@ -14,6 +14,9 @@ Goals, each checked on the median of several runs:
   whole step shown, and the Bucketing tab's graph-memory budget (one step of its slider, up and
   down in turn).
 
+For scale, the same cold load of a minimal Streamlit page (`bench/twenty_sessions.py`'s: a slider,
+one metric, a three-bar chart): what Streamlit and Chromium cost on this machine before any app code.
+
 Times are taken in the page (`performance.now()`), so Playwright's round trips are not counted.
 Prints each measurement's median, its runs, and the goal met or missed with the ratio to it, and
 the machine's load average beside them (the numbers are noisy on a shared 2-core machine).
@@ -25,11 +28,13 @@ import argparse
 import os
 import statistics
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "browser"))
 import harness  # noqa: E402
+from twenty_sessions import MINIMAL_APP  # noqa: E402 - bench/, this script's own folder
 
 QUIET_MS = 300  # a chart draws a moment after the run; nothing for this long: the view is complete
 POLL_MS = 20
@@ -110,12 +115,12 @@ PHASES_JS = """() => [performance.getEntriesByType('navigation')[0].domContentLo
   window.__lbFirstMessageAt, window.__lbFirstReadout]"""
 
 
-def cold_loads(browser, runs: int) -> tuple[list[list[float]], list[list[float]]]:
+def cold_loads(browser, runs: int, script: str = "app.py") -> tuple[list[list[float]], list[list[float]]]:
     """([DOMContentLoaded, first message, first readout] ms from navigation start) per run: on a fresh
-    server, then for a second visitor to the same server."""
+    server, then for a second visitor to the same server. `script`: the page the server runs."""
     cold, warm = [], []
     for _ in range(runs):
-        with harness.app_server() as base:
+        with harness.app_server_process(script=script) as (base, _server):
             for out in (cold, warm):
                 page = new_page(browser)
                 page.goto(base)
@@ -205,7 +210,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5, help="fresh-server runs for the first views (5)")
     parser.add_argument("--changes", type=int, default=6, help="changes of each control (6)")
-    parser.add_argument("--only", default="load,calibration,controls", help="which measurements")
+    parser.add_argument(
+        "--only",
+        default="load,minimal,calibration,controls",
+        help="which measurements; minimal: the cold load of a minimal Streamlit page (a slider, a metric, "
+        "a chart), the floor under any page's first readout on this machine",
+    )
     args = parser.parse_args(argv)
     missing = harness.missing_requirements()
     if missing:
@@ -220,6 +230,15 @@ def main(argv: list[str] | None = None) -> int:
             phases("fresh server", cold)
             report("page load -> first readout (second visitor)", [r[2] for r in warm], 1500)
             phases("second visitor", warm)
+        if "minimal" in only:
+            script = tempfile.mkstemp(prefix="lb-minimal-", suffix=".py")[1]
+            Path(script).write_text(MINIMAL_APP)
+            try:
+                cold, _ = cold_loads(browser, args.runs, script=script)
+            finally:
+                Path(script).unlink(missing_ok=True)
+            report("minimal Streamlit page: cold load -> first readout", [r[2] for r in cold], 1500)
+            phases("minimal page, fresh server", cold)
         if "calibration" in only:
             report(
                 "first Calibration tab open (fresh server)", first_calibration_opens(browser, args.runs), 1000

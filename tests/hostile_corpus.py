@@ -39,7 +39,10 @@ if str(ROOT) not in sys.path:
 
 MB = 2**20
 HUGE = 10**400  # json writes a 400-digit literal; float() of it overflows
-MAX_SECONDS = 10.0  # no case may take longer, on the page or in a CLI
+# No case may take longer, on the page or in a CLI. A hang check, not a speed goal (those are bench/'s):
+# the hangs this corpus found ran past 180 s; the slowest honest case (a 512 MB gzip bomb of trace
+# events) takes 5-14 s on the 2-core CI machine, depending on what else runs.
+MAX_SECONDS = 45.0
 
 
 @dataclass(frozen=True)
