@@ -181,6 +181,9 @@ class ProbeResult:
         Where the run has its back-to-back time (the host's work hidden under the previous step),
         the host's share is measured: median − back to back (`host_from` "back to back"). Older
         files give only the median enqueue time, used as the host's share (`host_from` "enqueue").
+        The share is kept within [0, median − floor]: a back-to-back time below the floor leaves no
+        boundaries, one above the median no host share. The boundaries include the GPU's side of
+        the input copies and, back to back, the gap between two graph launches.
         """
         floor = min(self.read_floor_us(run.batch), run.step_us_median)
         if run.step_us_back_to_back is not None:

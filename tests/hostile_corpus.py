@@ -324,6 +324,13 @@ RESULT_CASES: dict[str, Callable[[], bytes]] = {
     "cal_tiny_steps.json": every_run("step_us_median", 1e-6),
     "cal_huge_steps.json": every_run("step_us_median", 1e12),
     "cal_enqueue_missing.json": every_run("enqueue_us_median", None),
+    "cal_back_to_back_text.json": every_run("step_us_back_to_back", "fast"),
+    "cal_unpipelined_gemms_text.json": at(
+        ("settings", "unpipelined_gemms"), "all of them", calibratable_result
+    ),
+    "cal_unpipelined_gemms_short.json": at(
+        ("settings", "unpipelined_gemms"), [[2816, 1024]], calibratable_result
+    ),
     "cal_zero_durations.json": edited(
         lambda d: [
             r["timeline"][s].__setitem__("dur_us", [0.0] * len(r["timeline"][s]["dur_us"]))

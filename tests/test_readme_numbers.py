@@ -1138,6 +1138,13 @@ NOT_RECOMPUTABLE = [
         "a run not shipped (gpu_probe/kernels/NOTES.md run 6)",
     ),
     ("The 1b recorded run", "`gpu_probe/kernels/NOTES.md` (runs 5 and 6)", "a reference, not a figure"),
+    (
+        "Calibration",
+        "Since 2026-12-02 every gate/up GEMM runs unpipelined (pipelined, the tensor-core kernel also raced in the "
+        "small preset's shape; `gpu_probe/kernels/NOTES.md`, run 6)",
+        "a date and a reference",
+    ),
+    ("Calibration", "at batches above 4 runs a slower gate/up", "gpu_probe.kernels.linear.GEMV_MAX_ROWS"),
     ("The 1b recorded run", "Llama-3.2-1B's shape", "a model name"),
     ("Your own trace", "…-TP-N-….trace.json.gz", "a file name"),
     ("Your own trace", "a 1 GB file", "a kind of bad input, not a figure"),

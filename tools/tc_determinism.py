@@ -6,7 +6,7 @@ For each projection of the small and 1b presets and each batch above the GEMV's 
 `fused_linear` with the shape's own tiles at every `num_stages` asked for: `repeats` times on the
 same inputs (how many distinct results came back; 1 is deterministic) and timed with CUDA events
 (median µs per launch). A pipelined Triton kernel that returns different bits for the same inputs
-breaks the probe's graph == eager check; this is how `UNPIPELINED_*` in kernels/linear.py is chosen.
+breaks the probe's graph == eager check; this is how `runs_unpipelined` in kernels/linear.py was chosen.
 """
 
 from __future__ import annotations

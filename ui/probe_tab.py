@@ -181,10 +181,16 @@ def _model_line(result) -> str:
 def _host_share_source(run, split) -> str:
     """How the split's host share was obtained, in words."""
     if split["host_from"] == "back to back":
+        b2b = run.step_us_back_to_back
+        if b2b < split["floor_us"]:
+            how = f"the median less the read floor: back to back the step took {format_us(b2b)}, below the floor"
+        elif b2b >= run.step_us_median:
+            how = f"none: back to back the step took {format_us(b2b)}, no faster"
+        else:
+            how = f"the median less the step enqueued back to back, {format_us(b2b)}"
         return (
-            "the median less the step enqueued back to back, "
-            f"{format_us(run.step_us_back_to_back)}: each timed step starts on an idle GPU, which waits through "
-            "the host's work; back to back, that work hides under the previous step"
+            f"{how}: each timed step starts on an idle GPU, which waits through the host's work; back to back, "
+            "that work hides under the previous step"
         )
     return "its median enqueue time: each timed step starts on an idle GPU, which waits through it"
 
@@ -205,7 +211,8 @@ def _what_graphs_leave(result, run) -> None:
         f"input copies and graph launch ({format_us(split['host_us'])}, {_host_share_source(run, split)}), and the "
         f"rest, {format_us(split['boundaries_us'])}, spread "
         f"over the step's {split['kernels']} kernels: {split['per_kernel_us']:.2f} µs per kernel boundary, where one "
-        "kernel drains, the next starts, waits for its inputs and fills the memory pipe again."
+        "kernel drains, the next starts, waits for its inputs and fills the memory pipe again (the GPU's side of "
+        "the input copies and the gap between two graph launches are counted here too)."
     )
     st.markdown(
         "**The next step.** A graph removes the host from the loop but keeps every kernel boundary. "
