@@ -274,3 +274,20 @@ def test_the_1b_runs_fused_graph_steps_are_predicted_within_10_percent_left_out(
     cal = calibrate(load_result(ROOT / "gpu_probe" / "recorded" / "h200-1b.json"))
     errors = [e for p, e in zip(cal.points, cal.loo_errors()) if p.mode == "fused+graph"]
     assert len(errors) == 4 and max(abs(e) for e in errors) <= 0.10
+
+
+def test_a_check_names_the_families_the_fit_had_no_data_for():
+    # A run made after the kernel change (gate/up unpipelined) predicted by a fit on one made before it.
+    from sim.calibration.report import format_report
+
+    cal = calibrate(recorded_result(), loo=False)
+    before = load_result(ROOT / "gpu_probe" / "recorded" / "h200-holdout.json")
+    assert not any(p["unfitted"] for p in cal.check(before))
+    after = json.loads((ROOT / "gpu_probe" / "recorded" / "h200-holdout.json").read_text())
+    after["settings"]["unpipelined_gemms"] = [[2816, 1024, True]]
+    check = cal.check(load_result(after))
+    assert {
+        tuple(p["unfitted"]) for p in check if p["mode"] in ("fused", "fused+graph") and p["batch"] > 4
+    } == {("unpiped_gemm",), ("unpiped_gemm_wide",)}  # batch 8: the 16-row tile; 64 and 256: wider tiles
+    assert not any(p["unfitted"] for p in check if p["mode"] in ("eager", "graph") or p["batch"] <= 4)
+    assert "no data for (unpiped_gemm, unpiped_gemm_wide)" in format_report(cal, check)

@@ -234,14 +234,27 @@ class Calibration:
         return out
 
     def check(self, other) -> list[dict]:
-        """Another run's points predicted by this fit: [{mode, batch, measured, predicted}]."""
+        """Another run's points predicted by this fit: [{mode, batch, measured, predicted, unfitted}].
+
+        `unfitted` names the kernel families a point runs that this fit had no data for (e.g. a run
+        made after a kernel change that another run predates): their figures are the held defaults.
+        """
         model = model_from_result(other)
         points = points_from_result(other)
         if not points:
             raise ValueError("runs: the other run has no eager, fused, graph or fused+graph run")
         predicted = ProbeModel(model, points, unpipelined_gemms(other)).predict(self.theta)[:, 0]
+        names = [f.name for f in FAMILIES]
         return [
-            {"mode": p.mode, "batch": p.batch, "step_us_measured": p.step_us, "step_us_predicted": float(s)}
+            {
+                "mode": p.mode,
+                "batch": p.batch,
+                "step_us_measured": p.step_us,
+                "step_us_predicted": float(s),
+                "unfitted": [
+                    n for n, c in zip(names, p.counts) if c and not self.fitted.get(f"{n}_latency_us", True)
+                ],
+            }
             for p, s in zip(points, predicted)
         ]
 

@@ -128,6 +128,12 @@ def format_report(cal: Calibration, check: list[dict] | None = None) -> str:
             + ", ".join(f"{m} {100 * e:.1f} %" for m, e in s["median_by_mode"].items())
         )
         lines.append(verdict(s, "Fit on one run, predict the other"))
+        unfitted = sorted({n for p in check for n in p.get("unfitted", ())})
+        if unfitted:
+            lines.append(
+                f"Note: the other run has kernels in families this fit had no data for ({', '.join(unfitted)}); "
+                "their figures are the held defaults, so those points are guesses."
+            )
     return "\n".join(lines)
 
 
