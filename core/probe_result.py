@@ -181,22 +181,26 @@ class ProbeResult:
         Where the run has its back-to-back time (the host's work hidden under the previous step),
         the host's share is measured: median − back to back (`host_from` "back to back"). Older
         files give only the median enqueue time, used as the host's share (`host_from` "enqueue").
-        The share is kept within [0, median − floor]: a back-to-back time below the floor leaves no
-        boundaries, one above the median no host share. The boundaries include the GPU's side of
-        the input copies and, back to back, the gap between two graph launches.
+        The share is kept within [0, median − floor] (`host_clamped` says which end held it, else
+        None): a back-to-back time below the floor leaves no boundaries, one above the median no
+        host share. The boundaries include the GPU's side of the input copies and, back to back,
+        the gap between two graph launches.
         """
         floor = min(self.read_floor_us(run.batch), run.step_us_median)
         if run.step_us_back_to_back is not None:
-            host, host_from = run.step_us_median - max(run.step_us_back_to_back, floor), "back to back"
+            raw, host_from = run.step_us_median - run.step_us_back_to_back, "back to back"
         else:
-            host, host_from = run.enqueue_us_median or 0.0, "enqueue"
-        host = min(max(host, 0.0), run.step_us_median - floor)
+            raw, host_from = run.enqueue_us_median or 0.0, "enqueue"
+        most = run.step_us_median - floor
+        host = min(max(raw, 0.0), most)
+        clamped = "to the floor" if raw > most else "to zero" if raw < 0 else None
         boundaries = run.step_us_median - floor - host
         kernels = max(run.kernels_per_step, 1)
         return {
             "floor_us": floor,
             "host_us": host,
             "host_from": host_from,
+            "host_clamped": clamped,
             "boundaries_us": boundaries,
             "kernels": run.kernels_per_step,
             "per_kernel_us": boundaries / kernels,

@@ -228,7 +228,8 @@ def test_read_floor_adds_the_kv_cache_at_the_runs_context():
     assert load_result(data).read_floor_us(1) == pytest.approx(load_result(data).weight_floor_us)
 
 
-def test_step_split_adds_up_to_the_step():
+def _split_case(**fields) -> dict:
+    """A valid result whose fused+graph batch-3 run is a 400 µs step of 100 kernels, 60 µs enqueue, 4 TB/s."""
     data = valid_result()
     data["hbm_copy_GBps"] = 4_000.0
     data["runs"][1].update(
@@ -237,8 +238,13 @@ def test_step_split_adds_up_to_the_step():
         step_us_p90=420.0,
         enqueue_us_median=60.0,
         kernels_per_step=100,
+        **fields,
     )
-    res = load_result(data)
+    return data
+
+
+def test_step_split_adds_up_to_the_step():
+    res = load_result(_split_case())
     run = res.run("fused+graph", 3)
     split = res.step_split(run)
     assert split["floor_us"] == pytest.approx(222.0)  # 888 MB at 4 TB/s
@@ -249,16 +255,7 @@ def test_step_split_adds_up_to_the_step():
 
 
 def test_step_split_measures_the_host_share_when_the_run_has_back_to_back_times():
-    data = valid_result()
-    data["hbm_copy_GBps"] = 4_000.0
-    data["runs"][1].update(
-        step_us_median=400.0,
-        step_us_p10=390.0,
-        step_us_p90=420.0,
-        enqueue_us_median=60.0,
-        step_us_back_to_back=310.0,
-        kernels_per_step=100,
-    )
+    data = _split_case(step_us_back_to_back=310.0)
     res = load_result(data)
     split = res.step_split(res.run("fused+graph", 3))
     # The idle start costs median - back to back (90 µs), not the enqueue time (60 µs).

@@ -181,13 +181,12 @@ def _model_line(result) -> str:
 def _host_share_source(run, split) -> str:
     """How the split's host share was obtained, in words."""
     if split["host_from"] == "back to back":
-        b2b = run.step_us_back_to_back
-        if b2b < split["floor_us"]:
-            how = f"the median less the read floor: back to back the step took {format_us(b2b)}, below the floor"
-        elif b2b >= run.step_us_median:
-            how = f"none: back to back the step took {format_us(b2b)}, no faster"
-        else:
-            how = f"the median less the step enqueued back to back, {format_us(b2b)}"
+        b2b = format_us(run.step_us_back_to_back)
+        how = {
+            None: f"the median less the step enqueued back to back, {b2b}",
+            "to the floor": f"the median less the read floor: back to back the step took {b2b}, below the floor",
+            "to zero": f"none: back to back the step took {b2b}, no faster",
+        }[split["host_clamped"]]
         return (
             f"{how}: each timed step starts on an idle GPU, which waits through the host's work; back to back, "
             "that work hides under the previous step"

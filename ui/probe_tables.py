@@ -56,37 +56,33 @@ MODE_COLUMNS = {
 
 def modes_table(result, batch: int) -> None:
     base = result.run("eager", batch)
-    rows = []
-    for mode in MODES:
-        r = result.run(mode, batch)
-        if r is None:
-            continue
-        rows.append(
-            {
-                "mode": mode,
-                "kernels / step": r.kernels_per_step,
-                "kernels / layer": r.kernels_per_layer,
-                "step median (µs)": r.step_us_median,
-                "step p10–p90 (µs)": f"{r.step_us_p10:,.0f} – {r.step_us_p90:,.0f}",
-                "back to back (µs)": r.step_us_back_to_back,
-                "host enqueue (µs)": r.enqueue_us_median,
-                "CPU launch, profiled (µs)": r.cpu_launch_us,
-                "GPU busy (µs)": r.gpu_busy_us,
-                "GPU utilisation %": 100 * r.utilisation,
-                "bound by": r.bound_by,
-                "vs eager": (base.step_us_median / r.step_us_median) if base else None,
-                "× read floor": r.step_us_median / result.read_floor_us(r.batch),
-                "HBM used (GB/s)": result.hbm_used_GBps(r),
-                "graph bucket": str(r.bucket)
-                if r.bucket is not None
-                else ("above the largest: eager" if r.eager_fallback else "—"),
-            }
-        )
+    runs = [r for r in (result.run(mode, batch) for mode in MODES) if r is not None]
     columns = dict(MODE_COLUMNS)
-    if not any(row["back to back (µs)"] is not None for row in rows):
+    if all(r.step_us_back_to_back is None for r in runs):
         # Runs recorded before the probe timed steps back to back: no column of empty cells.
         columns.pop("back to back (µs)")
-        rows = [{k: v for k, v in row.items() if k != "back to back (µs)"} for row in rows]
+    rows = []
+    for r in runs:
+        row = {
+            "mode": r.mode,
+            "kernels / step": r.kernels_per_step,
+            "kernels / layer": r.kernels_per_layer,
+            "step median (µs)": r.step_us_median,
+            "step p10–p90 (µs)": f"{r.step_us_p10:,.0f} – {r.step_us_p90:,.0f}",
+            "back to back (µs)": r.step_us_back_to_back,
+            "host enqueue (µs)": r.enqueue_us_median,
+            "CPU launch, profiled (µs)": r.cpu_launch_us,
+            "GPU busy (µs)": r.gpu_busy_us,
+            "GPU utilisation %": 100 * r.utilisation,
+            "bound by": r.bound_by,
+            "vs eager": (base.step_us_median / r.step_us_median) if base else None,
+            "× read floor": r.step_us_median / result.read_floor_us(r.batch),
+            "HBM used (GB/s)": result.hbm_used_GBps(r),
+            "graph bucket": str(r.bucket)
+            if r.bucket is not None
+            else ("above the largest: eager" if r.eager_fallback else "—"),
+        }
+        rows.append({key: row[key] for key in columns})  # in the columns' order
     config = {}
     for key, (label, width, number_format, help_text) in columns.items():
         column = st.column_config.NumberColumn if number_format else st.column_config.TextColumn
