@@ -1,0 +1,230 @@
+"""Every figure the page derives from the simulator, the recorded runs, the calibration and the traces.
+
+`figures()` computes them; `tests/data/behaviour_figures.json` holds what the code gave when it was
+last written on purpose (`python tests/behaviour_figures.py --write`), and `tests/test_behaviour.py`
+holds `figures()` to it. A refactor must leave every number where it was; a change of behaviour
+rewrites the file in the same commit and says why.
+
+The calls into the engines sit in the small adapters at the top (`_step`, `_sweep`), so that an API
+change touches them and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from core.modes import COMBOS  # noqa: E402
+from core.probe_result import load_result  # noqa: E402
+from core.trace import analyse  # noqa: E402
+from sim.calibration import calibrate, calibrated_preset  # noqa: E402
+from sim.config import PRESETS  # noqa: E402
+from sim.kernels import fusion_table  # noqa: E402
+from sim.trace_report import median_whatifs  # noqa: E402
+from sim.trace_whatif import default_replay_cost  # noqa: E402
+
+SNAPSHOT = ROOT / "tests" / "data" / "behaviour_figures.json"
+RECORDED = ROOT / "gpu_probe" / "recorded"
+RUNS = ("h200.json", "h200-holdout.json", "h200-1b.json", "h200-small-b1.json")
+BATCHES = (1, 2, 3, 5, 8, 17, 33, 64, 100, 256, 257, 300, 512)
+SWEEP_BATCHES = np.unique(np.r_[1:65, 64:513:7, 512])  # every batch where the story happens, then a sample
+TPS = (2, 4, 8)
+TRACES = (
+    "gpu_probe/recorded/trace_eager_b1.json.gz",
+    "gpu_probe/recorded/trace_fused_graph_b1.json",
+    "gpu_probe/recorded/trace_1b_eager_b1.json.gz",
+    "gpu_probe/recorded/trace_1b_fused_graph_b1.json",
+    "tests/data/hf/hf_llama_eager_profilerstep.json.gz",
+    "tests/data/hf/hf_llama_eager_sync.json.gz",
+    "tests/data/hf/hf_llama_graph.json.gz",
+    "tests/data/hf/hf_llama_compile.json.gz",
+    "tests/data/hf/hf_llama_two_streams.json.gz",
+    "tests/data/hf/hf_qwen2_eager_sync.json.gz",
+    "tests/data/hf/hf_qwen2_graph.json.gz",
+)
+
+
+# -- the adapters: the only calls that know the engines' signatures ------------------------------
+def _step(model, hw, batch: int, fusion: bool, graphs: bool, tp: int = 1):
+    from sim.schedule import StepSettings, simulate_step
+    from sim.tensor_parallel import simulate_tp_step
+
+    settings = StepSettings(batch=batch, fusion=fusion, graphs=graphs)
+    if tp == 1:
+        return simulate_step(model, hw, settings)
+    return simulate_tp_step(model, hw, settings, tp=tp)
+
+
+def _sweep(model, hw):
+    """{combo title: (step_us, cpu_launch_us, gpu_busy_us)} and {combo title: crossover}."""
+    from core.modes import combo_title
+    from sim.schedule import sweep
+
+    sw = sweep(model, hw, SWEEP_BATCHES)
+    series = {
+        combo_title(*c): [sw[c].step_us.tolist(), sw[c].cpu_launch_us.tolist(), sw[c].gpu_busy_us.tolist()]
+        for c in COMBOS
+    }
+    return series, {combo_title(*c): v for c, v in sw.crossover.items()}
+
+
+# -- the figures -------------------------------------------------------------------------------------
+def _timeline_digest(tl) -> list:
+    return [
+        len(tl.cpu_start),
+        len(tl.gpu_start),
+        float(tl.cpu_start.sum()),
+        float(tl.cpu_dur.sum()),
+        float(tl.gpu_start.sum()),
+        float(tl.gpu_dur.sum()),
+        float((tl.gpu_start * np.arange(1, len(tl.gpu_start) + 1)).sum()),  # order matters
+        "|".join(tl.gpu_names[:12]) + f"…{len(set(tl.gpu_names))}",
+        tl.label,
+    ]
+
+
+def _metrics(m) -> dict:
+    return {k: (v if isinstance(v, str) else float(v)) for k, v in m.to_dict().items()}
+
+
+@cache
+def _result(name: str):
+    return load_result(RECORDED / name, timeline_source="recorded")
+
+
+def _presets() -> dict:
+    out = dict(PRESETS)
+    for run in ("h200.json", "h200-1b.json"):
+        out[f"calibrated:{run}"] = calibrated_preset(_result(run))
+    return out
+
+
+def sim_figures() -> dict:
+    out = {}
+    for key, preset in _presets().items():
+        model, hw = preset.model, preset.hardware
+        steps = {}
+        for batch in BATCHES:
+            for fusion, graphs in COMBOS:
+                s = _step(model, hw, batch, fusion, graphs)
+                steps[f"b{batch} f{int(fusion)} g{int(graphs)}"] = {
+                    "metrics": _metrics(s.metrics),
+                    "baseline": _metrics(s.baseline),
+                    "bucket": s.bucket,
+                    "padded": s.padded_rows,
+                    "fallback": s.eager_fallback,
+                    "timeline": _timeline_digest(s.timeline),
+                }
+        for tp in TPS:
+            if model.n_heads % tp:
+                continue
+            for batch in (1, 8, 300):
+                for fusion, graphs in COMBOS:
+                    s = _step(model, hw, batch, fusion, graphs, tp)
+                    steps[f"tp{tp} b{batch} f{int(fusion)} g{int(graphs)}"] = {
+                        "metrics": _metrics(s.metrics),
+                        "baseline": _metrics(s.baseline),
+                        "timeline": _timeline_digest(s.timeline),
+                    }
+        series, crossover = _sweep(model, hw)
+        out[key] = {
+            "model": repr(model),
+            "hardware": repr(hw),
+            "steps": steps,
+            "sweep": series,
+            "crossover": crossover,
+            "fusion_table": fusion_table(model),
+        }
+    return out
+
+
+def calibration_figures() -> dict:
+    out = {}
+    for name in RUNS:
+        result = _result(name)
+        try:
+            cal = calibrate(result)
+        except ValueError as err:
+            out[name] = {"error": str(err)}
+            continue
+        out[name] = {
+            "params": cal.params,
+            "rows": [{k: (v if isinstance(v, str) else float(v)) for k, v in r.items()} for r in cal.rows()],
+            "replay": [cal.graph_cost.launch_us, cal.graph_cost.per_node_host_us, cal.graph_cost.node_gap_us],
+            "timelines": [_timeline_digest(cal.timeline(i)) for i in range(len(cal.points))],
+        }
+    for fit_on, other in (("h200.json", "h200-holdout.json"), ("h200-holdout.json", "h200.json")):
+        cal = calibrate(_result(fit_on), loo=False)
+        out[f"{fit_on} -> {other}"] = cal.check(_result(other))
+    return out
+
+
+def recorded_figures() -> dict:
+    out = {}
+    for name in RUNS:
+        result = _result(name)
+        runs = {}
+        for run in result.runs:
+            runs[f"{run.mode} b{run.batch}"] = {
+                "metrics": _metrics(run.timeline.metrics()),
+                "read_floor_us": result.read_floor_us(run.batch),
+                "split": result.step_split(run) if run.mode in ("fused+graph", "graph") else None,
+            }
+        out[name] = {"weight_floor_us": result.weight_floor_us, "runs": runs}
+    return out
+
+
+def trace_figures() -> dict:
+    cost = default_replay_cost()
+    out = {}
+    for path in TRACES:
+        report = analyse(ROOT / path)
+        out[path] = {
+            "rule": report.rule,
+            "steps": [s.summary() for s in report.steps],
+            "whatif": median_whatifs(report, cost),
+        }
+    return out
+
+
+def figures() -> dict:
+    data = {
+        "sim": sim_figures(),
+        "calibration": calibration_figures(),
+        "recorded": recorded_figures(),
+        "traces": trace_figures(),
+    }
+    return json.loads(json.dumps(data, default=_plain))  # tuples -> lists, numpy -> float, as on disk
+
+
+def _plain(value):
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (np.floating,)):
+        return float(value)
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, (set, frozenset)):
+        return sorted(value)
+    raise TypeError(f"cannot store {type(value).__name__}")
+
+
+def main(argv: list[str]) -> int:
+    if argv != ["--write"]:
+        print("usage: python tests/behaviour_figures.py --write", file=sys.stderr)
+        return 2
+    SNAPSHOT.write_text(json.dumps(figures(), indent=None, sort_keys=True) + "\n")
+    print(f"wrote {SNAPSHOT.relative_to(ROOT)} ({SNAPSHOT.stat().st_size / 1e6:.1f} MB)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
