@@ -20,12 +20,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from core.probe_result import DEFAULT_BUCKETS, RECORDED_PATH, load_result
+from core.probe_result import RECORDED_PATH, load_result
+from core.step_plan import BASELINE, CHAPTER_BUCKETS, COMPILE, FUSED_GRAPH
 
 
 def goals(res) -> list[tuple[str, float | None, str, bool | None]]:
     """(what, value, goal text, met) for each goal; value None where the run lacks the data."""
-    fg1, eager1 = res.run("fused+graph", 1), res.run("eager", 1)
+    fg1, eager1 = res.run(FUSED_GRAPH.name, 1), res.run(BASELINE.name, 1)
     preset = (res.model.get("config") or {}).get("name")
     rows = []
     floor = res.weight_floor_us
@@ -72,7 +73,7 @@ def goals(res) -> list[tuple[str, float | None, str, bool | None]]:
         )
     )
     for batch in res.batches:
-        fg, comp = res.run("fused+graph", batch), res.run("compile", batch)
+        fg, comp = res.run(FUSED_GRAPH.name, batch), res.run(COMPILE.name, batch)
         rows.append(
             (
                 f"fused+graph / compile step time, b{batch}",
@@ -81,13 +82,13 @@ def goals(res) -> list[tuple[str, float | None, str, bool | None]]:
                 None,
             )
         )
-    comp1 = res.run("compile", 1)
+    comp1 = res.run(COMPILE.name, 1)
     if b2b and comp1 and comp1.step_us_back_to_back:
         rows.append(
             ("fused+graph / compile, b1 back to back", b2b / comp1.step_us_back_to_back, "<= 1.0", None)
         )
     fused = [c for c in res.captures if c.get("variant", "fused") == "fused"]
-    default = tuple(sorted(c["bucket"] for c in fused)) == DEFAULT_BUCKETS
+    default = tuple(sorted(c["bucket"] for c in fused)) == CHAPTER_BUCKETS
     total_s = sum(c["capture_ms"] for c in fused) / 1e3 if fused else None
     rows.append(
         (
@@ -139,7 +140,7 @@ def main(argv: list[str]) -> int:
         shown = "n/a" if value is None else f"{value:8.2f}"
         verdict = "no data" if met is None else ("met" if met else "MISSED")
         print(f"{what:<60} {shown:>9}   goal {goal:<6} {verdict}")
-    fg1 = res.run("fused+graph", 1)
+    fg1 = res.run(FUSED_GRAPH.name, 1)
     if fg1:
         split = res.step_split(fg1)
         print(

@@ -28,8 +28,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from core.step_plan import StepPlan  # noqa: E402
 from sim.config import PRESETS  # noqa: E402 - after the sys.path insert
-from sim.schedule import StepSettings, simulate_step, sweep  # noqa: E402
+from sim.schedule import simulate_step, sweep  # noqa: E402
 
 
 def bench_simulator(repeats: int) -> None:
@@ -39,7 +40,7 @@ def bench_simulator(repeats: int) -> None:
 
     def once() -> float:
         start = time.perf_counter()
-        simulate_step(model, hw, StepSettings(batch=1))
+        simulate_step(model, hw, StepPlan())
         sweep(model, hw, batches)
         return (time.perf_counter() - start) * 1e3
 

@@ -34,6 +34,11 @@ def check_int(owner: str, name: str, value, low: int, high: int) -> None:
         raise ValueError(f"{owner}.{name}: must be from {low} to {high}, got {value}")
 
 
+def kv_elements(kv_dim: int, tokens: int, layers: int = 1) -> int:
+    """What a KV cache holds for `tokens` tokens in `layers` layers: each token's K and V, `kv_dim` wide."""
+    return 2 * kv_dim * tokens * layers
+
+
 @dataclass(frozen=True, slots=True)
 class DecoderShape:
     name: str
@@ -72,6 +77,10 @@ class DecoderShape:
     @property
     def kv_dim(self) -> int:
         return self.n_kv_heads * self.head_dim
+
+    def kv_cache_elements(self, sequences: int, context: int) -> int:
+        """The KV cache of `sequences` sequences of `context` tokens each, every layer."""
+        return kv_elements(self.kv_dim, sequences * context, self.n_layers)
 
     @property
     def layer_params(self) -> int:

@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from core.modes import CHAPTER_BUCKETS as DEFAULT_BUCKETS  # noqa: F401 - the probe's default capture sizes
-from core.modes import MODES
+from core.decoder import kv_elements
+from core.step_plan import MODES
 from core.timeline import CPU_BOUND, GPU_BOUND, Timeline
 
 MAX_RESULT_BYTES = 20 * 1024 * 1024
@@ -111,6 +111,11 @@ class ProbeRun:
     # The same steps enqueued back to back: the host's work for one overlaps the GPU's for the last.
     step_us_back_to_back: float | None = None
 
+    @property
+    def replays(self) -> bool:
+        """The step was one replay of a captured graph (a graph mode within its largest bucket)."""
+        return MODES[self.mode].graphs and not self.eager_fallback
+
     def to_dict(self) -> dict:
         out = {name: getattr(self, name) for name in self.__slots__ if name != "timeline"}
         out["timeline"] = self.timeline.to_dict()
@@ -159,7 +164,7 @@ class ProbeResult:
         if min(layers, hidden, heads, kv_heads, context, batch) < 1:
             return 0
         element = 4 if cfg.get("dtype") == "float32" else 2
-        return layers * 2 * batch * context * kv_heads * (hidden // heads) * element
+        return kv_elements(kv_heads * (hidden // heads), batch * context, layers) * element
 
     def read_bytes(self, batch: int) -> int:
         """Bytes one step at this batch must read: the weights it reads plus the KV cache at the run's context."""
@@ -208,6 +213,7 @@ class ProbeResult:
 
     @property
     def modes(self) -> tuple[str, ...]:
+        """The modes the file has runs of, in the modes table's order."""
         return tuple(m for m in MODES if any(r.mode == m for r in self.runs))
 
     @property
@@ -391,8 +397,8 @@ def parse_run(r, where: str, timeline_source: str | None, max_kernels: int) -> P
     if not isinstance(r, dict):
         raise ValueError(f"{where}: expected an object")
     mode = r.get("mode")
-    if mode not in MODES:
-        raise ValueError(f"{where}.mode: must be one of {MODES}, got {mode!r}")
+    if not isinstance(mode, str) or mode not in MODES:
+        raise ValueError(f"{where}.mode: must be one of {tuple(MODES)}, got {mode!r}")
     batch = int(number_field(r, "batch", 1, _MAX_BATCH, f"{where}.batch", integer=True))
     times = {
         k: number_field(r, k, 0, _MAX_US, f"{where}.{k}")

@@ -15,7 +15,7 @@ Layout of the JSON (times in microseconds, sizes in bytes):
     schema: 1, kind: "tensor_parallel", tp            tp ranks, one process per GPU
     preset: {name, n_layers, hidden, ...}              the unsharded model's ProbeModelConfig
     command, created (ISO 8601), torch, cuda, nccl     strings
-    batches, modes, buckets                            what was asked for (modes: TP_MODES)
+    batches, modes, buckets                            what was asked for (modes: some of tp_modes())
     ranks: [{rank, device, runs, checks,               per rank, in rank order
              allreduce: [{bytes, eager_us_per_call, graph_us_per_call}],   the sweep, by size
              allreduce_bytes_per_row}]                 one all-reduce's message per batch row
@@ -30,7 +30,7 @@ from datetime import datetime
 
 import numpy as np
 
-from core import probe_result
+from core import probe_result, step_plan
 from core.probe_result import (  # the single-GPU result's parsers: one set of rules for a run record
     bounded_block,
     number_field,
@@ -41,7 +41,12 @@ from core.probe_result import (  # the single-GPU result's parsers: one set of r
 
 KIND = "tensor_parallel"
 SCHEMA_VERSION = 1
-TP_MODES = ("eager", "graph", "fused+graph")  # what a TP run measures (gpu_probe.tensor_parallel)
+
+
+def tp_modes() -> tuple[str, ...]:
+    """What a TP run measures (gpu_probe.tensor_parallel): every mode the probe runs with its own kernels."""
+    return step_plan.names(step_plan.modes(kernels=step_plan.PROBE_KERNELS, probed=True))
+
 
 MAX_RANKS = 8
 MAX_RUNS = probe_result.MAX_RUNS  # per rank, and for the TP1 baseline
@@ -167,10 +172,11 @@ def _parse(d: dict, timeline_source: str) -> TPResult:
     batches = _ints(d, "batches", 1, _MAX_BATCH, nonempty=True)
     buckets = _ints(d, "buckets", 1, _MAX_BATCH, nonempty=False)
     modes = d.get("modes")
-    if not isinstance(modes, list) or not modes or len(modes) > len(TP_MODES):
-        raise ValueError(f"modes: expected a list of some of {TP_MODES}")
-    if any(m not in TP_MODES for m in modes) or len(set(modes)) != len(modes):
-        raise ValueError(f"modes: each must be one of {TP_MODES}, once")
+    allowed = tp_modes()
+    if not isinstance(modes, list) or not modes or len(modes) > len(allowed):
+        raise ValueError(f"modes: expected a list of some of {allowed}")
+    if any(m not in allowed for m in modes) or len(set(modes)) != len(modes):
+        raise ValueError(f"modes: each must be one of {allowed}, once")
     max_kernels = probe_result.MAX_KERNELS_PER_LAYER * n_layers + probe_result.MAX_KERNELS_OUTSIDE_LAYERS
     raw_ranks = _seq(d, "ranks", MAX_RANKS)
     if len(raw_ranks) != tp:

@@ -18,7 +18,7 @@ class _OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from core.probe_result import DEFAULT_BUCKETS, MODES
+    from core.step_plan import CHAPTER_BUCKETS, probe_modes
     from gpu_probe.config import DEFAULT_PRESET, PRESETS
     from gpu_probe.live import DEFAULT_BATCHES
 
@@ -30,12 +30,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--batch", nargs="+", type=int, default=list(DEFAULT_BATCHES), help="batch sizes to measure"
     )
-    p.add_argument("--modes", nargs="+", default=["all"], help=f"'all' or some of: {' '.join(MODES)}")
+    p.add_argument("--modes", nargs="+", default=["all"], help=f"'all' or some of: {' '.join(probe_modes())}")
     p.add_argument(
         "--buckets",
         nargs="+",
         type=int,
-        default=list(DEFAULT_BUCKETS),
+        default=list(CHAPTER_BUCKETS),
         help="batch sizes to capture graphs for (default: the chapter's)",
     )
     p.add_argument("--steps", type=int, default=100, help="timed steps per (mode, batch)")

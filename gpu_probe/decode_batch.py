@@ -1,12 +1,10 @@
-"""The decode step's inputs as one batch (which bucket a batch runs in: `core.modes.bucket_for`)."""
+"""The decode step's inputs as one batch."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
-
-from core.modes import bucket_for  # noqa: F401 - gpu_probe.measure imports it from here
 
 INPUT_NAMES = ("input_ids", "positions", "block_tables", "slot_mapping", "context_lens")
 

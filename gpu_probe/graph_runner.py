@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from core.modes import CHAPTER_BUCKETS, bucket_for, check_buckets
+from core.step_plan import CHAPTER_BUCKETS, bucket_for, check_buckets
 from gpu_probe.decode_batch import INPUT_NAMES, DecodeBatch
 from gpu_probe.kv_cache import PAD_SLOT, SCRATCH_BLOCK
 

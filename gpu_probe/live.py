@@ -14,7 +14,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from core.probe_result import DEFAULT_BUCKETS, MODES, ProbeResult, load_result
+from core.probe_result import ProbeResult, load_result
+from core.step_plan import CHAPTER_BUCKETS, PROBE_KERNELS, modes, names, probe_modes
 from gpu_probe.config import PRESETS
 
 if TYPE_CHECKING:  # gpu_probe.session imports torch
@@ -35,6 +36,11 @@ def cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
+def captured_modes() -> tuple[str, ...]:
+    """The graph modes whose graphs the probe captures itself (torch.compile captures its own)."""
+    return names(modes(graphs=True, kernels=PROBE_KERNELS, probed=True))
+
+
 def validate_request(preset: str, batches, modes, buckets, steps: int, warmup: int) -> dict:
     """Normalised settings, or ValueError with a one-line reason (nothing is allocated here)."""
     if preset not in PRESETS:
@@ -42,10 +48,11 @@ def validate_request(preset: str, batches, modes, buckets, steps: int, warmup: i
     batches = _positive_ints(batches, "batch")
     if max(batches) > MAX_BATCH:
         raise ValueError(f"batch sizes must be at most {MAX_BATCH}, got {max(batches)}")
-    modes = list(MODES) if modes in ("all", ["all"], ("all",)) else list(modes)
-    bad = [m for m in modes if m not in MODES]
-    if bad or not modes:
-        raise ValueError(f"modes must be 'all' or some of {', '.join(MODES)}; got {bad or 'none'}")
+    known = probe_modes()
+    asked = list(known) if modes in ("all", ["all"], ("all",)) else list(modes)
+    bad = [m for m in asked if m not in known]
+    if bad or not asked:
+        raise ValueError(f"modes must be 'all' or some of {', '.join(known)}; got {bad or 'none'}")
     buckets = _positive_ints(buckets, "bucket")
     if max(buckets) > MAX_BATCH:
         raise ValueError(f"buckets must be at most {MAX_BATCH}, got {max(buckets)}")
@@ -55,7 +62,7 @@ def validate_request(preset: str, batches, modes, buckets, steps: int, warmup: i
     return {
         "preset": preset,
         "batches": batches,
-        "modes": [m for m in MODES if m in modes],
+        "modes": [m for m in known if m in asked],
         "buckets": buckets,
         "steps": steps,
         "warmup": warmup,
@@ -74,7 +81,7 @@ def _positive_ints(values, what: str) -> list[int]:
 
 
 def measure(
-    preset: str = "small", batches=DEFAULT_BATCHES, modes=MODES, progress=None, session=None, **kwargs
+    preset: str = "small", batches=DEFAULT_BATCHES, modes="all", progress=None, session=None, **kwargs
 ) -> ProbeResult:
     """Run the probe on this GPU and return the checked result (for the page).
 
@@ -86,21 +93,23 @@ def measure(
 def open_session(
     preset: str = "small",
     rows: int = max(DEFAULT_BATCHES),
-    buckets=DEFAULT_BUCKETS,
-    graph_modes=("graph", "fused+graph"),
+    buckets=CHAPTER_BUCKETS,
+    graph_modes=None,
     progress=None,
 ) -> ProbeSession:
-    """Build the model, its KV pool and the CUDA graphs once, for any number of `measure` calls."""
+    """Build the model, its KV pool and the CUDA graphs once, for any number of `measure` calls
+    (`graph_modes`: the graph modes to capture, by default every one the probe captures itself)."""
     from gpu_probe.session import ProbeSession
 
-    req = validate_request(preset, [rows], list(graph_modes) or ["eager"], buckets, 100, 10)
+    graph_modes = captured_modes() if graph_modes is None else tuple(graph_modes)
+    req = validate_request(preset, [rows], list(graph_modes) or ["all"], buckets, 100, 10)
     return ProbeSession(req["preset"], rows, req["buckets"], list(graph_modes), progress)
 
 
 def run_probe(
     preset: str = "small",
     batches=DEFAULT_BATCHES,
-    modes=MODES,
+    modes="all",
     buckets=None,
     steps: int = 100,
     warmup: int = 10,
@@ -116,7 +125,7 @@ def run_probe(
     from gpu_probe import measure as m
     from gpu_probe.session import ProbeSession
 
-    req = validate_request(preset, batches, modes, buckets or DEFAULT_BUCKETS, steps, warmup)
+    req = validate_request(preset, batches, modes, buckets or CHAPTER_BUCKETS, steps, warmup)
     if not torch.cuda.is_available():
         raise RuntimeError("no CUDA device: the live probe needs a GPU")
     say = progress or (lambda msg: None)
@@ -124,7 +133,7 @@ def run_probe(
     if trace_dir:
         trace_dir.mkdir(parents=True, exist_ok=True)
     rows = max(max(req["batches"]), max(req["buckets"]))
-    graph_modes = [mode for mode in ("graph", "fused+graph") if mode in req["modes"]]
+    graph_modes = [mode for mode in captured_modes() if mode in req["modes"]]
     out = {
         "schema": 1,
         "device": torch.cuda.get_device_name(),

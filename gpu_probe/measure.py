@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from core.step_plan import bucket_for
 from core.trace import STEP_ANNOTATION, TraceStep, analyse, kernels_per_layer
-from gpu_probe.decode_batch import bucket_for
 from gpu_probe.graph_runner import GraphRunner, PaddingCorruption
 
 

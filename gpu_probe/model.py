@@ -6,6 +6,12 @@ Same weights, two forwards (after gpt-fast's model.py and nano-vllm's layers):
   no host syncs, the KV cache a registered buffer);
 - fused: five Triton kernels per layer, six at small batch (see FUSIONS and gpu_probe/kernels/).
 
+Both forwards are written for tensor parallelism too: o_proj and down_proj produce a partial sum
+on a rank of a sharded model, so each is followed by the communication hook `_reduced` (an
+all-reduce on `tp` > 1 ranks, nothing on one GPU), and in the fused path only rank 0 adds the
+residual in the GEMM's epilogue (the all-reduce sums it in once). `gpu_probe.tensor_parallel`
+builds a rank's shard of the weights; it runs these same forwards.
+
 Randomly initialised from cfg.seed; nothing is downloaded.
 """
 
@@ -172,6 +178,8 @@ class ProbeModel(nn.Module):
         device = torch.device(device) if device is not None else torch.device("cpu")
         dtype = getattr(torch, cfg.dtype)
         self.cfg, self.fused, self.dtype = cfg, fused, dtype
+        # One GPU: no communication. A tensor-parallel rank (gpu_probe.tensor_parallel) sets these.
+        self.rank, self.tp, self.all_reduce = 0, 1, None
         # At batch <= GEMV_MAX_ROWS the fused kernels launch with programmatic dependent launch where
         # the GPU has it (Hopper+): each may start, and put its weight loads in flight, while the
         # previous one drains. Larger batches run tensor-core GEMMs, launched plainly (linear.py).
@@ -266,6 +274,17 @@ class ProbeModel(nn.Module):
         return max(1, min(16, self.cfg.max_blocks_per_seq, -(-target // programs)))
 
     # ---- forwards ------------------------------------------------------------------------------
+    def _reduced(self, partial: torch.Tensor) -> torch.Tensor:
+        """A row-parallel product summed over the ranks, in place (on one GPU it is already whole)."""
+        if self.tp > 1:
+            self.all_reduce(partial)
+        return partial
+
+    @property
+    def adds_residual(self) -> bool:
+        """Whether this rank adds the residual in a row-parallel GEMM's epilogue: one rank does."""
+        return self.rank == 0
+
     def forward(
         self,
         input_ids,
@@ -321,11 +340,11 @@ class ProbeModel(nn.Module):
             k_cache[write_blocks, write_offsets] = k
             v_cache[write_blocks, write_offsets] = v
             attn = self._attention_unfused(q, k_cache, v_cache, tables, visible)
-            h = h + attn.reshape(batch, cfg.q_size) @ layer.wo.t()
+            h = h + self._reduced(attn.reshape(batch, cfg.q_size) @ layer.wo.t())  # row-parallel
             x = rms_norm(h, layer.ffn_norm, cfg.norm_eps)
-            gate = x @ layer.w_gate.t()
+            gate = x @ layer.w_gate.t()  # column-parallel, like q, k, v and up
             up = x @ layer.w_up.t()
-            h = h + (F.silu(gate) * up) @ layer.w_down.t()
+            h = h + self._reduced((F.silu(gate) * up) @ layer.w_down.t())  # row-parallel
         x = rms_norm(h, self.final_norm, cfg.norm_eps)
         if logits_out is None:
             return x @ self.lm_head.t()
@@ -401,9 +420,11 @@ class ProbeModel(nn.Module):
                 splits,
                 pdl=pdl,
             )
-            h = fused_linear(attn, layer.wo, residual=h, pdl=pdl)
+            residual = h if self.adds_residual else None
+            h = self._reduced(fused_linear(attn, layer.wo, residual=residual, pdl=pdl))
             act = fused_linear(
                 h, layer.w_gate_up_folded, rms_eps=cfg.norm_eps, swiglu=True, out=act_out, pdl=pdl
             )
-            h = fused_linear(act, layer.w_down, residual=h, pdl=pdl)
+            residual = h if self.adds_residual else None
+            h = self._reduced(fused_linear(act, layer.w_down, residual=residual, pdl=pdl))
         return fused_linear(h, self.lm_head_folded, rms_eps=cfg.norm_eps, out=logits_out, pdl=pdl)

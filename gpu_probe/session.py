@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from core.modes import bucket_for
+from core.step_plan import FUSED_GRAPH, INDUCTOR_KERNELS, Mode, bucket_for, mode
 from gpu_probe import measure as m
 from gpu_probe.compile_peer import CompilePeer
 from gpu_probe.config import get_config
@@ -97,11 +97,10 @@ class ProbeSession:
             "fusions": model.fusion_report(),
         }
         self._check("fused_vs_unfused", say, m.check_fused_vs_unfused, model, self.batch)
-        for mode, fused in (("graph", False), ("fused+graph", True)):
-            if mode in self.graph_modes:
-                self._capture(mode, fused, say)
+        for name in self.graph_modes:
+            self._capture(mode(name), say)
         if self.runners:
-            runner = self.runners.get("fused+graph") or self.runners["graph"]
+            runner = self.runners.get(FUSED_GRAPH.name) or next(iter(self.runners.values()))
             say("checking the padding assertion with the bug on and off")
             self._check("padding_assertion", say, m.check_padding_assertion, runner, self.batch)
             # Allocated once outside the graph pool (inputs, logits, fused workspace): not in any graph_mem_bytes.
@@ -111,15 +110,15 @@ class ProbeSession:
                 "static_workspace_bytes": runner.workspace_bytes,
             }
 
-    def _capture(self, mode: str, fused: bool, say) -> None:
-        variant = "fused" if fused else "unfused"
-        self.model.fused = fused
+    def _capture(self, graph_mode: Mode, say) -> None:
+        variant = "fused" if graph_mode.fused else "unfused"
+        self.model.fused = graph_mode.fused
         try:
             runner = GraphRunner(self.model, buckets=self.buckets, progress=lambda s: say(f"{variant}: {s}"))
         except Exception as err:
             record_failure(self.errors, f"capturing {variant} graphs", err, say)
             return
-        self.runners[mode] = runner
+        self.runners[graph_mode.name] = runner
         self.captures += [dict(c.to_dict(), variant=variant) for c in runner.captures]
         say(f"{variant}: checking graph == eager and the KV canary for {len(runner.buckets)} buckets")
         try:
@@ -149,27 +148,28 @@ class ProbeSession:
         if self.model is None:
             return
         compile_ran = False
-        for mode in req["modes"]:
+        for run_mode in map(mode, req["modes"]):
             for n in req["batches"]:
                 rows = self.batch.head(n)
                 bucket, fallback = None, False
-                if mode == "compile":
+                if run_mode.kernels == INDUCTOR_KERNELS:
                     compile_ran = True
                     if not self._warm_compile(rows, n, out["errors"], say):
                         continue
                     step = lambda rows=rows: self.peer(rows)  # noqa: E731
-                elif mode in ("eager", "fused"):
-                    step = lambda inputs=rows.as_dict(), fused=mode == "fused": self._eager(inputs, fused)  # noqa: E731, B008 - bound now, on purpose
-                elif mode in self.runners:
-                    runner = self.runners[mode]
+                elif not run_mode.graphs:
+                    step = lambda inputs=rows.as_dict(), fused=run_mode.fused: self._eager(inputs, fused)  # noqa: E731, B008 - bound now, on purpose
+                elif run_mode.name in self.runners:
+                    runner = self.runners[run_mode.name]
                     bucket = bucket_for(n, runner.buckets)
                     fallback = bucket is None
                     step = lambda rows=rows, runner=runner: runner.run(rows)  # noqa: E731
                 else:
                     continue  # its graphs could not be captured: recorded under errors
-                self._time(out, mode, n, step, req, bucket, fallback, say, trace_dir, checkpoint)
+                self._time(out, run_mode.name, n, step, req, bucket, fallback, say, trace_dir, checkpoint)
+        compiled = [m.name for m in map(mode, req["modes"]) if m.kernels == INDUCTOR_KERNELS]
         if compile_ran and self.peer is not None:
-            seen = [r["graph_launches"] > 0 for r in out["runs"] if r["mode"] == "compile"]
+            seen = [r["graph_launches"] > 0 for r in out["runs"] if r["mode"] in compiled]
             run_check(
                 out["checks"],
                 out["errors"],

@@ -13,10 +13,12 @@ RowParallelLinear and vLLM's QKVParallelLinear):
 In the fused variant the residual add stays in the row-parallel GEMM's epilogue on rank 0 only,
 so the all-reduce sums it in exactly once (Megatron adds a row-parallel bias the same way).
 
-`TensorParallelModel` subclasses `ProbeModel` with `cfg` set to the shard's shape
-(`shard_config`): what the inherited helpers (attention over the rank's heads, split count,
-fused workspace, weight packing) read is per rank; `full_cfg` is the unsharded model's. So the
-graph runner, the KV canary and the checks of `gpu_probe.measure` work on a rank unchanged.
+`TensorParallelModel` is `ProbeModel` with a rank's shard of the weights and `cfg` set to the
+shard's shape (`shard_config`): it runs ProbeModel's own two forwards, whose communication hook
+all-reduces after o_proj and down_proj on tp > 1 ranks. What the inherited helpers (attention
+over the rank's heads, split count, fused workspace, weight packing) read is per rank; `full_cfg`
+is the unsharded model's. So the graph runner, the KV canary and the checks of
+`gpu_probe.measure` work on a rank unchanged.
 
 The all-reduce is a callable (`all_reduce(tensor)`, in place): `torch.distributed.all_reduce`
 over a process group by default (NCCL on CUDA, gloo on CPU); the tests pass a gloo group's own
@@ -37,17 +39,16 @@ from datetime import UTC, datetime
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import nn
 
+from core.step_plan import bucket_for
+from core.step_plan import mode as mode_named
 from core.tp_result import KIND as TP_KIND
 from core.tp_result import SCHEMA_VERSION as TP_SCHEMA_VERSION
-from core.tp_result import TP_MODES
+from core.tp_result import tp_modes
 from gpu_probe.config import ProbeModelConfig, get_config
 from gpu_probe.kv_cache import PagedKVCache
-from gpu_probe.model import ProbeModel, rms_norm, rotate_half
-
-SHARDED_WEIGHTS = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
+from gpu_probe.model import ProbeModel
 
 
 def check_tp(cfg: ProbeModelConfig, tp) -> int:
@@ -110,6 +111,7 @@ class TensorParallelModel(ProbeModel):
             raise ValueError(f"rank must be an integer in [0, {tp}), got {rank!r}")
         self.full_cfg, self.cfg = full, shard_config(full, tp)
         self.rank, self.tp, self.fused, self.dtype, self.pdl = rank, tp, base.fused, base.dtype, base.pdl
+        # ProbeModel's communication hook: after o_proj and down_proj, each rank's partial sum.
         self.all_reduce = (
             all_reduce if all_reduce is not None else (lambda t: dist.all_reduce(t, group=group))
         )
@@ -167,103 +169,6 @@ class TensorParallelModel(ProbeModel):
     def allreduce_bytes_per_row(self) -> int:
         """One all-reduce's message per batch row: a hidden-wide activation."""
         return self.full_cfg.hidden * self.dtype.itemsize
-
-    # ---- forwards ------------------------------------------------------------------------------
-    def unfused_forward(
-        self,
-        input_ids,
-        positions,
-        block_tables,
-        slot_mapping,
-        context_lens,
-        logits_out: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        cfg = self.cfg  # the shard's head counts and widths
-        batch = input_ids.shape[0]
-        h = F.embedding(input_ids, self.tok_embeddings)
-        cos = self.rope_cos_full[positions][:, None, :]
-        sin = self.rope_sin_full[positions][:, None, :]
-        slots = slot_mapping.clamp(min=0)  # PAD_SLOT (-1) -> slot 0, in the scratch block
-        write_blocks, write_offsets = slots // cfg.block_size, slots % cfg.block_size
-        tables = block_tables.long()
-        width = block_tables.shape[1] * cfg.block_size
-        visible = torch.arange(width, device=h.device)[None, :] < context_lens[:, None]
-        for index, layer in enumerate(self.layers):
-            x = rms_norm(h, layer.attn_norm, cfg.norm_eps)
-            q = (x @ layer.wq.t()).view(batch, cfg.n_heads, cfg.head_dim)  # column-parallel
-            k = (x @ layer.wk.t()).view(batch, cfg.n_kv_heads, cfg.head_dim)
-            v = (x @ layer.wv.t()).view(batch, cfg.n_kv_heads, cfg.head_dim)
-            q = q * cos + rotate_half(q) * sin
-            k = k * cos + rotate_half(k) * sin
-            k_cache, v_cache = self.kv_cache.layer(index)
-            k_cache[write_blocks, write_offsets] = k
-            v_cache[write_blocks, write_offsets] = v
-            attn = self._attention_unfused(q, k_cache, v_cache, tables, visible)
-            partial = attn.reshape(batch, cfg.q_size) @ layer.wo.t()  # row-parallel: a partial sum
-            self.all_reduce(partial)
-            h = h + partial
-            x = rms_norm(h, layer.ffn_norm, cfg.norm_eps)
-            partial = (F.silu(x @ layer.w_gate.t()) * (x @ layer.w_up.t())) @ layer.w_down.t()
-            self.all_reduce(partial)
-            h = h + partial
-        x = rms_norm(h, self.final_norm, cfg.norm_eps)
-        if logits_out is None:
-            return x @ self.lm_head.t()
-        return torch.mm(x, self.lm_head.t(), out=logits_out)
-
-    def fused_forward(
-        self,
-        input_ids,
-        positions,
-        block_tables,
-        slot_mapping,
-        context_lens,
-        logits_out: torch.Tensor | None = None,
-        workspace: dict | None = None,
-    ) -> torch.Tensor:
-        if self.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
-            raise RuntimeError(
-                "the fused path needs CUDA, or TRITON_INTERPRET=1 set before triton is imported"
-            )
-        from gpu_probe.kernels import fused_linear, paged_decode_attention
-        from gpu_probe.kernels.linear import GEMV_MAX_ROWS
-
-        cfg = self.cfg
-        batch = input_ids.shape[0]
-        splits = self.attention_splits(batch)  # over this rank's KV heads
-        pdl = self.pdl and batch <= GEMV_MAX_ROWS
-        qkv_out = workspace["qkv"][:batch] if workspace is not None else None
-        act_out = workspace["act"][:batch] if workspace is not None else None
-        owner = self.rank == 0  # adds the residual in its epilogue; the all-reduce sums it in once
-        h = F.embedding(input_ids, self.tok_embeddings)
-        for index, layer in enumerate(self.layers):
-            qkv = fused_linear(h, layer.w_qkv_folded, rms_eps=cfg.norm_eps, out=qkv_out, pdl=pdl)
-            k_cache, v_cache = self.kv_cache.layer(index)
-            attn = paged_decode_attention(
-                qkv,
-                positions,
-                block_tables,
-                slot_mapping,
-                context_lens,
-                k_cache,
-                v_cache,
-                self.rope_cos,
-                self.rope_sin,
-                cfg.n_heads,
-                cfg.n_kv_heads,
-                splits,
-                pdl=pdl,
-            )
-            h_next = fused_linear(attn, layer.wo, residual=h if owner else None, pdl=pdl)
-            self.all_reduce(h_next)
-            h = h_next
-            act = fused_linear(
-                h, layer.w_gate_up_folded, rms_eps=cfg.norm_eps, swiglu=True, out=act_out, pdl=pdl
-            )
-            h_next = fused_linear(act, layer.w_down, residual=h if owner else None, pdl=pdl)
-            self.all_reduce(h_next)
-            h = h_next
-        return fused_linear(h, self.lm_head_folded, rms_eps=cfg.norm_eps, out=logits_out, pdl=pdl)
 
 
 # ---- checks (CPU tests and the CUDA run use the same ones) ---------------------------------------
@@ -436,7 +341,6 @@ def _measure_modes(
 ) -> tuple[list, dict]:
     """Time and profile each (mode, batch) on this rank; the graph runner's checks on the way.
     The model's KV pool must hold max(batches + buckets) sequences (`_rows_needed`)."""
-    from core.modes import bucket_for
     from gpu_probe.decode_batch import make_batch
     from gpu_probe.graph_runner import GraphRunner
     from gpu_probe.measure import check_graph_vs_eager, profile_step, run_record, time_steps
@@ -444,15 +348,15 @@ def _measure_modes(
     batch = make_batch(model, _rows_needed(batches, buckets))  # the checks fill every bucket
     model.kv_cache.fill_random_()
     runs, checks = [], {}
-    for mode in modes:
-        model.fused = mode == "fused+graph"
-        runner = GraphRunner(model, buckets=buckets, use_graphs=mode != "eager", progress=progress)
-        if mode != "eager":
+    for mode in map(mode_named, modes):
+        model.fused = mode.fused
+        runner = GraphRunner(model, buckets=buckets, use_graphs=mode.graphs, progress=progress)
+        if mode.graphs:
             for name, check in check_graph_vs_eager(runner, model, batch).items():
-                checks[f"{name} ({mode})"] = check
+                checks[f"{name} ({mode.name})"] = check
         for n in batches:
             rows = batch.head(n)
-            if mode == "eager":
+            if not mode.graphs:
 
                 def step(rows=rows):
                     return model(**rows.as_dict())
@@ -461,12 +365,12 @@ def _measure_modes(
                 def step(rows=rows, runner=runner):
                     return runner.run(rows)
 
-            progress(f"{mode} batch {n}")
+            progress(f"{mode.name} batch {n}")
             timing = time_steps(step, steps=steps, warmup=warmup)
-            path = f"{trace_prefix}-{mode.replace('+', '_')}-b{n}.json" if trace_prefix else None
-            traced = profile_step(step, label=f"{mode} · batch {n}", trace_path=path)
-            bucket = bucket_for(n, runner.buckets) if mode != "eager" else None
-            runs.append(run_record(mode, n, timing, traced, model.cfg.n_layers, bucket=bucket))
+            path = f"{trace_prefix}-{mode.name.replace('+', '_')}-b{n}.json" if trace_prefix else None
+            traced = profile_step(step, label=f"{mode.name} · batch {n}", trace_path=path)
+            bucket = bucket_for(n, runner.buckets) if mode.graphs else None
+            runs.append(run_record(mode.name, n, timing, traced, model.cfg.n_layers, bucket=bucket))
         del runner
         torch.cuda.empty_cache()
     return runs, checks
@@ -475,7 +379,7 @@ def _measure_modes(
 def run_tp_probe(
     preset: str,
     batches,
-    modes=TP_MODES,
+    modes=None,
     buckets=(1, 2, 4, 8, 16, 32, 64),
     steps: int = 100,
     warmup: int = 10,
@@ -493,6 +397,7 @@ def run_tp_probe(
     batches. Rank 0 writes one JSON file (`tp_result_record`; read by `core.tp_result`, shown by
     the page's Live GPU probe tab). Returns the exit code: 0 all checks passed, 1 otherwise.
     """
+    modes = tuple(modes or tp_modes())
     rank, tp, local = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"])
     device = torch.device("cuda", local)
     torch.cuda.set_device(device)
@@ -578,9 +483,10 @@ def cli_main(args, argv: list[str]) -> int:
         check_tp(cfg, args.tp)
     except ValueError as err:
         return refuse(str(err))
-    modes = TP_MODES if args.modes == ["all"] else tuple(args.modes)
-    if not modes or any(m not in TP_MODES for m in modes):
-        return refuse(f"with --tp the modes are 'all' or some of: {' '.join(TP_MODES)}")
+    allowed = tp_modes()
+    modes = allowed if args.modes == ["all"] else tuple(args.modes)
+    if not modes or any(m not in allowed for m in modes):
+        return refuse(f"with --tp the modes are 'all' or some of: {' '.join(allowed)}")
     if any(b < 1 for b in args.batch) or args.steps < 1 or args.warmup < 0:
         return refuse("batches and steps must be positive, warmup at least 0")
     if not torch.cuda.is_available():

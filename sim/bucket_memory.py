@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.modes import bucket_array
+from core.step_plan import bucket_array
 
 # Assumed device memory per captured kernel node (the driver's copy of its launch parameters
 # and the executable graph's bookkeeping). Only its order is known from engine logs (a few MiB

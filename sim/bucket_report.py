@@ -16,10 +16,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from core.step_plan import FUSED_GRAPH, GRAPH, Mode, without_graphs
 from sim import bucket_memory as bm
 from sim import buckets as bk
 from sim.config import PRESETS, HardwareConfig, ModelConfig
-from sim.kernels import kernel_arrays, kv_groups
+from sim.kernels import step_kernels
 from sim.schedule import sweep
 from sim.workloads import Workload, uniform
 
@@ -134,30 +135,29 @@ class TimeModel:
         return np.maximum.accumulate(self.graph_step_us[sizes] - sizes * self.kv_row_us)
 
 
-def kv_row_us(model: ModelConfig, hw: HardwareConfig, fusion: bool = False) -> float:
+def kv_row_us(model: ModelConfig, hw: HardwareConfig, mode: Mode = GRAPH) -> float:
     """GPU time of one row's KV-cache reads and appends over the step: what a padded row skips."""
-    before, layer, after = kv_groups(model, bool(fusion))
-    kv_bytes = before.sum() + model.n_layers * layer.sum() + after.sum()
-    return float(kv_bytes / (hw.hbm_GBps * 1e3))  # GB/s = 1e3 B/µs
+    return float(step_kernels(model, mode).kv_bytes_per_row / (hw.hbm_GBps * 1e3))  # GB/s = 1e3 B/µs
 
 
-def time_model(model: ModelConfig, hw: HardwareConfig, max_size: int, fusion: bool = False) -> TimeModel:
-    """Step times at every size 1..max_size, from the simulator's vectorised sweep."""
+def time_model(model: ModelConfig, hw: HardwareConfig, max_size: int, mode: Mode = GRAPH) -> TimeModel:
+    """Step times of a graph `mode` at every size 1..max_size, from the simulator's vectorised sweep."""
     sizes = np.arange(1, int(max_size) + 1)
-    sw = sweep(model, hw, sizes, buckets=tuple(int(s) for s in sizes))  # every size is its own bucket
+    eager_mode = without_graphs(mode)
+    # Every size is its own bucket.
+    sw = sweep(model, hw, sizes, buckets=tuple(int(s) for s in sizes), among=(mode, eager_mode))
     pad = np.array([np.nan])  # index 0 is no batch size
-    graph, eager = sw[(fusion, True)], sw[(fusion, False)]
+    graph, eager = sw[mode], sw[eager_mode]
     return TimeModel(
         np.concatenate((pad, graph.step_us)),
         np.concatenate((pad, graph.gpu_busy_us)),
         np.concatenate((pad, eager.step_us)),
-        kv_row_us(model, hw, fusion),
+        kv_row_us(model, hw, mode),
     )
 
 
-def memory_model(model: ModelConfig, fusion: bool = False, **kwargs) -> bm.GraphMemoryModel:
-    nodes = len(kernel_arrays(model, bool(fusion))[3])
-    return bm.GraphMemoryModel.for_model(model, nodes, **kwargs)
+def memory_model(model: ModelConfig, mode: Mode = GRAPH, **kwargs) -> bm.GraphMemoryModel:
+    return bm.GraphMemoryModel.for_model(model, len(step_kernels(model, mode)), **kwargs)
 
 
 def analyse(
@@ -215,16 +215,16 @@ def compare(
     hw: HardwareConfig,
     layouts: dict,
     workload: Workload,
-    fusion: bool = False,
+    mode: Mode = GRAPH,
     memory=None,
     budget_bytes=None,
     max_buckets: int = 64,
     objective: str = "time",
 ) -> list[LayoutStats]:
-    """Stats for each named layout, then the optimiser's layout under the budget (if any fits)."""
+    """Stats for each named layout of graph `mode`, then the optimiser's layout under the budget (if any fits)."""
     top = max([workload.batch_sizes.max()] + [max(lay) for lay in layouts.values()])
-    times = time_model(model, hw, int(top), fusion)
-    memory = memory or memory_model(model, fusion)
+    times = time_model(model, hw, int(top), mode)
+    memory = memory or memory_model(model, mode)
     rows = [analyse(name, lay, workload, times, memory, budget_bytes) for name, lay in layouts.items()]
     best = optimise(workload, times, memory, budget_bytes, max_buckets, objective)
     if best is not None:
@@ -277,15 +277,15 @@ def binding_limits(
     model: ModelConfig,
     hw: HardwareConfig,
     workload: Workload,
-    fusion: bool = False,
+    mode: Mode = GRAPH,
     memory=None,
     budget_bytes: float | None = None,
     max_buckets: int = 64,
     objective: str = "time",
 ) -> Binding | None:
     """Which of `compare`'s two limits binds its optimum: re-optimise with each raised (None: nothing fits)."""
-    times = time_model(model, hw, int(workload.batch_sizes.max()), fusion)
-    memory = memory or memory_model(model, fusion)
+    times = time_model(model, hw, int(workload.batch_sizes.max()), mode)
+    memory = memory or memory_model(model, mode)
 
     def best(budget, count):
         return optimise(workload, times, memory, budget, count, objective)
@@ -362,16 +362,16 @@ def format_layout_comparison(
     budget_mib=None,
     names=COMPARE_DEFAULT,
     workload: Workload | None = None,
-    fusion: bool = False,
+    mode: Mode = GRAPH,
 ) -> str:
     """Padding waste against pinned graph memory for a few layouts, as printable text."""
     workload = workload or uniform(int(max_batch))
     layouts = {name: bk.layout(name, int(max_batch)) for name in names}
     budget = None if budget_mib is None else float(budget_mib) * MIB
-    stats = compare(model, hw, layouts, workload, fusion=fusion, budget_bytes=budget)
+    stats = compare(model, hw, layouts, workload, mode=mode, budget_bytes=budget)
     head = (
         f"Bucket layouts for {model.name} on {hw.name}, workload {workload.name} "
-        f"({'fused' if fusion else 'unfused'} kernels; graph memory modelled per graph)"
+        f"({mode.label}; graph memory modelled per graph)"
     )
     if budget is not None:
         head += f"\nMemory budget {budget_mib:g} MiB"
@@ -438,7 +438,7 @@ def main(argv=None) -> int:
             preset.hardware,
             layouts,
             workload,
-            fusion=args.fusion,
+            mode=FUSED_GRAPH if args.fusion else GRAPH,
             budget_bytes=budget,
             max_buckets=args.max_graphs,
             objective=args.objective,

@@ -16,7 +16,7 @@ import re
 
 import numpy as np
 
-from core.modes import CHAPTER_BUCKETS, bucket_array
+from core.step_plan import CHAPTER_BUCKETS, bucket_array
 
 # Guard rails for user-typed layouts: beyond these the page would only slow down.
 MAX_BUCKET_SIZE = 4096

@@ -6,10 +6,10 @@ import textwrap
 
 import numpy as np
 
-from core.modes import CHAPTER_BUCKETS, COMBOS, combo_label
+from core.step_plan import BASELINE, CHAPTER_BUCKETS, FUSED, StepPlan
 from sim.config import HardwareConfig, ModelConfig
 from sim.kernels import MODEL_LEVEL, fusion_table
-from sim.schedule import StepSettings, simulate_step, sweep
+from sim.schedule import simulate_step, sweep
 
 POWERS_OF_TWO = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
@@ -21,14 +21,10 @@ def _bytes(n: float) -> str:
     return f"{n:.0f} B"
 
 
-def _combo_name(combo) -> str:
-    return combo_label(*combo)
-
-
 def format_sweep_table(
     model: ModelConfig, hw: HardwareConfig, batches=POWERS_OF_TWO, buckets=CHAPTER_BUCKETS
 ) -> str:
-    """Step time and bound per toggle combination at `batches`, the launch-bound rows marked.
+    """Step time and bound per mode at `batches`, the launch-bound rows marked.
 
     Crossovers come from a dense sweep (every batch from 1 to the largest shown), so they
     fall on the exact batch, not on the nearest row of the table.
@@ -37,12 +33,13 @@ def format_sweep_table(
     dense = sweep(model, hw, np.arange(1, shown[-1] + 1), buckets)
     crossover = dense.crossover
     idx = shown - 1
-    n_unfused = dense[(False, False)].kernels
-    n_fused = dense[(True, False)].kernels
-    head = f"{'batch':>6} │" + "".join(f" {_combo_name(c):<20} │" for c in COMBOS)
-    sub = f"{'':>6} │" + "".join(f" {'step µs':>9} {'bound':<5} {'util':>4} │" for _ in COMBOS)
+    n_unfused = dense[BASELINE].kernels
+    n_fused = dense[FUSED].kernels
+    shown_modes = dense.modes
+    head = f"{'batch':>6} │" + "".join(f" {m.short:<20} │" for m in shown_modes)
+    sub = f"{'':>6} │" + "".join(f" {'step µs':>9} {'bound':<5} {'util':>4} │" for _ in shown_modes)
     lines = [
-        "(1) Batch-size sweep: one decode step per toggle combination",
+        "(1) Batch-size sweep: one decode step per mode",
         *_wrap(
             f"{model.name}, {model.n_layers} layers, on {hw.name}; {n_unfused} kernels/step unfused, "
             f"{n_fused} fused; graphs replay buckets {_short(buckets)} and run eagerly above them"
@@ -52,23 +49,21 @@ def format_sweep_table(
         sub,
         "─" * len(head),
     ]
-    base_x = crossover[(False, False)]
+    base_x = crossover[BASELINE.name]
     marked = False
     for row, b in zip(idx, shown):
         if base_x is not None and not marked and b >= base_x:
             lines.append(f"{'':>6} ├─ crossover with both toggles off: GPU-bound from batch {base_x} on")
             marked = True
         cells = []
-        for combo in COMBOS:
-            s = dense[combo]
+        for m in shown_modes:
+            s = dense[m]
             bound = "CPU" if s.cpu_launch_us[row] > s.gpu_busy_us[row] else "GPU"
-            if combo[1] and s.launches[row] > 1:
+            if m.graphs and s.launches[row] > 1:
                 bound += "*"  # graphs asked for, batch above the largest bucket: ran eagerly
             cells.append(f" {s.step_us[row]:>9.1f} {bound:<5} {s.utilisation[row] * 100:>3.0f}% │")
         tag = (
-            " ◀ launch-bound"
-            if dense[(False, False)].cpu_launch_us[row] > dense[(False, False)].gpu_busy_us[row]
-            else ""
+            " ◀ launch-bound" if dense[BASELINE].cpu_launch_us[row] > dense[BASELINE].gpu_busy_us[row] else ""
         )
         lines.append(f"{b:>6} │" + "".join(cells) + tag)
     lines.append("")
@@ -84,7 +79,7 @@ def format_sweep_table(
     )
     lines += _wrap(
         "Crossover (smallest batch from which the step stays GPU-bound, dense sweep 1.."
-        f"{shown[-1]}): " + ", ".join(f"{_combo_name(c)} {_fmt_x(crossover[c])}" for c in COMBOS) + "."
+        f"{shown[-1]}): " + ", ".join(f"{m.short} {_fmt_x(crossover[m.name])}" for m in shown_modes) + "."
     )
     lines += _wrap(_batch1_line(model, hw))
     return "\n".join(lines)
@@ -104,7 +99,7 @@ def _short(buckets) -> str:
 
 
 def _batch1_line(model: ModelConfig, hw: HardwareConfig) -> str:
-    base = simulate_step(model, hw, StepSettings(batch=1)).metrics
+    base = simulate_step(model, hw, StepPlan(BASELINE, 1)).metrics
     return (
         f"Batch 1, both toggles off: {base.launches} launches × {hw.eager_launch_us:g} µs = "
         f"{base.cpu_launch_us / 1e3:.2f} ms of CPU launch time vs {base.gpu_busy_us / 1e3:.2f} ms of GPU "

@@ -1,7 +1,9 @@
 """One decode step as a schedule, vectorised over kernels and batch sizes, on the one timing model.
 
-Each kernel's GPU time is `sim.kernels.roofline_us` (the one kernel cost, `sim.timing.kernel_us`).
-Eager: the host issues launch i over [i·L, (i+1)·L] (`sim.timing.eager_timeline`); kernel i
+A `core.step_plan.StepPlan` says how the step runs (mode, batch, GPUs, bucket); its kernels are
+`sim.kernels.step_kernels` (the mode's kernel set, sharded with its all-reduces on several GPUs),
+each costed by `sim.timing.kernel_us`. Eager: the host issues launch i over [i·L, (i+1)·L]
+(`sim.timing.eager_timeline`, L the hardware's launch cost times the mode's scale); kernel i
 starts once it is submitted and kernel i-1 has finished, plus the node gap when it was already
 queued. Graphs: one replay (`sim.timing.GraphReplayCost`: the hardware's graph launch, then the
 nodes back to back with the node gap, `graph_replay_timeline`). The GPU-side gap applies to
@@ -19,43 +21,20 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from core.modes import CHAPTER_BUCKETS, COMBOS, bucket_for, check_buckets, combo_label
+from core.step_plan import CHAPTER_BUCKETS, Mode, StepPlan, bucket_rows, check_buckets, check_tp, mode, modes
 from core.timeline import CPU_BOUND, GPU_BOUND, StepMetrics, Timeline
 from sim.config import MAX_SIM_BATCH, HardwareConfig, ModelConfig
-from sim.kernels import kernel_arrays, kernel_groups, kv_groups, roofline_us
-from sim.timing import eager_timeline, graph_replay_timeline, stream_end_us
-
-
-@dataclass(frozen=True, slots=True)
-class StepSettings:
-    batch: int = 1
-    fusion: bool = False
-    graphs: bool = False
-    buckets: tuple[int, ...] = CHAPTER_BUCKETS  # captured graph sizes; larger batches run eagerly
-
-    def __post_init__(self) -> None:
-        if isinstance(self.batch, bool) or not isinstance(self.batch, (int, np.integer)):
-            raise ValueError(f"StepSettings.batch: must be an integer, got {self.batch!r}")
-        if not 1 <= self.batch <= MAX_SIM_BATCH:
-            raise ValueError(f"StepSettings.batch: must be from 1 to {MAX_SIM_BATCH}, got {self.batch}")
-        for name in ("fusion", "graphs"):
-            if not isinstance(getattr(self, name), (bool, np.bool_)):
-                raise ValueError(f"StepSettings.{name}: must be True or False, got {getattr(self, name)!r}")
-        object.__setattr__(self, "batch", int(self.batch))
-        object.__setattr__(self, "fusion", bool(self.fusion))
-        object.__setattr__(self, "graphs", bool(self.graphs))
-        object.__setattr__(self, "buckets", check_buckets(self.buckets, "StepSettings.buckets"))
+from sim.kernels import step_kernels
+from sim.tensor_parallel import AllReduceCost, published_allreduce
+from sim.timing import eager_host_us, eager_timeline, graph_replay_timeline, stream_end_us
 
 
 @dataclass(frozen=True, eq=False)
 class SimulatedStep:
     timeline: Timeline
     metrics: StepMetrics
-    settings: StepSettings
-    bucket: int | None  # the captured size replayed; None when eager
-    padded_rows: int  # dummy rows added to reach the bucket
-    eager_fallback: bool  # graphs asked for, but the batch is above the largest bucket
-    baseline: StepMetrics  # fusion off, graphs off, same batch, model and hardware
+    plan: StepPlan
+    baseline: StepMetrics  # the same plan unoptimised: fusion off, graphs off
     model: ModelConfig = field(repr=False, default=None)
     hardware: HardwareConfig = field(repr=False, default=None)
 
@@ -64,53 +43,41 @@ class SimulatedStep:
         return self.baseline.step_us / self.metrics.step_us
 
 
-def _timeline(model, hw, batch, fusion, graphs, buckets) -> tuple[Timeline, int | None]:
-    weight, per_row, flops, names = kernel_arrays(model, fusion)
-    bucket = bucket_for(batch, buckets) if graphs else None
-    rows = batch if bucket is None else bucket
-    kv = np.concatenate(
-        [g if i != 1 else np.tile(g, model.n_layers) for i, g in enumerate(kv_groups(model, fusion))]
-    )
-    dur = roofline_us(weight, per_row, flops, hw, [rows], padded=[rows - batch], kv_per_row=kv)[0]
-    label = f"{model.name} · batch {batch} · {combo_label(fusion, bucket is not None)}"
-    if bucket is None:
-        if graphs:
-            label += " (above the largest bucket: eager)"
-        return eager_timeline(dur, names, hw.eager_launch_us, hw.graph_node_gap_us, label=label), None
-    if bucket > batch:
-        label += f" (padded to bucket {bucket})"
-    host = f"cudaGraphLaunch (bucket {bucket}, {len(names)} nodes)"
-    return graph_replay_timeline(dur, names, hw.replay_cost, label=label, host_name=host), bucket
+def _timeline(model: ModelConfig, hw: HardwareConfig, plan: StepPlan, allreduce: AllReduceCost) -> Timeline:
+    kernels = step_kernels(model, plan.mode, plan.tp)
+    dur = kernels.us(hw, allreduce, plan.rows, plan.padded_rows)
+    label = plan.label(model.name)
+    if not plan.replays:
+        launch = hw.eager_launch_us * plan.runs_as.launch_scale
+        return eager_timeline(dur, kernels.names, launch, hw.graph_node_gap_us, label=label)
+    host = f"cudaGraphLaunch (bucket {plan.bucket}, {len(kernels)} nodes)"
+    return graph_replay_timeline(dur, kernels.names, hw.replay_cost, label=label, host_name=host)
 
 
 def simulate_step(
-    model: ModelConfig, hw: HardwareConfig, settings: StepSettings | None = None
+    model: ModelConfig,
+    hw: HardwareConfig,
+    plan: StepPlan | None = None,
+    allreduce: AllReduceCost | None = None,
 ) -> SimulatedStep:
-    """One decode step as a timeline, its metrics, and the unoptimised step it is compared with."""
-    s = settings or StepSettings()
-    timeline, bucket = _timeline(model, hw, s.batch, s.fusion, s.graphs, s.buckets)
+    """One decode step as a timeline, its metrics, and the unoptimised step it is compared with.
+
+    On several GPUs (`plan.tp`) it is one GPU's lanes, the all-reduces costed by `allreduce`
+    (the published figures by default: `sim.tensor_parallel.published_allreduce`)."""
+    plan = plan or StepPlan()
+    allreduce = allreduce or published_allreduce(plan.tp)
+    timeline = _timeline(model, hw, plan, allreduce)
     metrics = timeline.metrics()
-    if s.fusion or s.graphs:
-        base_tl, _ = _timeline(model, hw, s.batch, False, False, s.buckets)
-        baseline = base_tl.metrics()
-    else:
-        baseline = metrics
+    base = plan.baseline
+    baseline = metrics if base == plan else _timeline(model, hw, base, allreduce).metrics()
     return SimulatedStep(
-        timeline=timeline,
-        metrics=metrics,
-        settings=s,
-        bucket=bucket,
-        padded_rows=(bucket - s.batch) if bucket is not None else 0,
-        eager_fallback=bool(s.graphs and bucket is None),
-        baseline=baseline,
-        model=model,
-        hardware=hw,
+        timeline=timeline, metrics=metrics, plan=plan, baseline=baseline, model=model, hardware=hw
     )
 
 
 @dataclass(frozen=True, slots=True)
 class SweepSeries:
-    """One toggle combination across the swept batches (arrays aligned with Sweep.batches)."""
+    """One mode across the swept batches (arrays aligned with Sweep.batches)."""
 
     step_us: np.ndarray
     cpu_launch_us: np.ndarray
@@ -132,73 +99,53 @@ class SweepSeries:
 @dataclass(frozen=True, eq=False)
 class Sweep:
     batches: np.ndarray
-    series: dict  # (fusion, graphs) -> SweepSeries
+    series: dict  # mode name -> SweepSeries, in the modes table's order
     buckets: tuple[int, ...]
 
-    def __getitem__(self, combo) -> SweepSeries:
-        return self.series[tuple(combo)]
-
-    def _per_combo(self, name: str) -> dict:
-        return {combo: getattr(s, name) for combo, s in self.series.items()}
+    def __getitem__(self, m) -> SweepSeries:
+        return self.series[mode(m).name]
 
     @property
-    def step_us(self) -> dict:
-        return self._per_combo("step_us")
-
-    @property
-    def cpu_launch_us(self) -> dict:
-        return self._per_combo("cpu_launch_us")
-
-    @property
-    def gpu_busy_us(self) -> dict:
-        return self._per_combo("gpu_busy_us")
-
-    @property
-    def utilisation(self) -> dict:
-        return self._per_combo("utilisation")
+    def modes(self) -> tuple[Mode, ...]:
+        return tuple(mode(name) for name in self.series)
 
     @property
     def crossover(self) -> dict:
-        """(fusion, graphs) -> smallest batch from which every swept batch is GPU-bound (None if never)."""
+        """mode name -> smallest batch from which every swept batch is GPU-bound (None if never)."""
         out = {}
-        for combo, s in self.series.items():
+        for name, s in self.series.items():
             bound = s.gpu_bound
             if not bound[-1]:
-                out[combo] = None
+                out[name] = None
                 continue
             last_cpu = np.flatnonzero(~bound)
             first = last_cpu[-1] + 1 if len(last_cpu) else 0
-            out[combo] = int(self.batches[first])
+            out[name] = int(self.batches[first])
         return out
 
 
-def _sweep_series(model, hw, batches: np.ndarray, fusion: bool, graphs: bool, buckets) -> SweepSeries:
+def _sweep_series(model, hw, batches: np.ndarray, m: Mode, buckets, tp: int, allreduce) -> SweepSeries:
     """The steps' metrics per batch row: each kernel's time as in `simulate_step`, the end by
     `sim.timing.stream_end_us` over (the kernels before the layers, one layer × n_layers, after)."""
-    before, layer, after = kernel_groups(model, fusion)
-    n_layers = model.n_layers
-    n = len(before[0]) + n_layers * len(layer[0]) + len(after[0])
-    if graphs and buckets:
-        bucket_rows = np.asarray(buckets)[np.minimum(np.searchsorted(buckets, batches), len(buckets) - 1)]
-        use_graph = batches <= buckets[-1]
+    kernels = step_kernels(model, m, tp)
+    n = len(kernels)
+    if m.graphs:
+        rows, use_graph = bucket_rows(batches, buckets)
     else:
-        bucket_rows, use_graph = batches, np.zeros(len(batches), bool)
-    rows = np.where(use_graph, bucket_rows, batches)
+        rows, use_graph = batches, np.zeros(len(batches), bool)
     padded = rows - batches  # dummy rows: matmul rows, but no KV-cache reads
-    durs = [
-        roofline_us(*group, hw, rows, padded, kv)
-        for group, kv in zip((before, layer, after), kv_groups(model, fusion))
-    ]
-    busy = durs[0].sum(axis=1) + n_layers * durs[1].sum(axis=1) + durs[2].sum(axis=1)
+    durs = [g.us(hw, allreduce, rows, padded) for g in kernels.groups]
+    busy = kernels.busy_us(durs)
     gap, replay = hw.graph_node_gap_us, hw.replay_cost
 
     def end(first_ready, host_per_kernel):
-        segments = zip([host_per_kernel] * 3, durs, [gap] * 3, (1, n_layers, 1))
+        segments = zip([host_per_kernel] * 3, durs, [gap] * 3, kernels.repeats)
         return stream_end_us(first_ready, list(segments))
 
-    eager_host = n * hw.eager_launch_us
+    launch = hw.eager_launch_us * m.launch_scale  # above the largest bucket, eager: same kernels, same scale
+    eager_host = eager_host_us(launch, n)
     graph_host = replay.host_us(n)
-    eager_step = np.maximum(end(0.0, hw.eager_launch_us), eager_host)
+    eager_step = np.maximum(end(0.0, launch), eager_host)
     if use_graph.any():
         graph_step = np.maximum(end(graph_host, 0.0), graph_host)  # the nodes start once the call returns
         step = np.where(use_graph, graph_step, eager_step)
@@ -216,14 +163,25 @@ def _sweep_series(model, hw, batches: np.ndarray, fusion: bool, graphs: bool, bu
     )
 
 
-def sweep(model: ModelConfig, hw: HardwareConfig, batches, buckets=CHAPTER_BUCKETS) -> Sweep:
-    """Step metrics for all four toggle combinations at every batch in `batches`."""
+def sweep(
+    model: ModelConfig,
+    hw: HardwareConfig,
+    batches,
+    buckets=CHAPTER_BUCKETS,
+    among: tuple[Mode, ...] | None = None,
+    tp: int = 1,
+    allreduce: AllReduceCost | None = None,
+) -> Sweep:
+    """Step metrics for every simulated mode (or `among`) at every batch in `batches`."""
     b = np.asarray(batches)
     if b.ndim != 1 or len(b) == 0 or not np.issubdtype(b.dtype, np.integer):
         raise ValueError("batches: must be a non-empty list of integers")
     if b.min() < 1 or b.max() > MAX_SIM_BATCH:
         raise ValueError(f"batches: each must be from 1 to {MAX_SIM_BATCH}")
     buckets = check_buckets(buckets)
+    tp = check_tp(tp)
+    allreduce = allreduce or published_allreduce(tp)
     b = b.astype(np.int64)
-    series = {(f, g): _sweep_series(model, hw, b, f, g, buckets) for f, g in COMBOS}
+    among = modes(modelled=True) if among is None else tuple(mode(m) for m in among)
+    series = {m.name: _sweep_series(model, hw, b, m, buckets, tp, allreduce) for m in among}
     return Sweep(batches=b, series=series, buckets=buckets)

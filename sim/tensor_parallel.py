@@ -1,20 +1,15 @@
-"""Tensor parallelism in the simulator: one GPU's share of a step, plus its all-reduces.
+"""Tensor parallelism in the simulator: what an all-reduce costs, and what one GPU holds.
 
-Megatron-style sharding over `tp` GPUs (as the probe's `gpu_probe/tensor_parallel.py` does it):
-every projection, the attention and its KV cache are split over the GPUs, so a layer kernel's
-weight bytes, KV-cache bytes and FLOPs divide by tp; its activations per row are kept whole (a
-few KB, an upper bound), the two RMSNorms and the model-level kernels (embedding, final norm,
-LM head, sampling) are replicated. After o_proj and after down_proj (the row-parallel
-projections) each GPU holds a partial sum, so each layer adds two all-reduces of
-batch × hidden × bytes_per_el, costed like any kernel by `sim.timing.kernel_us` with the
-all-reduce's own latency α and bandwidth β: α + bytes / β. Every GPU runs the same kernels,
-so one GPU's lanes stand for all of them (a straggler's wait is not modelled). With more GPUs
-than KV heads, each GPU keeps one KV head whole (vLLM replicates them), so the KV cache divides
-by min(tp, n_kv_heads).
+A `tp`-way step is the one step builder's (`sim.kernels.step_kernels(model, mode, tp)`, drawn by
+`sim.schedule.simulate_step` for a `StepPlan` with `tp` GPUs): the kernels sharded Megatron-style
+(as the probe's sharded model does it), an all-reduce of batch × hidden × bytes_per_el after each
+row-parallel kernel, costed like any kernel by `sim.timing.kernel_us` with the all-reduce's own
+latency α and bandwidth β: α + bytes / β (`AllReduceCost`). Every GPU runs the same kernels, so one
+GPU's lanes stand for all of them (a straggler's wait is not modelled).
 
 α and β default to PUBLISHED figures: no two-GPU run of the probe exists yet. Given a TP probe
 result, `fitted_allreduce` fits them to its all-reduce sweep (`fit_allreduce`), and
-`simulate_tp_step(..., allreduce=fitted)` uses the fit instead. The published ones
+`simulate_step(..., allreduce=fitted)` uses the fit instead. The published ones
 come from SGLang's custom all-reduce on H100 (sgl-project/sglang #2904, "unit test performance
 in H100 (without cuda graph)"): 3.7 / 4.8 / 5.9 µs at 512 B and 19.9 / 31.1 / 33.8 µs at 1 MiB
 for 2 / 4 / 8 GPUs; α is the 512 B time and β the slope between the two rows. For comparison,
@@ -30,23 +25,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.modes import bucket_for, combo_label
-from sim.config import HardwareConfig, ModelConfig
-from sim.kernels import MODEL_LEVEL, kernel_groups, kv_groups, layer_kernel_names, roofline_us
-from sim.schedule import SimulatedStep, StepSettings
-from sim.timing import (
-    KernelFamilyCost,
-    eager_timeline,
-    family_kernel_us,
-    graph_replay_timeline,
-)
-
-TP_CHOICES = (1, 2, 4, 8)
-# Layer kernels every GPU runs whole (the norms); all the others are sharded.
-REPLICATED_OPS = frozenset({"attn_norm", "ffn_norm"})
-# The row-parallel kernels: each is followed by an all-reduce of its output.
-ROW_PARALLEL_OPS = frozenset({"o_proj", "rope_attn_o", "down_proj"})
-ALLREDUCE = "all_reduce"
+from core.step_plan import check_tp
+from sim.kernels import ALLREDUCE, kv_share, step_kernels
+from sim.timing import KernelFamilyCost, family_kernel_us
 
 # sgl-project/sglang #2904, custom all-reduce on H100, latency in µs: GPUs -> (at 512 B, at 1 MiB).
 SGLANG_H100_CUSTOM_ALLREDUCE_US = {2: (3.7, 19.9), 4: (4.8, 31.1), 8: (5.9, 33.8)}
@@ -65,12 +46,6 @@ class AllReduceCost:
 
     def us(self, nbytes) -> np.ndarray:
         return family_kernel_us(nbytes, 0.0, KernelFamilyCost(self.latency_us, self.GBps))
-
-
-def check_tp(tp) -> int:
-    if isinstance(tp, bool) or not isinstance(tp, (int, np.integer)) or int(tp) not in TP_CHOICES:
-        raise ValueError(f"tp: must be one of {TP_CHOICES}, got {tp!r}")
-    return int(tp)
 
 
 def published_allreduce(tp: int) -> AllReduceCost:
@@ -135,110 +110,6 @@ def fitted_allreduce(result, captured: bool = True) -> AllReduceCost:
     )
 
 
-def kv_share(model: ModelConfig, tp: int) -> float:
-    """The fraction of the KV cache one GPU holds."""
-    return 1.0 / min(check_tp(tp), model.n_kv_heads)
-
-
-def _row_parallel(kernel: str) -> bool:
-    """A row-parallel kernel (or one merging one, fewer fused kernels a layer): an all-reduce follows."""
-    return any(part in ROW_PARALLEL_OPS for part in kernel.split("+"))
-
-
-def sharded_layer_groups(model: ModelConfig, fusion: bool, tp: int) -> tuple:
-    """One GPU's (before, layer, after) kernel arrays: (weight bytes, bytes per row, FLOPs per row, KV per row)."""
-    tp = check_tp(tp)
-    if model.n_heads % tp:
-        raise ValueError(f"tp: {tp} GPUs must divide the {model.n_heads} attention heads")
-    groups, kvs = kernel_groups(model, fusion), kv_groups(model, fusion)
-    out = []
-    for (weight, per_row, flops), kv, ops in zip(
-        groups, kvs, (MODEL_LEVEL[:1], layer_kernel_names(model, fusion), MODEL_LEVEL[1:])
-    ):
-        share = np.array([1.0 if (op in REPLICATED_OPS or op in MODEL_LEVEL) else 1.0 / tp for op in ops])
-        kv_gpu = kv * kv_share(model, tp)  # only the attention kernels read KV; they are sharded
-        out.append((weight * share, per_row - kv + kv_gpu, flops * share, kv_gpu))
-    return tuple(out)
-
-
-def tp_step_kernels(
-    model: ModelConfig,
-    hw: HardwareConfig,
-    fusion: bool,
-    tp: int,
-    rows: int,
-    padded: int,
-    allreduce: AllReduceCost,
-) -> tuple[np.ndarray, tuple[str, ...]]:
-    """GPU time and name of every kernel one GPU runs in a step, the all-reduces in place."""
-    before, layer, after = sharded_layer_groups(model, fusion, tp)
-    d_before, d_layer, d_after = (
-        roofline_us(w, r, f, hw, [rows], padded=[padded], kv_per_row=kv)[0]
-        for w, r, f, kv in (before, layer, after)
-    )
-    ops = layer_kernel_names(model, fusion)
-    comm_us = float(allreduce.us(rows * model.hidden * model.bytes_per_el)) if tp > 1 else None
-    names, durs = list(MODEL_LEVEL[:1]), [d_before]
-    for i in range(model.n_layers):
-        for op, d in zip(ops, d_layer):
-            names.append(f"L{i} {op}")
-            durs.append([d])
-            if comm_us is not None and _row_parallel(op):
-                names.append(f"L{i} {ALLREDUCE} ({op})")
-                durs.append([comm_us])
-    names += MODEL_LEVEL[1:]
-    durs.append(d_after)
-    return np.concatenate([np.atleast_1d(np.asarray(d, np.float64)) for d in durs]), tuple(names)
-
-
-def _tp_timeline(model, hw, s: StepSettings, tp: int, allreduce: AllReduceCost):
-    bucket = bucket_for(s.batch, s.buckets) if s.graphs else None
-    rows = bucket if bucket is not None else s.batch
-    dur, names = tp_step_kernels(model, hw, s.fusion, tp, rows, rows - s.batch, allreduce)
-    mode = combo_label(s.fusion, bucket is not None)
-    label = f"{model.name} · {tp} GPUs (tensor parallel), one GPU's lanes · batch {s.batch} · {mode}"
-    if bucket is not None and bucket > s.batch:
-        label += f" (padded to bucket {bucket})"
-    if s.graphs and bucket is None:
-        label += " (above the largest bucket: eager)"
-    if bucket is not None:
-        cost = hw.replay_cost
-        return graph_replay_timeline(dur, names, cost, label=label), bucket
-    return eager_timeline(dur, names, hw.eager_launch_us, hw.graph_node_gap_us, label=label), None
-
-
-def simulate_tp_step(
-    model: ModelConfig,
-    hw: HardwareConfig,
-    settings: StepSettings | None = None,
-    tp: int = 2,
-    allreduce: AllReduceCost | None = None,
-) -> SimulatedStep:
-    """One GPU of a `tp`-way tensor-parallel step, like `sim.schedule.simulate_step` (same result type;
-    the baseline is the same TP with fusion and graphs off). tp=1 gives simulate_step's step."""
-    s = settings or StepSettings()
-    tp = check_tp(tp)
-    allreduce = allreduce or published_allreduce(tp)
-    timeline, bucket = _tp_timeline(model, hw, s, tp, allreduce)
-    metrics = timeline.metrics()
-    if s.fusion or s.graphs:
-        plain = StepSettings(batch=s.batch, fusion=False, graphs=False, buckets=s.buckets)
-        baseline = _tp_timeline(model, hw, plain, tp, allreduce)[0].metrics()
-    else:
-        baseline = metrics
-    return SimulatedStep(
-        timeline=timeline,
-        metrics=metrics,
-        settings=s,
-        bucket=bucket,
-        padded_rows=(bucket - s.batch) if bucket is not None else 0,
-        eager_fallback=bool(s.graphs and bucket is None),
-        baseline=baseline,
-        model=model,
-        hardware=hw,
-    )
-
-
 @dataclass(frozen=True, slots=True)
 class TPSummary:
     """What one GPU holds and spends on communication in a TP step."""
@@ -255,19 +126,19 @@ class TPSummary:
         return self.allreduce_us / self.allreduces if self.allreduces else 0.0
 
 
-def tp_summary(step: SimulatedStep, tp: int) -> TPSummary:
-    """Per-GPU weights and KV, and the all-reduce share of a simulated TP step."""
-    model, rows = step.model, step.bucket or step.settings.batch
-    before, layer, after = sharded_layer_groups(model, step.settings.fusion, tp)
-    weight = before[0].sum() + model.n_layers * layer[0].sum() + after[0].sum()
-    kv = model.n_layers * 2 * model.kv_dim * model.context_len * model.bytes_per_el * step.settings.batch
-    kv *= kv_share(model, tp)
+def tp_summary(step) -> TPSummary:
+    """Per-GPU weights and KV, and the all-reduce share of a simulated step (`sim.schedule.SimulatedStep`)."""
+    model, plan = step.model, step.plan
+    kernels = step_kernels(model, plan.mode, plan.tp)
+    kv = (
+        model.kv_cache_elements(plan.batch, model.context_len) * model.bytes_per_el * kv_share(model, plan.tp)
+    )
     comm = np.array([ALLREDUCE in name for name in step.timeline.gpu_names])
     return TPSummary(
-        tp=tp,
-        weight_bytes_per_gpu=float(weight),
+        tp=plan.tp,
+        weight_bytes_per_gpu=kernels.weight_bytes,
         kv_bytes_per_gpu=float(kv),
         allreduces=int(comm.sum()),
         allreduce_us=float(step.timeline.gpu_dur[comm].sum()),
-        allreduce_bytes=float(rows * model.hidden * model.bytes_per_el),
+        allreduce_bytes=float(plan.rows * model.hidden * model.bytes_per_el),
     )

@@ -100,6 +100,11 @@ def stream_end_us(first_ready_us, segments) -> np.ndarray:
     return np.asarray(first_ready_us, np.float64) + total + best
 
 
+def eager_host_us(launch_us, n) -> np.ndarray | float:
+    """Host time of n eager launches at `launch_us` each: the CPU lane of an eager step."""
+    return n * launch_us
+
+
 def eager_ready_us(launch_us, n: int) -> np.ndarray:
     """When each of n eager launches has been submitted: the host issues them back to back.
 
@@ -144,9 +149,13 @@ class GraphReplayCost:
     node_gap_us: float = 0.0  # GPU: between dependent replayed kernels (PDL hides part; may be < 0)
     input_copy_us: float = 0.0  # host: copying a step's inputs into the static buffers
 
+    def call_us(self, n_nodes) -> np.ndarray | float:
+        """Host time of the cudaGraphLaunch call alone for a graph of n nodes."""
+        return self.launch_us + self.per_node_host_us * np.asarray(n_nodes, np.float64)
+
     def host_us(self, n_nodes) -> np.ndarray | float:
         """Host time of one replay of a graph of n nodes, input copies included."""
-        return self.input_copy_us + self.launch_us + self.per_node_host_us * np.asarray(n_nodes, np.float64)
+        return self.input_copy_us + self.call_us(n_nodes)
 
     def ready_us(self, n_nodes: int) -> np.ndarray:
         """When each node can start on the GPU: once the replay call has returned, input copies included.

@@ -23,6 +23,7 @@ import sys
 
 import numpy as np
 
+from core.step_plan import FUSED
 from core.trace import TraceError, TraceReport, analyse, short_kernel_name
 from sim.trace_whatif import default_replay_cost, whatifs
 
@@ -40,8 +41,8 @@ def median_whatifs(report: TraceReport, cost) -> dict:
         median.update(bound_by=middle["bound_by"], bytes_saved=middle["bytes_saved"], kind=middle["kind"])
         median["vs_trace"] = report.median("step_us") / median["step_us"]
         out[name] = median
-    folded = per_step[len(per_step) // 2]["fusion"].folded
-    out["fusion"]["folded"] = [
+    folded = per_step[len(per_step) // 2][FUSED.title].folded
+    out[FUSED.title]["folded"] = [
         {
             "name": f.name,
             "count": f.count,
@@ -122,7 +123,7 @@ def format_report(reports: list[TraceReport], cost, top: int = 12) -> str:
                 f"  {name:<16} {_us(w['step_us']):>9} µs  {w['vs_trace']:.2f}× vs the trace, {w['kernels']:,.0f} kernels, "
                 f"{w['launches']:,.0f} launches, bound by {w['bound_by']}"
             )
-            if name == "fusion" and w["folded"]:
+            if name == FUSED.title and w["folded"]:
                 saved = w["bytes_saved"]
                 folded = ", ".join(f"{f['name']} ×{f['count']}" for f in w["folded"][:6])
                 lines.append(

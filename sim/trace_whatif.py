@@ -23,10 +23,11 @@ model (`sim.timing`): the same recurrence, the same replay cost as the simulator
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from core.step_plan import FUSED, FUSED_GRAPH, GRAPH
 from core.timeline import StepMetrics, Timeline
 from core.trace import TraceStep, short_kernel_name
 from sim.timing import GraphReplayCost, schedule_starts
@@ -216,7 +217,7 @@ def fusion_whatif(step: TraceStep, plan=None) -> WhatIf:
         f"{int((~keep).sum())} kernels folded into their neighbours; each run of elementwise and norm kernels "
         "becomes one kernel as long as its longest member.",
     )
-    return WhatIf("fusion", timeline, launches, notes=notes, folded=tuple(folded), bytes_saved=saved)
+    return WhatIf(FUSED.title, timeline, launches, notes=notes, folded=tuple(folded), bytes_saved=saved)
 
 
 # -- graphs ------------------------------------------------------------------------------------------------------
@@ -237,7 +238,7 @@ def graphs_whatif(
     cost: GraphReplayCost,
     keep: np.ndarray | None = None,
     dur: np.ndarray | None = None,
-    name: str = "graphs",
+    name: str = GRAPH.title,
 ) -> WhatIf:
     """The step captured once and replayed: input copies, one graph launch, the kernels back to back."""
     tl = step.timeline
@@ -251,18 +252,13 @@ def graphs_whatif(
     input_calls = np.unique(owner[inputs])
     output_calls = np.unique(owner[outputs])
     copy_host = float(tl.cpu_dur[input_calls].sum())
-    replay = GraphReplayCost(
-        launch_us=cost.launch_us,
-        per_node_host_us=cost.per_node_host_us,
-        node_gap_us=cost.node_gap_us,
-        input_copy_us=copy_host,
-    )
+    replay = replace(cost, input_copy_us=copy_host)  # this step's own copies, as the trace measured them
     cpu_start = list(np.cumsum(np.concatenate(([0.0], tl.cpu_dur[input_calls])))[:-1])
     cpu_dur = list(tl.cpu_dur[input_calls])
     cpu_names = [tl.cpu_names[i] for i in input_calls]
     graph_at = len(cpu_start)
     cpu_start.append(copy_host)
-    cpu_dur.append(float(cost.launch_us + cost.per_node_host_us * n_nodes))
+    cpu_dur.append(float(replay.call_us(n_nodes)))
     cpu_names.append(f"cudaGraphLaunch ({n_nodes} nodes, {ESTIMATE})")
     after = float(replay.host_us(n_nodes))
     for i in output_calls:
@@ -319,14 +315,15 @@ def graphs_whatif(
 
 
 def whatifs(step: TraceStep, cost: GraphReplayCost) -> dict[str, WhatIf]:
-    """'fusion', and for a step that replays no graph yet, 'graphs' and 'fusion + graphs'."""
+    """The step in the optimised modes, named by their titles: 'fusion', and for a step that replays no
+    graph yet, 'graphs' and 'fusion + graphs'."""
     plan = _fusion_plan(step)
-    out = {"fusion": fusion_whatif(step, plan)}
+    out = {FUSED.title: fusion_whatif(step, plan)}
     if step.graph_launches == 0:
-        out["graphs"] = graphs_whatif(step, cost)
+        out[GRAPH.title] = graphs_whatif(step, cost)
         keep, dur, folded, saved = plan
-        both = graphs_whatif(step, cost, keep=keep, dur=dur, name="fusion + graphs")
-        out["fusion + graphs"] = WhatIf(
+        both = graphs_whatif(step, cost, keep=keep, dur=dur, name=FUSED_GRAPH.title)
+        out[FUSED_GRAPH.title] = WhatIf(
             both.name, both.timeline, both.launches, notes=both.notes, folded=tuple(folded), bytes_saved=saved
         )
     return out

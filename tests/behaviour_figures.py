@@ -11,6 +11,7 @@ change touches them and nothing else.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from functools import cache
@@ -22,7 +23,6 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from core.modes import COMBOS  # noqa: E402
 from core.probe_result import load_result  # noqa: E402
 from core.trace import analyse  # noqa: E402
 from sim.calibration import calibrate, calibrated_preset  # noqa: E402
@@ -31,6 +31,7 @@ from sim.kernels import fusion_table  # noqa: E402
 from sim.trace_report import median_whatifs  # noqa: E402
 from sim.trace_whatif import default_replay_cost  # noqa: E402
 
+COMBOS = ((False, False), (True, False), (False, True), (True, True))  # (fusion, graphs), as the page toggles
 SNAPSHOT = ROOT / "tests" / "data" / "behaviour_figures.json"
 RECORDED = ROOT / "gpu_probe" / "recorded"
 RUNS = ("h200.json", "h200-holdout.json", "h200-1b.json", "h200-small-b1.json")
@@ -54,26 +55,24 @@ TRACES = (
 
 # -- the adapters: the only calls that know the engines' signatures ------------------------------
 def _step(model, hw, batch: int, fusion: bool, graphs: bool, tp: int = 1):
-    from sim.schedule import StepSettings, simulate_step
-    from sim.tensor_parallel import simulate_tp_step
+    from core.step_plan import StepPlan, toggled
+    from sim.schedule import simulate_step
 
-    settings = StepSettings(batch=batch, fusion=fusion, graphs=graphs)
-    if tp == 1:
-        return simulate_step(model, hw, settings)
-    return simulate_tp_step(model, hw, settings, tp=tp)
+    return simulate_step(model, hw, StepPlan(toggled(fusion, graphs), batch, tp))
 
 
 def _sweep(model, hw):
-    """{combo title: (step_us, cpu_launch_us, gpu_busy_us)} and {combo title: crossover}."""
-    from core.modes import combo_title
+    """{mode title: (step_us, cpu_launch_us, gpu_busy_us)} and {mode title: crossover}."""
+    from core.step_plan import toggled
     from sim.schedule import sweep
 
     sw = sweep(model, hw, SWEEP_BATCHES)
+    modes = [toggled(*c) for c in COMBOS]
     series = {
-        combo_title(*c): [sw[c].step_us.tolist(), sw[c].cpu_launch_us.tolist(), sw[c].gpu_busy_us.tolist()]
-        for c in COMBOS
+        m.title: [sw[m].step_us.tolist(), sw[m].cpu_launch_us.tolist(), sw[m].gpu_busy_us.tolist()]
+        for m in modes
     }
-    return series, {combo_title(*c): v for c, v in sw.crossover.items()}
+    return series, {m.title: sw.crossover[m.name] for m in modes}
 
 
 # -- the figures -------------------------------------------------------------------------------------
@@ -89,6 +88,10 @@ def _timeline_digest(tl) -> list:
         "|".join(tl.gpu_names[:12]) + f"…{len(set(tl.gpu_names))}",
         tl.label,
     ]
+
+
+def _fields(config) -> dict:
+    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
 
 
 def _metrics(m) -> dict:
@@ -118,9 +121,9 @@ def sim_figures() -> dict:
                 steps[f"b{batch} f{int(fusion)} g{int(graphs)}"] = {
                     "metrics": _metrics(s.metrics),
                     "baseline": _metrics(s.baseline),
-                    "bucket": s.bucket,
-                    "padded": s.padded_rows,
-                    "fallback": s.eager_fallback,
+                    "bucket": s.plan.bucket,
+                    "padded": s.plan.padded_rows,
+                    "fallback": s.plan.eager_fallback,
                     "timeline": _timeline_digest(s.timeline),
                 }
         for tp in TPS:
@@ -136,8 +139,8 @@ def sim_figures() -> dict:
                     }
         series, crossover = _sweep(model, hw)
         out[key] = {
-            "model": repr(model),
-            "hardware": repr(hw),
+            "model": _fields(model),
+            "hardware": _fields(hw),
             "steps": steps,
             "sweep": series,
             "crossover": crossover,

@@ -7,6 +7,7 @@ import streamlit as st
 from app_pages import as_read, fake_run, metrics, open_tab
 
 import core.probe_result as probe_result
+from core.step_plan import probe_modes
 from ui.common import READOUT_LABELS
 
 
@@ -134,7 +135,7 @@ def test_measure_on_this_gpu_runs_once_and_is_shared(stub_gpu):
     _, calls = stub_gpu
     at = probe_page(pr_live="true")
     assert not at.exception
-    assert calls == [("small", (1, 8, 64, 256), probe_result.MODES)]
+    assert calls == [("small", (1, 8, 64, 256), probe_modes())]
     assert any("Measured live" in i.body and "Live Stub GPU" in i.body for i in at.info)
     assert at.status[0].proto.label == "Measured on this GPU"
     assert metrics(at)["Kernels / step"]

@@ -12,9 +12,10 @@ import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from core import probe_result
+from core.step_plan import BASELINE, GRAPH, StepPlan, toggled
 from sim.calibration import calibrate, calibrated_preset
 from sim.config import PRESETS
-from sim.schedule import StepSettings, simulate_step
+from sim.schedule import simulate_step
 from ui.charts import format_us
 from ui.common import READOUT_LABELS
 from ui.sim_presets import CALIBRATED_KEY, CALIBRATED_TITLE, PRESET_TITLES, preset_of
@@ -65,7 +66,7 @@ def start() -> AppTest:
 
 def test_opens_on_the_chapter_step_launch_bound(start):
     at = start
-    expected = simulate_step(CHAPTER.model, CHAPTER.hardware, StepSettings()).metrics
+    expected = simulate_step(CHAPTER.model, CHAPTER.hardware, StepPlan(BASELINE, 1)).metrics
     assert readouts(at) == {
         "Kernels / step": str(expected.kernels),
         "Step time": format_us(expected.step_us),
@@ -156,7 +157,7 @@ def test_changing_the_preset_resets_the_hardware_figures():
     probe = PRESETS["probe-0.5b-h200"].hardware
     assert at.number_input(key="hbm_GBps").value == probe.hbm_GBps
     assert at.number_input(key="tflops").value == probe.matrix_TFLOPs
-    expected = simulate_step(PRESETS["probe-0.5b-h200"].model, probe, StepSettings()).metrics
+    expected = simulate_step(PRESETS["probe-0.5b-h200"].model, probe, StepPlan(BASELINE, 1)).metrics
     assert readouts(at)["Step time"] == format_us(expected.step_us)
 
 
@@ -170,9 +171,9 @@ def test_zero_bandwidth_and_costly_graph_launch_warn_and_are_clamped():
     at.number_input(key="graph_launch_us").set_value(10000.0).run()
     assert any("more than launching the whole step eagerly" in w for w in warnings(at))
     # Clamped to the eager step's whole launch time (kernels × 6 µs).
-    eager = simulate_step(CHAPTER.model, CHAPTER.hardware, StepSettings()).metrics
+    eager = simulate_step(CHAPTER.model, CHAPTER.hardware, StepPlan(BASELINE, 1)).metrics
     clamped = replace(CHAPTER.hardware, graph_launch_us=eager.kernels * CHAPTER.hardware.eager_launch_us)
-    expected = simulate_step(CHAPTER.model, clamped, StepSettings(graphs=True)).metrics
+    expected = simulate_step(CHAPTER.model, clamped, StepPlan(GRAPH, 1)).metrics
     assert readouts(at)["Step time"] == format_us(expected.step_us)
 
 
@@ -224,6 +225,7 @@ def test_sim_params_cover_every_bound_widget():
         "layers",
         "whole_step",
         "tp",
+        "mode",  # a mode beyond the two toggles
         "launch_us",
         "graph_launch_us",
         "graph_node_us",
@@ -308,7 +310,7 @@ def test_calibrated_preset_brings_the_fitted_figures_and_its_note(clean_caches, 
         assert at.number_input(key=key).value == pytest.approx(getattr(preset.hardware, field)), key
     assert any("which is not the probe's eager step" in t.value for t in at.text)
     assert not at.warning and not at.error
-    expected = simulate_step(preset.model, preset.hardware, StepSettings()).metrics
+    expected = simulate_step(preset.model, preset.hardware, StepPlan(BASELINE, 1)).metrics
     assert readouts(at)["Step time"] == format_us(expected.step_us)
 
 
@@ -323,7 +325,7 @@ def test_calibrated_preset_at_batch_and_layer_extremes(clean_caches, calibrated,
         at.number_input(key="batch").set_value(batch)
         at.slider(key="layers").set_value(layers).run()
         assert not at.exception and not at.error, (batch, layers)
-        settings = StepSettings(batch=batch, fusion=toggles[0], graphs=toggles[1])
+        settings = StepPlan(toggled(toggles[0], toggles[1]), batch)
         expected = simulate_step(preset.model.with_layers(layers), preset.hardware, settings).metrics
         assert readouts(at)["Step time"] == format_us(expected.step_us), (batch, layers)
         assert readouts(at)["Kernels / step"] == f"{expected.kernels:,}"
@@ -339,11 +341,11 @@ def test_calibrated_fused_steps_follow_the_calibration_tabs_predictions(clean_ca
     fused = [(i, p) for i, p in enumerate(cal.points) if p.fused and p.batch <= 4]
     assert len(fused) == 2
     for i, point in fused:
-        at.toggle(key="graphs").set_value(point.graphs)
+        at.toggle(key="graphs").set_value(point.replays)
         at.number_input(key="batch").set_value(point.batch).run()
         step_us, cpu_us, _ = cal.predicted[i]
         expected = simulate_step(
-            preset.model, preset.hardware, StepSettings(batch=point.batch, fusion=True, graphs=point.graphs)
+            preset.model, preset.hardware, StepPlan(toggled(True, point.replays), point.batch)
         ).metrics
         shown = readouts(at)
         assert shown["Step time"] == format_us(expected.step_us)
@@ -361,7 +363,7 @@ def test_calibrated_preset_without_a_readable_run_says_why(clean_caches, monkeyp
     assert not at.error
     (notice,) = [w for w in warnings(at) if CALIBRATED_TITLE in w]
     assert "could not be read" in notice and "no such file" in notice and "Chapter" in notice
-    expected = simulate_step(CHAPTER.model, CHAPTER.hardware, StepSettings()).metrics
+    expected = simulate_step(CHAPTER.model, CHAPTER.hardware, StepPlan(BASELINE, 1)).metrics
     assert readouts(at)["Step time"] == format_us(expected.step_us)
 
 
@@ -386,12 +388,12 @@ def test_small_batches_are_one_slider_stop_apart_and_the_number_box_takes_any_ba
     at.select_slider(key="batch_stops").set_value(4).run()
     assert at.number_input(key="batch").value == 4 and at.query_params["batch"] == "4"
     assert readouts(at)["Step time"] == format_us(
-        simulate_step(CHAPTER.model, CHAPTER.hardware, StepSettings(batch=4)).metrics.step_us
+        simulate_step(CHAPTER.model, CHAPTER.hardware, StepPlan(BASELINE, 4)).metrics.step_us
     )
     at.number_input(key="batch").set_value(33).run()  # not a stop: the slider shows the nearest one
     assert at.select_slider(key="batch_stops").value == 32  # (the browser writes a typed value to the URL)
     assert readouts(at)["Step time"] == format_us(
-        simulate_step(CHAPTER.model, CHAPTER.hardware, StepSettings(batch=33)).metrics.step_us
+        simulate_step(CHAPTER.model, CHAPTER.hardware, StepPlan(BASELINE, 33)).metrics.step_us
     )
 
 
@@ -435,7 +437,7 @@ def test_your_model_is_simulated_and_reads_as_a_custom_model():
     model = replace(CHAPTER.model, name="custom-chapter-1.2b", hidden=4096, n_heads=32, n_kv_heads=8, ffn=14336,
                     vocab=128256, context_len=2048, bytes_per_el=1.0, unfused_per_layer=40, fused_per_layer=6)  # fmt: skip
     hw = replace(CHAPTER.hardware, eager_launch_us=15.0)
-    expected = simulate_step(model, hw, StepSettings()).metrics
+    expected = simulate_step(model, hw, StepPlan(BASELINE, 1)).metrics
     assert readouts(at)["Kernels / step"] == f"{40 * 32 + 4:,}"
     assert readouts(at)["Step time"] == format_us(expected.step_us)
     (title,) = [m.value for m in at.markdown if m.value.startswith("**Custom model")]
@@ -506,6 +508,6 @@ def test_a_new_preset_resets_your_model():
     assert at.number_input(key="hidden").value == llama.hidden
     assert at.number_input(key="kernels_unfused").value == llama.unfused_per_layer == 51
     assert not any(m.value.startswith("**Custom model") for m in at.markdown)
-    expected = simulate_step(llama, PRESETS["llama3-8b-h100"].hardware, StepSettings()).metrics
+    expected = simulate_step(llama, PRESETS["llama3-8b-h100"].hardware, StepPlan(BASELINE, 1)).metrics
     assert readouts(at)["Step time"] == format_us(expected.step_us)
     assert readouts(at)["Bound by"] == "CPU launch"  # 51 kernels a layer at 20 µs: launch-bound at batch 1

@@ -1,12 +1,13 @@
 """The Simulator's "GPUs (tensor parallel)" control: bound to the URL, drawn as one GPU's lanes."""
 
+from dataclasses import replace
 from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
+from core.step_plan import BASELINE, FUSED_GRAPH, StepPlan
 from sim.config import PRESETS
-from sim.schedule import StepSettings
-from sim.tensor_parallel import simulate_tp_step
+from sim.schedule import simulate_step
 from ui.charts import format_us
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
@@ -34,7 +35,7 @@ def test_one_gpu_by_default_and_a_link_opens_two():
     at = run_app()
     assert at.radio(key="tp").value == "1" and not tp_notes(at)
     at = run_app(tp="2", fusion="true", graphs="true")
-    expected = simulate_tp_step(CHAPTER.model, CHAPTER.hardware, StepSettings(fusion=True, graphs=True), tp=2)
+    expected = simulate_step(CHAPTER.model, CHAPTER.hardware, replace(StepPlan(FUSED_GRAPH, 1), tp=2))
     assert at.radio(key="tp").value == "2" and step_time(at) == format_us(expected.metrics.step_us)
     (note,) = tp_notes(at)
     assert "64 all-reduces" in note and "published figures" in note and "not fitted" in note
@@ -57,10 +58,10 @@ def test_a_gpu_count_that_is_not_offered_is_reported_and_ignored():
 def test_allreduces_are_drawn_in_their_own_colour():
     from ui.charts import COMM_COLOUR, lanes_figure
 
-    tl = simulate_tp_step(CHAPTER.model, CHAPTER.hardware, StepSettings(), tp=2).timeline
+    tl = simulate_step(CHAPTER.model, CHAPTER.hardware, StepPlan(BASELINE, 1, 2)).timeline
     for whole, expected in ((False, 2), (True, 64)):  # the first 18 launches hold layer 0's two
         comm = {t.name: t for t in lanes_figure(tl, whole_step=whole).data}["communication"]
         assert comm.marker.color == COMM_COLOUR and len(comm.customdata) == expected
         assert all("all_reduce" in row[0] for row in comm.customdata)
-    one = simulate_tp_step(CHAPTER.model, CHAPTER.hardware, StepSettings(), tp=1).timeline
+    one = simulate_step(CHAPTER.model, CHAPTER.hardware, StepPlan(BASELINE, 1, 1)).timeline
     assert "communication" not in {t.name for t in lanes_figure(one).data}

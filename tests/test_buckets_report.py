@@ -3,11 +3,12 @@
 import numpy as np
 import pytest
 
+from core.step_plan import BASELINE, FUSED_GRAPH, GRAPH, StepPlan, toggled
 from sim import bucket_memory as bm
 from sim import bucket_report as br
 from sim import buckets as bk
 from sim.config import PRESETS
-from sim.schedule import StepSettings, simulate_step
+from sim.schedule import simulate_step
 from sim.workloads import Workload, geometric, uniform
 
 PRESET = PRESETS["chapter"]
@@ -21,8 +22,8 @@ def times():
 
 def test_time_model_agrees_with_simulate_step(times):
     for batch in (1, 24, 200):
-        graph = simulate_step(MODEL, HW, StepSettings(batch=batch, graphs=True, buckets=(batch,)))
-        eager = simulate_step(MODEL, HW, StepSettings(batch=batch))
+        graph = simulate_step(MODEL, HW, StepPlan(GRAPH, batch, buckets=(batch,)))
+        eager = simulate_step(MODEL, HW, StepPlan(BASELINE, batch))
         assert times.graph_step_us[batch] == pytest.approx(graph.metrics.step_us)
         assert times.graph_busy_us[batch] == pytest.approx(graph.metrics.gpu_busy_us)
         assert times.eager_step_us[batch] == pytest.approx(eager.metrics.step_us)
@@ -64,7 +65,7 @@ def test_graph_memory_model_by_hand():
 
 
 def test_memory_model_for_a_preset_counts_kernels():
-    unfused, fused = br.memory_model(MODEL, False), br.memory_model(MODEL, True)
+    unfused, fused = br.memory_model(MODEL, GRAPH), br.memory_model(MODEL, FUSED_GRAPH)
     assert unfused.nodes_per_graph == 32 * 11 + 4
     assert fused.nodes_per_graph == 32 * 4 + 4
     # More graphs pin more memory; the dense layout is the most expensive.
@@ -222,14 +223,14 @@ def test_padded_steps_are_the_simulators(key, fusion):
     # A padded batch costs its matmul rows at the bucket, but its dummy rows read no KV cache: the
     # optimiser's times are simulate_step's, padding included.
     preset = PRESETS[key]
-    times = br.time_model(preset.model, preset.hardware, 256, fusion)
+    times = br.time_model(preset.model, preset.hardware, 256, toggled(fusion, True))
     for n, bucket in ((1, 2), (3, 4), (17, 24), (33, 48), (100, 256), (255, 256)):
         step = simulate_step(
             preset.model,
             preset.hardware,
-            StepSettings(batch=n, fusion=fusion, graphs=True, buckets=(bucket,)),
+            StepPlan(toggled(fusion, True), n, buckets=(bucket,)),
         )
-        assert step.padded_rows == bucket - n
+        assert step.plan.padded_rows == bucket - n
         assert times.padded_step_us(n, bucket) == pytest.approx(step.metrics.step_us, rel=1e-9)
         assert times.padded_busy_us(n, bucket) == pytest.approx(step.metrics.gpu_busy_us, rel=1e-9)
 
@@ -237,15 +238,13 @@ def test_padded_steps_are_the_simulators(key, fusion):
 def test_llama_batch_33_in_bucket_48_is_charged_what_the_simulator_charges():
     preset = PRESETS["llama3-8b-h100"]
     wl = Workload("33 only", [33], [1])
-    times = br.time_model(preset.model, preset.hardware, 48, fusion=True)
-    stats = br.analyse("x", (48,), wl, times, br.memory_model(preset.model, True))
-    step = simulate_step(preset.model, preset.hardware, StepSettings(batch=33, fusion=True, graphs=True))
-    assert step.bucket == 48
+    times = br.time_model(preset.model, preset.hardware, 48, FUSED_GRAPH)
+    stats = br.analyse("x", (48,), wl, times, br.memory_model(preset.model, FUSED_GRAPH))
+    step = simulate_step(preset.model, preset.hardware, StepPlan(FUSED_GRAPH, 33))
+    assert step.plan.bucket == 48
     assert stats.step_us == pytest.approx(step.metrics.step_us, rel=1e-9)
     assert stats.step_us < times.graph_step_us[48]  # not the whole 48-row step: 15 rows skip their KV reads
-    unpadded = simulate_step(
-        preset.model, preset.hardware, StepSettings(batch=33, fusion=True, graphs=True, buckets=(33,))
-    )
+    unpadded = simulate_step(preset.model, preset.hardware, StepPlan(FUSED_GRAPH, 33, buckets=(33,)))
     assert stats.padding_gpu_us == pytest.approx(
         step.metrics.gpu_busy_us - unpadded.metrics.gpu_busy_us, rel=1e-9
     )
@@ -260,12 +259,10 @@ def test_the_optimum_is_the_best_layout_by_the_simulators_own_times():
     model, hw = preset.model.with_layers(2), preset.hardware
     sizes = np.arange(1, 13)
     wl = Workload("skewed", sizes, 1.0 / sizes)
-    times = br.time_model(model, hw, 12, fusion=True)
-    memory = br.memory_model(model, True)
+    times = br.time_model(model, hw, 12, FUSED_GRAPH)
+    memory = br.memory_model(model, FUSED_GRAPH)
     step = {
-        (n, b): simulate_step(
-            model, hw, StepSettings(batch=n, fusion=True, graphs=True, buckets=(b,))
-        ).metrics.step_us
+        (n, b): simulate_step(model, hw, StepPlan(FUSED_GRAPH, n, buckets=(b,))).metrics.step_us
         for b in sizes
         for n in sizes
         if n <= b

@@ -12,12 +12,13 @@ import pytest
 from synthetic_params import KNOWN_PARAMS  # tests/synthetic_params.py
 
 from core.probe_result import load_result, recorded_result
+from core.step_plan import FUSED_GRAPH, StepPlan
 from sim.calibration import PARAMS, calibrate, calibrated_preset, recorded_graph_cost, synthetic_result
 from sim.calibration.least_squares import bounded_least_squares
 from sim.calibration.model import model_from_result
 from sim.calibration.report import loo_summary, main
 from sim.config import PRESETS, Preset
-from sim.schedule import StepSettings, simulate_step
+from sim.schedule import simulate_step
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = PRESETS["probe-0.5b-h200"].model.with_layers(8)  # fewer layers: same physics, faster tests
@@ -63,7 +64,7 @@ def test_predicted_timeline_agrees_with_the_fast_path(calibration):
     for i, point in enumerate(calibration.points):
         tl = calibration.timeline(i)
         assert tl.metrics().kernels == point.kernels
-        assert tl.metrics().launches == (1 if point.graphs else point.kernels)
+        assert tl.metrics().launches == (1 if point.replays else point.kernels)
         assert tl.step_us == pytest.approx(calibration.predicted[i, 0], rel=1e-9)
 
 
@@ -74,7 +75,7 @@ def test_leave_one_out_predicts_without_the_point():
     for key in ("step_us_median", "step_us_p10", "step_us_p90"):
         bad[key] *= 1.5
     cal = calibrate(load_result(data))
-    i = next(i for i, p in enumerate(cal.points) if p.mode == "eager" and p.batch == 8)
+    i = next(i for i, p in enumerate(cal.points) if p.mode.name == "eager" and p.batch == 8)
     loo = cal.loo_errors()
     assert loo[i] == pytest.approx(1 / 1.5 - 1, abs=0.03)  # predicted from the other eager steps
     assert np.median(np.abs(np.delete(loo, i))) < 0.02  # least absolute deviations ignore the outlier
@@ -110,7 +111,7 @@ def test_recorded_run_meets_the_goals_where_the_data_allows(recorded_cal):
     assert abs(loo_summary(recorded_cal)["fused_graph_b1"]) <= 0.10
     # The one point beyond 25 % is the eager batch-1 step, whose host took 23.7 µs a launch where the
     # other eager steps took 16.9-18.7: run-to-run host noise the model cannot predict from the others.
-    errs = {(p.mode, p.batch): e for p, e in zip(recorded_cal.points, recorded_cal.loo_errors())}
+    errs = {(p.mode.name, p.batch): e for p, e in zip(recorded_cal.points, recorded_cal.loo_errors())}
     assert all(abs(e) <= 0.25 for k, e in errs.items() if k != ("eager", 1))
 
 
@@ -127,7 +128,7 @@ def test_calibrated_preset_follows_the_fused_kernels(recorded_cal):
     assert isinstance(preset, Preset) and preset.title == "probe decoder on H200"
     assert preset.hardware.hbm_GBps == pytest.approx(recorded_cal.params["gemv_GBps"])
     # The fused+graph batch-1 step, the page's headline, lands near the measured 646 µs.
-    step = simulate_step(preset.model, preset.hardware, StepSettings(batch=1, fusion=True, graphs=True))
+    step = simulate_step(preset.model, preset.hardware, StepPlan(FUSED_GRAPH, 1))
     assert step.metrics.step_us == pytest.approx(646.4, rel=0.25)
 
 
@@ -272,7 +273,7 @@ def test_the_1b_runs_fused_graph_steps_are_predicted_within_10_percent_left_out(
     # One tile-GEMM family could not fit both 16- and 64-row tiles, nor the unpipelined gate/up and LM
     # head: fused+graph was 24.7 % off in median, 29.7 % at batch 8, left out.
     cal = calibrate(load_result(ROOT / "gpu_probe" / "recorded" / "h200-1b.json"))
-    errors = [e for p, e in zip(cal.points, cal.loo_errors()) if p.mode == "fused+graph"]
+    errors = [e for p, e in zip(cal.points, cal.loo_errors()) if p.mode is FUSED_GRAPH]
     assert len(errors) == 4 and max(abs(e) for e in errors) <= 0.10
 
 

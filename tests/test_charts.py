@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from core.timeline import Timeline
-from ui.charts import COMBOS, FIRST_LAUNCHES, format_us, lanes_figure, sweep_figure
+from ui.charts import FIRST_LAUNCHES, format_us, lanes_figure, sweep_figure
 from ui.common import time_split_html
 
 
@@ -210,34 +210,53 @@ def test_time_split_shows_both_costs_on_one_scale_and_marks_the_step():
     assert metrics.step_us < metrics.cpu_launch_us + metrics.gpu_busy_us  # they overlap
 
 
-def test_sweep_has_three_lines_per_combination_on_a_log_batch_axis():
-    batches = np.arange(1, 513)
-    series = {
-        combo: SimpleNamespace(
+MODE_NAMES = ("eager", "fused", "graph", "fused+graph")  # the four the toggles select
+
+
+def _fake_series(names, batches):
+    return {
+        name: SimpleNamespace(
             step_us=1000 + batches * (i + 1.0),
-            cpu_launch_us=np.full(512, 1000.0 - 200 * i),
+            cpu_launch_us=np.full(len(batches), 1000.0 - 100 * i),
             gpu_busy_us=batches * (i + 1.0),
         )
-        for i, combo in enumerate(COMBOS)
+        for i, name in enumerate(names)
     }
-    crossover = {COMBOS[0]: 300, COMBOS[1]: None, COMBOS[2]: 1, COMBOS[3]: 1}
-    fig = sweep_figure(FakeSweep(batches, series, crossover), current=(True, False), batch=7)
+
+
+def test_sweep_has_three_lines_per_mode_on_a_log_batch_axis():
+    batches = np.arange(1, 513)
+    series = _fake_series(MODE_NAMES, batches)
+    crossover = {"eager": 300, "fused": None, "graph": 1, "fused+graph": 1}
+    fig = sweep_figure(FakeSweep(batches, series, crossover), current="fused", batch=7)
     assert len(fig.data) == 12
     for axis in ("xaxis", "xaxis2", "xaxis3", "xaxis4"):
         assert fig.layout[axis].type == "log"
-    np.testing.assert_allclose(fig.data[3].y, series[COMBOS[1]].step_us)  # panel 2, step line
+    np.testing.assert_allclose(fig.data[3].y, series["fused"].step_us)  # panel 2, step line
     marked = sorted(s.x0 for s in fig.layout.shapes)
     assert marked == [1, 1, 7, 300]  # three crossovers and the current batch
     texts = " ".join(a.text for a in fig.layout.annotations)
     assert "GPU-bound from 300" in texts and "fusion (current)" in texts
 
 
+def test_a_fifth_mode_gets_a_panel_of_its_own():
+    """Panels follow the sweep's modes: five make three rows, the x labels on each column's lowest panel."""
+    batches = np.arange(1, 65)
+    names = (*MODE_NAMES, "compile")
+    fig = sweep_figure(
+        FakeSweep(batches, _fake_series(names, batches), dict.fromkeys(names)), current="compile"
+    )
+    assert len(fig.data) == 15
+    domains = [tuple(fig.layout["yaxis" if i == 0 else f"yaxis{i + 1}"].domain) for i in range(5)]
+    assert domains[0][1] == 1.0 and domains[4][0] == 0.0 and len({d[0] for d in domains}) == 3
+    labelled = [bool(fig.layout["xaxis" if i == 0 else f"xaxis{i + 1}"].showticklabels) for i in range(5)]
+    assert labelled == [False, False, False, True, True]
+    assert "torch.compile (current)" in " ".join(a.text for a in fig.layout.annotations)
+
+
 class FakeSweep(SimpleNamespace):
     def __init__(self, batches, series, crossover):
         super().__init__(batches=batches, series=series, crossover=crossover)
-
-    def __getitem__(self, combo):
-        return self.series[combo]
 
 
 def test_sweep_of_the_chapter_preset_marks_its_crossovers():
@@ -246,8 +265,8 @@ def test_sweep_of_the_chapter_preset_marks_its_crossovers():
 
     preset = PRESETS["chapter"]
     result = sweep(preset.model, preset.hardware, np.arange(1, 513))
-    fig = sweep_figure(result, current=(False, False), batch=1)
-    np.testing.assert_allclose(fig.data[0].y, result[(False, False)].step_us)
+    fig = sweep_figure(result, current="eager", batch=1)
+    np.testing.assert_allclose(fig.data[0].y, result["eager"].step_us)
     crossings = [c for c in result.crossover.values() if c is not None]
     assert sorted(s.x0 for s in fig.layout.shapes) == sorted(crossings + [1])
 

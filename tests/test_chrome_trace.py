@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pytest
 
+from core.step_plan import StepPlan, toggled
 from core.timeline import Timeline
 from sim.chrome_trace import CPU_PID, GPU_PID, assign_tracks, to_chrome_trace_json
 
@@ -168,9 +169,7 @@ def test_simulated_step_exports_cleanly():
     config = pytest.importorskip("sim.config")
     preset = config.PRESETS[config.DEFAULT_PRESET]
     for fusion, graphs in [(False, False), (True, True)]:
-        step = schedule.simulate_step(
-            preset.model, preset.hardware, schedule.StepSettings(batch=1, fusion=fusion, graphs=graphs)
-        )
+        step = schedule.simulate_step(preset.model, preset.hardware, StepPlan(toggled(fusion, graphs), 1))
         tl = step.timeline
         trace = load(tl, name="chapter")
         assert len(slices(trace, CPU_PID)) == len(tl.cpu_start)

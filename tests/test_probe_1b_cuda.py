@@ -12,7 +12,7 @@ pytestmark = pytest.mark.cuda
 
 
 def test_1b_fused_graphs_equal_eager_at_every_default_bucket():
-    from core.modes import CHAPTER_BUCKETS
+    from core.step_plan import CHAPTER_BUCKETS
     from gpu_probe.config import get_config
     from gpu_probe.decode_batch import make_batch
     from gpu_probe.graph_runner import GraphRunner

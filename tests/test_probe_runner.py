@@ -5,8 +5,8 @@ import inspect
 import pytest
 import torch
 
-from core.modes import CHAPTER_BUCKETS as DEFAULT_BUCKETS
-from core.modes import bucket_for, check_buckets
+from core.step_plan import CHAPTER_BUCKETS as DEFAULT_BUCKETS
+from core.step_plan import bucket_for, check_buckets
 from gpu_probe.config import get_config
 from gpu_probe.decode_batch import make_batch
 from gpu_probe.graph_runner import GraphRunner, PaddingCorruption

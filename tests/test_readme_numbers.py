@@ -171,13 +171,12 @@ def goal(name: str, starts: str) -> float:
 
 @cache
 def sim_step(preset: str, fusion: bool, graphs: bool, batch: int = 1):
+    from core.step_plan import StepPlan, toggled
     from sim.config import PRESETS
-    from sim.schedule import StepSettings, simulate_step
+    from sim.schedule import simulate_step
 
     p = PRESETS[preset]
-    return simulate_step(
-        p.model, p.hardware, StepSettings(batch=batch, fusion=bool(fusion), graphs=bool(graphs))
-    )
+    return simulate_step(p.model, p.hardware, StepPlan(toggled(bool(fusion), bool(graphs)), batch))
 
 
 @cache
@@ -351,7 +350,7 @@ QUOTES = [
     Quote(
         "The simulator",
         "the gaps close on their own from batch {}.",
-        lambda: (crossover("chapter")[(False, False)],),
+        lambda: (crossover("chapter")["eager"],),
     ),
     Quote(
         "The simulator",
@@ -776,11 +775,10 @@ def _ranges():
 
 
 def _buckets() -> tuple[int, ...]:
-    from core.modes import CHAPTER_BUCKETS
-    from core.probe_result import DEFAULT_BUCKETS
+    from core.step_plan import CHAPTER_BUCKETS
 
-    assert tuple(CHAPTER_BUCKETS) == tuple(DEFAULT_BUCKETS) == tuple(run().settings["buckets"])
-    return tuple(DEFAULT_BUCKETS)
+    assert tuple(CHAPTER_BUCKETS) == tuple(run().settings["buckets"])
+    return tuple(CHAPTER_BUCKETS)
 
 
 def _model_level() -> int:

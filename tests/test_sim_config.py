@@ -4,6 +4,7 @@ import math
 
 import pytest
 
+from core.step_plan import StepPlan, toggled
 from sim.config import (
     BATCH_RANGE,
     DEFAULT_PRESET,
@@ -12,7 +13,6 @@ from sim.config import (
     HardwareConfig,
     ModelConfig,
 )
-from sim.schedule import StepSettings
 
 CHAPTER = PRESETS["chapter"]
 
@@ -93,27 +93,6 @@ def test_hardware_validation_names_the_field(field, value):
         HardwareConfig(**kwargs)
 
 
-@pytest.mark.parametrize(
-    "kwargs, field",
-    [
-        (dict(batch=0), "batch"),
-        (dict(batch=1.5), "batch"),
-        (dict(batch=10**6), "batch"),
-        (dict(fusion="yes"), "fusion"),
-        (dict(graphs=1), "graphs"),
-        (dict(buckets=(0, 2)), "buckets"),
-        (dict(buckets=("a",)), "buckets"),
-    ],
-)
-def test_step_settings_validation_names_the_field(kwargs, field):
-    with pytest.raises(ValueError, match=f"StepSettings.{field}"):
-        StepSettings(**kwargs)
-
-
-def test_step_settings_sorts_buckets():
-    assert StepSettings(buckets=[8, 2, 4, 2]).buckets == (2, 4, 8)
-
-
 def test_the_simulator_and_the_probe_share_one_decoder_shape():
     from dataclasses import fields
 
@@ -152,13 +131,13 @@ def test_preset_notes_quote_what_the_simulator_gives():
     from sim.schedule import simulate_step, sweep
 
     def step(preset, fusion, graphs):
-        return simulate_step(preset.model, preset.hardware, StepSettings(1, fusion, graphs))
+        return simulate_step(preset.model, preset.hardware, StepPlan(toggled(fusion, graphs), 1))
 
     chapter = PRESETS["chapter"]
     both = step(chapter, True, True)
     assert f"{both.metrics.step_us / 1e3:.2f} ms with fusion, {both.speedup:.1f} ×" in chapter.note
     assert (
-        f"from batch {sweep(chapter.model, chapter.hardware, np.arange(1, 513)).crossover[(False, False)]}"
+        f"from batch {sweep(chapter.model, chapter.hardware, np.arange(1, 513)).crossover['eager']}"
         in chapter.note
     )
     assert f"{chapter.hardware.min_kernel_us:g} µs kernel latency" in chapter.note

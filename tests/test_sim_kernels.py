@@ -3,26 +3,27 @@
 import numpy as np
 import pytest
 
+from core.step_plan import toggled
+from sim import kernels as sk
 from sim.config import PRESETS
-from sim.kernels import (
-    FUSED_PER_LAYER,
-    FUSIONS,
-    UNFUSED_PER_LAYER,
-    fusion_table,
-    kernel_arrays,
-    roofline_us,
-    step_kernels,
-)
+from sim.kernels import FUSED_PER_LAYER, FUSIONS, UNFUSED_PER_LAYER, fusion_table
+from sim.timing import kernel_us
 
 CHAPTER = PRESETS["chapter"]
 
 
+def step_kernels(model, fusion: bool):
+    """Every kernel of a one-GPU step, fused or not, with its work (`KernelSpec`s, in launch order)."""
+    return sk.step_kernels(model, toggled(fusion, False)).specs
+
+
 def kernel_times_us(kernels, hw, batches):
-    """Each KernelSpec's GPU time at each batch: [n_batches, n_kernels]."""
+    """Each KernelSpec's GPU time at each batch, from the one kernel cost: [n_batches, n_kernels]."""
+    rows = np.asarray(batches, np.float64).reshape(-1, 1)
     weight = np.array([k.weight_bytes for k in kernels])
     per_row = np.array([k.act_bytes_per_row + k.kv_bytes_per_row for k in kernels])
     flops = np.array([k.flops_per_row for k in kernels])
-    return roofline_us(weight, per_row, flops, hw, batches)
+    return kernel_us(weight + rows * per_row, rows * flops, hw.min_kernel_us, hw.hbm_GBps, hw.matrix_TFLOPs)
 
 
 def intermediate_bytes(model, fu):
@@ -127,14 +128,15 @@ def test_compute_bound_at_huge_batch():
 
 
 @pytest.mark.parametrize("fusion", [False, True])
-def test_cached_arrays_match_the_kernel_list(fusion):
+def test_the_grouped_arrays_match_the_kernel_list(fusion):
+    """A step's (before, one layer, after) arrays time every kernel as its own work says."""
     model = PRESETS["probe-0.5b-h200"].model.with_layers(3)
-    specs = step_kernels(model, fusion)
-    weight, per_row, flops, names = kernel_arrays(model, fusion)
-    assert names == tuple(k.name for k in specs)
-    np.testing.assert_allclose(weight, [k.weight_bytes for k in specs])
-    np.testing.assert_allclose(per_row, [k.act_bytes_per_row + k.kv_bytes_per_row for k in specs])
-    np.testing.assert_allclose(flops, [k.flops_per_row for k in specs])
+    hw = PRESETS["probe-0.5b-h200"].hardware
+    kernels = sk.step_kernels(model, toggled(fusion, False))
+    specs = kernels.specs
+    assert kernels.names == tuple(k.name for k in specs) and len(kernels) == len(specs)
+    for rows in (1, 7, 256):
+        np.testing.assert_allclose(kernels.us(hw, None, rows), kernel_times_us(specs, hw, [rows])[0])
 
 
 def _work(kernels):

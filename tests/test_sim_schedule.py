@@ -3,17 +3,19 @@
 import numpy as np
 import pytest
 
-from core.modes import CHAPTER_BUCKETS
+from core.step_plan import CHAPTER_BUCKETS, FUSED_GRAPH, GRAPH, StepPlan, modes, toggled
 from core.timeline import CPU_BOUND, GPU_BOUND
 from sim.config import PRESETS, HardwareConfig, ModelConfig
-from sim.kernels import kernel_arrays, roofline_us
-from sim.schedule import COMBOS, StepSettings, simulate_step, sweep
+from sim.kernels import step_kernels
+from sim.schedule import simulate_step, sweep
+
+COMBOS = ((False, False), (True, False), (False, True), (True, True))  # (fusion, graphs), as the page toggles
 
 CHAPTER = PRESETS["chapter"]
 
 
 def chapter_step(batch=1, fusion=False, graphs=False, **kw):
-    return simulate_step(CHAPTER.model, CHAPTER.hardware, StepSettings(batch, fusion, graphs, **kw))
+    return simulate_step(CHAPTER.model, CHAPTER.hardware, StepPlan(toggled(fusion, graphs), batch, **kw))
 
 
 @pytest.mark.parametrize("key", sorted(PRESETS))
@@ -23,7 +25,7 @@ def test_invariants(key, n_layers):
     model = preset.model.with_layers(n_layers)
     for batch in (1, 7, 64, 300, 512):
         for fusion, graphs in COMBOS:
-            step = simulate_step(model, preset.hardware, StepSettings(batch, fusion, graphs))
+            step = simulate_step(model, preset.hardware, StepPlan(toggled(fusion, graphs), batch))
             m, tl = step.metrics, step.timeline
             assert m.idle_us == pytest.approx(m.step_us - m.gpu_busy_us)
             assert 0 < m.utilisation <= 1
@@ -32,7 +34,7 @@ def test_invariants(key, n_layers):
             assert np.all(tl.launched_by >= 0)
             assert np.all(tl.gpu_start[1:] >= tl.gpu_end[:-1])  # one stream: kernels never overlap
             if graphs and batch <= CHAPTER_BUCKETS[-1]:
-                assert m.launches == 1 and not step.eager_fallback
+                assert m.launches == 1 and not step.plan.eager_fallback
                 # A node never starts before the replay call has submitted it (they go in turn).
                 ready = preset.hardware.replay_cost.ready_us(m.kernels)
                 assert np.all(tl.gpu_start >= ready - 1e-9) and tl.cpu_end[0] >= ready[-1] - 1e-9
@@ -54,9 +56,8 @@ def test_eager_schedule_matches_a_step_by_step_reference():
         graph_launch_us=5.0,
         graph_node_gap_us=0.5,
     )
-    tl = simulate_step(model, hw, StepSettings(batch=4)).timeline
-    weight, per_row, flops, _ = kernel_arrays(model, False)
-    dur = roofline_us(weight, per_row, flops, hw, [4])[0]
+    tl = simulate_step(model, hw, StepPlan(batch=4)).timeline
+    dur = step_kernels(model, toggled(False, False)).us(hw, None, 4)
     assert len(set(np.round(dur, 6))) > 2  # a mix of long and short kernels, so both cases occur
     end = -np.inf
     for i, d in enumerate(dur):
@@ -65,7 +66,7 @@ def test_eager_schedule_matches_a_step_by_step_reference():
         assert tl.cpu_start[i] == pytest.approx(i * hw.eager_launch_us)
         end = start + d
     # Graph replay: one host call, then the nodes back to back with the node gap.
-    g = simulate_step(model, hw, StepSettings(batch=4, graphs=True)).timeline
+    g = simulate_step(model, hw, StepPlan(GRAPH, 4)).timeline
     assert g.cpu_dur.tolist() == [5.0]
     expected = 5.0 + np.concatenate(([0.0], np.cumsum(dur + 0.5)[:-1]))
     np.testing.assert_allclose(g.gpu_start, expected)
@@ -101,7 +102,7 @@ def test_batch_128_closes_the_gaps_on_its_own():
 
 def test_bucket_padding():
     step = chapter_step(batch=17, graphs=True)
-    assert (step.bucket, step.padded_rows, step.eager_fallback) == (24, 7, False)
+    assert (step.plan.bucket, step.plan.padded_rows, step.plan.eager_fallback) == (24, 7, False)
     at_bucket = chapter_step(batch=24, graphs=True)
     # The dummy rows cost their matmul rows, but read no KV cache: only the attention is shorter.
     attention = np.array([name.endswith(" attention") for name in step.timeline.gpu_names])
@@ -110,19 +111,19 @@ def test_bucket_padding():
     assert step.metrics.step_us < at_bucket.metrics.step_us
     assert step.metrics.gpu_busy_us > chapter_step(batch=17).metrics.gpu_busy_us  # padding costs GPU time
     exact = chapter_step(batch=24, graphs=True)
-    assert exact.padded_rows == 0
+    assert exact.plan.padded_rows == 0
 
 
 def test_eager_fallback_above_the_largest_bucket():
     step = chapter_step(batch=257, graphs=True)
-    assert step.eager_fallback and step.bucket is None and step.padded_rows == 0
+    assert step.plan.eager_fallback and step.plan.bucket is None and step.plan.padded_rows == 0
     assert step.metrics.launches == 356
     assert step.metrics.step_us == pytest.approx(chapter_step(batch=257).metrics.step_us)
     custom = chapter_step(batch=3, graphs=True, buckets=(4,))
-    assert custom.bucket == 4 and custom.padded_rows == 1
+    assert custom.plan.bucket == 4 and custom.plan.padded_rows == 1
     none = chapter_step(batch=1, graphs=True, buckets=())
-    assert none.eager_fallback and none.metrics.launches == 356
-    assert not chapter_step(batch=300).eager_fallback  # graphs off is not a fallback
+    assert none.plan.eager_fallback and none.metrics.launches == 356
+    assert not chapter_step(batch=300).plan.eager_fallback  # graphs off is not a fallback
 
 
 @pytest.mark.parametrize("key", sorted(PRESETS))
@@ -136,14 +137,14 @@ def test_sweep_matches_simulate_step(key):
         assert sw.batches.tolist() == batches.tolist()
         for combo in COMBOS:
             for i, b in enumerate(batches):
-                m = simulate_step(model, preset.hardware, StepSettings(int(b), *combo)).metrics
-                s = sw[combo]
+                m = simulate_step(model, preset.hardware, StepPlan(toggled(*combo), int(b))).metrics
+                s = sw[toggled(*combo)]
                 assert s.step_us[i] == pytest.approx(m.step_us, rel=1e-9)
                 assert s.cpu_launch_us[i] == pytest.approx(m.cpu_launch_us, rel=1e-9)
                 assert s.gpu_busy_us[i] == pytest.approx(m.gpu_busy_us, rel=1e-9)
                 assert s.utilisation[i] == pytest.approx(m.utilisation, rel=1e-9)
                 assert s.bound_by[i] == m.bound_by
-                assert sw.step_us[combo][i] == s.step_us[i]
+                assert sw.series[toggled(*combo).name].step_us[i] == s.step_us[i]
 
 
 @pytest.mark.parametrize("key", sorted(PRESETS))
@@ -152,24 +153,25 @@ def test_step_and_gpu_time_monotone_in_batch(key):
     for n_layers in (1, 32, 128):
         sw = sweep(preset.model.with_layers(n_layers), preset.hardware, np.arange(1, 513))
         for combo in COMBOS:
-            step = np.diff(sw[combo].step_us)
+            step = np.diff(sw[toggled(*combo)].step_us)
             if combo[1]:
                 # Above the largest bucket the step runs eagerly: its launches overlap the GPU, where a
                 # replay's whole host call comes before its first kernel, so the step may get shorter there.
                 step = np.delete(step, CHAPTER_BUCKETS[-1] - 1)  # from batch 256 to 257
             assert np.all(step >= -1e-9), (n_layers, combo)
-            assert np.all(np.diff(sw[combo].gpu_busy_us) >= -1e-9), (n_layers, combo)
+            assert np.all(np.diff(sw[toggled(*combo)].gpu_busy_us) >= -1e-9), (n_layers, combo)
 
 
 def test_crossover():
     sw = sweep(CHAPTER.model, CHAPTER.hardware, np.arange(1, 513))
     x = sw.crossover
-    assert 16 < x[(False, False)] < 128  # launch-bound at small batch, GPU-bound well before 128
-    assert x[(False, True)] == 1 and x[(True, True)] == 1
-    b = x[(False, False)]
-    assert sw[(False, False)].bound_by[b - 2] == CPU_BOUND and sw[(False, False)].bound_by[b - 1] == GPU_BOUND
+    assert 16 < x["eager"] < 128  # launch-bound at small batch, GPU-bound well before 128
+    assert x["graph"] == 1 and x["fused+graph"] == 1
+    b = x["eager"]
+    assert sw["eager"].bound_by[b - 2] == CPU_BOUND and sw["eager"].bound_by[b - 1] == GPU_BOUND
     small = sweep(CHAPTER.model, CHAPTER.hardware, [1, 2, 4])
-    assert small.crossover[(False, False)] is None
+    assert small.crossover["eager"] is None
+    assert tuple(sw.series) == tuple(m.name for m in modes(modelled=True))  # every modelled mode, in order
 
 
 @pytest.mark.parametrize("batches", [[], [0, 1], [1.5], [[1, 2]], [10**6]])
@@ -185,13 +187,13 @@ def test_padded_rows_cost_matmul_rows_not_kv_reads():
     from sim.config import PRESETS
 
     preset = PRESETS["llama3-8b-h100"]
-    step = simulate_step(preset.model, preset.hardware, StepSettings(batch=33, fusion=True, graphs=True))
-    assert step.bucket == 48 and step.padded_rows == 15
+    step = simulate_step(preset.model, preset.hardware, StepPlan(FUSED_GRAPH, 33))
+    assert step.plan.bucket == 48 and step.plan.padded_rows == 15
     assert step.speedup > 1.0
-    exact = simulate_step(preset.model, preset.hardware, StepSettings(batch=48, fusion=True, graphs=True))
+    exact = simulate_step(preset.model, preset.hardware, StepPlan(FUSED_GRAPH, 48))
     assert step.metrics.step_us < exact.metrics.step_us  # the dummy rows skip the KV reads
     sw = sweep(preset.model, preset.hardware, [33])
-    assert sw[(True, True)].step_us[0] == pytest.approx(step.metrics.step_us, rel=1e-9)
+    assert sw[FUSED_GRAPH].step_us[0] == pytest.approx(step.metrics.step_us, rel=1e-9)
 
 
 def test_the_schedule_is_the_one_timing_models():
@@ -205,7 +207,7 @@ def test_the_schedule_is_the_one_timing_models():
     source = inspect.getsource(sim.schedule)
     assert "cumsum" not in source and "accumulate" not in source
     hw, model = CHAPTER.hardware, CHAPTER.model
-    names = kernel_arrays(model, False)[3]
+    names = step_kernels(model, toggled(False, False)).names
     eager = chapter_step(batch=8)
     same = eager_timeline(eager.timeline.gpu_dur, names, hw.eager_launch_us, hw.graph_node_gap_us)
     np.testing.assert_array_equal(eager.timeline.gpu_start, same.gpu_start)

@@ -5,29 +5,34 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from core.step_plan import BASELINE, FUSED_GRAPH, StepPlan, check_tp, toggled
 from sim.config import PRESETS
-from sim.schedule import StepSettings, simulate_step
+from sim.kernels import ALLREDUCE
+from sim.schedule import simulate_step
 from sim.tensor_parallel import (
-    ALLREDUCE,
     NCCL_NVLS_TREE_2XH100_US,
     AllReduceCost,
-    check_tp,
     fit_allreduce,
     published_allreduce,
-    simulate_tp_step,
     tp_summary,
 )
 
 CHAPTER, LLAMA = PRESETS["chapter"], PRESETS["llama3-8b-h100"]
 
 
+def simulate_tp(model, hw, plan, tp, allreduce=None):
+    """The plan on `tp` GPUs: the one step builder, with the GPUs in the plan."""
+    return simulate_step(model, hw, replace(plan, tp=tp), allreduce=allreduce)
+
+
 @pytest.mark.parametrize("fusion,graphs", [(False, False), (True, False), (False, True), (True, True)])
 @pytest.mark.parametrize("batch", [1, 3, 300])
 def test_one_gpu_is_the_plain_step(fusion, graphs, batch):
-    s = StepSettings(batch=batch, fusion=fusion, graphs=graphs)
+    """On one GPU the builder adds no all-reduce: the step is exactly the plain one."""
+    s = StepPlan(toggled(fusion, graphs), batch)
     plain, tp1 = (
         simulate_step(CHAPTER.model, CHAPTER.hardware, s),
-        simulate_tp_step(CHAPTER.model, CHAPTER.hardware, s, tp=1),
+        simulate_tp(CHAPTER.model, CHAPTER.hardware, s, tp=1),
     )
     assert tp1.metrics.kernels == plain.metrics.kernels
     assert np.isclose(tp1.metrics.step_us, plain.metrics.step_us)
@@ -38,23 +43,23 @@ def test_one_gpu_is_the_plain_step(fusion, graphs, batch):
     "fusion,after", [(False, ("o_proj", "down_proj")), (True, ("rope_attn_o", "down_proj"))]
 )
 def test_two_allreduces_per_layer_after_the_row_parallel_kernels(fusion, after):
-    step = simulate_tp_step(CHAPTER.model, CHAPTER.hardware, StepSettings(fusion=fusion), tp=2)
+    step = simulate_tp(CHAPTER.model, CHAPTER.hardware, StepPlan(toggled(fusion, False)), tp=2)
     names = step.timeline.gpu_names
     comm = [i for i, n in enumerate(names) if ALLREDUCE in n]
     assert len(comm) == 2 * CHAPTER.model.n_layers
     assert step.metrics.kernels == simulate_step(
-        CHAPTER.model, CHAPTER.hardware, StepSettings(fusion=fusion)
+        CHAPTER.model, CHAPTER.hardware, StepPlan(toggled(fusion, False))
     ).metrics.kernels + len(comm)
     assert [names[i - 1].split(" ", 1)[1] for i in comm[:2]] == list(after)
 
 
 def test_allreduce_costs_alpha_plus_bytes_over_beta():
     cost = AllReduceCost(2, latency_us=4.0, GBps=50.0, source="test")
-    step = simulate_tp_step(CHAPTER.model, CHAPTER.hardware, StepSettings(batch=8), tp=2, allreduce=cost)
+    step = simulate_tp(CHAPTER.model, CHAPTER.hardware, StepPlan(BASELINE, 8), tp=2, allreduce=cost)
     nbytes = 8 * CHAPTER.model.hidden * CHAPTER.model.bytes_per_el
     durs = step.timeline.gpu_dur[[ALLREDUCE in n for n in step.timeline.gpu_names]]
     assert np.allclose(durs, 4.0 + nbytes / 50e3)
-    summary = tp_summary(step, 2)
+    summary = tp_summary(step)
     assert summary.allreduce_bytes == nbytes and np.isclose(summary.per_call_us, 4.0 + nbytes / 50e3)
 
 
@@ -70,8 +75,8 @@ def test_published_defaults_are_labelled_and_match_the_table():
 
 
 def test_weights_and_kv_per_gpu_divide_by_tp():
-    s = StepSettings(batch=4)
-    one, two = (tp_summary(simulate_tp_step(LLAMA.model, LLAMA.hardware, s, tp=t), t) for t in (1, 2))
+    s = StepPlan(BASELINE, 4)
+    one, two = (tp_summary(simulate_tp(LLAMA.model, LLAMA.hardware, s, tp=t)) for t in (1, 2))
     assert np.isclose(two.kv_bytes_per_gpu, one.kv_bytes_per_gpu / 2)
     replicated = 2 * LLAMA.model.vocab * LLAMA.model.hidden * LLAMA.model.bytes_per_el  # LM head, roughly
     assert one.weight_bytes_per_gpu / 2 < two.weight_bytes_per_gpu < one.weight_bytes_per_gpu / 2 + replicated
@@ -80,15 +85,15 @@ def test_weights_and_kv_per_gpu_divide_by_tp():
 def test_a_weight_bound_model_gets_faster_a_launch_bound_one_does_not():
     """Llama-3-8B at batch 1 is GPU-bound: halving the weights per GPU wins despite 64 all-reduces.
     The chapter's eager step is launch-bound: the all-reduces only add launches."""
-    s = StepSettings(batch=1, fusion=True, graphs=True)
+    s = StepPlan(FUSED_GRAPH, 1)
     assert (
-        simulate_tp_step(LLAMA.model, LLAMA.hardware, s, tp=2).metrics.step_us
-        < 0.7 * simulate_tp_step(LLAMA.model, LLAMA.hardware, s, tp=1).metrics.step_us
+        simulate_tp(LLAMA.model, LLAMA.hardware, s, tp=2).metrics.step_us
+        < 0.7 * simulate_tp(LLAMA.model, LLAMA.hardware, s, tp=1).metrics.step_us
     )
-    eager = StepSettings(batch=1)
+    eager = StepPlan(BASELINE, 1)
     assert (
-        simulate_tp_step(CHAPTER.model, CHAPTER.hardware, eager, tp=2).metrics.step_us
-        > simulate_tp_step(CHAPTER.model, CHAPTER.hardware, eager, tp=1).metrics.step_us
+        simulate_tp(CHAPTER.model, CHAPTER.hardware, eager, tp=2).metrics.step_us
+        > simulate_tp(CHAPTER.model, CHAPTER.hardware, eager, tp=1).metrics.step_us
     )
 
 
@@ -100,15 +105,15 @@ def test_tp_must_be_one_of_the_choices(tp):
 
 def test_more_gpus_than_kv_heads_replicate_them():
     """The chapter's model has 4 KV heads: on 8 GPUs each keeps one, so KV per GPU stops at a quarter."""
-    s = StepSettings(batch=2)
-    four, eight = (tp_summary(simulate_tp_step(CHAPTER.model, CHAPTER.hardware, s, tp=t), t) for t in (4, 8))
+    s = StepPlan(BASELINE, 2)
+    four, eight = (tp_summary(simulate_tp(CHAPTER.model, CHAPTER.hardware, s, tp=t)) for t in (4, 8))
     assert eight.kv_bytes_per_gpu == four.kv_bytes_per_gpu
 
 
 def test_tp_must_divide_the_heads():
     model = replace(CHAPTER.model, n_heads=12, n_kv_heads=4, hidden=1536)
     with pytest.raises(ValueError, match="tp: 8 GPUs must divide the 12 attention heads"):
-        simulate_tp_step(model, CHAPTER.hardware, StepSettings(), tp=8)
+        simulate_tp(model, CHAPTER.hardware, StepPlan(BASELINE, 1), tp=8)
 
 
 # ---- fitting α and β to a measured sweep ------------------------------------------------------
@@ -167,9 +172,9 @@ def test_fit_refuses_unusable_sweeps(sizes, us, match):
 
 def test_the_simulator_takes_fitted_figures_in_place_of_the_published_ones():
     fit = fit_allreduce(SWEEP, 6.0 + SWEEP / 30e3, tp=2, source="fitted")
-    s = StepSettings(batch=4, fusion=True, graphs=True)
-    fitted = simulate_tp_step(CHAPTER.model, CHAPTER.hardware, s, tp=2, allreduce=fit)
-    published = simulate_tp_step(CHAPTER.model, CHAPTER.hardware, s, tp=2)
+    s = StepPlan(FUSED_GRAPH, 4)
+    fitted = simulate_tp(CHAPTER.model, CHAPTER.hardware, s, tp=2, allreduce=fit)
+    published = simulate_tp(CHAPTER.model, CHAPTER.hardware, s, tp=2)
     nbytes = 4 * CHAPTER.model.hidden * CHAPTER.model.bytes_per_el
     comm = [ALLREDUCE in n for n in fitted.timeline.gpu_names]
     assert np.allclose(fitted.timeline.gpu_dur[comm], 6.0 + nbytes / 30e3)

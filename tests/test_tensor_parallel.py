@@ -168,8 +168,8 @@ def test_a_result_built_like_run_tp_probe_loads_in_the_page_loader():
 
     from tp_synthetic import allreduce_rows, runs_of
 
-    from core.tp_result import load_tp_result
-    from gpu_probe.tensor_parallel import TP_MODES, rank_record, tp_result_record
+    from core.tp_result import load_tp_result, tp_modes
+    from gpu_probe.tensor_parallel import rank_record, tp_result_record
 
     cfg = get_config("tiny")
 
@@ -198,7 +198,7 @@ def test_a_result_built_like_run_tp_probe_loads_in_the_page_loader():
         cuda="none",
         nccl="none",
         batches=(1, 4),
-        modes=TP_MODES,
+        modes=tp_modes(),
         buckets=(1, 2, 4),
         ranks=ranks,
         tp1_runs=runs_of(0, 1),

@@ -42,7 +42,7 @@ def test_a_tp_upload_shows_the_three_views_and_the_checks(recorded):
     tables = [df.value for df in at.dataframe]
     assert any("all-reduce kernels" in t.columns and list(t["all-reduce kernels"]) == [4, 4] for t in tables)
     tp_table = next(t for t in tables if "TP2 (µs)" in t.columns)
-    assert len(tp_table) == 6 and tp_table["TP2 speed-up"].notna().all()
+    assert len(tp_table) == 8 and tp_table["TP2 speed-up"].notna().all()  # 4 modes x 2 batches
     checks = next(t for t in tables if "check" in t.columns)
     assert set(checks["rank"]) == {0, 1} and checks["passed"].all()
     assert any("All 12 checks passed" in s.body for s in at.success)

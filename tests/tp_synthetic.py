@@ -9,11 +9,13 @@ file assembled by `rank_record` and `tp_result_record`. Only the measurements ar
 
 import numpy as np
 
+from core.step_plan import mode as mode_named
 from core.timeline import Timeline
+from core.tp_result import tp_modes
 from core.trace import TraceStep
 from gpu_probe.config import get_config
 from gpu_probe.measure import run_record
-from gpu_probe.tensor_parallel import TP_MODES, rank_record, tp_result_record
+from gpu_probe.tensor_parallel import rank_record, tp_result_record
 
 CFG = get_config("tiny")
 BATCHES = (1, 4)
@@ -54,9 +56,9 @@ def profiled_step(mode: str, batch: int, rank: int, tp: int = 2) -> TraceStep:
         names += [k for k in layer if tp > 1 or k != NCCL_KERNEL]  # one GPU: no all-reduce
     names.append("gemv_lm_head")
     comm = np.array([n == NCCL_KERNEL for n in names])
-    work = (20.0 if mode == "eager" else 8.0) / tp + 0.5 * batch
+    work = (8.0 if mode_named(mode).fused else 20.0) / tp + 0.5 * batch
     dur = np.where(comm, GRAPH_ALPHA + 0.2 * batch + 0.1 * rank, work)
-    graphed = mode != "eager"
+    graphed = mode_named(mode).graphs
     launch_us = 1.5 if graphed else 12.0
     start, t = [], (40.0 if graphed else launch_us)
     for i, d in enumerate(dur):
@@ -89,7 +91,8 @@ def profiled_step(mode: str, batch: int, rank: int, tp: int = 2) -> TraceStep:
 
 def runs_of(rank: int, tp: int) -> list[dict]:
     runs = []
-    for mode in TP_MODES:
+    for mode in tp_modes():
+        graphed = mode_named(mode).graphs
         for batch in BATCHES:
             traced = profiled_step(mode, batch, rank, tp)
             step = traced.timeline.step_us * 1.1
@@ -97,9 +100,9 @@ def runs_of(rank: int, tp: int) -> list[dict]:
                 "step_us_median": step,
                 "step_us_p10": step * 0.97,
                 "step_us_p90": step * 1.05,
-                "enqueue_us_median": 30.0 if mode != "eager" else step * 0.9,
+                "enqueue_us_median": 30.0 if graphed else step * 0.9,
             }
-            bucket = min(b for b in BUCKETS if b >= batch) if mode != "eager" else None
+            bucket = min(b for b in BUCKETS if b >= batch) if graphed else None
             runs.append(run_record(mode, batch, timing, traced, CFG.n_layers, bucket=bucket))
     return runs
 
@@ -117,7 +120,7 @@ def checks_of(rank: int, tp: int, failed: str | None = None) -> dict:
             "kv_shard_matches": True,
             "detail": f"rank {rank} of {tp}: logits within 0.001 (relative) of the unsharded model's",
         }
-    for mode in TP_MODES[1:]:
+    for mode in (m for m in tp_modes() if mode_named(m).graphs):
         checks[f"graph_vs_eager ({mode})"] = {"passed": True, "detail": "3/3 buckets", "buckets": []}
         checks[f"kv_canary ({mode})"] = {"passed": True, "detail": "real sequences' KV blocks unchanged"}
     if failed is not None:
@@ -148,7 +151,7 @@ def synthetic_tp_result(
         cuda="13.0",
         nccl="2.27.3",
         batches=BATCHES,
-        modes=TP_MODES,
+        modes=tp_modes(),
         buckets=BUCKETS,
         ranks=ranks,
         tp1_runs=runs_of(0, 1),

@@ -13,6 +13,7 @@ import io
 import numpy as np
 import streamlit as st
 
+from core.step_plan import Mode, toggled
 from sim import bucket_report as br
 from sim import buckets as bk
 from sim import workloads as wl
@@ -94,7 +95,7 @@ def _comparison(
         preset.hardware,
         dict(layouts),
         workload,
-        fusion=fusion,
+        mode=_graph_mode(fusion),
         memory=memory,
         budget_bytes=budget_mib * br.MIB,
         max_buckets=max_graphs,
@@ -125,12 +126,17 @@ def _binding(
         preset.model,
         preset.hardware,
         wl.Workload(name, np.array(sizes), np.array(weights)),
-        fusion=fusion,
+        mode=_graph_mode(fusion),
         memory=memory,
         budget_bytes=budget_mib * br.MIB,
         max_buckets=max_graphs,
         objective="time" if objective == "step time" else "rows",
     )
+
+
+def _graph_mode(fused: bool) -> Mode:
+    """The graph mode whose buckets the tab studies: the fused or the unfused kernels, replayed."""
+    return toggled(fused, True)
 
 
 @st.cache_data(max_entries=4, show_spinner=False)
@@ -160,9 +166,7 @@ def _probe_nodes(fused: bool) -> int | None:
         from core.probe_result import recorded_result
 
         counts = sorted(
-            r.kernels_per_step
-            for r in recorded_result().runs
-            if r.mode == ("fused+graph" if fused else "graph")
+            r.kernels_per_step for r in recorded_result().runs if r.mode == _graph_mode(fused).name
         )
         return int(counts[len(counts) // 2]) if counts else None
     except Exception:
@@ -172,7 +176,7 @@ def _probe_nodes(fused: bool) -> int | None:
 def _memory_gap_note(preset_key: str, fusion: bool, captures: tuple) -> str:
     """Why modelled and measured graph memory differ, with both per-graph figures side by side."""
     preset = PRESETS[preset_key]
-    model = br.memory_model(preset.model, fusion)
+    model = br.memory_model(preset.model, _graph_mode(fusion))
     measured = br.MeasuredGraphMemory.from_captures(
         [{"bucket": b, "graph_mem_bytes": g, "pool_bytes": p} for b, g, p in captures]
     )

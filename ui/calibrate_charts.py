@@ -14,15 +14,8 @@ import math
 
 import numpy as np
 
+from core.step_plan import MODES
 from sim.calibration import Calibration
-
-MODE_COLOURS = {
-    "eager": "#d1495b",
-    "fused": "#edae49",
-    "graph": "#00798c",
-    "fused+graph": "#30638e",
-    "compile": "#7a7a7a",
-}
 
 _PANELS = (
     ("step", "Step time (µs)", 0),
@@ -151,8 +144,8 @@ def predicted_vs_measured_figure(cal: Calibration):
                 "hoverinfo": "skip",
             }
         )
-        for mode, colour in MODE_COLOURS.items():
-            idx = [i for i, p in enumerate(cal.points) if p.mode == mode]
+        for mode, colour in ((m.name, m.colour) for m in MODES.values()):
+            idx = [i for i, p in enumerate(cal.points) if p.mode.name == mode]
             if not idx:
                 continue
             traces.append(

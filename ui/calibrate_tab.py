@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from core.probe_result import MODES
-from sim.calibration import FIT_MODES, PARAMS, Calibration
+from core.step_plan import MODES, modes
+from sim.calibration import PARAMS, Calibration
 from sim.calibration.report import loo_summary, verdict
 from ui.calibrate_charts import predicted_vs_measured_figure
 from ui.calibration_cache import calibration_of, preset_for, result_key
@@ -20,7 +20,7 @@ from ui.common import plain
 from ui.probe_results import available_results, recorded, run_picker, upload_widget
 
 CALIBRATE_PARAMS: dict[str, tuple] = {
-    "cal_mode": ("choice", MODES),
+    "cal_mode": ("choice", tuple(MODES)),
     "cal_batch": ("int", 1, 65536),
     "cal_whole": ("bool",),
     "cal_run": ("text", 300),  # a run's label; checked by ui.probe_results.run_picker
@@ -82,14 +82,14 @@ def _headline(cal: Calibration) -> None:
     c.metric("Median step-time error (fit)", f"{100 * fit_err:.1f}%")
     per_mode = [
         {
-            "mode": m,
+            "mode": m.name,
             "median |error|, fit %": 100
             * float(np.median(np.abs([e for p, e in zip(cal.points, cal.errors()[:, 0]) if p.mode == m]))),
             "median |error|, leave-one-out %": 100 * cal.mode_loo_error(m),
             "worst |error|, leave-one-out %": 100
             * max(abs(e) for p, e in zip(cal.points, cal.loo_errors()) if p.mode == m),
         }
-        for m in FIT_MODES
+        for m in modes(modelled=True)
         if any(p.mode == m for p in cal.points)
     ]
     st.dataframe(
@@ -122,13 +122,13 @@ def _table(cal: Calibration) -> None:
 
 
 def _overlay(cal: Calibration, result) -> None:
-    modes = tuple(m for m in MODES if any(p.mode == m for p in cal.points))
+    fitted = tuple(m for m in MODES if any(p.mode.name == m for p in cal.points))
     mode_col, batch_col, whole_col = st.columns([2, 2, 1.2], vertical_alignment="bottom")
-    mode = mode_col.selectbox("Mode", modes, key="cal_mode", bind="query-params")
-    batches = tuple(sorted({p.batch for p in cal.points if p.mode == mode}))
+    mode = mode_col.selectbox("Mode", fitted, key="cal_mode", bind="query-params")
+    batches = tuple(sorted({p.batch for p in cal.points if p.mode.name == mode}))
     batch = batch_col.selectbox("Batch size", batches, key="cal_batch", bind="query-params")
     whole = whole_col.toggle("Show the whole step", key="cal_whole", bind="query-params")
-    index = next(i for i, p in enumerate(cal.points) if p.mode == mode and p.batch == batch)
+    index = next(i for i, p in enumerate(cal.points) if p.mode.name == mode and p.batch == batch)
     measured, simulated = result.run(mode, batch).timeline, cal.timeline(index)
     st.plotly_chart(
         lanes_figure(measured, overlay=simulated, whole_step=whole),

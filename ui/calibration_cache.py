@@ -25,7 +25,8 @@ from collections import OrderedDict
 
 import streamlit as st
 
-from sim.calibration import FIT_MODES, Calibration, calibrate, calibrated_preset
+from core.step_plan import MODES
+from sim.calibration import Calibration, calibrate, calibrated_preset
 from sim.config import Preset
 
 _KEYS: dict[int, tuple[object, str]] = {}  # id(result) -> (result, key): hashing a run is ~0.1 s
@@ -169,12 +170,12 @@ def probe_sim_step(result, mode: str, batch: int):
         cal = fit_of(result)
     except ValueError as err:
         return None, f"The timing model cannot be fitted to this run: {err}"
-    if mode not in FIT_MODES:
+    if mode not in MODES or not MODES[mode].modelled:
         return None, (
             "torch.compile's step is not a modelled mode: Inductor generates its own kernels, "
             "so there is no predicted picture for it."
         )
-    index = next((i for i, p in enumerate(cal.points) if p.mode == mode and p.batch == batch), None)
+    index = next((i for i, p in enumerate(cal.points) if p.mode.name == mode and p.batch == batch), None)
     if index is None:
         return None, "This setting was not measured."
     return cal.timeline(index), "calibrated to this run, same kernels"

@@ -17,7 +17,7 @@ import math
 import numpy as np
 import plotly.graph_objects as go
 
-from core.modes import COMBOS, combo_title
+from core.step_plan import mode as mode_named
 from core.timeline import Timeline
 
 # How many launches the lanes show unless the whole step is asked for (the chapter shows 18).
@@ -359,12 +359,17 @@ def format_us(us: float) -> str:
 
 
 # -- batch sweep -------------------------------------------------------------------
-_GRID = {  # (x domain, y domain) of the four panels, in COMBOS order
-    0: ((0.0, 0.48), (0.56, 1.0)),
-    1: ((0.52, 1.0), (0.56, 1.0)),
-    2: ((0.0, 0.48), (0.0, 0.44)),
-    3: ((0.52, 1.0), (0.0, 0.44)),
-}
+def _panel_domains(i: int, n: int) -> tuple[tuple[float, float], tuple[float, float]]:
+    """(x domain, y domain) of panel i of n: two columns, as many rows as it takes, top to bottom."""
+    rows = -(-n // 2)
+    gap = 0.12 if rows == 2 else 0.08
+    height = (1.0 - gap * (rows - 1)) / rows
+    row, col = divmod(i, 2)
+    top = 1.0 - row * (height + gap)
+    x = (0.0, 0.48) if col == 0 else (0.52, 1.0)
+    return x, (round(max(top - height, 0.0), 6), round(top, 6))
+
+
 _SWEEP_LINES = (
     ("step_us", "step time", STEP_COLOUR, "solid", 2.5),
     ("cpu_launch_us", "CPU launch time", CPU_COLOUR, "dash", 2),
@@ -372,35 +377,36 @@ _SWEEP_LINES = (
 )
 
 
-def sweep_figure(sweep, *, current: tuple[bool, bool] | None = None, batch: int | None = None) -> go.Figure:
-    """Step, CPU launch and GPU time against batch (log x), one panel per toggle combination.
+def sweep_figure(sweep, *, current: str | None = None, batch: int | None = None) -> go.Figure:
+    """Step, CPU launch and GPU time against batch (log x), one panel per mode swept.
 
-    `sweep` is a `sim.schedule.Sweep` (or anything shaped like it): `.batches`, `sweep[(fusion,
-    graphs)]` with arrays `step_us`, `cpu_launch_us`, `gpu_busy_us` aligned with the batches,
-    and `.crossover[(fusion, graphs)]`, the first GPU-bound batch or None. The panel of
-    `current` marks `batch`.
+    `sweep` is a `sim.schedule.Sweep` (or anything shaped like it): `.batches`, `.series` (mode name
+    -> arrays `step_us`, `cpu_launch_us`, `gpu_busy_us` aligned with the batches) and
+    `.crossover[name]`, the first GPU-bound batch or None. The panel of mode `current` marks `batch`.
     """
     x = np.asarray(sweep.batches)
     crossover = sweep.crossover
-    series = {combo: sweep[combo] for combo in COMBOS}
+    series = dict(sweep.series)
+    n_panels = len(series)
     # Log time axis: launch costs (µs) and long-batch kernels (ms) both stay readable.
     values = np.concatenate(
-        [np.asarray(getattr(series[c], k), float) for c in COMBOS for k, *_ in _SWEEP_LINES]
+        [np.asarray(getattr(s, k), float) for s in series.values() for k, *_ in _SWEEP_LINES]
     )
     values = values[values > 0]
     y_range = [float(np.log10(values.min() * 0.7)), float(np.log10(values.max() * 1.4))]
     ticks = [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096) if x.min() <= b <= x.max()]
     traces, shapes, annotations, layout = [], [], [], {}
-    for i, combo in enumerate(COMBOS):
+    for i, (key, data) in enumerate(series.items()):
         xa, ya = ("x", "y") if i == 0 else (f"x{i + 1}", f"y{i + 1}")
-        x_dom, y_dom = _GRID[i]
+        x_dom, y_dom = _panel_domains(i, n_panels)
+        bottom_row = i + 2 >= n_panels  # no panel below this one
         layout["xaxis" if i == 0 else f"xaxis{i + 1}"] = {
             "type": "log",
             "domain": list(x_dom),
             "anchor": ya,
             "matches": None if i == 0 else "x",
-            "title": {"text": "batch size (log scale)" if i >= 2 else ""},
-            "showticklabels": i >= 2,
+            "title": {"text": "batch size (log scale)" if bottom_row else ""},
+            "showticklabels": bottom_row,
             "tickvals": ticks,
         }
         layout["yaxis" if i == 0 else f"yaxis{i + 1}"] = {
@@ -413,7 +419,7 @@ def sweep_figure(sweep, *, current: tuple[bool, bool] | None = None, batch: int 
             "showticklabels": i % 2 == 0,
             "title": {"text": "µs per step (log scale)" if i % 2 == 0 else ""},
         }
-        name = combo_title(*combo)
+        name = mode_named(key).title
         annotations.append(
             {
                 "xref": "paper",
@@ -423,31 +429,30 @@ def sweep_figure(sweep, *, current: tuple[bool, bool] | None = None, batch: int 
                 "yanchor": "bottom",
                 "showarrow": False,
                 "font": {"size": 13},
-                "text": f"<b>{name} (current)</b>" if combo == current else name,
+                "text": f"<b>{name} (current)</b>" if key == current else name,
             }
         )
-        data = series[combo]
-        for key, label, colour, dash, width in _SWEEP_LINES:
+        for field_name, label, colour, dash, width in _SWEEP_LINES:
             traces.append(
                 {
                     "type": "scatter",
                     "mode": "lines",
                     "x": x,
-                    "y": np.asarray(getattr(data, key), dtype=float),
+                    "y": np.asarray(getattr(data, field_name), dtype=float),
                     "xaxis": xa,
                     "yaxis": ya,
                     "name": label,
-                    "legendgroup": key,
+                    "legendgroup": field_name,
                     "showlegend": i == 0,
                     "line": {"color": colour, "dash": dash, "width": width},
                     "hovertemplate": f"batch %{{x}}: {label} %{{y:,.0f}} µs<extra>{name}</extra>",
                 }
             )
         marks = []
-        cross = crossover.get(combo)
+        cross = crossover.get(key)
         if cross is not None:
             marks.append((cross, "#2a9d55", "dot", f"GPU-bound from {cross}", 0.97))
-        if batch is not None and combo == current:
+        if batch is not None and key == current:
             marks.append((batch, "#b03a3a", "solid", f"batch {batch}", 0.04))
         for where, colour, dash, text, height in marks:
             shapes.append(
@@ -478,7 +483,7 @@ def sweep_figure(sweep, *, current: tuple[bool, bool] | None = None, batch: int 
             )
     layout.update(
         {
-            "height": 560,
+            "height": 280 * -(-n_panels // 2),
             "margin": {"l": 10, "r": 10, "t": 70, "b": 40},
             "hovermode": "x unified",
             "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.07, "x": 0},

@@ -12,7 +12,7 @@ import threading
 
 import streamlit as st
 
-from core.probe_result import MODES
+from core.step_plan import probe_modes
 from ui.common import plain
 from ui.probe_results import describe, session_results
 
@@ -66,7 +66,7 @@ def measure_live(batches=None):
                     # Built under the lock, once: sized for the default batches, so other settings reuse it.
                     session = _probe_session("small", max(256, *key), progress)
                     store["results"][key] = live.measure(
-                        "small", batches=key, modes=MODES, progress=progress, session=session
+                        "small", batches=key, modes=probe_modes(), progress=progress, session=session
                     )
                     if getattr(session, "errors", None):
                         _probe_session.clear()  # built only in part (e.g. out of memory): build afresh next time

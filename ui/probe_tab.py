@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from core import probe_result
+from core import step_plan
+from core.step_plan import BASELINE, FUSED_GRAPH
 from core.timeline import StepMetrics
 from core.tp_result import TPResult
 from ui import tp_view
@@ -22,7 +23,7 @@ from ui.probe_live import LIVE_BATCHES, LIVE_DURATION, measure_live
 from ui.probe_results import available_results, describe, recorded, run_picker, upload_widget
 from ui.probe_tables import modes_table, run_facts
 
-MODES = probe_result.MODES
+MODES = tuple(step_plan.MODES)
 
 # URL key -> spec, read by ui.url_params before any widget.
 PROBE_PARAMS: dict[str, tuple] = {
@@ -76,7 +77,7 @@ def _pick_result():
 
 
 def _readouts(result, run) -> None:
-    base = result.run("eager", run.batch)
+    base = result.run(BASELINE.name, run.batch)
     m = run.timeline.metrics()
     # Step time is the median over many unprofiled steps; the rest describe the profiled step drawn below.
     metrics = StepMetrics(
@@ -269,12 +270,11 @@ def render() -> None:
     whole = whole_col.toggle("Show the whole step", key="pr_whole", bind="query-params")
     run = result.run(mode, batch) or next(r for r in result.runs if r.mode == mode)
     _readouts(result, run)
-    graph_replay = run.timeline.metrics().launches == 1
     st.subheader(
-        "The whole step" if whole else f"First {FIRST_LAUNCHES} {'kernels' if graph_replay else 'launches'}"
+        "The whole step" if whole else f"First {FIRST_LAUNCHES} {'kernels' if run.replays else 'launches'}"
     )
     _lanes(result, run, source, whole)
-    if run.mode == "fused+graph":
+    if run.mode == FUSED_GRAPH.name:
         _what_graphs_leave(result, run)
     st.subheader(f"All modes at batch {run.batch}")
     modes_table(result, run.batch)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from core.probe_result import MODES
+from core.step_plan import BASELINE, FUSED_GRAPH, MODES
 from ui.charts import format_us
 from ui.common import plain
 
@@ -55,7 +55,7 @@ MODE_COLUMNS = {
 
 
 def modes_table(result, batch: int) -> None:
-    base = result.run("eager", batch)
+    base = result.run(BASELINE.name, batch)
     runs = [r for r in (result.run(mode, batch) for mode in MODES) if r is not None]
     columns = dict(MODE_COLUMNS)
     if all(r.step_us_back_to_back is None for r in runs):
@@ -115,9 +115,9 @@ def run_facts(result) -> None:
         help=f"Bytes one batch-1 decode step must read ({result.read_bytes(1) / 1e9:.2f} GB: the weights it reads "
         "plus the KV cache at the run's context), over the copy bandwidth: no step can be faster.",
     )
-    best = result.run("fused+graph", 1)
+    best = result.run(FUSED_GRAPH.name, 1)
     fg.metric(
-        "fused+graph at batch 1",
+        f"{FUSED_GRAPH.name} at batch 1",
         f"{best.step_us_median / result.read_floor_us(1):.2f}× the floor" if best else "not measured",
     )
     caps, checks = st.columns(2, gap="large")

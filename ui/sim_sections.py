@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from core.modes import CHAPTER_BUCKETS, combo_title
+from core.step_plan import BASELINE, CHAPTER_BUCKETS, FUSED, Mode, mode
 from sim.config import BATCH_RANGE, HardwareConfig, ModelConfig
 from sim.kernels import MODEL_LEVEL, fusion_table, step_kernels
 from sim.schedule import Sweep, sweep
@@ -24,7 +24,7 @@ def swept(model: ModelConfig, hw: HardwareConfig) -> Sweep:
 
 
 @st.cache_resource(max_entries=64, show_spinner=False)
-def sweep_chart(model: ModelConfig, hw: HardwareConfig, current: tuple[bool, bool]):
+def sweep_chart(model: ModelConfig, hw: HardwareConfig, current: str):
     """The sweep figure, built once per setting: Plotly's validation costs ~50 ms a rerun.
 
     Shared, not copied, between sessions: nothing mutates a figure after it is built.
@@ -37,8 +37,8 @@ def sweep_csv(model: ModelConfig, hw: HardwareConfig) -> str:
     result = swept(model, hw)
     header = ["batch"]
     columns = [result.batches]
-    for combo, series in result.series.items():
-        name = combo_title(*combo).replace(" + ", "_").replace(" ", "_")
+    for name, series in result.series.items():
+        name = mode(name).title.replace(" + ", "_").replace(" ", "_")
         for field in ("step_us", "cpu_launch_us", "gpu_busy_us", "utilisation"):
             header.append(f"{name}_{field}")
             columns.append(getattr(series, field))
@@ -64,21 +64,21 @@ def fusion_rows(model: ModelConfig) -> list[dict]:
     return rows
 
 
-def sweep_view(model: ModelConfig, hw: HardwareConfig, fusion: bool, graphs: bool) -> None:
+def sweep_view(model: ModelConfig, hw: HardwareConfig, current: Mode) -> None:
     st.subheader("Batch sweep: where launches stop mattering")
     result = swept(model, hw)
     st.plotly_chart(
-        sweep_chart(model, hw, (fusion, graphs)),
+        sweep_chart(model, hw, current.name),
         width="stretch",
         key="sim_sweep",
         config={"displaylogo": False},
     )
     crossings = []
-    for combo, cross in result.crossover.items():
+    for name, cross in result.crossover.items():
         where = f"from batch {cross}" if cross is not None else f"not within 1–{BATCH_RANGE[1]}"
-        crossings.append(f"{combo_title(*combo)}: GPU-bound {where}")
+        crossings.append(f"{mode(name).title}: GPU-bound {where}")
     st.caption(
-        "The panel marked (current) is your fusion and graphs setting. "
+        "The panel marked (current) is the mode your settings pick. "
         "Step time is the solid line, CPU launch time dashed, GPU time dotted. Left of the green "
         "line the step is launch-bound; right of it the kernels are long enough to hide the launches. "
         + "; ".join(crossings)
@@ -99,8 +99,8 @@ def sweep_view(model: ModelConfig, hw: HardwareConfig, fusion: bool, graphs: boo
 
 def fusion_view(model: ModelConfig) -> None:
     st.subheader(f"Kernel fusion: {model.unfused_per_layer} → {model.fused_per_layer} kernels per layer")
-    unfused = len(step_kernels(model, False))
-    fused = len(step_kernels(model, True))
+    unfused = len(step_kernels(model, BASELINE))
+    fused = len(step_kernels(model, FUSED))
     st.dataframe(fusion_rows(model), hide_index=True, width="stretch")
     st.markdown("\n".join(f"- **{row['fused_kernel']}**: {row['why']}" for row in fusion_table(model)))
     st.caption(

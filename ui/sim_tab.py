@@ -17,6 +17,7 @@ from dataclasses import replace
 import streamlit as st
 
 from core.decoder import LIMITS
+from core.step_plan import TP_CHOICES, Mode, StepPlan, modes, toggled
 from sim.config import (
     BATCH_RANGE,
     DEFAULT_PRESET,
@@ -27,8 +28,9 @@ from sim.config import (
     Preset,
 )
 from sim.kernels import step_kernels
-from sim.schedule import SimulatedStep, StepSettings, simulate_step
-from sim.tensor_parallel import TP_CHOICES, simulate_tp_step, tp_summary
+from sim.schedule import SimulatedStep, simulate_step
+from sim.tensor_parallel import tp_summary
+from sim.timing import eager_host_us
 from ui.charts import FIRST_LAUNCHES, lanes_figure
 from ui.common import chrome_trace_download, plain, regime_explanation, show_readouts, show_time_split
 from ui.sim_presets import CALIBRATED_KEY, PRESET_BY_URL_VALUE, PRESET_TITLES, preset_of
@@ -75,6 +77,9 @@ SIM_PARAMS: dict[str, tuple] = {
     "layers": ("int", *LAYERS_RANGE),
     "whole_step": ("bool", (False, True)),
     "tp": ("choice", TP_OPTIONS),
+    # A mode beyond the two toggles, by name; free text here, checked against the modes table by the tab
+    # (the table may grow after this module is imported).
+    "mode": ("text", 40),
     **{key: ("float", low, high) for key, _, _, low, high, _, _ in HARDWARE_INPUTS},
     **{key: ("int", low, high) for key, _, _, low, high, _ in MODEL_INPUTS},
     BYTES_INPUT[0]: ("float", BYTES_INPUT[3], BYTES_INPUT[4]),
@@ -121,11 +126,8 @@ DEFAULTS = {
 
 # -- cached computations -------------------------------------------------------------
 @st.cache_data(max_entries=512, show_spinner=False)
-def simulated(
-    model: ModelConfig, hw: HardwareConfig, batch: int, fusion: bool, graphs: bool, tp: int = 1
-) -> SimulatedStep:
-    settings = StepSettings(batch=batch, fusion=fusion, graphs=graphs)
-    return simulate_tp_step(model, hw, settings, tp=tp) if tp > 1 else simulate_step(model, hw, settings)
+def simulated(model: ModelConfig, hw: HardwareConfig, plan: StepPlan) -> SimulatedStep:
+    return simulate_step(model, hw, plan)
 
 
 # -- settings ------------------------------------------------------------------------
@@ -162,8 +164,8 @@ def checked_hardware(base: HardwareConfig, values: dict, n_kernels: int) -> tupl
             warnings.append(f"{label} is at most {high:g} here (got {value:g}); using {high:g}.")
             value = high
         fixed[field] = value
-    eager_step_us = n_kernels * fixed["eager_launch_us"]
-    replay_us = fixed["graph_launch_us"] + n_kernels * fixed["graph_node_host_us"]
+    eager_step_us = eager_host_us(fixed["eager_launch_us"], n_kernels)
+    replay_us = float(replace(base, **fixed).replay_cost.host_us(n_kernels))
     if replay_us > eager_step_us:
         per_node = (
             f" + {n_kernels} nodes × {fixed['graph_node_host_us']:g} µs"
@@ -249,7 +251,7 @@ def _as_custom(
 
 
 def _controls() -> tuple:
-    """Draw the controls but the batch slider; return (model, hardware, fusion, graphs, notices, batch column)."""
+    """Draw the controls but the batch slider; return (model, hardware, mode, notices, batch column)."""
     preset_key = st.selectbox(
         "Preset",
         tuple(PRESET_TITLES),
@@ -298,6 +300,8 @@ def _controls() -> tuple:
         help="Replay the captured step with one CPU call; the batch is padded "
         "up to the nearest captured size.",
     )
+    notices = [preset_notice] if preset_notice else []
+    mode = _mode_beyond_toggles(toggled(fusion, graphs), notices)
     st.radio(
         "GPUs (tensor parallel)",
         TP_OPTIONS,
@@ -358,22 +362,45 @@ def _controls() -> tuple:
         with st.popover("Where the preset's figures come from"):
             for paragraph in note_paragraphs(preset.note):
                 st.text(paragraph)  # text, not markdown: a calibrated note quotes the result file
-    notices = [preset_notice] if preset_notice else []
     layers = _clamped_int(layers, LAYERS_RANGE, "Layers", notices)
     model, model_notices = checked_model(preset.model, layers, model_values)
-    n_kernels = len(step_kernels(model, bool(fusion)))
+    n_kernels = len(step_kernels(model, mode))
     hardware, hw_notices = checked_hardware(preset.hardware, values, n_kernels)
     if is_custom(preset, model, hardware):
         title_slot.markdown(f"**{custom_title(preset, model, hardware)}**")
         model, hardware = _as_custom(preset, model, hardware)
-    return (
-        model,
-        hardware,
-        bool(fusion),
-        bool(graphs),
-        notices + model_notices + hw_notices,
-        (stops_col, exact_col),
+    return model, hardware, mode, notices + model_notices + hw_notices, (stops_col, exact_col)
+
+
+TOGGLES = "toggles"  # the "Beyond the toggles" choice that leaves the step to the two toggles
+
+
+def _mode_beyond_toggles(toggles_mode: Mode, notices: list[str]) -> Mode:
+    """The modes the simulator models beyond the two toggles, as one choice (drawn only when there are any).
+
+    The list is read from the modes table on every run, so a mode added to it is offered here."""
+    beyond = {m.name: m for m in modes(modelled=True, toggles=False)}
+    asked = st.session_state.get("mode", TOGGLES)
+    if asked not in (TOGGLES, *beyond):
+        notices.append(f"mode: {asked!r} is not a mode the simulator has; using the toggles.")
+        st.session_state["mode"] = TOGGLES
+    if not beyond:
+        return toggles_mode
+    chosen = st.radio(
+        "Beyond the toggles",
+        (TOGGLES, *beyond),
+        key="mode",
+        bind="query-params",
+        horizontal=True,
+        format_func=lambda name: "fusion and graphs as toggled" if name == TOGGLES else beyond[name].label,
+        help="Ways to run the step that the two toggles do not describe. Picking one sets the toggles aside.",
     )
+    if chosen in beyond:
+        st.caption(
+            f"The step runs as {beyond[chosen].label}; the Kernel fusion and CUDA graphs toggles are set aside."
+        )
+        return beyond[chosen]
+    return toggles_mode
 
 
 def note_paragraphs(note: str) -> list[str]:
@@ -411,25 +438,25 @@ def _clamped_int(value, bounds: tuple[int, int], label: str, notices: list[str])
 
 
 # -- page ----------------------------------------------------------------------------
-def _bucket_note(step: SimulatedStep) -> str:
+def _bucket_note(plan: StepPlan) -> str:
     """One line on how this step is launched; always shown, so the lanes below never jump when it changes."""
-    if not step.settings.graphs:
+    if not plan.mode.graphs:
         return (
             "CUDA graphs off: the CPU launches every kernel itself, one call each; switch them on to "
             "replay the whole step with one call."
         )
-    largest = max(step.settings.buckets)
-    if step.eager_fallback:
+    largest = max(plan.buckets)
+    if plan.eager_fallback:
         return (
-            f"CUDA graphs: batch {step.settings.batch} is above the largest captured bucket ({largest}), "
+            f"CUDA graphs: batch {plan.batch} is above the largest captured bucket ({largest}), "
             "so this step falls back to eager launches, one per kernel."
         )
-    if step.padded_rows:
+    if plan.padded_rows:
         return (
-            f"CUDA graphs: batch {step.settings.batch} replays the graph captured for {step.bucket}; "
-            f"{step.padded_rows} of its {step.bucket} rows are padding (dummy rows the GPU still computes)."
+            f"CUDA graphs: batch {plan.batch} replays the graph captured for {plan.bucket}; "
+            f"{plan.padded_rows} of its {plan.bucket} rows are padding (dummy rows the GPU still computes)."
         )
-    return f"CUDA graphs: batch {step.settings.batch} is a captured bucket, so no rows are padding."
+    return f"CUDA graphs: batch {plan.batch} is a captured bucket, so no rows are padding."
 
 
 INTRO = (
@@ -445,14 +472,14 @@ INTRO = (
 def render() -> None:
     st.markdown(INTRO)
     try:
-        model, hw, fusion, graphs, notices, batch_col = _controls()
+        model, hw, mode, notices, batch_col = _controls()
     except ValueError as err:  # a config the simulator rejects: say which field, keep the page
         st.error(f"These settings cannot be simulated: {err}")
         return
     for notice in notices:
         st.warning(notice, icon=":material/warning:")
-    if _step_section(batch_col, model, hw, fusion, graphs):
-        sweep_view(model, hw, fusion, graphs)
+    if _step_section(batch_col, model, hw, mode):
+        sweep_view(model, hw, mode)
         fusion_view(model)
     _freeze_long_lived_objects()
 
@@ -487,7 +514,7 @@ def _batch_from_stops() -> None:
 
 
 @st.fragment
-def _step_section(batch_cols, model: ModelConfig, hw: HardwareConfig, fusion: bool, graphs: bool) -> bool:
+def _step_section(batch_cols, model: ModelConfig, hw: HardwareConfig, mode: Mode) -> bool:
     """The batch slider (in the controls' row) and the step drawn for it; False if it cannot be simulated.
 
     Moving the slider reruns only this, with the other settings as the last full run passed them
@@ -519,22 +546,21 @@ def _step_section(batch_cols, model: ModelConfig, hw: HardwareConfig, fusion: bo
         st.warning(notice, icon=":material/warning:")
     try:
         tp = int(st.session_state.get("tp") or 1)  # the radio's value: one of TP_OPTIONS
-        step = simulated(model, hw, batch, fusion, graphs, tp)
+        step = simulated(model, hw, StepPlan(mode, batch, tp))
     except ValueError as err:  # a config the simulator rejects: say which field, keep the page
         st.error(f"These settings cannot be simulated: {err}")
         return False
     _step_view(step)
     if tp > 1:
-        _tp_note(step, tp)
+        _tp_note(step)
     return True
 
 
-def _tp_note(step: SimulatedStep, tp: int) -> None:
+def _tp_note(step: SimulatedStep) -> None:
     """Per-GPU memory and the all-reduces' share of the step (the figures are published, not measured)."""
-    summary = tp_summary(step, tp)
-    one = simulated(
-        step.model, step.hardware, step.settings.batch, step.settings.fusion, step.settings.graphs
-    )
+    summary = tp_summary(step)
+    tp = step.plan.tp
+    one = simulated(step.model, step.hardware, replace(step.plan, tp=1))
     st.info(
         f"Tensor parallel over {tp} GPUs, one GPU's lanes (green: the all-reduces): "
         f"{summary.weight_bytes_per_gpu / 1e9:.2f} GB of "
@@ -551,10 +577,9 @@ def _tp_note(step: SimulatedStep, tp: int) -> None:
 def _step_view(step: SimulatedStep) -> None:
     metrics = step.metrics
     show_readouts(metrics, step.speedup)
-    st.info(_bucket_note(step), icon=":material/info:")
+    st.info(_bucket_note(step.plan), icon=":material/info:")
 
-    graph_replay = metrics.launches == 1 and metrics.kernels > 1
-    shown = "kernels" if graph_replay else "kernel launches"
+    shown = "kernels" if step.plan.replays else "kernel launches"
     title_col, toggle_col = st.columns([4, 1.4], vertical_alignment="bottom")
     # The toggle is created first so the title follows it (also on a first load from the URL).
     whole = toggle_col.toggle(
@@ -585,7 +610,8 @@ def _step_view(step: SimulatedStep) -> None:
         st.subheader("What this means")
         st.markdown(text)
 
-    file_stem = f"launch-bound-{step.model.name}-b{step.settings.batch}-{'fused' if step.settings.fusion else 'unfused'}-{'graphs' if step.settings.graphs else 'eager'}"
+    plan = step.plan
+    file_stem = f"launch-bound-{step.model.name}-b{plan.batch}-{plan.mode.name.replace('+', '-')}"
     chrome_trace_download(
         step.timeline,
         "Download this step as a Chrome trace (open in Perfetto)",

@@ -20,8 +20,9 @@ import numpy as np
 import plotly.graph_objects as go
 import streamlit as st
 
+from core.step_plan import FUSED_GRAPH, MODES
 from core.timeline import Timeline
-from core.tp_result import TP_MODES, TPResult
+from core.tp_result import TPResult, tp_modes
 from sim.tensor_parallel import (
     NCCL_NVLS_TREE_2XH100_US,
     SGLANG_H100_CUSTOM_ALLREDUCE_US,
@@ -35,7 +36,7 @@ from ui.probe_results import describe, session_tp_results
 
 # URL key -> spec (ui.url_params), merged into the probe tab's PROBE_PARAMS.
 TP_PARAMS: dict[str, tuple] = {
-    "pr_tp_mode": ("choice", TP_MODES),
+    "pr_tp_mode": ("choice", tp_modes()),
     "pr_tp_batch": ("int", 1, 65536),
     "pr_tp_whole": ("bool",),
 }
@@ -48,7 +49,6 @@ NO_RUN_NOTE = (
 )
 _CHART_CONFIG = {"displaylogo": False}
 _EAGER_COLOUR, _GRAPH_COLOUR = "rgba(224, 123, 57, 0.95)", "rgba(58, 118, 176, 0.95)"
-_MODE_COLOURS = dict(zip(TP_MODES, ("rgba(224, 123, 57, 0.95)", "rgba(148, 103, 189, 0.95)", _GRAPH_COLOUR)))
 
 
 def uploaded_options() -> dict:
@@ -272,7 +272,7 @@ def step_time_figure(result: TPResult) -> go.Figure:
                     "x": x,
                     "y": times,
                     "name": f"{mode}, TP{tp}",
-                    "marker": {"color": _MODE_COLOURS[mode], "opacity": opacity},
+                    "marker": {"color": MODES[mode].colour, "opacity": opacity},
                     "hovertemplate": f"{mode}, TP{tp}, batch %{{x}}: %{{y:,.1f}} µs<extra></extra>",
                 }
             )
@@ -298,7 +298,7 @@ def _step_times(result: TPResult) -> None:
         step_time_figure(result), width="stretch", key="pr_tp_steps", theme=None, config=_CHART_CONFIG
     )
     st.dataframe(step_rows(result), hide_index=True, width="stretch")
-    one, many = result.tp1_step_us("fused+graph", 1), result.tp_step_us("fused+graph", 1)
+    one, many = result.tp1_step_us(FUSED_GRAPH.name, 1), result.tp_step_us(FUSED_GRAPH.name, 1)
     goal = ""
     if one and many:
         verdict = (

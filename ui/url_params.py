@@ -8,12 +8,12 @@ to the default, with no word to the reader) and keeps unknown keys in the URL.
 keys, and says so in one `st.warning` that names each key.
 
 Each tab declares its keys in a dict next to its widgets (`SIM_PARAMS` in
-`ui/sim_tab.py`, `BUCKET_PARAMS`, `PROBE_PARAMS`, `TRACE_PARAMS`, `CALIBRATE_PARAMS`), read lazily
-here. A spec is one of
+`ui/sim_tab.py`, `BUCKET_PARAMS`, `PROBE_PARAMS`, `TRACE_PARAMS`, `CALIBRATE_PARAMS`), listed in
+`SPEC_SOURCES`. A spec is one of
     ("int", lo, hi)   ("float", lo, hi)   ("bool",) or "bool"   ("choice", options[, {alias: option}])
     ("text", max_chars)  (free text the page parses itself: only its length is checked here)
 (also accepted: "select"/"options"/"str" for choice, "number" for float, or a dict
-with kind/min/max/options). A tab whose dict does not exist yet is left alone.
+with kind/min/max/options).
 
 Widgets seed themselves from Streamlit's snapshot of the URL taken at the start of
 the run, not from `st.query_params`, so a correction is written to both (that is
@@ -23,22 +23,23 @@ browser's address bar is updated to the corrected link.
 
 from __future__ import annotations
 
-import importlib
 import math
 from dataclasses import dataclass
 
 import streamlit as st
 
+from ui import buckets_tab, calibrate_tab, probe_tab, sim_tab, trace_tab
+
 # The app's tab labels; app.py binds `st.tabs(..., key="tab")` to these.
 TAB_LABELS = ("Simulator", "Live GPU probe", "Your trace", "Bucketing", "Calibration", "Check yourself")
 APP_PARAMS = {"tab": ("choice", TAB_LABELS)}
-# (module, dict name, key prefix the tab owns; None: un-prefixed keys)
+# Each tab's declared keys (key -> spec) and the prefix its keys carry (None: un-prefixed keys).
 SPEC_SOURCES = (
-    ("ui.sim_tab", "SIM_PARAMS", None),
-    ("ui.buckets_tab", "BUCKET_PARAMS", "bk_"),
-    ("ui.probe_tab", "PROBE_PARAMS", "pr_"),
-    ("ui.trace_tab", "TRACE_PARAMS", "tr_"),
-    ("ui.calibrate_tab", "CALIBRATE_PARAMS", "cal_"),
+    (sim_tab.SIM_PARAMS, None),
+    (buckets_tab.BUCKET_PARAMS, "bk_"),
+    (probe_tab.PROBE_PARAMS, "pr_"),
+    (trace_tab.TRACE_PARAMS, "tr_"),
+    (calibrate_tab.CALIBRATE_PARAMS, "cal_"),
 )
 # Streamlit's own keys (embedding); never touched.
 RESERVED = frozenset({"embed", "embed_options"})
@@ -104,25 +105,16 @@ def as_spec(raw) -> Spec:
     return Spec(kind, lo=float(raw[1]), hi=float(raw[2]))
 
 
-def all_specs() -> tuple[dict[str, Spec], tuple[str, ...]]:
-    """(key -> Spec for every declared key, prefixes of tabs that declare nothing yet)."""
+def all_specs() -> dict[str, Spec]:
+    """key -> Spec for every declared key of the page."""
     specs = {key: as_spec(v) for key, v in APP_PARAMS.items()}
-    undeclared = []
-    for module_name, dict_name, prefix in SPEC_SOURCES:
-        try:
-            declared = getattr(importlib.import_module(module_name), dict_name, None)
-        except ImportError:
-            declared = None
-        if not isinstance(declared, dict):
-            if prefix:
-                undeclared.append(prefix)
-            continue
+    for declared, _prefix in SPEC_SOURCES:
         for key, raw in declared.items():
             try:
                 specs[str(key)] = as_spec(raw)
             except (ValueError, TypeError, IndexError, KeyError):
                 continue  # a malformed declaration must not take the page down; the key stays unchecked
-    return specs, tuple(undeclared)
+    return specs
 
 
 def _number(text: str) -> str:
@@ -184,7 +176,7 @@ def _quote(text: str) -> str:
     return f"`{short}`" if short.strip() else "`(empty)`"
 
 
-def _plan(params: dict[str, list[str]], specs: dict[str, Spec], undeclared: tuple[str, ...]):
+def _plan(params: dict[str, list[str]], specs: dict[str, Spec]):
     """Corrections as {key: new value or None (drop)} and notices for the reader."""
     changes: dict[str, str | None] = {}
     notices: list[str] = []
@@ -193,8 +185,6 @@ def _plan(params: dict[str, list[str]], specs: dict[str, Spec], undeclared: tupl
             continue
         spec = specs.get(key)
         if spec is None:
-            if any(key.startswith(p) for p in undeclared):
-                continue  # that tab has not declared its keys yet: Streamlit's own checks apply
             changes[key] = None
             notices.append(f"{_quote(key)} is not a setting of this page; ignored")
             continue
@@ -254,11 +244,8 @@ def sanitise(specs: dict | None = None) -> list[str]:
     Returns the notices shown.
     """
     try:
-        if specs is None:
-            specs, undeclared = all_specs()
-        else:
-            specs, undeclared = {k: as_spec(v) for k, v in specs.items()}, ()
-        changes, notices = _plan(read_params(), specs, undeclared)
+        specs = all_specs() if specs is None else {k: as_spec(v) for k, v in specs.items()}
+        changes, notices = _plan(read_params(), specs)
         if changes:
             _apply(changes)
     except Exception as err:

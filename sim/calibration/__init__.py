@@ -11,7 +11,6 @@
 
 from functools import lru_cache
 
-from core.modes import FIT_MODES
 from sim.calibration.fit import GOAL, WORST_GOAL, Calibration, calibrate
 from sim.calibration.model import NAMES, PARAMS, model_from_result, points_from_result
 from sim.calibration.preset import calibrated_preset
@@ -33,7 +32,6 @@ def recorded_graph_cost() -> GraphReplayCost:
 
 
 __all__ = [
-    "FIT_MODES",
     "GOAL",
     "NAMES",
     "PARAMS",

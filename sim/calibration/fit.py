@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from core import step_plan
+from core.step_plan import MODES, modes
 from core.timeline import Timeline
 from sim.calibration.families import FAMILIES, unpipelined_gemms
 from sim.calibration.least_squares import bounded_least_squares
@@ -50,6 +52,12 @@ _HIGH = np.log([p.high for p in PARAMS])
 _START = params_vector({p.name: p.start for p in PARAMS})
 START_VARIANTS = (None, 60.0, 2000.0)  # matrix rates to start from: either side of the roofline's kink
 _RATES = [k for k, n in enumerate(GPU_PARAMS) if n.endswith("_TFLOPs")]
+
+
+def _modelled_names() -> str:
+    """The modes a calibration fits, as a message names them: "eager, fused, graph or fused+graph"."""
+    names = [m.name for m in modes(modelled=True)]
+    return ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else names[0]
 
 
 def _fit_gpu(sim: ProbeModel, use: np.ndarray, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -85,11 +93,12 @@ def _fit_host(points: list[Point], use: np.ndarray, theta: np.ndarray) -> tuple[
     """Host parameters by relative linear least squares: (theta, name -> constrained)."""
     out, fitted = theta.copy(), {}
     triton = np.array([f.host == "triton" for f in FAMILIES])
-    eager = [p for p, u in zip(points, use) if u and not p.graphs]
-    graph = [p for p, u in zip(points, use) if u and p.graphs]
+    eager = [p for p, u in zip(points, use) if u and not p.replays]
+    graph = [p for p, u in zip(points, use) if u and p.replays]
     systems = (
         (eager, ("aten_launch_us", "triton_launch_us"),
-         lambda p: [(p.counts * ~triton).sum(), (p.counts * triton).sum()]),
+         lambda p: [(p.counts * ~triton).sum() * p.mode.launch_scale,
+                    (p.counts * triton).sum() * p.mode.launch_scale]),
         (graph, ("replay_us", "replay_per_node_us"), lambda p: [1.0, p.kernels]),
     )  # fmt: skip
     for pts, names, columns in systems:
@@ -127,7 +136,7 @@ def _least_absolute(a: np.ndarray, b: np.ndarray, iterations: int = 50) -> np.nd
 
 def _fit_gaps(points: list[Point], use: np.ndarray, theta: np.ndarray, result_copy_share) -> tuple:
     out, fitted = theta.copy(), {}
-    gaps = [p.node_gaps for p, u in zip(points, use) if u and p.graphs and not p.pdl_chain]
+    gaps = [p.node_gaps for p, u in zip(points, use) if u and p.replays and not p.pdl_chain]
     gaps = np.concatenate(gaps) if gaps else np.zeros(0)
     if len(gaps):
         out[NAMES.index("node_gap_us")] = float(np.median(gaps))
@@ -142,7 +151,8 @@ def copy_share(result) -> float | None:
     """Share of a graph step's profiled host interval spent before both input copies were submitted."""
     shares = []
     for run in result.runs:
-        if run.mode not in ("graph", "fused+graph") or run.eager_fallback:
+        mode = MODES.get(run.mode)
+        if mode is None or not (mode.modelled and mode.graphs) or run.eager_fallback:
             continue
         tl = run.timeline
         copies = [s for s, n in zip(tl.gpu_start, tl.gpu_names) if INPUT_COPY in n]
@@ -199,8 +209,11 @@ class Calibration:
         errs = self.loo_errors()
         return float(np.median(np.abs(errs[np.isfinite(errs)])))
 
-    def mode_loo_error(self, mode: str) -> float:
-        errs = [abs(e) for p, e in zip(self.points, self.loo_errors()) if p.mode == mode and np.isfinite(e)]
+    def mode_loo_error(self, mode) -> float:
+        name = step_plan.mode(mode).name
+        errs = [
+            abs(e) for p, e in zip(self.points, self.loo_errors()) if p.mode.name == name and np.isfinite(e)
+        ]
         return float(np.median(errs)) if errs else float("nan")
 
     def timeline(self, index: int) -> Timeline:
@@ -213,7 +226,7 @@ class Calibration:
             busy_meas, busy_pred = p.utilisation, pred[2] / pred[0]
             out.append(
                 {
-                    "mode": p.mode,
+                    "mode": p.mode.name,
                     "batch": p.batch,
                     "kernels": p.kernels,
                     "step measured (µs)": p.step_us,
@@ -242,12 +255,12 @@ class Calibration:
         model = model_from_result(other)
         points = points_from_result(other)
         if not points:
-            raise ValueError("runs: the other run has no eager, fused, graph or fused+graph run")
+            raise ValueError(f"runs: the other run has no run of {_modelled_names()}")
         predicted = ProbeModel(model, points, unpipelined_gemms(other)).predict(self.theta)[:, 0]
         names = [f.name for f in FAMILIES]
         return [
             {
-                "mode": p.mode,
+                "mode": p.mode.name,
                 "batch": p.batch,
                 "step_us_measured": p.step_us,
                 "step_us_predicted": float(s),
@@ -260,11 +273,11 @@ class Calibration:
 
 
 def calibrate(result, loo: bool = True) -> Calibration:
-    """Fit on every point of the four modeled modes; leave-one-out predictions for each of them."""
+    """Fit on every point of the modelled modes; leave-one-out predictions for each of them."""
     model = model_from_result(result)
     points = points_from_result(result)
     if len(points) < 2:
-        raise ValueError("runs: calibration needs at least two runs of eager, fused, graph or fused+graph")
+        raise ValueError(f"runs: calibration needs at least two runs of {_modelled_names()}")
     sim = ProbeModel(model, points, unpipelined_gemms(result))
     share = copy_share(result)
     use = np.ones(len(points), bool)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.modes import FIT_MODES, FUSED_MODES, GRAPH_MODES
+from core.step_plan import MODES, Mode
 from core.timeline import Timeline
 from sim.calibration.families import (
     FAMILIES,
@@ -150,11 +150,10 @@ def model_from_result(result) -> ModelConfig:
 
 @dataclass(frozen=True, eq=False)
 class Point:
-    mode: str
+    mode: Mode
     batch: int
     rows: int  # rows the GPU runs: the bucket when a graph replays a padded batch
-    fused: bool
-    graphs: bool  # a graph was replayed (False for a graph mode that fell back to eager)
+    replays: bool  # a graph was replayed (False for a graph mode that fell back to eager)
     kernel_names: tuple[str, ...]  # the profiled step's kernels, in order (the workload, not a measurement)
     families: np.ndarray  # family index of each kernel
     step_us: float
@@ -169,13 +168,17 @@ class Point:
         return len(self.kernel_names)
 
     @property
+    def fused(self) -> bool:
+        return self.mode.fused
+
+    @property
     def counts(self) -> np.ndarray:
         return np.bincount(self.families, minlength=len(FAMILIES))
 
     @property
     def pdl_chain(self) -> bool:
         """The probe launches its fused kernels with PDL at batch <= 4; inside a graph they overlap."""
-        return self.graphs and self.fused and self.rows <= GEMV_MAX_ROWS
+        return self.replays and self.fused and self.rows <= GEMV_MAX_ROWS
 
     @property
     def utilisation(self) -> float:
@@ -195,10 +198,11 @@ def points_from_result(result) -> list[Point]:
     model = model_from_result(result)
     unpipelined = unpipelined_gemms(result)
     for run in result.runs:
-        if run.mode not in FIT_MODES:
+        mode = MODES.get(run.mode)
+        if mode is None or not mode.modelled:
             continue
-        graphs = run.mode in GRAPH_MODES and not run.eager_fallback
-        rows = int(run.bucket if (graphs and run.bucket) else run.batch)
+        replays = mode.graphs and not run.eager_fallback
+        rows = int(run.bucket if (replays and run.bucket) else run.batch)
         tl = run.timeline
         fams = np.array(
             [INDEX[f] for f in classify_step(model, tl.gpu_names, rows, unpipelined=unpipelined)], np.int64
@@ -207,15 +211,14 @@ def points_from_result(result) -> list[Point]:
         family_us = np.bincount(fams, weights=excl, minlength=len(FAMILIES))
         queued = np.array([INPUT_COPY not in n for n in tl.gpu_names])
         queued[0] = False  # no predecessor
-        node_gaps = gaps[queued & (gaps >= 0) & (gaps < 50.0)] if graphs else np.zeros(0)
+        node_gaps = gaps[queued & (gaps >= 0) & (gaps < 50.0)] if replays else np.zeros(0)
         host = run.enqueue_us_median if run.enqueue_us_median else run.cpu_launch_us
         points.append(
             Point(
-                mode=run.mode,
+                mode=mode,
                 batch=run.batch,
                 rows=rows,
-                fused=run.mode in FUSED_MODES,
-                graphs=graphs,
+                replays=replays,
                 kernel_names=tl.gpu_names,
                 families=fams,
                 step_us=run.step_us_median,
@@ -245,7 +248,10 @@ class ProbeModel:
             else (np.zeros((0, n_fam)),) * 2
         )
         self._counts = np.array([p.counts for p in self.points], float).reshape(n_points, n_fam)
-        self._graphs = np.array([p.graphs for p in self.points], bool)
+        self._graphs = np.array([p.replays for p in self.points], bool)
+        self._scale = np.array(
+            [p.mode.launch_scale for p in self.points], float
+        )  # the mode's eager launch cost
         self._pdl = np.array([p.pdl_chain for p in self.points], bool)
         host_of = np.array([f.host == "triton" for f in FAMILIES])
         self._triton_launches = (self._counts * host_of).sum(axis=1)
@@ -279,7 +285,7 @@ class ProbeModel:
     def host_us(self, theta) -> np.ndarray:
         p = dict(zip(NAMES, theta))
         eager = self._aten_launches * p["aten_launch_us"] + self._triton_launches * p["triton_launch_us"]
-        return np.where(self._graphs, graph_cost(p).host_us(self._n), eager)
+        return np.where(self._graphs, graph_cost(p).host_us(self._n), eager * self._scale)
 
     def kernel_us(self, theta) -> np.ndarray:
         """[n_points, longest] each kernel's GPU time: its family's time shared evenly (0: padding)."""
@@ -293,6 +299,7 @@ class ProbeModel:
         dur = self.kernel_us(theta)
         host = self.host_us(theta)
         launch = np.where(self._is_triton, p["triton_launch_us"], p["aten_launch_us"]) * self._valid
+        launch = launch * self._scale[:, None]
         eager = eager_ready_us(launch, self._fam.shape[1])  # each launch after the one before it
         # A replay's nodes start once the call has returned (sim.timing.GraphReplayCost.ready_us).
         ready = np.where(self._graphs[:, None], host[:, None], eager)
@@ -306,8 +313,9 @@ class ProbeModel:
         """The predicted lanes of point i, drawn with the measured step's kernel names."""
         p, pt = dict(zip(NAMES, theta)), self.points[i]
         dur = self.kernel_us(theta)[i, : pt.kernels]
-        label = f"calibrated model · {pt.mode} · batch {pt.batch}"
-        if pt.graphs:
+        label = f"calibrated model · {pt.mode.name} · batch {pt.batch}"
+        if pt.replays:
             return graph_replay_timeline(dur, pt.kernel_names, graph_cost(p, pt.pdl_chain), label=label)
         launch = np.where(self._is_triton[i, : pt.kernels], p["triton_launch_us"], p["aten_launch_us"])
+        launch = launch * pt.mode.launch_scale
         return eager_timeline(dur, pt.kernel_names, launch, p["node_gap_us"], label=label)

@@ -21,23 +21,24 @@ from dataclasses import replace
 
 import numpy as np
 
+from core.step_plan import FUSED_GRAPH, StepPlan
 from sim.calibration.fit import Calibration, calibrate
 from sim.calibration.report import format_param
 from sim.config import HardwareConfig, Preset
 from sim.kernels import step_kernels
-from sim.schedule import StepSettings, simulate_step
+from sim.schedule import simulate_step
 
 
 def calibrated_preset(result, cal: Calibration | None = None) -> Preset:
     """The preset of `result`'s calibration (fitted here without leave-one-out when not given)."""
     cal = cal or calibrate(result, loo=False)
     p = cal.params
-    sim_kernels = len(step_kernels(cal.model, True))
+    sim_kernels = len(step_kernels(cal.model, FUSED_GRAPH))
     fused = [pt for pt in cal.points if pt.fused] or list(cal.points)
     eager_kernels = float(
-        np.median([pt.kernels for pt in fused if not pt.graphs] or [pt.kernels for pt in fused])
+        np.median([pt.kernels for pt in fused if not pt.replays] or [pt.kernels for pt in fused])
     )
-    nodes = float(np.median([pt.kernels for pt in fused if pt.graphs] or [pt.kernels for pt in fused]))
+    nodes = float(np.median([pt.kernels for pt in fused if pt.replays] or [pt.kernels for pt in fused]))
     launch_us = p["triton_launch_us"] * eager_kernels / sim_kernels
     replay_us = float(cal.graph_cost.host_us(nodes))
     tflops = p["tile_gemm_wide_TFLOPs"] if cal.fitted.get("tile_gemm_wide_TFLOPs") else 700.0
@@ -55,9 +56,9 @@ def calibrated_preset(result, cal: Calibration | None = None) -> Preset:
     model = replace(cal.model, name=f"probe-{cal.model.name}", context_len=context)
     # The latency: what makes the simulator's fused batch-1 step as busy as the calibrated one
     # (its 4 kernels a layer carry the probe's 5-6, PDL's overlap included).
-    smallest = min(fused, key=lambda pt: (pt.batch, not pt.graphs))
+    smallest = min(fused, key=lambda pt: (pt.batch, not pt.replays))
     target_busy = float(cal.predicted[list(cal.points).index(smallest), 2])
-    bare = simulate_step(model, hw, StepSettings(batch=smallest.batch, fusion=True, graphs=True)).metrics
+    bare = simulate_step(model, hw, StepPlan(FUSED_GRAPH, smallest.batch)).metrics
     latency = max((target_busy - bare.gpu_busy_us) / sim_kernels, 0.0)
     hw = replace(hw, min_kernel_us=latency)
     note = "\n".join([

@@ -16,7 +16,7 @@ import sys
 
 import numpy as np
 
-from core.modes import FIT_MODES
+from core.step_plan import FUSED_GRAPH, modes
 from sim.calibration.fit import GOAL, WORST_GOAL, Calibration, calibrate
 from sim.calibration.model import NAMES, PARAMS
 
@@ -45,8 +45,8 @@ def format_param(name: str, value: float) -> str:
 
 def summary(errors: dict) -> dict:
     """{mode: median |error|}, worst mode, worst point and fused+graph batch 1 of {(mode, batch): error}."""
-    by_mode = {m: float(np.median([abs(e) for (mm, _), e in errors.items() if mm == m]))
-               for m in FIT_MODES if any(mm == m for mm, _ in errors)}  # fmt: skip
+    by_mode = {m.name: float(np.median([abs(e) for (mm, _), e in errors.items() if mm == m.name]))
+               for m in modes(modelled=True) if any(mm == m.name for mm, _ in errors)}  # fmt: skip
     worst_mode = max(by_mode, key=by_mode.get)
     worst = max(errors, key=lambda k: abs(errors[k]))
     return {
@@ -54,7 +54,7 @@ def summary(errors: dict) -> dict:
         "median": float(np.median(np.abs(list(errors.values())))),
         "worst_mode": {"mode": worst_mode, "median_error": by_mode[worst_mode]},
         "worst_point": {"mode": worst[0], "batch": worst[1], "error": errors[worst]},
-        "fused_graph_b1": errors.get(("fused+graph", 1)),
+        "fused_graph_b1": errors.get((FUSED_GRAPH.name, 1)),
     }
 
 
@@ -75,7 +75,7 @@ def verdict(s: dict, what: str) -> str:
 
 def loo_summary(cal: Calibration) -> dict:
     return summary(
-        {(p.mode, p.batch): float(e) for p, e in zip(cal.points, cal.loo_errors()) if np.isfinite(e)}
+        {(p.mode.name, p.batch): float(e) for p, e in zip(cal.points, cal.loo_errors()) if np.isfinite(e)}
     )
 
 
@@ -145,7 +145,7 @@ def to_json(cal: Calibration, check: list[dict] | None = None) -> dict:
     else:
         points = [
             {
-                "mode": p.mode,
+                "mode": p.mode.name,
                 "batch": p.batch,
                 "step_us_measured": p.step_us,
                 "step_us_predicted": float(pred[0]),

@@ -29,9 +29,9 @@ from harness import (
     toggle_state,
 )
 
-from core.modes import combo_title
+from core.step_plan import StepPlan, mode, toggled
 from sim.config import BATCH_RANGE, DEFAULT_PRESET, PRESETS
-from sim.schedule import StepSettings, simulate_step, sweep
+from sim.schedule import simulate_step, sweep
 from ui.charts import FIRST_LAUNCHES, format_us
 from ui.common import format_speedup, format_utilisation
 
@@ -44,7 +44,7 @@ def simulated(
     preset_key: str = DEFAULT_PRESET, batch: int = 1, fusion: bool = False, graphs: bool = False, model=None
 ):
     preset = PRESETS[preset_key]
-    settings = StepSettings(batch=batch, fusion=fusion, graphs=graphs)
+    settings = StepPlan(toggled(fusion, graphs), batch)
     return simulate_step(model or preset.model, preset.hardware, settings)
 
 
@@ -130,13 +130,13 @@ def test_b_llama3_8b_crossover(page, app_url):
     query_params_when(page, lambda q: q.get("preset") == preset.title)
     assert_readouts(page, simulated("llama3-8b-h100"))
     cross = sweep(preset.model, preset.hardware, np.arange(BATCH_RANGE[0], BATCH_RANGE[1] + 1)).crossover
-    unoptimised = cross[(False, False)]
+    unoptimised = cross["eager"]
     assert unoptimised is not None and unoptimised > 64  # deep in launch-bound territory
     caption = page.locator("[data-testid=stCaptionContainer]", has_text="The panel marked (current)")
     text = eventually(lambda: caption.first.inner_text())
     for combo, batch in cross.items():
         where = f"from batch {batch}" if batch is not None else "not within"
-        assert f"{combo_title(*combo)}: GPU-bound {where}" in text, text
+        assert f"{mode(combo).title}: GPU-bound {where}" in text, text
     marks = eventually(lambda: chart_layout(page, ".st-key-sim_sweep"))["annotations"]
     assert sorted(m for m in marks if m.startswith("GPU-bound from")) == sorted(
         f"GPU-bound from {b}" for b in cross.values() if b is not None
@@ -206,7 +206,7 @@ def recorded_fused_graph():
     result = recorded_result()
     run = result.run("fused+graph", 1)
     cal = calibrate(result, loo=False)
-    index = next(i for i, p in enumerate(cal.points) if p.mode == "fused+graph" and p.batch == 1)
+    index = next(i for i, p in enumerate(cal.points) if p.mode.name == "fused+graph" and p.batch == 1)
     return result, run, cal.timeline(index)
 
 
@@ -274,7 +274,7 @@ def optimum(budget_mib: int):
 
     preset = PRESETS[DEFAULT_PRESET]
     layouts = {n: bk.layout(n, 256) for n in ("chapter", "powers of two", "vLLM")}
-    kwargs = {"fusion": False, "memory": None, "budget_bytes": budget_mib * br.MIB, "max_buckets": 64}
+    kwargs = {"memory": None, "budget_bytes": budget_mib * br.MIB, "max_buckets": 64}  # unfused graphs
     stats = br.compare(preset.model, preset.hardware, layouts, wl.uniform(256), objective="time", **kwargs)
     binding = br.binding_limits(preset.model, preset.hardware, wl.uniform(256), objective="time", **kwargs)
     return next(s for s in stats if s.is_optimum), binding

@@ -20,8 +20,9 @@ from harness import (
     toggle_state,
 )
 
+from core.step_plan import StepPlan, toggled
 from sim.config import DEFAULT_PRESET, PRESETS
-from sim.schedule import StepSettings, simulate_step
+from sim.schedule import simulate_step
 from ui.charts import format_us
 from ui.sim_tab import BATCH_STOPS
 
@@ -32,9 +33,7 @@ CHART = "[data-testid=stPlotlyChart]"
 def expected(batch: int, fusion: bool = False, graphs: bool = False):
     """The simulator's own answer for the default preset, to hold the page's readouts against."""
     preset = PRESETS[DEFAULT_PRESET]
-    return simulate_step(
-        preset.model, preset.hardware, StepSettings(batch=batch, fusion=fusion, graphs=graphs)
-    )
+    return simulate_step(preset.model, preset.hardware, StepPlan(toggled(fusion, graphs), batch))
 
 
 def readouts(page) -> dict[str, str]:
