@@ -61,11 +61,11 @@ OTHER_MACHINE = HF / "hf_llama_measured_first_machine.json"
 def predicted_us(trace: Path, step_range: str | None) -> float:
     """The graphs what-if's step time, median over the trace's steps."""
     from core.trace import analyse
-    from sim.trace_whatif import default_replay_cost, whatifs
+    from sim.trace_whatif import default_replay_cost, graphs_whatif
 
     cost = default_replay_cost()
     steps = analyse(trace, step_range=step_range).steps
-    return float(np.median([whatifs(s, cost)["graphs"].metrics.step_us for s in steps]))
+    return float(np.median([graphs_whatif(s, cost).metrics.step_us for s in steps]))
 
 
 def measured_us(source: Path) -> float:
@@ -77,10 +77,10 @@ def measured_us(source: Path) -> float:
     return load_result(source).run("graph", 1).step_us_median
 
 
-def compare() -> list[dict]:
-    """One dict per trace: label, predicted, measured, error (predicted / measured − 1), fitted."""
+def compare(rows: tuple = ROWS) -> list[dict]:
+    """One dict per trace of `rows`: label, predicted, measured, error (predicted / measured − 1), fitted."""
     out = []
-    for label, trace, step_range, source, fitted in ROWS:
+    for label, trace, step_range, source, fitted in rows:
         p, m = predicted_us(trace, step_range), measured_us(source)
         out.append({"label": label, "predicted": p, "measured": m, "error": p / m - 1, "fitted": fitted})
     return out
