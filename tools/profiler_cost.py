@@ -77,7 +77,10 @@ SETTINGS = {
     "stack": {"with_stack": True},
 }
 GRAPH_SETTINGS = ("default", "stack")  # replays record a handful of events: two settings show it
-CACHE_SLACK = 64  # decode positions cycle through this many slots past the prompt
+# Cache slots past the prompt. transformers 5's StaticCache writes each step at its own counter
+# (`cumulative_length`), whatever `cache_position` says, so a decoder may run this many steps before
+# the counters are rewound to the prompt's end (`Decoder._rewind`; about 200 steps run per decoder).
+CACHE_SLACK = 1024
 TAR_LIMIT = 14 * 2**20
 
 
@@ -157,8 +160,18 @@ class Decoder:
         with torch.no_grad():
             out = self.run(*self._inputs())
         self.tokens = out.cpu() % self.model.config.vocab_size  # .cpu(): waits for the step
-        # Positions cycle through CACHE_SLACK slots past the prompt: the cache never fills, the steps stay alike.
-        self.position = self.context + (self.position + 1 - self.context) % CACHE_SLACK
+        self.position += 1
+        if self.position >= self.context + CACHE_SLACK - 8:
+            self._rewind()
+
+    def _rewind(self):
+        """Back to the prompt's end: the position and every layer's write counter (rare: never within
+        the ~200 steps a decoder runs here)."""
+        self.position = self.context
+        for layer in getattr(self.cache, "layers", ()):
+            counter = getattr(layer, "cumulative_length", None)
+            if isinstance(counter, torch.Tensor):
+                counter.fill_(self.context)
 
 
 class GraphDecoder(Decoder):
