@@ -369,7 +369,9 @@ def main(argv=None) -> int:
     global LOG
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--models", nargs="*", default=list(ARCHS), choices=list(ARCHS), help="none: the loops only")
+    parser.add_argument(
+        "--models", nargs="*", default=list(ARCHS), choices=list(ARCHS), help="none: the loops only"
+    )
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 4, 16])
     parser.add_argument("--modes", nargs="+", default=["eager", "graph", "compile"], choices=list(MAKERS))
     parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
