@@ -39,7 +39,7 @@ from pathlib import Path
 
 from core.decoder import kv_elements
 from core.step_plan import MODES
-from core.timeline import CPU_BOUND, GPU_BOUND, Timeline
+from core.timeline import CPU_BOUND, GPU_BOUND, StepMetrics, Timeline
 
 MAX_RESULT_BYTES = 20 * 1024 * 1024
 RECORDED_PATH = Path(__file__).resolve().parent.parent / "gpu_probe" / "recorded" / "h200.json"
@@ -110,6 +110,24 @@ class ProbeRun:
     launches: int = 0
     # The same steps enqueued back to back: the host's work for one overlaps the GPU's for the last.
     step_us_back_to_back: float | None = None
+
+    def untraced_metrics(self) -> StepMetrics:
+        """The step's readouts without the profiler, from one source: the median step and the median host
+        enqueue time, both timed unprofiled, and the GPU's busy time from the profiled step (the profiler
+        slows the host, not the kernels). Utilisation and bound-by follow from those, as for any step.
+        A file without the unprofiled host time falls back to the profiled step's host time."""
+        host = self.enqueue_us_median if self.enqueue_us_median is not None else self.cpu_launch_us
+        busy = min(self.gpu_busy_us, self.step_us_median)
+        return StepMetrics(
+            kernels=self.kernels_per_step,
+            launches=self.launches or self.timeline.metrics().launches,
+            cpu_launch_us=host,
+            gpu_busy_us=busy,
+            step_us=self.step_us_median,
+            idle_us=max(self.step_us_median - busy, 0.0),
+            utilisation=busy / self.step_us_median if self.step_us_median > 0 else 0.0,
+            bound_by=CPU_BOUND if host > busy else GPU_BOUND,
+        )
 
     @property
     def replays(self) -> bool:

@@ -79,7 +79,9 @@ def format_sweep_table(
     )
     lines += _wrap(
         "Crossover (smallest batch from which the step stays GPU-bound, dense sweep 1.."
-        f"{shown[-1]}): " + ", ".join(f"{m.short} {_fmt_x(crossover[m.name])}" for m in shown_modes) + "."
+        f"{shown[-1]}; graph modes up to their largest bucket): "
+        + ", ".join(f"{m.short} {_fmt_x(crossover[m.name])}" for m in shown_modes)
+        + "."
     )
     lines += _wrap(_batch1_line(model, hw))
     return "\n".join(lines)

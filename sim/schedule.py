@@ -109,18 +109,38 @@ class Sweep:
     def modes(self) -> tuple[Mode, ...]:
         return tuple(mode(name) for name in self.series)
 
+    def _as_itself(self, name: str) -> np.ndarray:
+        """Where a mode runs as itself: a graph mode up to its largest bucket (above it, eagerly)."""
+        s = self.series[name]
+        replayed = s.launches == 1
+        return replayed if mode(name).graphs and replayed.any() else np.ones(len(self.batches), bool)
+
     @property
     def crossover(self) -> dict:
-        """mode name -> smallest batch from which every swept batch is GPU-bound (None if never)."""
+        """mode name -> smallest batch from which the step stays GPU-bound at every larger swept batch the
+        mode runs as itself (a graph mode: up to its largest bucket; `fallback_cpu_bound` says what the eager
+        steps above it do); None if it never does."""
         out = {}
         for name, s in self.series.items():
-            bound = s.gpu_bound
+            own = self._as_itself(name)
+            batches, bound = self.batches[own], s.gpu_bound[own]
             if not bound[-1]:
                 out[name] = None
                 continue
             last_cpu = np.flatnonzero(~bound)
             first = last_cpu[-1] + 1 if len(last_cpu) else 0
-            out[name] = int(self.batches[first])
+            out[name] = int(batches[first])
+        return out
+
+    @property
+    def fallback_cpu_bound(self) -> dict:
+        """graph mode name -> the first swept batch above its largest bucket whose eager step is bound by
+        CPU launches (None: every such step is GPU-bound, or none was swept)."""
+        out = {}
+        for name, s in self.series.items():
+            fallback = ~self._as_itself(name)
+            cpu = fallback & ~s.gpu_bound
+            out[name] = int(self.batches[np.flatnonzero(cpu)[0]]) if cpu.any() else None
         return out
 
 

@@ -33,10 +33,10 @@ def tp_notes(at: AppTest) -> list[str]:
 
 def test_one_gpu_by_default_and_a_link_opens_two():
     at = run_app()
-    assert at.radio(key="tp").value == "1" and not tp_notes(at)
+    assert at.selectbox(key="tp").value == "1" and not tp_notes(at)
     at = run_app(tp="2", fusion="true", graphs="true")
     expected = simulate_step(CHAPTER.model, CHAPTER.hardware, replace(StepPlan(FUSED_GRAPH, 1), tp=2))
-    assert at.radio(key="tp").value == "2" and step_time(at) == format_us(expected.metrics.step_us)
+    assert at.selectbox(key="tp").value == "2" and step_time(at) == format_us(expected.metrics.step_us)
     (note,) = tp_notes(at)
     assert "64 all-reduces" in note and "published figures" in note and "not fitted" in note
 
@@ -44,14 +44,14 @@ def test_one_gpu_by_default_and_a_link_opens_two():
 def test_the_control_moves_the_step():
     at = run_app()
     one = step_time(at)
-    at.radio(key="tp").set_value("8").run()
+    at.selectbox(key="tp").set_value("8").run()
     assert not at.exception
     assert step_time(at) != one and "over 8 GPUs" in tp_notes(at)[0]
 
 
 def test_a_gpu_count_that_is_not_offered_is_reported_and_ignored():
     at = run_app(tp="3")
-    assert at.radio(key="tp").value == "1" and not tp_notes(at)
+    assert at.selectbox(key="tp").value == "1" and not tp_notes(at)
     assert any("`tp`" in w.value for w in at.warning)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from core.timeline import StepMetrics, regime
+from core.timeline import GPU_BOUND, StepMetrics, regime
 from ui.charts import CPU_COLOUR, GPU_COLOUR, format_us
 
 KERNELS_LABEL = "Kernels / step"
@@ -104,10 +104,11 @@ def regime_explanation(metrics: StepMetrics) -> tuple[str, str]:
             "raise tokens per second even though each step takes longer."
         )
     else:
+        side = "the GPU" if metrics.bound_by == GPU_BOUND else "CPU launches"
         text = (
-            f"**Balanced.** CPU launch work ({cpu}) and GPU work ({gpu}) are within about 15 % of "
-            "each other. Neither side can hide the other, so small delays on either one open gaps, "
-            "and shrinking only one of them moves the step time by little before the other takes over."
+            f"**Balanced, bound by {side} by a little.** CPU launch work ({cpu}) and GPU work ({gpu}) are "
+            "within about 15 % of each other. Neither side can hide the other, so small delays on either one "
+            "open gaps, and shrinking only one of them moves the step time by little before the other takes over."
         )
     return name, text
 

@@ -13,7 +13,6 @@ import streamlit as st
 
 from core import step_plan
 from core.step_plan import BASELINE, FUSED_GRAPH
-from core.timeline import StepMetrics
 from core.tp_result import TPResult
 from ui import tp_view
 from ui.charts import FIRST_LAUNCHES, format_us, lanes_figure
@@ -78,18 +77,8 @@ def _pick_result():
 
 def _readouts(result, run) -> None:
     base = result.run(BASELINE.name, run.batch)
-    m = run.timeline.metrics()
-    # Step time is the median over many unprofiled steps; the rest describe the profiled step drawn below.
-    metrics = StepMetrics(
-        kernels=run.kernels_per_step,
-        launches=m.launches,
-        cpu_launch_us=run.cpu_launch_us,
-        gpu_busy_us=run.gpu_busy_us,
-        step_us=run.step_us_median,
-        idle_us=max(run.step_us_median - run.gpu_busy_us, 0.0),
-        utilisation=run.utilisation,
-        bound_by=run.bound_by,
-    )
+    # Without the profiler, from one source: the median step, the median host enqueue, the kernels' GPU time.
+    metrics = run.untraced_metrics()
     show_readouts(
         metrics,
         base.step_us_median / run.step_us_median if base else None,
@@ -188,9 +177,15 @@ def _host_share_source(run, split) -> str:
             "to the floor": f"the median less the read floor: back to back the step took {b2b}, below the floor",
             "to zero": f"none: back to back the step took {b2b}, no faster",
         }[split["host_clamped"]]
+        spent = (
+            f" (the host spends {format_us(run.enqueue_us_median)} submitting them, median; the rest overlaps "
+            "the GPU's work)"
+            if run.enqueue_us_median and run.enqueue_us_median > split["host_us"]
+            else ""
+        )
         return (
-            f"{how}: each timed step starts on an idle GPU, which waits through the host's work; back to back, "
-            "that work hides under the previous step"
+            f"{how}{spent}: each timed step starts on an idle GPU, which waits through the host's work; back to "
+            "back, that work hides under the previous step"
         )
     return "its median enqueue time: each timed step starts on an idle GPU, which waits through it"
 

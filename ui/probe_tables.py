@@ -34,11 +34,16 @@ MODE_COLUMNS = {
         "launch µs, prof.",
         104,
         "%.1f",
-        "The same from the profiled step drawn above, which the profiler slows down.",
+        "The host's launch time in the profiled step drawn above, which the profiler slows down.",
     ),
     "GPU busy (µs)": ("GPU busy µs", 90, "%.1f", "Union of the profiled step's kernel intervals."),
-    "GPU utilisation %": ("GPU util.", 66, "%.0f%%", "GPU busy / profiled step time."),
-    "bound by": ("bound by", 82, None, "Whichever side, host or GPU, needs longer in the profiled step."),
+    "GPU utilisation %": ("GPU util.", 66, "%.0f%%", "GPU busy / median step time."),
+    "bound by": (
+        "bound by",
+        82,
+        None,
+        "Whichever side needs longer without the profiler: the host's enqueue time or the GPU's busy time.",
+    ),
     "vs eager": ("vs eager", 64, "%.2f×", "Median eager step time at this batch / this mode's."),
     "× read floor": (
         "× floor",
@@ -63,6 +68,7 @@ def modes_table(result, batch: int) -> None:
         columns.pop("back to back (µs)")
     rows = []
     for r in runs:
+        untraced = r.untraced_metrics()  # the row's one source: no profiler
         row = {
             "mode": r.mode,
             "kernels / step": r.kernels_per_step,
@@ -73,8 +79,8 @@ def modes_table(result, batch: int) -> None:
             "host enqueue (µs)": r.enqueue_us_median,
             "CPU launch, profiled (µs)": r.cpu_launch_us,
             "GPU busy (µs)": r.gpu_busy_us,
-            "GPU utilisation %": 100 * r.utilisation,
-            "bound by": r.bound_by,
+            "GPU utilisation %": 100 * untraced.utilisation,
+            "bound by": untraced.bound_by,
             "vs eager": (base.step_us_median / r.step_us_median) if base else None,
             "× read floor": r.step_us_median / result.read_floor_us(r.batch),
             "HBM used (GB/s)": result.hbm_used_GBps(r),

@@ -74,8 +74,14 @@ def sweep_view(model: ModelConfig, hw: HardwareConfig, current: Mode) -> None:
         config={"displaylogo": False},
     )
     crossings = []
+    largest = max(result.buckets) if result.buckets else None
     for name, cross in result.crossover.items():
-        where = f"from batch {cross}" if cross is not None else f"not within 1–{BATCH_RANGE[1]}"
+        graphs = mode(name).graphs and largest is not None
+        top = min(largest, BATCH_RANGE[1]) if graphs else BATCH_RANGE[1]
+        where = f"from batch {cross}" if cross is not None else f"not within 1–{top}"
+        fallback = result.fallback_cpu_bound[name]
+        if graphs and fallback is not None:
+            where += f" up to {largest}; above it the step runs eagerly, CPU-bound from {fallback}"
         crossings.append(f"{mode(name).title}: GPU-bound {where}")
     st.caption(
         "The panel marked (current) is the mode your settings pick. "

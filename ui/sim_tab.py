@@ -252,7 +252,8 @@ def _as_custom(
 
 def _controls() -> tuple:
     """Draw the controls but the batch slider; return (model, hardware, mode, notices, batch column)."""
-    preset_key = st.selectbox(
+    preset_col, tp_col = st.columns([5, 1], vertical_alignment="bottom")
+    preset_key = preset_col.selectbox(
         "Preset",
         tuple(PRESET_TITLES),
         index=tuple(PRESET_TITLES).index(DEFAULT_PRESET),
@@ -262,6 +263,15 @@ def _controls() -> tuple:
         on_change=_apply_preset,
         help="A model shape and a GPU + host. Changing it resets the Advanced figures to its own. The "
         "calibrated one is fitted to the probe run recorded on an H200 (Calibration tab).",
+    )
+    tp_col.selectbox(
+        "GPUs (tensor parallel)",
+        TP_OPTIONS,
+        key="tp",
+        bind="query-params",
+        help="Split every layer over this many GPUs (Megatron-style): weights and KV cache per GPU "
+        "divide, and each layer adds two all-reduces, costed from published H100 figures. "
+        "The lanes show one GPU; the sweep below stays on one GPU.",
     )
     preset_key = PRESET_BY_URL_VALUE.get(preset_key, DEFAULT_PRESET)
     preset, preset_notice = preset_of(preset_key)
@@ -302,16 +312,6 @@ def _controls() -> tuple:
     )
     notices = [preset_notice] if preset_notice else []
     mode = _mode_beyond_toggles(toggled(fusion, graphs), notices)
-    st.radio(
-        "GPUs (tensor parallel)",
-        TP_OPTIONS,
-        key="tp",
-        bind="query-params",
-        horizontal=True,
-        help="Split every layer over this many GPUs (Megatron-style): weights and KV cache per GPU "
-        "divide, and each layer adds two all-reduces, costed from published H100 figures. "
-        "The lanes show one GPU; the sweep below stays on one GPU.",
-    )
     values, model_values = {}, {}
     with st.expander("Advanced"):
         st.caption(
@@ -460,12 +460,9 @@ def _bucket_note(plan: StepPlan) -> str:
 
 
 INTRO = (
-    "One decode step of the model as two lanes: the CPU building and submitting each kernel launch, "
-    "and the GPU running the kernels. **Try this:** at batch 1 with both toggles off, the GPU lane is "
-    "striped with idle gaps and the step is bound by CPU launches. Switch on *Kernel fusion* (fewer, "
-    "bigger kernels), then *CUDA graphs* (one submission for the whole step), and the bottleneck moves "
-    "to the GPU. Then switch both off again and slide the batch up to 128: the kernels grow until they "
-    "hide the launches by themselves."
+    "**Try this:** at batch 1 with both toggles off, the GPU lane is striped with idle gaps: the step is bound "
+    "by CPU launches. Switch on *Kernel fusion*, then *CUDA graphs*, and the bottleneck moves to the GPU; then "
+    "switch both off and slide the batch to 128: the kernels grow until they hide the launches by themselves."
 )
 
 
@@ -513,6 +510,20 @@ def _batch_from_stops() -> None:
     st.session_state["batch"] = st.session_state["batch_stops"]
 
 
+TYPED_BATCH_NOTICE = "_batch_notice"  # session key: why a typed batch was not taken, shown once
+
+
+def _batch_typed() -> None:
+    """on_change of the number box: a batch outside the range is put back inside it, and the page says why
+    (the box itself has no bounds, so the browser never silently drops what was typed)."""
+    notices: list[str] = []
+    typed = st.session_state.get("batch")
+    kept = _clamped_int(typed, BATCH_RANGE, "Batch size", notices)
+    if notices:
+        st.session_state["batch"] = kept
+        st.session_state[TYPED_BATCH_NOTICE] = notices[0]
+
+
 @st.fragment
 def _step_section(batch_cols, model: ModelConfig, hw: HardwareConfig, mode: Mode) -> bool:
     """The batch slider (in the controls' row) and the step drawn for it; False if it cannot be simulated.
@@ -523,24 +534,27 @@ def _step_section(batch_cols, model: ModelConfig, hw: HardwareConfig, mode: Mode
     stops_col, exact_col = batch_cols
     batch = exact_col.number_input(
         "Exact batch",
-        *BATCH_RANGE,
         value=DEFAULTS["batch"],
         step=1,
         key="batch",
         bind="query-params",
+        on_change=_batch_typed,
         help="Any batch from 1 to 512; the slider beside it stops at 1-8, then four sizes per doubling.",
     )
-    notices = []
+    notices = [st.session_state.pop(TYPED_BATCH_NOTICE)] if TYPED_BATCH_NOTICE in st.session_state else []
     batch = _clamped_int(batch, BATCH_RANGE, "Batch size", notices)
-    # The slider follows the number box (a typed 33 shows the nearest stop, 32).
-    st.session_state["batch_stops"] = nearest_stop(batch)
+    # The slider follows the number box: a typed 33 puts it on the nearest stop, marked "≈32".
+    stop = nearest_stop(batch)
+    st.session_state["batch_stops"] = stop
     stops_col.select_slider(
         "Batch size",
         BATCH_STOPS,
         key="batch_stops",
         on_change=_batch_from_stops,
+        format_func=lambda s: f"≈{s}" if s == stop and s != batch else str(s),
         help="Sequences decoded together in this step; each adds activation and KV-cache reads, while the "
-        "weights are read once for all of them. Log-spaced: each size up to 8 is one step apart.",
+        "weights are read once for all of them. Log-spaced: each size up to 8 is one step apart; a batch "
+        "typed between two stops shows as ≈ the nearest.",
     )
     for notice in notices:
         st.warning(notice, icon=":material/warning:")
@@ -577,7 +591,6 @@ def _tp_note(step: SimulatedStep) -> None:
 def _step_view(step: SimulatedStep) -> None:
     metrics = step.metrics
     show_readouts(metrics, step.speedup)
-    st.info(_bucket_note(step.plan), icon=":material/info:")
 
     shown = "kernels" if step.plan.replays else "kernel launches"
     title_col, toggle_col = st.columns([4, 1.4], vertical_alignment="bottom")
@@ -585,8 +598,8 @@ def _step_view(step: SimulatedStep) -> None:
     whole = toggle_col.toggle(
         "Show the whole step", value=DEFAULTS["whole_step"], key="whole_step", bind="query-params"
     )
-    title_col.subheader(
-        f"The whole step: {metrics.kernels:,} kernels" if whole else f"First {FIRST_LAUNCHES} {shown}"
+    title_col.markdown(
+        f"**The whole step: {metrics.kernels:,} kernels**" if whole else f"**First {FIRST_LAUNCHES} {shown}**"
     )
     st.plotly_chart(
         lanes_figure(step.timeline, whole_step=whole),
@@ -595,6 +608,7 @@ def _step_view(step: SimulatedStep) -> None:
         theme=None,
         config={"displaylogo": False, "scrollZoom": True},
     )
+    st.info(_bucket_note(step.plan), icon=":material/info:")
     st.caption(
         "Orange: the CPU building and submitting a launch. Blue: the GPU executing the kernel. "
         "Hatched grey: the GPU idle, waiting for work. Drag to zoom into a stretch of time, "

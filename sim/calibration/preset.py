@@ -33,8 +33,14 @@ def calibrated_preset(result, cal: Calibration | None = None) -> Preset:
     """The preset of `result`'s calibration (fitted here without leave-one-out when not given)."""
     cal = cal or calibrate(result, loo=False)
     p = cal.params
-    sim_kernels = len(step_kernels(cal.model, FUSED_GRAPH))
     fused = [pt for pt in cal.points if pt.fused] or list(cal.points)
+    smallest = min(fused, key=lambda pt: (pt.batch, not pt.replays))
+    # The probe's own fused layer: as many kernels a layer as it measured at that batch (5 or 6, not the
+    # chapter's 4), so the preset's step launches what the run's did.
+    measured = result.run(smallest.mode.name, smallest.batch) if hasattr(result, "run") else None
+    per_layer = round(measured.kernels_per_layer) if measured is not None else cal.model.fused_per_layer
+    counted = replace(cal.model, fused_per_layer=min(max(per_layer, 1), cal.model.unfused_per_layer))
+    sim_kernels = len(step_kernels(counted, FUSED_GRAPH))
     eager_kernels = float(
         np.median([pt.kernels for pt in fused if not pt.replays] or [pt.kernels for pt in fused])
     )
@@ -53,10 +59,9 @@ def calibrated_preset(result, cal: Calibration | None = None) -> Preset:
         graph_launch_us=replay_us,
         graph_node_gap_us=0.0,  # the batch-1 fused kernels chain with PDL: their overlap is in the latency
     )
-    model = replace(cal.model, name=f"probe-{cal.model.name}", context_len=context)
-    # The latency: what makes the simulator's fused batch-1 step as busy as the calibrated one
-    # (its 4 kernels a layer carry the probe's 5-6, PDL's overlap included).
-    smallest = min(fused, key=lambda pt: (pt.batch, not pt.replays))
+    model = replace(counted, name=f"probe-{cal.model.name}", context_len=context)
+    # The latency: what makes the simulator's fused batch-1 step as busy as the calibrated one (PDL's
+    # overlap included).
     target_busy = float(cal.predicted[list(cal.points).index(smallest), 2])
     bare = simulate_step(model, hw, StepPlan(FUSED_GRAPH, smallest.batch)).metrics
     latency = max((target_busy - bare.gpu_busy_us) / sim_kernels, 0.0)
