@@ -254,6 +254,17 @@ def _binned_traces(
     return traces
 
 
+def _lanes_px(n_lanes: int) -> int:
+    return 164 + 55 * n_lanes
+
+
+def lanes_height(timeline: Timeline, *, whole_step: bool = False, first: int = FIRST_LAUNCHES) -> int:
+    """The height in pixels of `lanes_figure(timeline)`: a placeholder this tall keeps the page from
+    moving when the chart takes its place."""
+    step = timeline if whole_step else timeline.first_launches(first)
+    return _lanes_px(len(step.threads) + len(step.streams))
+
+
 def lanes_figure(
     timeline: Timeline,
     overlay: Timeline | None = None,
@@ -305,7 +316,7 @@ def lanes_figure(
     margin = {"l": max(44, math.ceil(24 + 6.5 * longest)), "r": 10, "t": 50 + (30 if title else 0), "b": 48}
     layout = {
         "barmode": "overlay",
-        "height": 164 + 55 * len(lanes),
+        "height": _lanes_px(len(lanes)),
         "margin": margin,
         "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
         "dragmode": "zoom",

@@ -31,7 +31,8 @@ from sim.kernels import step_kernels
 from sim.schedule import SimulatedStep, simulate_step
 from sim.tensor_parallel import tp_summary
 from sim.timing import eager_host_us
-from ui.charts import FIRST_LAUNCHES, lanes_figure
+from ui import first_paint
+from ui.charts import FIRST_LAUNCHES, lanes_figure, lanes_height
 from ui.common import chrome_trace_download, plain, regime_explanation, show_readouts, show_time_split
 from ui.sim_presets import CALIBRATED_KEY, PRESET_BY_URL_VALUE, PRESET_TITLES, preset_of
 from ui.sim_sections import fusion_view, sweep_view
@@ -314,54 +315,10 @@ def _controls() -> tuple:
     mode = _mode_beyond_toggles(toggled(fusion, graphs), notices)
     values, model_values = {}, {}
     with st.expander("Advanced"):
-        st.caption(
-            "Your model: its shape, precision, context and kernels per layer (layers: the slider above; "
-            "launch cost: CPU µs per eager launch below). Defaults are the preset's; changing the preset "
-            "resets them. A layer beyond the chapter's 11 kernels runs small elementwise kernels that "
-            "move no bytes of their own but each pay a launch and the kernel latency."
-        )
-        columns = st.columns(3)
-        for i, (key, label, field, low, high, step) in enumerate(MODEL_INPUTS):
-            model_values[key] = columns[i % 3].number_input(
-                label,
-                min_value=low,
-                max_value=high,
-                value=int(getattr(preset.model, field)),
-                step=step,
-                key=key,
-                bind="query-params",
-            )
-        key, label, field, low, high, step = BYTES_INPUT
-        model_values[key] = columns[len(MODEL_INPUTS) % 3].number_input(
-            label,
-            min_value=low,
-            max_value=high,
-            value=float(preset.model.bytes_per_el),
-            step=step,
-            format="%.3g",
-            key=key,
-            bind="query-params",
-            help="2 for bf16, 1 for fp8, 0.5 for int4 weights (activations and KV cache counted alike).",
-        )
-        st.caption(
-            f"Hardware figures. Defaults are the preset's ({plain(preset.hardware.name)}); changing "
-            "the preset resets them."
-        )
-        columns = st.columns(3)
-        for i, (key, label, field, low, high, step, fmt) in enumerate(HARDWARE_INPUTS):
-            values[key] = columns[i % 3].number_input(
-                label,
-                min_value=low,
-                max_value=high,
-                value=float(getattr(preset.hardware, field)),
-                step=step,
-                format=fmt,
-                key=key,
-                bind="query-params",
-            )
-        with st.popover("Where the preset's figures come from"):
-            for paragraph in note_paragraphs(preset.note):
-                st.text(paragraph)  # text, not markdown: a calibrated note quotes the result file
+        # On the first screen the inputs come with the charts (ui/first_paint.py): unset, each would only
+        # show its preset's figure, which is what checked_model/checked_hardware take for a missing one.
+        if first_paint.seen() or _advanced_asked():
+            model_values, values = _advanced_inputs(preset)
     layers = _clamped_int(layers, LAYERS_RANGE, "Layers", notices)
     model, model_notices = checked_model(preset.model, layers, model_values)
     n_kernels = len(step_kernels(model, mode))
@@ -370,6 +327,66 @@ def _controls() -> tuple:
         title_slot.markdown(f"**{custom_title(preset, model, hardware)}**")
         model, hardware = _as_custom(preset, model, hardware)
     return model, hardware, mode, notices + model_notices + hw_notices, (stops_col, exact_col)
+
+
+def _advanced_inputs(preset: Preset) -> tuple[dict, dict]:
+    """The Advanced figures' inputs, each defaulting to the preset's: ({model key: value}, {hardware key: value})."""
+    values, model_values = {}, {}
+    st.caption(
+        "Your model: its shape, precision, context and kernels per layer (layers: the slider above; "
+        "launch cost: CPU µs per eager launch below). Defaults are the preset's; changing the preset "
+        "resets them. A layer beyond the chapter's 11 kernels runs small elementwise kernels that "
+        "move no bytes of their own but each pay a launch and the kernel latency."
+    )
+    columns = st.columns(3)
+    for i, (key, label, field, low, high, step) in enumerate(MODEL_INPUTS):
+        model_values[key] = columns[i % 3].number_input(
+            label,
+            min_value=low,
+            max_value=high,
+            value=int(getattr(preset.model, field)),
+            step=step,
+            key=key,
+            bind="query-params",
+        )
+    key, label, field, low, high, step = BYTES_INPUT
+    model_values[key] = columns[len(MODEL_INPUTS) % 3].number_input(
+        label,
+        min_value=low,
+        max_value=high,
+        value=float(preset.model.bytes_per_el),
+        step=step,
+        format="%.3g",
+        key=key,
+        bind="query-params",
+        help="2 for bf16, 1 for fp8, 0.5 for int4 weights (activations and KV cache counted alike).",
+    )
+    st.caption(
+        f"Hardware figures. Defaults are the preset's ({plain(preset.hardware.name)}); changing "
+        "the preset resets them."
+    )
+    columns = st.columns(3)
+    for i, (key, label, field, low, high, step, fmt) in enumerate(HARDWARE_INPUTS):
+        values[key] = columns[i % 3].number_input(
+            label,
+            min_value=low,
+            max_value=high,
+            value=float(getattr(preset.hardware, field)),
+            step=step,
+            format=fmt,
+            key=key,
+            bind="query-params",
+        )
+    with st.popover("Where the preset's figures come from"):
+        for paragraph in note_paragraphs(preset.note):
+            st.text(paragraph)  # text, not markdown: a calibrated note quotes the result file
+    return model_values, values
+
+
+def _advanced_asked() -> bool:
+    """Whether an Advanced figure was set, in the URL or in this session (else each is the preset's)."""
+    keys = [key for key, *_ in (*MODEL_INPUTS, BYTES_INPUT, *HARDWARE_INPUTS)]
+    return any(key in st.query_params or key in st.session_state for key in keys)
 
 
 TOGGLES = "toggles"  # the "Beyond the toggles" choice that leaves the step to the two toggles
@@ -466,7 +483,12 @@ INTRO = (
 )
 
 
+READOUT = "[data-testid=stMetricValue]"  # on screen: the first screen is shown (ui/first_paint.py)
+
+
 def render() -> None:
+    if not first_paint.seen():
+        first_paint.report(once_shown=READOUT)
     st.markdown(INTRO)
     try:
         model, hw, mode, notices, batch_col = _controls()
@@ -475,10 +497,10 @@ def render() -> None:
         return
     for notice in notices:
         st.warning(notice, icon=":material/warning:")
-    if _step_section(batch_col, model, hw, mode):
+    if _step_section(batch_col, model, hw, mode) and first_paint.seen():
         sweep_view(model, hw, mode)
         fusion_view(model)
-    _freeze_long_lived_objects()
+        _freeze_long_lived_objects()
 
 
 _frozen = False
@@ -601,6 +623,11 @@ def _step_view(step: SimulatedStep) -> None:
     title_col.markdown(
         f"**The whole step: {metrics.kernels:,} kernels**" if whole else f"**First {FIRST_LAUNCHES} {shown}**"
     )
+    if not first_paint.seen():  # the first screen ends here; the rest comes once it is shown
+        st.skeleton(height=lanes_height(step.timeline, whole_step=whole))
+        return
+    import ui.warmup  # noqa: F401 - pandas and Plotly whole before this session's first figure (see there)
+
     st.plotly_chart(
         lanes_figure(step.timeline, whole_step=whole),
         width="stretch",

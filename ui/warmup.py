@@ -1,12 +1,14 @@
-"""What every page needs, imported once per server before any session draws.
+"""What every chart and table needs, imported once per server before any session draws one.
 
 Streamlit runs each session's script in its own thread. Plotly looks pandas up with
 `sys.modules.get("pandas")`, which does not wait for an import in progress, so on a fresh
 server twenty sessions starting at once could find pandas half-initialised
 (`AttributeError: partially initialized module 'pandas' has no attribute 'Series'`).
-`app.py` imports this module first: an `import` statement does wait for another thread's
-import of the same module to finish, so no session gets past this line before pandas,
-pyarrow (st.dataframe) and Plotly are whole. The small figure below is serialised once
+Every session imports this module before its first Plotly figure or table: `app.py` before any
+tab but the Simulator, `ui/sim_tab.py` after the Simulator's first screen (its controls and
+readouts use neither, and come first: ui/first_paint.py). An `import` statement does wait for
+another thread's import of the same module to finish, so no session gets past that line before
+pandas, pyarrow (st.dataframe) and Plotly are whole. The small figure below is serialised once
 for the same reason: Plotly imports its validators and JSON encoder lazily, on first use.
 
 Last, the shipped probe run's calibration starts in a background process at the lowest CPU

@@ -1,0 +1,95 @@
+"""Issue 24, item 6: the Simulator's first screen (controls and readouts) comes in a run of its own; the
+charts, the tables and the Advanced inputs come in the run after the browser reports it has shown it
+(ui/first_paint.py). AppTest has no browser: `_browser_attached` is patched to say there is one, and
+the browser's report is the session key it sets. tests/browser/test_first_view_order.py checks the
+same in Chromium, report included."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+import ui.first_paint as first_paint
+from ui.common import READOUT_LABELS
+from ui.sim_tab import BYTES_INPUT, HARDWARE_INPUTS, MODEL_INPUTS
+
+APP = str(Path(__file__).resolve().parents[1] / "app.py")
+ADVANCED_KEYS = {key for key, *_ in (*MODEL_INPUTS, BYTES_INPUT, *HARDWARE_INPUTS)}
+
+
+def first_run(**params) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=60)
+    for key, value in params.items():
+        at.query_params[key] = value
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def readouts(at: AppTest) -> dict[str, str]:
+    return {m.label: m.value for m in at.metric if m.label in READOUT_LABELS}
+
+
+def drawn(at: AppTest) -> dict[str, object]:
+    return {
+        "charts": sorted(chart.proto.id.rsplit("-", 1)[-1] for chart in at.get("plotly_chart")),
+        "tables": len(at.dataframe),
+        "advanced": sorted(ADVANCED_KEYS & {n.key for n in at.number_input}),
+        "reporter": [e.key for e in at.get("bidi_component")],
+    }
+
+
+@pytest.fixture
+def browser_attached(monkeypatch):
+    monkeypatch.setattr(first_paint, "_browser_attached", lambda: True)
+
+
+def test_the_charts_wait_for_the_browsers_report(browser_attached):
+    at = first_run()
+    assert len(readouts(at)) == len(READOUT_LABELS)
+    assert drawn(at) == {"charts": [], "tables": 0, "advanced": [], "reporter": ["first_screen"]}
+    assert len(at.get("skeleton")) == 1  # where the lanes go, so nothing below them moves
+    first_screen = readouts(at)
+
+    at.session_state[first_paint.SEEN] = True  # what the reporter's callback sets
+    at.run()
+    assert not at.exception, at.exception
+    assert drawn(at) == {
+        "charts": ["sim_lanes", "sim_sweep"],
+        "tables": 1,
+        "advanced": sorted(ADVANCED_KEYS),
+        "reporter": [],
+    }
+    assert not at.get("skeleton")
+    assert readouts(at) == first_screen
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {},
+        {"batch": "33", "fusion": "true", "graphs": "true"},
+        {"preset": "llama3-8b-h100", "layers": "12", "tp": "2"},
+        {"preset": "probe-h200-calibrated", "fusion": "true"},
+        {"hidden": "2048", "launch_us": "9"},  # an Advanced figure in the link: drawn on the first screen
+    ],
+)
+def test_the_first_screens_readouts_are_the_whole_pages(params, monkeypatch):
+    whole = readouts(first_run(**params))  # no browser: everything in one run, as before
+    monkeypatch.setattr(first_paint, "_browser_attached", lambda: True)
+    assert readouts(first_run(**params)) == whole
+
+
+def test_an_advanced_figure_in_the_url_is_on_the_first_screen(browser_attached):
+    at = first_run(hidden="2048", launch_us="9")
+    assert drawn(at)["advanced"] == sorted(ADVANCED_KEYS)
+    assert at.number_input(key="hidden").value == 2048
+    assert drawn(at)["charts"] == []
+
+
+def test_without_a_browser_everything_is_drawn_at_once():
+    at = first_run()
+    assert drawn(at)["charts"] == ["sim_lanes", "sim_sweep"]
+    assert drawn(at)["reporter"] == []
