@@ -6,7 +6,7 @@
 
 import streamlit as st
 
-from ui import buckets_tab, calibrate_tab, probe_tab, quiz, sim_tab, trace_tab, url_params
+from ui import buckets_tab, calibrate_tab, first_paint, probe_tab, quiz, sim_tab, trace_tab, url_params
 
 st.set_page_config(page_title="launch-bound", layout="wide")
 
@@ -45,6 +45,8 @@ for tab, page in (
         with tab:
             page.render()
 
-# The tab's icon last: Streamlit checks an emoji against its 90 KB emoji table, loaded on first use
-# (60-90 ms on a fresh server here), and no first view should wait for that.
-st.set_page_config(page_icon="⏱")
+# The tab's icon last, and not on the Simulator's first screen: Streamlit checks an emoji against its
+# 90 KB emoji table, loaded on first use (60-250 ms on a fresh server here, holding the GIL while the
+# browser fetches the first screen's scripts from this process).
+if first_paint.seen() or not simulator.open:
+    st.set_page_config(page_icon="⏱")

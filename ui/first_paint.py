@@ -1,20 +1,19 @@
 """Hold a tab's heavy parts until the browser has shown its first screen, so the readouts never wait for them.
 
 Streamlit's browser draws most elements (every widget, `st.metric`, charts, tables, downloads) with a
-script it loads when the element first appears, each behind its own React Suspense boundary. React 18
-reveals those boundaries together, once the scripts in flight have loaded, and no sooner than 500 ms
-after it last showed a new placeholder: one element arriving late, or with a slow script, holds back
-every other. Plotly's script is 4.7 MB, and running it blocks the page for 1-3 s on this 2-core
-machine. In a Chromium trace of a cold Simulator load (bench/first_view_speed.py's numbers, the
-probe in docs/benchmarks.md) the readouts' script had loaded 2.5 s before they appeared: their
-reveal waited for the fusion table's 20 scripts, then for Plotly's to run. Nothing inside one script
-run orders that, however late in the run the charts are sent.
+script of their own, loaded when such an element first appears, behind a React Suspense placeholder
+each (`stSkeleton`); Chromium fetches those scripts six at a time. In traces of cold loads of the
+old page (`python bench/first_view_trace.py --page DIR`), the readouts appeared 1.5-4.8 s after
+their own script had arrived: React revealed the tab's ~33 placeholders together, once the last
+script of the burst (the fusion table's, ~20 files) had come, and in one trace only after Plotly's
+4.7 MB script had run, a 3 s task on this 2-core machine. No order of elements within one script
+run avoids that: whatever the run sends, the browser asks for all of it at once.
 
 So a tab's first run draws its first screen only (for the Simulator: the controls and the readouts,
-a skeleton where the lanes go), and mounts `_REPORTER` first: an invisible component whose script
-runs in the page and reports back once an element of the first screen (`once_shown`, a CSS
-selector) is on screen. The rerun that follows, with `seen()` now True, draws everything. Plotly's
-script is not even requested before the readouts are on screen.
+a skeleton where the lanes go) and mounts `_REPORTER` after it: an invisible component whose script
+runs in the page and reports back once an element of the first screen (`once_shown`, a CSS selector)
+is on screen. The rerun that follows, with `seen()` now True, draws everything. Plotly's script is
+not asked for before the readouts are on screen (tests/browser/test_first_view_order.py).
 
 Without a browser on the other end (AppTest, bare mode) nothing would report: `seen()` is True from
 the start and everything is drawn in one run, as before.
@@ -62,7 +61,9 @@ def seen() -> bool:
 
 
 def report(once_shown: str) -> None:
-    """Mount the reporter, first thing in the run, while `seen()` is False (its script, like any element's,
-    is fetched when it arrives: early, it loads with the rest of the first screen's). It reports once an
-    element matching `once_shown` is on screen, and the report reruns the script."""
+    """Mount the reporter while `seen()` is False; it reports once an element matching `once_shown` is on
+    screen, and the report reruns the script (outside any fragment, so the whole script).
+
+    Mount it right after the first screen's last element, in the same run: its element then comes in the
+    same burst of messages, and the browser asks for its scripts after the first screen's."""
     _REPORTER(key="first_screen", data={"once_shown": once_shown}, on_shown_change=_mark_seen, height=0)

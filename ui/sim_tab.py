@@ -487,8 +487,6 @@ READOUT = "[data-testid=stMetricValue]"  # on screen: the first screen is shown 
 
 
 def render() -> None:
-    if not first_paint.seen():
-        first_paint.report(once_shown=READOUT)
     st.markdown(INTRO)
     try:
         model, hw, mode, notices, batch_col = _controls()
@@ -497,29 +495,40 @@ def render() -> None:
         return
     for notice in notices:
         st.warning(notice, icon=":material/warning:")
-    if _step_section(batch_col, model, hw, mode) and first_paint.seen():
+    drawn = _step_section(batch_col, model, hw, mode)
+    if not first_paint.seen():
+        # Last on the first screen, so the browser asks for the reporter's own scripts after the
+        # readouts' (it opens six connections to the server, and the first screen needs ~45 scripts).
+        first_paint.report(once_shown=READOUT)
+        _freeze_long_lived_objects("first screen")
+    elif drawn:
         sweep_view(model, hw, mode)
         fusion_view(model)
-        _freeze_long_lived_objects()
+        _freeze_long_lived_objects("whole page")
 
 
-_frozen = False
+_frozen: set[str] = set()  # the stages frozen so far in this server: "first screen", "whole page"
 
 
-def _freeze_long_lived_objects() -> None:
-    """Once per server: move the objects alive after a first full run out of the GC's sight.
+def _freeze_long_lived_objects(stage: str) -> None:
+    """Once per server and stage: move the objects alive now out of the GC's sight.
 
     Streamlit runs a full `gc.collect(2)` after every script run. On the 2-core machine it took
     74-113 ms per slider move, re-scanning ~139k long-lived objects (Streamlit, Plotly, numpy,
     our caches) while holding the GIL, so the rerun's messages waited for it; frozen, it takes
     under 1 ms. Frozen objects are still freed by reference counting; only cycles among them are
     never collected, which bounds any leak to what is alive now.
+
+    Two stages. After the first screen (stage "first screen") nothing is collected first: on a fresh
+    server that full collection took ~100 ms, holding the GIL while the browser fetched the scripts
+    for the first screen's widgets from this same process. After the first whole page (pandas,
+    Plotly and the caches now loaded), as before: a collection, then the freeze.
     """
-    global _frozen
-    if not _frozen:
-        gc.collect()
+    if stage not in _frozen:
+        if stage != "first screen":
+            gc.collect()
         gc.freeze()
-        _frozen = True
+        _frozen.add(stage)
 
 
 def nearest_stop(batch: int) -> int:
