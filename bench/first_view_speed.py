@@ -1,11 +1,16 @@
-"""How fast the page answers a newcomer's first views, measured in Chromium (issue 14, item 5).
+"""How fast the page answers a newcomer's first views, measured in Chromium (issue 14, item 5; issue 24, item 6).
 
-    python bench/first_view_speed.py [--runs 5] [--changes 5] [--only load,calibration,controls]
+    python bench/first_view_speed.py [--runs 5] [--changes 6] [--only load,calibration,controls]
+                                     [--baseline DIR]
 
 Goals, each checked on the median of several runs:
-- cold page load to the first readout <= 1.5 s: a fresh server each run (its first session imports
-  what the page needs), a new browser context; from navigation start to the first `st.metric`
-  value on the page;
+- cold page load to the first readout <= 1.3 x a minimal Streamlit page's, measured side by side:
+  each run starts a fresh server for this app and one for the minimal page (`bench/twenty_sessions.py`'s:
+  a slider, one metric, a three-bar Plotly chart), in alternating order, and loads each in a new
+  browser context; from navigation start to the first `st.metric` value on the page. The minimal
+  page is what Streamlit and Chromium cost on this machine before any app code, so the ratio is what
+  the app adds, whatever the machine's load. Also shown: the same for a second visitor to the same
+  server, and when the first chart is drawn (the charts come after the readouts, by design);
 - first Calibration tab open <= 1.0 s: a fresh server each run (no fit cached), the Simulator tab
   loaded, then a click on "Calibration"; to the last change the click causes in the page (the
   leave-one-out readout shown, every chart drawn, then a quiet period);
@@ -14,11 +19,16 @@ Goals, each checked on the median of several runs:
   whole step shown, and the Bucketing tab's graph-memory budget (one step of its slider, up and
   down in turn).
 
-For scale, the same cold load of a minimal Streamlit page (`bench/twenty_sessions.py`'s: a slider,
-one metric, a three-bar chart): what Streamlit and Chromium cost on this machine before any app code.
+Python's bytecode cache: this machine's environment sets PYTHONDONTWRITEBYTECODE=1, so a server
+would compile every module of the app from source at its first import (0.1-0.2 s of a cold first
+run here), which no installed app does. The servers get a bytecode cache in a temporary folder
+instead, compiled before the runs (`--compile-each-start` leaves it off).
+
+`--baseline DIR` adds a third page to the loads, interleaved with the other two: the app of another
+checkout (e.g. `git archive main | tar -x -C DIR`), for before/after numbers from one run.
 
 Times are taken in the page (`performance.now()`), so Playwright's round trips are not counted.
-Prints each measurement's median, its runs, and the goal met or missed with the ratio to it, and
+Prints each measurement's median, worst and runs, the ratio to the minimal page or to the goal, and
 the machine's load average beside them (the numbers are noisy on a shared 2-core machine).
 """
 
@@ -27,6 +37,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -36,21 +47,26 @@ sys.path.insert(0, str(ROOT / "tests" / "browser"))
 import harness  # noqa: E402
 from twenty_sessions import MINIMAL_APP  # noqa: E402 - bench/, this script's own folder
 
+GOAL_RATIO = 1.3  # first readout: at most this times the minimal page's, measured side by side
+MINIMAL = "minimal Streamlit page"
 QUIET_MS = 300  # a chart draws a moment after the run; nothing for this long: the view is complete
 POLL_MS = 20
 CHART = "[data-testid=stPlotlyChart]"
 LOO_METRIC = ("[data-testid=stMetricLabel]", "leave-one-out")  # (selector, text it holds)
 
-# Installed before the page loads: the time (from navigation start) of the first readout value.
+# Installed before the page loads: the times (from navigation start) of the first readout value and
+# of the first Plotly chart drawn.
 FIRST_READOUT_JS = """(() => {
   window.__lbFirstReadout = null;
+  window.__lbFirstChart = null;
   const seen = () => {
+    const now = performance.now();
     const v = document.querySelector('[data-testid=stMetricValue]');
-    if (v && v.textContent.trim() && window.__lbFirstReadout === null) {
-      window.__lbFirstReadout = performance.now();
-      return true;
+    if (v && v.textContent.trim() && window.__lbFirstReadout === null) window.__lbFirstReadout = now;
+    if (window.__lbFirstChart === null && document.querySelector('[data-testid=stPlotlyChart] .main-svg')) {
+      window.__lbFirstChart = now;
     }
-    return false;
+    return window.__lbFirstReadout !== null && window.__lbFirstChart !== null;
   };
   const watch = new MutationObserver(() => { if (seen()) watch.disconnect(); });
   document.addEventListener('DOMContentLoaded', () => {
@@ -110,34 +126,68 @@ def new_page(browser):
 
 
 # Where a load's time goes: the page's own files parsed (DOMContentLoaded), the server's first
-# message over the websocket, the first readout.
+# message over the websocket, the first readout, the first chart drawn.
 PHASES_JS = """() => [performance.getEntriesByType('navigation')[0].domContentLoadedEventEnd,
-  window.__lbFirstMessageAt, window.__lbFirstReadout]"""
+  window.__lbFirstMessageAt, window.__lbFirstReadout, window.__lbFirstChart]"""
+PHASES = ("page files parsed", "the server's first message", "first readout", "first chart drawn")
+READOUT, CHART_DRAWN = 2, 3  # indexes in PHASES
+VISITS = ("cold", "second")  # a fresh server's first visitor, then a second visitor to the same server
 
 
-def cold_loads(browser, runs: int, script: str = "app.py") -> tuple[list[list[float]], list[list[float]]]:
-    """([DOMContentLoaded, first message, first readout] ms from navigation start) per run: on a fresh
-    server, then for a second visitor to the same server. `script`: the page the server runs."""
-    cold, warm = [], []
-    for _ in range(runs):
-        with harness.app_server_process(script=script) as (base, _server):
-            for out in (cold, warm):
-                page = new_page(browser)
-                page.goto(base)
-                page.wait_for_function("() => window.__lbFirstReadout !== null", timeout=60_000)
-                out.append([float(v or 0) for v in page.evaluate(PHASES_JS)])
-                harness.wait_idle(page)
-                page.context.close()
-    return cold, warm
+def cold_loads(browser, runs: int, scripts: dict[str, str]) -> dict[str, dict[str, list[list[float]]]]:
+    """{page: {visit: [ms from navigation start to each of PHASES] per run}}. Each run starts a fresh
+    server for each page in `scripts` ({name: script the server runs}), in an order that rotates
+    from run to run, and loads it twice: its first visitor, then a second one."""
+    out = {name: {visit: [] for visit in VISITS} for name in scripts}
+    names = list(scripts)
+    for run in range(runs):
+        for name in names[run % len(names) :] + names[: run % len(names)]:
+            with harness.app_server_process(script=scripts[name]) as (base, _server):
+                for visit in VISITS:
+                    page = new_page(browser)
+                    page.goto(base)
+                    page.wait_for_function(
+                        "() => window.__lbFirstReadout !== null && window.__lbFirstChart !== null",
+                        timeout=90_000,
+                    )
+                    out[name][visit].append([float(v or 0) for v in page.evaluate(PHASES_JS)])
+                    harness.wait_idle(page)
+                    page.context.close()
+    return out
 
 
-def phases(what: str, runs: list[list[float]]) -> None:
-    """The median of each phase of the loads, as the share of the load before the first readout."""
-    dom, first, readout = (statistics.median(r[i] for r in runs) for i in range(3))
+def side_by_side(what: str, pages: dict[str, list[list[float]]], phase: int, goal: float | None) -> None:
+    """Each page's median and worst of one phase, and each page's ratio to the minimal page's."""
+    load = os.getloadavg()
+    print(f"{what} (load average {load[0]:.1f} now, {load[2]:.1f} over 15 min):")
+    floor = [r[phase] for r in pages[MINIMAL]]
+    for name, runs in pages.items():
+        got = [r[phase] for r in runs]
+        median, worst = statistics.median(got), max(got)
+        line = f"  {name:<34} median {median:6.0f} ms  worst {worst:6.0f} ms"
+        if name != MINIMAL:
+            ratio, worst_ratio = median / statistics.median(floor), worst / max(floor)
+            line += f"   / minimal: median {ratio:4.2f} x  worst {worst_ratio:4.2f} x"
+            if goal is not None:
+                line += f"  goal <= {goal:.1f} x: {'met' if ratio <= goal else 'MISSED'}"
+        print(f"{line}   runs: {', '.join(f'{v:.0f}' for v in got)}")
+
+
+def phases(name: str, runs: list[list[float]]) -> None:
+    """The median of each phase of one page's loads."""
+    medians = [statistics.median(r[i] for r in runs) for i in range(len(PHASES))]
     print(
-        f"  {what}: page files parsed at {dom:.0f} ms, the server's first message at {first:.0f} ms, "
-        f"first readout at {readout:.0f} ms (medians)"
+        f"    {name}: " + ", ".join(f"{what} {ms:.0f}" for what, ms in zip(PHASES, medians)) + " ms (medians)"
     )
+
+
+def bytecode_cache(checkouts: list[Path]) -> None:
+    """Give every server started from here a bytecode cache of the checkouts' packages, compiled now."""
+    os.environ["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="lb-pycache-")
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    for checkout in checkouts:
+        packages = [str(checkout / d) for d in ("core", "sim", "ui", "gpu_probe") if (checkout / d).is_dir()]
+        subprocess.run([sys.executable, "-m", "compileall", "-q", *packages], check=True)
 
 
 def tab(page, label: str):
@@ -212,9 +262,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--changes", type=int, default=6, help="changes of each control (6)")
     parser.add_argument(
         "--only",
-        default="load,minimal,calibration,controls",
-        help="which measurements; minimal: the cold load of a minimal Streamlit page (a slider, a metric, "
-        "a chart), the floor under any page's first readout on this machine",
+        default="load,calibration,controls",
+        help="which measurements (load: this app's and the minimal page's loads, side by side)",
+    )
+    parser.add_argument("--baseline", metavar="DIR", help="also load the app of the checkout in DIR")
+    parser.add_argument(
+        "--compile-each-start",
+        action="store_true",
+        help="no bytecode cache: every fresh server compiles the app's modules (as PYTHONDONTWRITEBYTECODE=1 does)",
     )
     args = parser.parse_args(argv)
     missing = harness.missing_requirements()
@@ -222,23 +277,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cannot run: {missing}")
         return 2
     only = set(args.only.split(","))
+    if not args.compile_each_start:
+        bytecode_cache([ROOT, *([Path(args.baseline).resolve()] if args.baseline else [])])
     print(f"Chromium at {harness.VIEWPORT['width']}x{harness.VIEWPORT['height']}, {os.cpu_count()} cores")
     with harness.chromium() as browser:
         if "load" in only:
-            cold, warm = cold_loads(browser, args.runs)
-            report("cold page load -> first readout (fresh server)", [r[2] for r in cold], 1500)
-            phases("fresh server", cold)
-            report("page load -> first readout (second visitor)", [r[2] for r in warm], 1500)
-            phases("second visitor", warm)
-        if "minimal" in only:
-            script = tempfile.mkstemp(prefix="lb-minimal-", suffix=".py")[1]
-            Path(script).write_text(MINIMAL_APP)
+            minimal = tempfile.mkstemp(prefix="lb-minimal-", suffix=".py")[1]
+            Path(minimal).write_text(MINIMAL_APP)
+            scripts = {"launch-bound (this checkout)": "app.py", MINIMAL: minimal}
+            if args.baseline:
+                scripts[f"launch-bound ({args.baseline})"] = str(Path(args.baseline).resolve() / "app.py")
             try:
-                cold, _ = cold_loads(browser, args.runs, script=script)
+                loads = cold_loads(browser, args.runs, scripts)
             finally:
-                Path(script).unlink(missing_ok=True)
-            report("minimal Streamlit page: cold load -> first readout", [r[2] for r in cold], 1500)
-            phases("minimal page, fresh server", cold)
+                Path(minimal).unlink(missing_ok=True)
+            for visit, what in zip(VISITS, ("cold page load (fresh server)", "page load (second visitor)")):
+                pages = {name: loads[name][visit] for name in scripts}
+                side_by_side(f"{what} -> first readout, {args.runs} runs each", pages, READOUT, GOAL_RATIO)
+                side_by_side(f"{what} -> first chart drawn", pages, CHART_DRAWN, None)
+                for name, runs in pages.items():
+                    phases(name, runs)
         if "calibration" in only:
             report(
                 "first Calibration tab open (fresh server)", first_calibration_opens(browser, args.runs), 1000
