@@ -93,7 +93,8 @@ class PersistentConfig:
     num_warps: int = 8
     rows_per_block: int = 8  # weight rows a program multiplies per tile (SwiGLU: half gate, half up)
     tile_elements: int = 16384  # batch rows x weight rows x K columns per tile (bounds the registers)
-    merge_elements: int = 2048  # batch rows x K columns of the O phase's merged input per tile
+    merge_elements: int = 2048  # batch rows x K columns per chunk of the O phase's split merge
+    dot_from_rows: int = 4  # batch rows (a power of two) from which the GEMVs run on tensor cores
     prefetch_row_blocks: int = 2  # L2 prefetch depth, in row blocks of the program's own weight rows
     attention_tokens: int = 64  # cached tokens per attention tile
     max_splits: int = 4  # context splits per (sequence, KV head) at most
@@ -103,7 +104,14 @@ class PersistentConfig:
     tiles: dict = field(default_factory=dict)  # kind -> (rows_per_block, k_tile) overrides
 
     def __post_init__(self) -> None:
-        for name in ("programs_per_sm", "num_warps", "rows_per_block", "tile_elements", "merge_elements"):
+        for name in (
+            "programs_per_sm",
+            "num_warps",
+            "rows_per_block",
+            "tile_elements",
+            "merge_elements",
+            "dot_from_rows",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"PersistentConfig.{name}: must be a positive int, got {value!r}")
@@ -180,7 +188,9 @@ def _wait(state_ptr, target, spin_limit, code):
         seen = tl.atomic_add(state_ptr + STATE_COUNTER, 0, sem="acquire", scope="gpu")
         spins += 1
     if seen < target:
-        tl.atomic_cas(state_ptr + STATE_ERROR, 0, code.to(tl.int64), sem="relaxed", scope="gpu")
+        tl.atomic_cas(
+            state_ptr + STATE_ERROR, tl.cast(0, tl.int64), tl.cast(code, tl.int64), sem="relaxed", scope="gpu"
+        )
 
 
 @triton.jit
@@ -283,17 +293,18 @@ def _gemv_epilogue(acc, acc_up, sum_sq, rb, out_ptr, stride_out, batch, N, eps, 
 
 
 @triton.jit
-def _phase_input(x_ptr, stride_x, part_ptr, lse_ptr, kb, valid, batch, DTYPE: tl.constexpr, K: tl.constexpr,
-                 BM: tl.constexpr, BK: tl.constexpr, MERGE: tl.constexpr, N_SPLITS: tl.constexpr,
-                 HEAD_DIM: tl.constexpr, N_HEADS: tl.constexpr, WS_ROWS: tl.constexpr):  # fmt: skip
-    """One [BM, BK] tile of a GEMV phase's input in the model dtype: x itself, or (MERGE) the attention
-    output merged from its splits and rounded, as the fused path's attention output is."""
-    if MERGE:
-        x = _merged_input_tile(part_ptr, lse_ptr, kb, valid, batch, K, BM, BK, N_SPLITS, HEAD_DIM, N_HEADS,
-                               WS_ROWS).to(DTYPE)  # fmt: skip
-    else:
-        x = _input_tile(x_ptr, stride_x, kb, valid, batch, K, BM, BK).to(DTYPE)
-    return x
+def _rows_times_tile(x, w, acc, BM: tl.constexpr):
+    """acc[BM, BN] += x[BM, BK] @ w[BN, BK]^T on CUDA cores, one batch row at a time: each row is pulled out
+    of x by a reduction over the (in-thread) row axis, which leaves it in the layout w was loaded in, so
+    the weight tile is multiplied where it landed (a 3-D broadcast made Triton move it through shared memory)."""
+    m = tl.arange(0, BM)
+    x32 = x.to(tl.float32)
+    w32 = w.to(tl.float32)
+    for i in tl.static_range(BM):
+        row = tl.sum(tl.where(m[:, None] == i, x32, 0.0), axis=0)
+        part = tl.sum(w32 * row[None, :], axis=1)
+        acc += tl.where(m[:, None] == i, part[None, :], 0.0)
+    return acc
 
 
 @triton.jit
@@ -324,6 +335,7 @@ def _gemv_phase(
     BM: tl.constexpr,
     BN: tl.constexpr,
     BK: tl.constexpr,
+    MBK: tl.constexpr,
     PF_DEPTH: tl.constexpr,
     W_BYTES: tl.constexpr,
     N_SPLITS: tl.constexpr,
@@ -355,8 +367,16 @@ def _gemv_phase(
     _mark(stamps, state_ptr, TRACE, USE_PTX)
     _wait(state_ptr, target, spin_limit, code)
     _mark(stamps + 1, state_ptr, TRACE, USE_PTX)
-    x = _phase_input(x_ptr, stride_x, part_ptr, lse_ptr, 0, n_tiles > 0, batch, DTYPE, K, BM, BK, MERGE,
-                     N_SPLITS, HEAD_DIM, N_HEADS, WS_ROWS)  # fmt: skip
+    if MERGE:  # x_ptr is this program's scratch: merge the attention output there once, in the model dtype
+        m = tl.arange(0, BM)
+        for kb in range((K + MBK - 1) // MBK):
+            cols = kb * MBK + tl.arange(0, MBK)
+            merged = _merged_input_tile(part_ptr, lse_ptr, kb, True, batch, K, BM, MBK, N_SPLITS, HEAD_DIM,
+                                        N_HEADS, WS_ROWS)  # fmt: skip
+            mask = (m < batch)[:, None] & (cols < K)[None, :]
+            tl.store(x_ptr + m[:, None] * stride_x + cols[None, :], merged.to(DTYPE), mask=mask)
+        tl.debug_barrier()  # the CTA's stores are visible to its own threads after this
+    x = _input_tile(x_ptr, stride_x, 0, n_tiles > 0, batch, K, BM, BK)
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     acc_up = tl.zeros((BM, BN), dtype=tl.float32)
     sum_sq = tl.zeros((BM,), dtype=tl.float32)
@@ -366,8 +386,7 @@ def _gemv_phase(
         nxt = t + 1
         more = nxt < n_tiles
         w_next, up_next = _weight_tile(w_ptr, rb_lo + nxt // KT, nxt % KT, more, N, K, BN, BK, SWIGLU)
-        x_next = _phase_input(x_ptr, stride_x, part_ptr, lse_ptr, nxt % KT, more, batch, DTYPE, K, BM, BK,
-                              MERGE, N_SPLITS, HEAD_DIM, N_HEADS, WS_ROWS)  # fmt: skip
+        x_next = _input_tile(x_ptr, stride_x, nxt % KT, more, batch, K, BM, BK)
         if PF_DEPTH > 0:
             if kb == 0:
                 _prefetch_row_block(w_ptr, rb + PF_DEPTH, rb_hi, N, K, BN, W_BYTES, SWIGLU, USE_PTX)
@@ -382,13 +401,13 @@ def _gemv_phase(
                 else:
                     acc_up = tl.dot(x, tl.trans(up), acc_up)
         else:
-            x32 = x.to(tl.float32)
-            acc += tl.sum(x32[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)
+            acc = _rows_times_tile(x, w, acc, BM)
             if SWIGLU:
-                acc_up += tl.sum(x32[:, None, :] * up.to(tl.float32)[None, :, :], axis=2)
-        if NORM:  # the first row block sweeps all of K once: that is the rows' sum of squares
-            x32 = x.to(tl.float32)
-            sum_sq += tl.where(t < KT, tl.sum(x32 * x32, axis=1), 0.0)
+                acc_up = _rows_times_tile(x, up, acc_up, BM)
+        if NORM:
+            if t < KT:  # the first row block sweeps all of K once: that is the rows' sum of squares
+                x32 = x.to(tl.float32)
+                sum_sq += tl.sum(x32 * x32, axis=1)
         if kb == KT - 1:
             _gemv_epilogue(acc, acc_up, sum_sq, rb, out_ptr, stride_out, batch, N, eps, K, BM, BN, NORM,
                            SWIGLU, RESIDUAL)  # fmt: skip
@@ -543,6 +562,7 @@ def _decode_step_kernel(
     part_ptr,
     lse_ptr,
     logits_ptr,
+    xs_ptr,
     state_ptr,
     trace_ptr,
     batch,
@@ -580,6 +600,7 @@ def _decode_step_kernel(
     BK_DOWN: tl.constexpr,
     BN_LM: tl.constexpr,
     BK_LM: tl.constexpr,
+    MBK: tl.constexpr,
     PF_DEPTH: tl.constexpr,
     W_BYTES: tl.constexpr,
     TRACE: tl.constexpr,
@@ -617,7 +638,7 @@ def _decode_step_kernel(
         _gemv_phase(w_qkv_ptr + lw * (QKV_N * HIDDEN), h_ptr, HIDDEN, part_ptr, lse_ptr, qkv_ptr, QKV_N, batch,
                     QKV_N, eps, pid, n_programs, state_ptr, base + p * n_programs, spin_limit, p + 1,
                     stamps + 3 * p, K=HIDDEN, NORM=True, SWIGLU=False, RESIDUAL=False, MERGE=False, DOT=DOT,
-                    BM=BM, BN=BN_QKV, BK=BK_QKV, PF_DEPTH=PF_DEPTH, W_BYTES=W_BYTES, N_SPLITS=N_SPLITS,
+                    BM=BM, BN=BN_QKV, BK=BK_QKV, MBK=MBK, PF_DEPTH=PF_DEPTH, W_BYTES=W_BYTES, N_SPLITS=N_SPLITS,
                     HEAD_DIM=HEAD_DIM, N_HEADS=N_HEADS, WS_ROWS=WS_ROWS, IEEE=IEEE, TRACE=TRACE,
                     USE_PTX=USE_PTX)  # fmt: skip
         _arrive(state_ptr)
@@ -628,24 +649,24 @@ def _decode_step_kernel(
                          HEAD_DIM=HEAD_DIM, KV_BLOCK=KV_BLOCK, BLOCK_T=BLOCK_T, WS_ROWS=WS_ROWS, IEEE=IEEE,
                          TRACE=TRACE, USE_PTX=USE_PTX)  # fmt: skip
         _arrive(state_ptr)
-        _gemv_phase(w_o_ptr + lw * (HIDDEN * Q_SIZE), h_ptr, HIDDEN, part_ptr, lse_ptr, h_ptr, HIDDEN, batch,
+        _gemv_phase(w_o_ptr + lw * (HIDDEN * Q_SIZE), xs_ptr + pid * (BM * Q_SIZE), Q_SIZE, part_ptr, lse_ptr, h_ptr, HIDDEN, batch,
                     HIDDEN, eps, pid, n_programs, state_ptr, base + (p + 2) * n_programs, spin_limit, p + 3,
                     stamps + 3 * (p + 2), K=Q_SIZE, NORM=False, SWIGLU=False, RESIDUAL=True, MERGE=True, DOT=DOT,
-                    BM=BM, BN=BN_O, BK=BK_O, PF_DEPTH=PF_DEPTH, W_BYTES=W_BYTES, N_SPLITS=N_SPLITS,
+                    BM=BM, BN=BN_O, BK=BK_O, MBK=MBK, PF_DEPTH=PF_DEPTH, W_BYTES=W_BYTES, N_SPLITS=N_SPLITS,
                     HEAD_DIM=HEAD_DIM, N_HEADS=N_HEADS, WS_ROWS=WS_ROWS, IEEE=IEEE, TRACE=TRACE,
                     USE_PTX=USE_PTX)  # fmt: skip
         _arrive(state_ptr)
         _gemv_phase(w_gate_up_ptr + lw * (2 * FFN * HIDDEN), h_ptr, HIDDEN, part_ptr, lse_ptr, act_ptr, FFN,
                     batch, FFN, eps, pid, n_programs, state_ptr, base + (p + 3) * n_programs, spin_limit, p + 4,
                     stamps + 3 * (p + 3), K=HIDDEN, NORM=True, SWIGLU=True, RESIDUAL=False, MERGE=False, DOT=DOT,
-                    BM=BM, BN=BN_GU, BK=BK_GU, PF_DEPTH=PF_DEPTH, W_BYTES=W_BYTES, N_SPLITS=N_SPLITS,
+                    BM=BM, BN=BN_GU, BK=BK_GU, MBK=MBK, PF_DEPTH=PF_DEPTH, W_BYTES=W_BYTES, N_SPLITS=N_SPLITS,
                     HEAD_DIM=HEAD_DIM, N_HEADS=N_HEADS, WS_ROWS=WS_ROWS, IEEE=IEEE, TRACE=TRACE,
                     USE_PTX=USE_PTX)  # fmt: skip
         _arrive(state_ptr)
         _gemv_phase(w_down_ptr + lw * (HIDDEN * FFN), act_ptr, FFN, part_ptr, lse_ptr, h_ptr, HIDDEN, batch,
                     HIDDEN, eps, pid, n_programs, state_ptr, base + (p + 4) * n_programs, spin_limit, p + 5,
                     stamps + 3 * (p + 4), K=FFN, NORM=False, SWIGLU=False, RESIDUAL=True, MERGE=False, DOT=DOT,
-                    BM=BM, BN=BN_DOWN, BK=BK_DOWN, PF_DEPTH=PF_DEPTH, W_BYTES=W_BYTES, N_SPLITS=N_SPLITS,
+                    BM=BM, BN=BN_DOWN, BK=BK_DOWN, MBK=MBK, PF_DEPTH=PF_DEPTH, W_BYTES=W_BYTES, N_SPLITS=N_SPLITS,
                     HEAD_DIM=HEAD_DIM, N_HEADS=N_HEADS, WS_ROWS=WS_ROWS, IEEE=IEEE, TRACE=TRACE,
                     USE_PTX=USE_PTX)  # fmt: skip
         _arrive(state_ptr)
@@ -654,7 +675,7 @@ def _decode_step_kernel(
     _gemv_phase(w_lm_ptr, h_ptr, HIDDEN, part_ptr, lse_ptr, logits_ptr, stride_logits, batch, VOCAB, eps, pid,
                 n_programs, state_ptr, base + last * n_programs, spin_limit, last + 1, stamps + 3 * last,
                 K=HIDDEN, NORM=True, SWIGLU=False, RESIDUAL=False, MERGE=False, DOT=DOT, BM=BM, BN=BN_LM,
-                BK=BK_LM, PF_DEPTH=PF_DEPTH, W_BYTES=W_BYTES, N_SPLITS=N_SPLITS, HEAD_DIM=HEAD_DIM,
+                BK=BK_LM, MBK=MBK, PF_DEPTH=PF_DEPTH, W_BYTES=W_BYTES, N_SPLITS=N_SPLITS, HEAD_DIM=HEAD_DIM,
                 N_HEADS=N_HEADS, WS_ROWS=WS_ROWS, IEEE=IEEE, TRACE=TRACE, USE_PTX=USE_PTX)  # fmt: skip
 
 
@@ -692,10 +713,99 @@ class StepLayout:
     dot: bool
     splits: int
     tiles: dict
+    merge_k: int  # K columns per chunk of the O phase's split merge
 
     @property
     def block_rows(self) -> int:
         return 16 if self.dot else self.rows
+
+
+def step_layout(cfg, config: PersistentConfig, programs: int, batch: int) -> StepLayout:
+    """The compile-time shape a batch runs with on `programs` programs."""
+    if not 1 <= batch <= MAX_ROWS:
+        raise ValueError(f"the persistent kernel runs 1..{MAX_ROWS} rows, got {batch}")
+    rows = triton.next_power_of_2(batch)
+    dot = rows >= config.dot_from_rows
+    block_rows = 16 if dot else rows
+    # Enough (sequence, KV head, split) items to give most programs one, at most max_splits per sequence.
+    splits = config.splits or max(1, min(config.max_splits, programs // (rows * cfg.n_kv_heads)))
+
+    def tile(kind: str, k: int, swiglu: bool = False) -> tuple[int, int]:
+        if kind in config.tiles:
+            return tuple(config.tiles[kind])
+        weight_rows = config.rows_per_block if not dot else max(config.rows_per_block, 32 if swiglu else 16)
+        # Registers per K column: the weight rows (CUDA cores: times the batch rows of the product), or on
+        # tensor cores the weight rows plus the 16-row input tile, which is held too.
+        per_column = weight_rows + 16 if dot else weight_rows * block_rows
+        bk = config.tile_elements // per_column
+        bn = weight_rows // 2 if swiglu else weight_rows
+        return bn, max(16, min(_floor_pow2(bk), triton.next_power_of_2(k)))
+
+    tiles = {
+        "qkv": tile("qkv", cfg.hidden),
+        "o": tile("o", cfg.q_size),
+        "gate_up": tile("gate_up", cfg.hidden, swiglu=True),
+        "down": tile("down", cfg.ffn),
+        "lm_head": tile("lm_head", cfg.hidden),
+    }
+    merge_k = max(
+        16, min(_floor_pow2(config.merge_elements // block_rows), triton.next_power_of_2(cfg.q_size))
+    )
+    return StepLayout(rows=rows, dot=dot, splits=splits, tiles=tiles, merge_k=merge_k)
+
+
+def kernel_constexprs(
+    cfg,
+    config: PersistentConfig,
+    lay: StepLayout,
+    dtype: torch.dtype,
+    *,
+    hopper: bool,
+    ptx: bool,
+    trace: bool,
+) -> dict:
+    """The kernel's compile-time arguments (and launch options) for a layout. hopper: the bulk L2 prefetch
+    is there; ptx: inline PTX runs at all (not in the interpreter)."""
+    el = torch.finfo(dtype).bits // 8
+    # The bulk L2 prefetch needs Hopper and rows of whole 16-byte units.
+    prefetch = config.prefetch_row_blocks if hopper and ptx else 0
+    if (cfg.hidden * el) % 16 or (cfg.ffn * el) % 16:
+        prefetch = 0
+    t = lay.tiles
+    return dict(
+        HIDDEN=cfg.hidden,
+        H_P2=triton.next_power_of_2(cfg.hidden),
+        FFN=cfg.ffn,
+        VOCAB=cfg.vocab,
+        N_HEADS=cfg.n_heads,
+        N_KV_HEADS=cfg.n_kv_heads,
+        HEAD_DIM=cfg.head_dim,
+        ROWS=max(16, triton.next_power_of_2(cfg.n_heads // cfg.n_kv_heads)),
+        KV_BLOCK=cfg.block_size,
+        BM=lay.block_rows,
+        DOT=lay.dot,
+        N_SPLITS=lay.splits,
+        WS_ROWS=MAX_ROWS,
+        BLOCK_T=config.attention_tokens,
+        BN_QKV=t["qkv"][0],
+        BK_QKV=t["qkv"][1],
+        BN_O=t["o"][0],
+        BK_O=t["o"][1],
+        BN_GU=t["gate_up"][0],
+        BK_GU=t["gate_up"][1],
+        BN_DOWN=t["down"][0],
+        BK_DOWN=t["down"][1],
+        BN_LM=t["lm_head"][0],
+        BK_LM=t["lm_head"][1],
+        MBK=lay.merge_k,
+        PF_DEPTH=prefetch,
+        W_BYTES=el,
+        TRACE=trace,
+        USE_PTX=ptx,
+        IEEE=dtype == torch.float32,
+        num_warps=config.num_warps,
+        num_stages=1,  # the loops double-buffer by hand; Triton's pipeliner is not wanted here
+    )
 
 
 class PersistentDecoder:
@@ -707,8 +817,6 @@ class PersistentDecoder:
     per-layer stacked copies of the fused path's packed weights (`repack()` after editing the model's).
     Batches above MAX_ROWS run the model's fused path (`last_fallback` says so).
     """
-
-    dot_from_rows = 4  # batch rows (power of two) from which the GEMVs run on tensor cores
 
     def __init__(self, model, config: PersistentConfig | None = None):
         self.model, self.config = model, config or PersistentConfig()
@@ -731,6 +839,8 @@ class PersistentDecoder:
             "part": torch.zeros((splits, rows, cfg.q_size), dtype=torch.float32, device=dev),
             "lse": torch.zeros((splits, rows, cfg.n_heads), dtype=torch.float32, device=dev),
         }
+        # Per program: the O phase's merged attention input ([programs, 16 rows, q_size]).
+        self.scratch = torch.zeros((self.programs, 16, cfg.q_size), dtype=self.dtype, device=dev)
         self.state = torch.zeros(STATE_WORDS, dtype=torch.int64, device=dev)
         self.trace_buffer: torch.Tensor | None = None
         self.last_fallback = False
@@ -770,34 +880,7 @@ class PersistentDecoder:
 
     def layout(self, batch: int) -> StepLayout:
         """The kernel shape a batch runs with (one compiled kernel per power-of-two bucket of rows)."""
-        if not 1 <= batch <= MAX_ROWS:
-            raise ValueError(f"the persistent kernel runs 1..{MAX_ROWS} rows, got {batch}")
-        cfg, conf = self.cfg, self.config
-        rows = triton.next_power_of_2(batch)
-        dot = rows >= self.dot_from_rows
-        block_rows = 16 if dot else rows
-        splits = conf.splits or max(1, min(conf.max_splits, self.programs // (rows * cfg.n_kv_heads)))
-
-        def tile(kind: str, k: int, swiglu: bool = False, merge: bool = False) -> tuple[int, int]:
-            if kind in conf.tiles:
-                return tuple(conf.tiles[kind])
-            weight_rows = conf.rows_per_block if not dot else max(conf.rows_per_block, 32 if swiglu else 16)
-            bn = weight_rows // 2 if swiglu else weight_rows
-            per_column = weight_rows * (1 if dot else block_rows)
-            bk = conf.tile_elements // per_column
-            if merge:
-                bk = min(bk, conf.merge_elements // block_rows)
-            return bn, max(16, min(_floor_pow2(bk), triton.next_power_of_2(k)))
-
-        h, f = cfg.hidden, cfg.ffn
-        tiles = {
-            "qkv": tile("qkv", h),
-            "o": tile("o", cfg.q_size, merge=True),
-            "gate_up": tile("gate_up", h, swiglu=True),
-            "down": tile("down", f),
-            "lm_head": tile("lm_head", h),
-        }
-        return StepLayout(rows=rows, dot=dot, splits=splits, tiles=tiles)
+        return step_layout(self.cfg, self.config, self.programs, batch)
 
     # ---- the step -----------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -851,6 +934,7 @@ class PersistentDecoder:
             ws["part"],
             ws["lse"],
             logits_out,
+            self.scratch,
             self.state,
             trace_buffer if trace_buffer is not None else self.state,
             batch,
@@ -877,48 +961,9 @@ class PersistentDecoder:
         return logits_out
 
     def _constexprs(self, lay: StepLayout, trace: bool) -> dict:
-        cfg, conf = self.cfg, self.config
-        group = cfg.n_heads // cfg.n_kv_heads
-        el = torch.finfo(self.dtype).bits // 8
-        # The bulk L2 prefetch needs 16-byte rows and Hopper; the interpreter has no PTX at all.
-        prefetch = conf.prefetch_row_blocks
-        if not (self.on_gpu and torch.cuda.get_device_capability(self.device)[0] >= 9):
-            prefetch = 0
-        if (cfg.hidden * el) % 16 or (cfg.ffn * el) % 16:
-            prefetch = 0
-        t = lay.tiles
-        return dict(
-            HIDDEN=cfg.hidden,
-            H_P2=triton.next_power_of_2(cfg.hidden),
-            FFN=cfg.ffn,
-            VOCAB=cfg.vocab,
-            N_HEADS=cfg.n_heads,
-            N_KV_HEADS=cfg.n_kv_heads,
-            HEAD_DIM=cfg.head_dim,
-            ROWS=max(16, triton.next_power_of_2(group)),
-            KV_BLOCK=cfg.block_size,
-            BM=lay.block_rows,
-            DOT=lay.dot,
-            N_SPLITS=lay.splits,
-            WS_ROWS=MAX_ROWS,
-            BLOCK_T=conf.attention_tokens,
-            BN_QKV=t["qkv"][0],
-            BK_QKV=t["qkv"][1],
-            BN_O=t["o"][0],
-            BK_O=t["o"][1],
-            BN_GU=t["gate_up"][0],
-            BK_GU=t["gate_up"][1],
-            BN_DOWN=t["down"][0],
-            BK_DOWN=t["down"][1],
-            BN_LM=t["lm_head"][0],
-            BK_LM=t["lm_head"][1],
-            PF_DEPTH=prefetch,
-            W_BYTES=el,
-            TRACE=trace,
-            USE_PTX=self.on_gpu,
-            IEEE=self.dtype == torch.float32,
-            num_warps=conf.num_warps,
-            num_stages=1,  # the loops double-buffer by hand; Triton's pipeliner is not wanted here
+        hopper = self.on_gpu and torch.cuda.get_device_capability(self.device)[0] >= 9
+        return kernel_constexprs(
+            self.cfg, self.config, lay, self.dtype, hopper=hopper, ptx=self.on_gpu, trace=trace
         )
 
     def _trace_buffer(self, trace) -> torch.Tensor | None:
