@@ -808,6 +808,70 @@ def kernel_constexprs(
     )
 
 
+def launch_scalars(cfg, config: PersistentConfig, batch: int, kv_strides: tuple, table_stride: int,
+                   logits_stride: int) -> dict:  # fmt: skip
+    """The kernel's integer and float arguments by name (kv_strides: the cache tensor's six strides)."""
+    return {
+        "batch": batch,
+        "n_layers": cfg.n_layers,
+        "stride_table": table_stride,
+        "stride_logits": logits_stride,
+        "kv_stride_layer": kv_strides[0],
+        "kv_stride_kv": kv_strides[1],
+        "kv_stride_slot": kv_strides[3],
+        "max_pos": cfg.max_context - 1,  # the RoPE tables have max_context rows
+        "eps": cfg.norm_eps,
+        "qk_scale": LOG2E / math.sqrt(cfg.head_dim),
+        "spin_limit": config.spin_limit,
+    }
+
+
+def kernel_args(tensors: dict, scalars: dict) -> tuple:
+    """The kernel's runtime arguments in its order, from tensors and scalars given by argument name."""
+    names = [n for n in _decode_step_kernel.arg_names if n in tensors or n in scalars]
+    if len(names) != len(tensors) + len(scalars):
+        raise ValueError(f"unknown kernel arguments: {sorted(set(tensors) | set(scalars) - set(names))}")
+    return tuple(tensors[n] if n in tensors else scalars[n] for n in names)
+
+
+TENSOR_DTYPES = {  # the kernel's tensor arguments that are not in the model dtype
+    "ids_ptr": torch.int64,
+    "pos_ptr": torch.int64,
+    "table_ptr": torch.int32,
+    "slot_ptr": torch.int64,
+    "ctx_ptr": torch.int32,
+    "cos_ptr": torch.float32,
+    "sin_ptr": torch.float32,
+    "part_ptr": torch.float32,
+    "lse_ptr": torch.float32,
+    "state_ptr": torch.int64,
+    "trace_ptr": torch.int64,
+}
+
+
+def precompile(
+    cfg, config: PersistentConfig, batch: int, num_blocks: int, programs: int, trace: bool = False
+) -> None:
+    """Compile (not run) the kernel a PersistentDecoder over a model of `cfg` with a `num_blocks` KV pool would
+    launch at this batch, into Triton's on-disk cache: run it in worker processes to compile variants in parallel
+    (GPU needed; the arguments are stand-ins with the same dtypes and specialisations as the real ones)."""
+    from triton.runtime.jit import MockTensor
+
+    dtype = getattr(torch, cfg.dtype)
+    names = [n for n in _decode_step_kernel.arg_names if n.endswith("_ptr")]
+    tensors = {n: MockTensor(TENSOR_DTYPES.get(n, dtype)) for n in names}
+    kv = torch.empty(
+        (cfg.n_layers, 2, num_blocks, cfg.block_size, cfg.n_kv_heads, cfg.head_dim), device="meta"
+    )
+    scalars = launch_scalars(cfg, config, batch, tuple(kv.stride()), cfg.max_blocks_per_seq, cfg.vocab)
+    lay = step_layout(cfg, config, programs, batch)
+    hopper = torch.cuda.get_device_capability()[0] >= 9
+    kwargs = kernel_constexprs(cfg, config, lay, dtype, hopper=hopper, ptx=True, trace=trace)
+    if config.cooperative:
+        kwargs["launch_cooperative_grid"] = True
+    _decode_step_kernel.warmup(*kernel_args(tensors, scalars), grid=(programs,), **kwargs)
+
+
 class PersistentDecoder:
     """A ProbeModel's decode step as one persistent kernel launch: call it like the model.
 
@@ -818,7 +882,10 @@ class PersistentDecoder:
     Batches above MAX_ROWS run the model's fused path (`last_fallback` says so).
     """
 
-    def __init__(self, model, config: PersistentConfig | None = None):
+    def __init__(
+        self, model, config: PersistentConfig | None = None, weights_from: PersistentDecoder | None = None
+    ):
+        """weights_from: another decoder of the same model whose stacked weights to share (variants)."""
         self.model, self.config = model, config or PersistentConfig()
         self.cfg, self.dtype, self.kv_cache = model.cfg, model.dtype, model.kv_cache
         cfg, dev = self.cfg, model.device
@@ -830,7 +897,11 @@ class PersistentDecoder:
                 "the persistent kernel needs CUDA, or TRITON_INTERPRET=1 set before triton is imported"
             )
         self.phases = phase_plan(cfg.n_layers)
-        self.repack()
+        if weights_from is not None and weights_from.model is model:
+            self.w_qkv, self.w_o = weights_from.w_qkv, weights_from.w_o
+            self.w_gate_up, self.w_down = weights_from.w_gate_up, weights_from.w_down
+        else:
+            self.repack()
         rows, splits = MAX_ROWS, self.config.splits or self.config.max_splits
         self.workspace = {
             "h": torch.zeros((rows, cfg.hidden), dtype=self.dtype, device=dev),
@@ -912,51 +983,37 @@ class PersistentDecoder:
         trace_buffer = self._trace_buffer(trace)
         lay = self.layout(batch)
         kv = self.kv_cache.kv  # [layer, K|V, block, slot_in_block, kv_head, head_dim]
-        ws = self.workspace
-        args = (
-            input_ids,
-            positions,
-            block_tables,
-            slot_mapping,
-            context_lens,
-            self.model.tok_embeddings,
-            self.w_qkv,
-            self.w_o,
-            self.w_gate_up,
-            self.w_down,
-            self.model.lm_head_folded,
-            kv,
-            self.model.rope_cos,
-            self.model.rope_sin,
-            ws["h"],
-            ws["qkv"],
-            ws["act"],
-            ws["part"],
-            ws["lse"],
-            logits_out,
-            self.scratch,
-            self.state,
-            trace_buffer if trace_buffer is not None else self.state,
-            batch,
-            cfg.n_layers,
-            block_tables.stride(0),
-            logits_out.stride(0),
-            kv.stride(0),
-            kv.stride(1),
-            kv.stride(3),
-            self.model.rope_cos.shape[0] - 1,
-            cfg.norm_eps,
-            LOG2E / math.sqrt(cfg.head_dim),
-            self.config.spin_limit,
+        tensors = {
+            "ids_ptr": input_ids,
+            "pos_ptr": positions,
+            "table_ptr": block_tables,
+            "slot_ptr": slot_mapping,
+            "ctx_ptr": context_lens,
+            "emb_ptr": self.model.tok_embeddings,
+            "w_qkv_ptr": self.w_qkv,
+            "w_o_ptr": self.w_o,
+            "w_gate_up_ptr": self.w_gate_up,
+            "w_down_ptr": self.w_down,
+            "w_lm_ptr": self.model.lm_head_folded,
+            "kv_ptr": kv,
+            "cos_ptr": self.model.rope_cos,
+            "sin_ptr": self.model.rope_sin,
+            **{f"{name}_ptr": buf for name, buf in self.workspace.items()},
+            "logits_ptr": logits_out,
+            "xs_ptr": self.scratch,
+            "state_ptr": self.state,
+            "trace_ptr": trace_buffer if trace_buffer is not None else self.state,
+        }
+        scalars = launch_scalars(
+            cfg, self.config, batch, tuple(kv.stride()), block_tables.stride(0), logits_out.stride(0)
         )
+        args = kernel_args(tensors, scalars)
         kwargs = self._constexprs(lay, trace_buffer is not None)
         grid = (self.programs,)
         if self.on_gpu:
             self._prepare(lay, args, kwargs, grid)
-            if self.cooperative:
-                kwargs["launch_cooperative_grid"] = (
-                    True  # only named on a GPU: the interpreter knows no such option
-                )
+            if self.cooperative:  # only named on a GPU: the interpreter knows no such option
+                kwargs["launch_cooperative_grid"] = True
         _decode_step_kernel[grid](*args, **kwargs)
         return logits_out
 
@@ -981,7 +1038,7 @@ class PersistentDecoder:
     def _prepare(self, lay: StepLayout, args: tuple, kwargs: dict, grid: tuple) -> None:
         """Once per compiled kernel: compile it, refuse a grid it cannot keep co-resident, and (once) find out
         whether a cooperative launch can be captured in a CUDA graph here."""
-        key = (lay, kwargs["TRACE"], grid)
+        key = (repr(lay), kwargs["TRACE"], grid)
         if key in self._ready:
             return
         launch = {"launch_cooperative_grid": True} if self.cooperative else {}
