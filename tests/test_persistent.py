@@ -55,7 +55,7 @@ def fused_and_persistent(model, inputs: dict, config: PersistentConfig = ONE_PRO
 
 
 # ---- CPU, through the interpreter ----------------------------------------------------------------
-@pytest.mark.parametrize("batch", [1, 2, 3, 5, 8])
+@pytest.mark.parametrize("batch", [1, 3, 8])
 def test_logits_match_the_fused_path_on_cpu(setup, batch):
     model, rows = setup
     _, fused, _, persistent, _ = fused_and_persistent(model, rows.head(batch).as_dict())
@@ -175,22 +175,25 @@ def test_trace_buffer_layout_and_reading_on_cpu(setup):
 def test_layout_per_batch_bucket():
     cfg = get_config("1b")
     config = PersistentConfig()
-    for batch, rows, dot in ((1, 1, False), (2, 2, False), (3, 4, True), (8, 8, True)):
+    for batch, rows in ((1, 1), (2, 2), (3, 4), (8, 8)):
         lay = step_layout(cfg, config, 132, batch)
-        assert (lay.rows, lay.dot, lay.block_rows) == (rows, dot, 16 if dot else rows)
-        assert 1 <= lay.splits <= config.max_splits
-        for kind, (bn, bk) in lay.tiles.items():
-            assert bn >= (16 if dot else 1) and bk & (bk - 1) == 0, (kind, bn, bk)
+        assert lay.rows == rows and 1 <= lay.splits <= config.max_splits and lay.chunk == 256
+        for kind, (bn, chunks) in lay.tiles.items():
+            assert bn % config.rows_per_block == 0 and chunks >= 1 and chunks & (chunks - 1) == 0, kind
             weight_rows = bn * (2 if kind == "gate_up" else 1)
-            assert (weight_rows + 16 if dot else weight_rows * lay.block_rows) * bk <= config.tile_elements
-    assert step_layout(cfg, config, 132, 1).tiles["qkv"] == (8, 2048)  # one 32 KB tile covers whole rows
+            assert weight_rows * chunks * lay.chunk <= max(config.tile_elements, weight_rows * lay.chunk)
+    one = step_layout(cfg, config, 132, 1)
+    assert one.tiles["qkv"] == (8, 8) and one.tiles["gate_up"] == (8, 4)  # 32 KB tiles covering whole rows
+    # Wider blocks at larger batches, never so wide that most programs would have no block.
+    lay = step_layout(cfg, config, 132, 8)
+    assert min(cfg.hidden // lay.tiles[kind][0] for kind in ("o", "down")) >= 128
     with pytest.raises(ValueError, match="1..8 rows"):
         step_layout(cfg, config, 132, 9)
 
 
 @pytest.mark.parametrize(
     "field, value",
-    [("num_warps", 3), ("rows_per_block", 1), ("attention_tokens", 8), ("splits", 0), ("max_programs", 0)],
+    [("num_warps", 3), ("rows_per_block", 3), ("attention_tokens", 8), ("splits", 0), ("prefetch_bytes", 8)],
 )
 def test_config_rejects_bad_fields_by_name(field, value):
     with pytest.raises(ValueError, match=field):
@@ -221,6 +224,8 @@ def gpu_setup(request):
 def test_logits_match_the_fused_path_on_cuda(gpu_setup, batch):
     model, rows, decoder = gpu_setup
     inputs = rows.head(batch).as_dict()
+    kv = model.kv_cache.kv  # the slots this step writes get a value no step computes: every write shows
+    kv.view(kv.shape[0], 2, -1, *kv.shape[4:])[:, :, inputs["slot_mapping"]] = 100.0
     before = model.kv_cache.kv.clone()
     fused = model.fused_forward(**inputs).clone()
     fused_kv = model.kv_cache.kv.clone()

@@ -116,7 +116,7 @@ def main(argv=None) -> int:
     p.add_argument("--warps", type=int, default=8)
     p.add_argument("--rows", type=int, default=8)
     p.add_argument("--tile", type=int, default=16384)
-    p.add_argument("--prefetch", type=int, default=2)
+    p.add_argument("--prefetch", type=int, default=65536)
     p.add_argument("--trace", action="store_true")
     p.add_argument("--dump", default=None, help="write each kernel's ttgir and ptx here")
     args = p.parse_args(argv)
@@ -128,7 +128,7 @@ def main(argv=None) -> int:
         num_warps=args.warps,
         rows_per_block=args.rows,
         tile_elements=args.tile,
-        prefetch_row_blocks=args.prefetch,
+        prefetch_bytes=args.prefetch,
     )
     print(f"{args.preset}: {config.describe()}")
     for batch in args.batch:

@@ -15,10 +15,11 @@ base + p * programs, where base is the count at the step's start, so a counter n
 the graph and a fast program may run ahead into the next barrier without confusing a slow one).
 
 Weight streaming overlaps the synchronisation: a program arrives, then loads the first weight tile of its
-next phase into registers and asks the L2 for its next `prefetch_row_blocks` row blocks
+next phase into registers and asks the L2 for the first `prefetch_bytes` of its weight rows
 (`cp.async.bulk.prefetch.L2`, Hopper) -- none of which depends on the barrier -- and only then waits.
 Inside a phase each program keeps one tile in flight ahead of the one it multiplies (register double
-buffering) and the L2 prefetch `prefetch_row_blocks` row blocks ahead.
+buffering) and the L2 prefetch `prefetch_bytes` ahead of its loads. A tile is [rows, chunks, 256 columns]
+with the warps along the rows, so every product is reduced inside a warp: no CTA barrier per tile.
 
 Safety: a barrier wait spins at most `spin_limit` times; on timeout the program records the phase it was
 waiting for in an error word of the state buffer and goes on without waiting (later waits see the word and
@@ -91,27 +92,19 @@ class PersistentConfig:
     programs_per_sm: int = 1
     max_programs: int | None = None  # cap on the grid (CPU tests: 1 or 2)
     num_warps: int = 8
-    rows_per_block: int = 8  # weight rows a program multiplies per tile (SwiGLU: half gate, half up)
-    tile_elements: int = 16384  # batch rows x weight rows x K columns per tile (bounds the registers)
+    rows_per_block: int = 8  # weight rows per tile and block (SwiGLU: gate/up pairs); one per warp at 8 warps
+    tile_elements: int = 16384  # weight elements per tile (32 KB of bf16), fewer at large batch
     merge_elements: int = 2048  # batch rows x K columns per chunk of the O phase's split merge
-    dot_from_rows: int = 4  # batch rows (a power of two) from which the GEMVs run on tensor cores
-    prefetch_row_blocks: int = 2  # L2 prefetch depth, in row blocks of the program's own weight rows
+    prefetch_bytes: int = 65536  # how far ahead of its loads each program asks the L2 for its weights
     attention_tokens: int = 64  # cached tokens per attention tile
     max_splits: int = 4  # context splits per (sequence, KV head) at most
     splits: int | None = None  # force a split count (tests); None: enough items to cover the grid
     spin_limit: int = DEFAULT_SPIN_LIMIT
     cooperative: bool = True  # cooperative launch where the driver takes it (also inside graph capture)
-    tiles: dict = field(default_factory=dict)  # kind -> (rows_per_block, k_tile) overrides
+    tiles: dict = field(default_factory=dict)  # kind -> (weight rows per block, column chunks per tile)
 
     def __post_init__(self) -> None:
-        for name in (
-            "programs_per_sm",
-            "num_warps",
-            "rows_per_block",
-            "tile_elements",
-            "merge_elements",
-            "dot_from_rows",
-        ):
+        for name in ("programs_per_sm", "num_warps", "rows_per_block", "tile_elements", "merge_elements"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"PersistentConfig.{name}: must be a positive int, got {value!r}")
@@ -119,10 +112,6 @@ class PersistentConfig:
             value = getattr(self, name)
             if value & (value - 1):
                 raise ValueError(f"PersistentConfig.{name}: must be a power of two, got {value}")
-        if self.rows_per_block < 2:
-            raise ValueError(
-                "PersistentConfig.rows_per_block: at least 2 (a SwiGLU block holds gate and up rows)"
-            )
         if self.attention_tokens < 16:
             raise ValueError("PersistentConfig.attention_tokens: at least 16 (a tensor-core tile)")
         if self.max_programs is not None and self.max_programs < 1:
@@ -131,8 +120,8 @@ class PersistentConfig:
             raise ValueError(f"PersistentConfig.splits: must be in [1, 64], got {self.splits}")
         if not 1 <= self.max_splits <= 64:
             raise ValueError(f"PersistentConfig.max_splits: must be in [1, 64], got {self.max_splits}")
-        if not 0 <= self.prefetch_row_blocks <= 16:
-            raise ValueError("PersistentConfig.prefetch_row_blocks: must be in [0, 16]")
+        if not 0 <= self.prefetch_bytes <= 1 << 22 or self.prefetch_bytes % 16:
+            raise ValueError("PersistentConfig.prefetch_bytes: a multiple of 16 in [0, 4 MiB]")
         if self.spin_limit < 0:
             raise ValueError("PersistentConfig.spin_limit: must be >= 0")
 
@@ -140,7 +129,7 @@ class PersistentConfig:
         tiles = f" tiles={self.tiles}" if self.tiles else ""
         return (
             f"{self.programs_per_sm}/SM x {self.num_warps} warps, {self.rows_per_block} rows/block, "
-            f"tile {self.tile_elements} el, L2 prefetch {self.prefetch_row_blocks} blocks, "
+            f"tile {self.tile_elements} el, L2 prefetch {self.prefetch_bytes // 1024} KB, "
             f"attention {self.attention_tokens} tok, splits<={self.splits or self.max_splits}{tiles}"
         )
 
@@ -210,46 +199,69 @@ def _l2_prefetch(ptr, nbytes, USE_PTX: tl.constexpr):
 
 
 @triton.jit
-def _prefetch_row_block(w_ptr, rb, rb_hi, N, K: tl.constexpr, BN: tl.constexpr, W_BYTES: tl.constexpr,
-                        SWIGLU: tl.constexpr, USE_PTX: tl.constexpr):  # fmt: skip
-    """L2-prefetch row block rb of W (and its up rows) if it is one of this program's (rb < rb_hi)."""
-    if rb < rb_hi:
-        rows = tl.minimum(N - rb * BN, BN)
-        nbytes = rows * (K * W_BYTES)
-        _l2_prefetch(w_ptr + rb * BN * K, nbytes, USE_PTX)
-        if SWIGLU:
-            _l2_prefetch(w_ptr + N * K + rb * BN * K, nbytes, USE_PTX)
+def _prefetch_span(w_ptr, lo, hi, end, USE_PTX: tl.constexpr):
+    """L2-prefetch bytes [lo, min(hi, end)) of a weight matrix (byte offsets), if any are left."""
+    if lo < end:
+        _l2_prefetch(w_ptr.to(tl.pointer_type(tl.int8)) + lo, tl.minimum(hi, end) - lo, USE_PTX)
 
 
 # ---- GEMV phases ---------------------------------------------------------------------------------------
+# A tile is [BN weight rows, KR chunks, C columns] of W: rows rb*BN.., columns kb*KR*C + kr*C + c. Triton
+# gives it a layout with the warps along the rows and each warp's lanes along C (8 contiguous elements a
+# thread), so every product is reduced within a warp (shuffles, no CTA barrier) and the input rows, loaded
+# with the same 3-D shape (broadcast over the rows), land in the same layout: nothing goes through shared
+# memory. Accumulators are [BN, BM] (weight rows x batch rows) in the layout the reductions leave.
 @triton.jit
-def _weight_tile(w_ptr, rb, kb, valid, N, K: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                 SWIGLU: tl.constexpr):  # fmt: skip
-    """Rows [rb*BN, +BN) x columns [kb*BK, +BK) of W (gate half) and of its up half (SWIGLU; else W again)."""
+def _weight_tile(
+    w_ptr,
+    rb,
+    kb,
+    valid,
+    N,
+    K: tl.constexpr,
+    BN: tl.constexpr,
+    KR: tl.constexpr,
+    C: tl.constexpr,
+    SWIGLU: tl.constexpr,
+):
+    """One tile of W (gate half) and of its up half (SWIGLU; else W again, unused). Streamed once: kept out of L1."""
     rows = rb * BN + tl.arange(0, BN)
-    cols = kb * BK + tl.arange(0, BK)
-    mask = ((rows < N) & valid)[:, None] & (cols < K)[None, :]
-    ptrs = w_ptr + rows[:, None] * K + cols[None, :]
-    w = tl.load(ptrs, mask=mask, other=0.0)
+    cols = kb * (KR * C) + tl.arange(0, KR)[None, :, None] * C + tl.arange(0, C)[None, None, :]
+    mask = ((rows < N) & valid)[:, None, None] & (cols < K)
+    ptrs = w_ptr + rows[:, None, None] * K + cols
+    w = tl.load(ptrs, mask=mask, other=0.0, cache_modifier=".cg")
     up = w
     if SWIGLU:
-        up = tl.load(ptrs + N * K, mask=mask, other=0.0)
+        up = tl.load(ptrs + N * K, mask=mask, other=0.0, cache_modifier=".cg")
     return w, up
 
 
 @triton.jit
-def _input_tile(x_ptr, stride_x, kb, valid, batch, K: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr):
-    """Rows [0, BM) x columns [kb*BK, +BK) of the input, in its own dtype (rows >= batch read as 0)."""
-    m = tl.arange(0, BM)
-    cols = kb * BK + tl.arange(0, BK)
-    mask = ((m < batch) & valid)[:, None] & (cols < K)[None, :]
-    return tl.load(x_ptr + m[:, None] * stride_x + cols[None, :], mask=mask, other=0.0)
+def _input_row(
+    x_ptr, stride_x, i, kb, batch, K: tl.constexpr, BN: tl.constexpr, KR: tl.constexpr, C: tl.constexpr
+):
+    """Batch row i's columns of tile column block kb, as fp32 [BN, KR, C] (the same values for every weight
+    row: the loads of a CTA's warps meet in L1)."""
+    cols = kb * (KR * C) + tl.arange(0, KR)[None, :, None] * C + tl.arange(0, C)[None, None, :]
+    ptrs = x_ptr + i * stride_x + cols + 0 * tl.arange(0, BN)[:, None, None]
+    return tl.load(ptrs, mask=(cols < K) & (i < batch), other=0.0).to(tl.float32)
 
 
 @triton.jit
-def _merged_input_tile(part_ptr, lse_ptr, kb, valid, batch, K: tl.constexpr, BM: tl.constexpr,
-                       BK: tl.constexpr, N_SPLITS: tl.constexpr, HEAD_DIM: tl.constexpr,
-                       N_HEADS: tl.constexpr, WS_ROWS: tl.constexpr):  # fmt: skip
+def _merged_input_tile(
+    part_ptr,
+    lse_ptr,
+    kb,
+    valid,
+    batch,
+    K: tl.constexpr,
+    BM: tl.constexpr,
+    BK: tl.constexpr,
+    N_SPLITS: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    N_HEADS: tl.constexpr,
+    WS_ROWS: tl.constexpr,
+):
     """Columns [kb*BK, +BK) of the attention output, merged from its context splits by log-sum-exp
     (part[s, row] is split s's normalised output, lse[s, row, head] its log2-sum-exp); fp32, not rounded."""
     m = tl.arange(0, BM)
@@ -273,38 +285,38 @@ def _merged_input_tile(part_ptr, lse_ptr, kb, valid, batch, K: tl.constexpr, BM:
 
 
 @triton.jit
-def _gemv_epilogue(acc, acc_up, sum_sq, rb, out_ptr, stride_out, batch, N, eps, K: tl.constexpr,
-                   BM: tl.constexpr, BN: tl.constexpr, NORM: tl.constexpr, SWIGLU: tl.constexpr,
-                   RESIDUAL: tl.constexpr):  # fmt: skip
-    """As linear._epilogue: 1/rms of the input rows, silu(gate) * up, + the residual (read in place)."""
+def _gemv_epilogue(
+    acc,
+    acc_up,
+    sum_sq,
+    rb,
+    out_ptr,
+    stride_out,
+    batch,
+    N,
+    eps,
+    K: tl.constexpr,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    NORM: tl.constexpr,
+    SWIGLU: tl.constexpr,
+    RESIDUAL: tl.constexpr,
+):
+    """As linear._epilogue, on [BN, BM] (weight rows x batch rows): 1/rms of the input rows, silu(gate) * up,
+    + the residual (read in place)."""
     m = tl.arange(0, BM)
     rows = rb * BN + tl.arange(0, BN)
     if NORM:
         inv_rms = tl.rsqrt(sum_sq / K + eps)
-        acc = acc * inv_rms[:, None]
-        acc_up = acc_up * inv_rms[:, None]
+        acc = acc * inv_rms
+        acc_up = acc_up * inv_rms
     if SWIGLU:
         acc = acc * tl.sigmoid(acc) * acc_up
-    mask = (m < batch)[:, None] & (rows < N)[None, :]
-    ptrs = out_ptr + m[:, None] * stride_out + rows[None, :]
+    mask = (rows < N)[:, None] & (m < batch)[None, :]
+    ptrs = out_ptr + m[None, :] * stride_out + rows[:, None]
     if RESIDUAL:
         acc = acc + tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
     tl.store(ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def _rows_times_tile(x, w, acc, BM: tl.constexpr):
-    """acc[BM, BN] += x[BM, BK] @ w[BN, BK]^T on CUDA cores, one batch row at a time: each row is pulled out
-    of x by a reduction over the (in-thread) row axis, which leaves it in the layout w was loaded in, so
-    the weight tile is multiplied where it landed (a 3-D broadcast made Triton move it through shared memory)."""
-    m = tl.arange(0, BM)
-    x32 = x.to(tl.float32)
-    w32 = w.to(tl.float32)
-    for i in tl.static_range(BM):
-        row = tl.sum(tl.where(m[:, None] == i, x32, 0.0), axis=0)
-        part = tl.sum(w32 * row[None, :], axis=1)
-        acc += tl.where(m[:, None] == i, part[None, :], 0.0)
-    return acc
 
 
 @triton.jit
@@ -331,96 +343,104 @@ def _gemv_phase(
     SWIGLU: tl.constexpr,
     RESIDUAL: tl.constexpr,
     MERGE: tl.constexpr,
-    DOT: tl.constexpr,
     BM: tl.constexpr,
     BN: tl.constexpr,
-    BK: tl.constexpr,
+    KR: tl.constexpr,
+    C: tl.constexpr,
     MBK: tl.constexpr,
-    PF_DEPTH: tl.constexpr,
+    PF_BYTES: tl.constexpr,
     W_BYTES: tl.constexpr,
     N_SPLITS: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     N_HEADS: tl.constexpr,
     WS_ROWS: tl.constexpr,
-    IEEE: tl.constexpr,
     TRACE: tl.constexpr,
     USE_PTX: tl.constexpr,
 ):
     """out[:batch, rows] = epilogue(x @ W^T) for this program's row blocks, after waiting for `target`.
 
     N is the output width (SwiGLU: F, with W holding 2F rows). The program's row blocks are a fixed,
-    contiguous share of the N / BN blocks; it walks them tile by tile ([BN rows, BK columns]), with the
-    next tile's loads issued before the current one is multiplied. DOT: the products on tensor cores,
-    the batch padded to BM = 16 rows; else on CUDA cores (broadcast-multiply-reduce), as linear.py's GEMV.
+    contiguous share of the N / BN blocks; it walks them tile by tile, with the next tile's loads issued
+    before the current one is multiplied, and asks the L2 for its weight bytes PF_BYTES ahead.
     """
+    BK: tl.constexpr = KR * C
     KT: tl.constexpr = (K + BK - 1) // BK
-    DTYPE: tl.constexpr = w_ptr.dtype.element_ty
+    TILE_BYTES: tl.constexpr = BN * BK * W_BYTES
+    ROW_BYTES: tl.constexpr = K * W_BYTES
     n_blocks = tl.cdiv(N, BN)
     rb_lo = pid * n_blocks // n_programs
     rb_hi = (pid + 1) * n_blocks // n_programs
     n_tiles = (rb_hi - rb_lo) * KT
+    # This program's rows are one contiguous span of W (and of its up half): [first, end) in bytes.
+    first = rb_lo * BN * ROW_BYTES
+    end = tl.minimum(rb_hi * BN, N) * ROW_BYTES
     # Nothing up to the wait depends on the phase we wait for: only this phase's weights.
-    w, up = _weight_tile(w_ptr, rb_lo, 0, n_tiles > 0, N, K, BN, BK, SWIGLU)
-    if PF_DEPTH > 0:
-        for i in tl.static_range(PF_DEPTH):
-            _prefetch_row_block(w_ptr, rb_lo + i, rb_hi, N, K, BN, W_BYTES, SWIGLU, USE_PTX)
+    w, up = _weight_tile(w_ptr, rb_lo, 0, n_tiles > 0, N, K, BN, KR, C, SWIGLU)
+    if PF_BYTES > 0:
+        _prefetch_span(w_ptr, first, first + PF_BYTES, end, USE_PTX)
+        if SWIGLU:
+            _prefetch_span(w_ptr + N * K, first, first + PF_BYTES, end, USE_PTX)
     _mark(stamps, state_ptr, TRACE, USE_PTX)
     _wait(state_ptr, target, spin_limit, code)
     _mark(stamps + 1, state_ptr, TRACE, USE_PTX)
     if MERGE:  # x_ptr is this program's scratch: merge the attention output there once, in the model dtype
-        m = tl.arange(0, BM)
+        rows_m = tl.arange(0, BM)
         for kb in range((K + MBK - 1) // MBK):
             cols = kb * MBK + tl.arange(0, MBK)
-            merged = _merged_input_tile(part_ptr, lse_ptr, kb, True, batch, K, BM, MBK, N_SPLITS, HEAD_DIM,
-                                        N_HEADS, WS_ROWS)  # fmt: skip
-            mask = (m < batch)[:, None] & (cols < K)[None, :]
-            tl.store(x_ptr + m[:, None] * stride_x + cols[None, :], merged.to(DTYPE), mask=mask)
+            merged = _merged_input_tile(
+                part_ptr, lse_ptr, kb, True, batch, K, BM, MBK, N_SPLITS, HEAD_DIM, N_HEADS, WS_ROWS
+            )
+            mask = (rows_m < batch)[:, None] & (cols < K)[None, :]
+            tl.store(
+                x_ptr + rows_m[:, None] * stride_x + cols[None, :],
+                merged.to(w_ptr.dtype.element_ty),
+                mask=mask,
+            )
         tl.debug_barrier()  # the CTA's stores are visible to its own threads after this
-    x = _input_tile(x_ptr, stride_x, 0, n_tiles > 0, batch, K, BM, BK)
-    acc = tl.zeros((BM, BN), dtype=tl.float32)
-    acc_up = tl.zeros((BM, BN), dtype=tl.float32)
-    sum_sq = tl.zeros((BM,), dtype=tl.float32)
+    m = tl.arange(0, BM)
+    acc = tl.zeros((BN, BM), dtype=tl.float32)
+    acc_up = tl.zeros((BN, BM), dtype=tl.float32)
+    sum_sq = tl.zeros((BN, BM), dtype=tl.float32)
     for t in range(n_tiles):
         rb = rb_lo + t // KT
         kb = t % KT
         nxt = t + 1
-        more = nxt < n_tiles
-        w_next, up_next = _weight_tile(w_ptr, rb_lo + nxt // KT, nxt % KT, more, N, K, BN, BK, SWIGLU)
-        x_next = _input_tile(x_ptr, stride_x, nxt % KT, more, batch, K, BM, BK)
-        if PF_DEPTH > 0:
-            if kb == 0:
-                _prefetch_row_block(w_ptr, rb + PF_DEPTH, rb_hi, N, K, BN, W_BYTES, SWIGLU, USE_PTX)
-        if DOT:
-            if IEEE:
-                acc = tl.dot(x, tl.trans(w), acc, input_precision="ieee")
-            else:
-                acc = tl.dot(x, tl.trans(w), acc)
+        w_next, up_next = _weight_tile(
+            w_ptr, rb_lo + nxt // KT, nxt % KT, nxt < n_tiles, N, K, BN, KR, C, SWIGLU
+        )
+        if PF_BYTES > 0:  # keep the L2 PF_BYTES ahead of what this tile consumes
+            ahead = first + t * TILE_BYTES + PF_BYTES
+            _prefetch_span(w_ptr, ahead, ahead + TILE_BYTES, end, USE_PTX)
             if SWIGLU:
-                if IEEE:
-                    acc_up = tl.dot(x, tl.trans(up), acc_up, input_precision="ieee")
-                else:
-                    acc_up = tl.dot(x, tl.trans(up), acc_up)
-        else:
-            acc = _rows_times_tile(x, w, acc, BM)
+                _prefetch_span(w_ptr + N * K, ahead, ahead + TILE_BYTES, end, USE_PTX)
+        w32 = w.to(tl.float32)
+        up32 = up.to(tl.float32)
+        for i in tl.static_range(BM):
+            x = _input_row(x_ptr, stride_x, i, kb, batch, K, BN, KR, C)
+            part = tl.sum(tl.sum(w32 * x, axis=1), axis=1)  # the chunks in-thread, then C across the warp
+            acc = tl.where(m[None, :] == i, acc + part[:, None], acc)
             if SWIGLU:
-                acc_up = _rows_times_tile(x, up, acc_up, BM)
-        if NORM:
-            if t < KT:  # the first row block sweeps all of K once: that is the rows' sum of squares
-                x32 = x.to(tl.float32)
-                sum_sq += tl.sum(x32 * x32, axis=1)
+                part_up = tl.sum(tl.sum(up32 * x, axis=1), axis=1)
+                acc_up = tl.where(m[None, :] == i, acc_up + part_up[:, None], acc_up)
+            if NORM:  # the first row block sweeps all of K once: the rows' sums of squares
+                if t < KT:
+                    sq = tl.sum(tl.sum(x * x, axis=1), axis=1)
+                    sum_sq = tl.where(m[None, :] == i, sum_sq + sq[:, None], sum_sq)
         if kb == KT - 1:
-            _gemv_epilogue(acc, acc_up, sum_sq, rb, out_ptr, stride_out, batch, N, eps, K, BM, BN, NORM,
-                           SWIGLU, RESIDUAL)  # fmt: skip
+            _gemv_epilogue(
+                acc, acc_up, sum_sq, rb, out_ptr, stride_out, batch, N, eps, K, BM, BN, NORM, SWIGLU, RESIDUAL
+            )
         acc = tl.where(kb == KT - 1, 0.0, acc)
         acc_up = tl.where(kb == KT - 1, 0.0, acc_up)
-        w, up, x = w_next, up_next, x_next
+        w, up = w_next, up_next
     _mark(stamps + 2, state_ptr, TRACE, USE_PTX)
 
 
 # ---- attention phase ----------------------------------------------------------------------------------
 @triton.jit
-def _item_range(item, n_items, ctx_ptr, N_KV_HEADS: tl.constexpr, N_SPLITS: tl.constexpr,
-                BLOCK_T: tl.constexpr):  # fmt: skip
+def _item_range(
+    item, n_items, ctx_ptr, N_KV_HEADS: tl.constexpr, N_SPLITS: tl.constexpr, BLOCK_T: tl.constexpr
+):
     """Item -> (sequence, KV head, split) and the split's share [lo, hi) of the cached tokens
     [0, context_len - 1); an item past the end gets an empty range."""
     valid = item < n_items
@@ -432,6 +452,27 @@ def _item_range(item, n_items, ctx_ptr, N_KV_HEADS: tl.constexpr, N_SPLITS: tl.c
     lo = split * share
     hi = tl.where(valid, tl.minimum(lo + share, n_cached), lo)
     return seq, kv_head, split, lo, hi
+
+
+@triton.jit
+def _item_inputs(item, n_items, table_ptr, stride_table, pos_ptr, slot_ptr, ctx_ptr, cos_ptr, sin_ptr, k_ptr,
+                 v_ptr, max_pos, stride_slot, N_KV_HEADS: tl.constexpr, N_SPLITS: tl.constexpr,
+                 HEAD_DIM: tl.constexpr, KV_BLOCK: tl.constexpr, BLOCK_T: tl.constexpr):  # fmt: skip
+    """An attention item's inputs that do not come from this layer's QKV phase: its range, the RoPE factors
+    of its position (cos, sign * sin), its slot, and its first tile of cached K/V."""
+    HALF: tl.constexpr = HEAD_DIM // 2
+    seq, kv_head, split, lo, hi = _item_range(item, n_items, ctx_ptr, N_KV_HEADS, N_SPLITS, BLOCK_T)
+    valid = item < n_items
+    d = tl.arange(0, HEAD_DIM)
+    pos = tl.minimum(tl.maximum(tl.load(pos_ptr + seq, mask=valid, other=0), 0), max_pos)
+    cos = tl.load(cos_ptr + pos * HALF + d % HALF)
+    sin = tl.load(sin_ptr + pos * HALF + d % HALF) * tl.where(d < HALF, -1.0, 1.0)
+    slot = tl.load(slot_ptr + seq, mask=valid, other=-1).to(tl.int64)
+    keys, values, mask_t = _load_kv_tile(
+        table_ptr + seq * stride_table, k_ptr, v_ptr, lo + tl.arange(0, BLOCK_T), hi, d, kv_head * HEAD_DIM,
+        stride_slot, KV_BLOCK,
+    )  # fmt: skip
+    return seq, kv_head, split, lo, hi, cos, sin, slot, keys, values, mask_t
 
 
 @triton.jit
@@ -475,29 +516,25 @@ def _attention_phase(
     """RoPE + the new token's K/V write + decode attention over one layer's paged cache, as in
     attention._paged_attention_kernel, one item (sequence, KV head, context split) at a time: items
     pid, pid + n_programs, ... Each item writes its normalised output and log2-sum-exp for the O phase."""
-    HALF: tl.constexpr = HEAD_DIM // 2
     QKV_N: tl.constexpr = (N_HEADS + 2 * N_KV_HEADS) * HEAD_DIM
+    HALF: tl.constexpr = HEAD_DIM // 2
     n_items = batch * N_KV_HEADS * N_SPLITS
     d = tl.arange(0, HEAD_DIM)
     g = tl.arange(0, ROWS)
     mask_g = g < GROUP
     d_swap = (d + HALF) % HEAD_DIM
-    sign = tl.where(d < HALF, -1.0, 1.0)
-    # Before the wait: the first item's first tile of cached K/V (the QKV phase writes none of it).
-    seq, kv_head, split, lo, hi = _item_range(pid, n_items, ctx_ptr, N_KV_HEADS, N_SPLITS, BLOCK_T)
-    keys, values, mask_t = _load_kv_tile(table_ptr + seq * stride_table, k_ptr, v_ptr, lo + tl.arange(0, BLOCK_T),
-                                         hi, d, kv_head * HEAD_DIM, stride_slot, KV_BLOCK)  # fmt: skip
+    # Before the wait, everything of the first item that the QKV phase does not write: its range, position,
+    # RoPE factors, slot and first tile of cached K/V.
+    seq, kv_head, split, lo, hi, cos, sin, slot, keys, values, mask_t = _item_inputs(
+        pid, n_items, table_ptr, stride_table, pos_ptr, slot_ptr, ctx_ptr, cos_ptr, sin_ptr, k_ptr, v_ptr,
+        max_pos, stride_slot, N_KV_HEADS, N_SPLITS, HEAD_DIM, KV_BLOCK, BLOCK_T,
+    )  # fmt: skip
     _mark(stamps, state_ptr, TRACE, USE_PTX)
     _wait(state_ptr, target, spin_limit, code)
     _mark(stamps + 1, state_ptr, TRACE, USE_PTX)
     for item in range(pid, n_items, n_programs):
-        seq, kv_head, split, lo, hi = _item_range(item, n_items, ctx_ptr, N_KV_HEADS, N_SPLITS, BLOCK_T)
         head_off = kv_head * HEAD_DIM
         heads = kv_head * GROUP + g
-        pos = tl.minimum(tl.maximum(tl.load(pos_ptr + seq), 0), max_pos)
-        cos = tl.load(cos_ptr + pos * HALF + d % HALF)
-        sin = tl.load(sin_ptr + pos * HALF + d % HALF) * sign
-        slot = tl.load(slot_ptr + seq).to(tl.int64)
         row = qkv_ptr + seq * QKV_N
         q = tl.load(row + heads[:, None] * HEAD_DIM + d[None, :], mask=mask_g[:, None], other=0.0)
         q_sw = tl.load(row + heads[:, None] * HEAD_DIM + d_swap[None, :], mask=mask_g[:, None], other=0.0)
@@ -518,24 +555,27 @@ def _attention_phase(
         q_dot = q_rot.to(k_ptr.dtype.element_ty)
         table_row = table_ptr + seq * stride_table
         for start in range(lo, hi, BLOCK_T):  # the tile at `start` is in (keys, values); load the next
-            keys_next, values_next, mask_next = _load_kv_tile(table_row, k_ptr, v_ptr,
-                                                              start + BLOCK_T + tl.arange(0, BLOCK_T), hi, d,
-                                                              head_off, stride_slot, KV_BLOCK)  # fmt: skip
+            keys_next, values_next, mask_next = _load_kv_tile(
+                table_row, k_ptr, v_ptr, start + BLOCK_T + tl.arange(0, BLOCK_T), hi, d, head_off, stride_slot,
+                KV_BLOCK,
+            )  # fmt: skip
             run_max, run_sum, acc = _attend_tile(q_dot, keys, values, mask_t, run_max, run_sum, acc, IEEE)
             keys, values, mask_t = keys_next, values_next, mask_next
         has_any = run_sum > 0
         norm = tl.where(has_any, run_sum, 1.0)
         out_row = split * WS_ROWS + seq
-        tl.store(part_ptr + out_row * (N_HEADS * HEAD_DIM) + heads[:, None] * HEAD_DIM + d[None, :],
-                 acc / norm[:, None], mask=mask_g[:, None])  # fmt: skip
-        tl.store(lse_ptr + out_row * N_HEADS + heads, tl.where(has_any, run_max + tl.log2(norm), NEG_BIG),
-                 mask=mask_g)  # fmt: skip
-        # The next item's first tile (none past the end).
-        seq, kv_head, split, lo, hi = _item_range(item + n_programs, n_items, ctx_ptr, N_KV_HEADS, N_SPLITS,
-                                                  BLOCK_T)  # fmt: skip
-        keys, values, mask_t = _load_kv_tile(table_ptr + seq * stride_table, k_ptr, v_ptr,
-                                             lo + tl.arange(0, BLOCK_T), hi, d, kv_head * HEAD_DIM, stride_slot,
-                                             KV_BLOCK)  # fmt: skip
+        tl.store(
+            part_ptr + out_row * (N_HEADS * HEAD_DIM) + heads[:, None] * HEAD_DIM + d[None, :],
+            acc / norm[:, None],
+            mask=mask_g[:, None],
+        )
+        lse = tl.where(has_any, run_max + tl.log2(norm), NEG_BIG)
+        tl.store(lse_ptr + out_row * N_HEADS + heads, lse, mask=mask_g)
+        # The next item's inputs (none past the end).
+        seq, kv_head, split, lo, hi, cos, sin, slot, keys, values, mask_t = _item_inputs(
+            item + n_programs, n_items, table_ptr, stride_table, pos_ptr, slot_ptr, ctx_ptr, cos_ptr, sin_ptr,
+            k_ptr, v_ptr, max_pos, stride_slot, N_KV_HEADS, N_SPLITS, HEAD_DIM, KV_BLOCK, BLOCK_T,
+        )  # fmt: skip
     _mark(stamps + 2, state_ptr, TRACE, USE_PTX)
 
 
@@ -586,22 +626,22 @@ def _decode_step_kernel(
     ROWS: tl.constexpr,
     KV_BLOCK: tl.constexpr,
     BM: tl.constexpr,
-    DOT: tl.constexpr,
     N_SPLITS: tl.constexpr,
     WS_ROWS: tl.constexpr,
     BLOCK_T: tl.constexpr,
+    C: tl.constexpr,
     BN_QKV: tl.constexpr,
-    BK_QKV: tl.constexpr,
+    KR_QKV: tl.constexpr,
     BN_O: tl.constexpr,
-    BK_O: tl.constexpr,
+    KR_O: tl.constexpr,
     BN_GU: tl.constexpr,
-    BK_GU: tl.constexpr,
+    KR_GU: tl.constexpr,
     BN_DOWN: tl.constexpr,
-    BK_DOWN: tl.constexpr,
+    KR_DOWN: tl.constexpr,
     BN_LM: tl.constexpr,
-    BK_LM: tl.constexpr,
+    KR_LM: tl.constexpr,
     MBK: tl.constexpr,
-    PF_DEPTH: tl.constexpr,
+    PF_BYTES: tl.constexpr,
     W_BYTES: tl.constexpr,
     TRACE: tl.constexpr,
     USE_PTX: tl.constexpr,
@@ -635,48 +675,235 @@ def _decode_step_kernel(
         lw = tl.cast(layer, tl.int64)
         k_ptr = kv_ptr + lw * kv_stride_layer
         v_ptr = k_ptr + kv_stride_kv
-        _gemv_phase(w_qkv_ptr + lw * (QKV_N * HIDDEN), h_ptr, HIDDEN, part_ptr, lse_ptr, qkv_ptr, QKV_N, batch,
-                    QKV_N, eps, pid, n_programs, state_ptr, base + p * n_programs, spin_limit, p + 1,
-                    stamps + 3 * p, K=HIDDEN, NORM=True, SWIGLU=False, RESIDUAL=False, MERGE=False, DOT=DOT,
-                    BM=BM, BN=BN_QKV, BK=BK_QKV, MBK=MBK, PF_DEPTH=PF_DEPTH, W_BYTES=W_BYTES, N_SPLITS=N_SPLITS,
-                    HEAD_DIM=HEAD_DIM, N_HEADS=N_HEADS, WS_ROWS=WS_ROWS, IEEE=IEEE, TRACE=TRACE,
-                    USE_PTX=USE_PTX)  # fmt: skip
+        _gemv_phase(
+            w_qkv_ptr + lw * (QKV_N * HIDDEN),
+            h_ptr,
+            HIDDEN,
+            part_ptr,
+            lse_ptr,
+            qkv_ptr,
+            QKV_N,
+            batch,
+            QKV_N,
+            eps,
+            pid,
+            n_programs,
+            state_ptr,
+            base + p * n_programs,
+            spin_limit,
+            p + 1,
+            stamps + 3 * p,
+            K=HIDDEN,
+            NORM=True,
+            SWIGLU=False,
+            RESIDUAL=False,
+            MERGE=False,
+            BM=BM,
+            BN=BN_QKV,
+            KR=KR_QKV,
+            C=C,
+            MBK=MBK,
+            PF_BYTES=PF_BYTES,
+            W_BYTES=W_BYTES,
+            N_SPLITS=N_SPLITS,
+            HEAD_DIM=HEAD_DIM,
+            N_HEADS=N_HEADS,
+            WS_ROWS=WS_ROWS,
+            TRACE=TRACE,
+            USE_PTX=USE_PTX,
+        )
         _arrive(state_ptr)
-        _attention_phase(qkv_ptr, k_ptr, v_ptr, table_ptr, stride_table, pos_ptr, slot_ptr, ctx_ptr, cos_ptr,
-                         sin_ptr, part_ptr, lse_ptr, batch, max_pos, qk_scale, kv_stride_slot, pid, n_programs,
-                         state_ptr, base + (p + 1) * n_programs, spin_limit, p + 2, stamps + 3 * (p + 1),
-                         N_SPLITS=N_SPLITS, N_HEADS=N_HEADS, N_KV_HEADS=N_KV_HEADS, GROUP=GROUP, ROWS=ROWS,
-                         HEAD_DIM=HEAD_DIM, KV_BLOCK=KV_BLOCK, BLOCK_T=BLOCK_T, WS_ROWS=WS_ROWS, IEEE=IEEE,
-                         TRACE=TRACE, USE_PTX=USE_PTX)  # fmt: skip
+        _attention_phase(
+            qkv_ptr,
+            k_ptr,
+            v_ptr,
+            table_ptr,
+            stride_table,
+            pos_ptr,
+            slot_ptr,
+            ctx_ptr,
+            cos_ptr,
+            sin_ptr,
+            part_ptr,
+            lse_ptr,
+            batch,
+            max_pos,
+            qk_scale,
+            kv_stride_slot,
+            pid,
+            n_programs,
+            state_ptr,
+            base + (p + 1) * n_programs,
+            spin_limit,
+            p + 2,
+            stamps + 3 * (p + 1),
+            N_SPLITS=N_SPLITS,
+            N_HEADS=N_HEADS,
+            N_KV_HEADS=N_KV_HEADS,
+            GROUP=GROUP,
+            ROWS=ROWS,
+            HEAD_DIM=HEAD_DIM,
+            KV_BLOCK=KV_BLOCK,
+            BLOCK_T=BLOCK_T,
+            WS_ROWS=WS_ROWS,
+            IEEE=IEEE,
+            TRACE=TRACE,
+            USE_PTX=USE_PTX,
+        )
         _arrive(state_ptr)
-        _gemv_phase(w_o_ptr + lw * (HIDDEN * Q_SIZE), xs_ptr + pid * (BM * Q_SIZE), Q_SIZE, part_ptr, lse_ptr, h_ptr, HIDDEN, batch,
-                    HIDDEN, eps, pid, n_programs, state_ptr, base + (p + 2) * n_programs, spin_limit, p + 3,
-                    stamps + 3 * (p + 2), K=Q_SIZE, NORM=False, SWIGLU=False, RESIDUAL=True, MERGE=True, DOT=DOT,
-                    BM=BM, BN=BN_O, BK=BK_O, MBK=MBK, PF_DEPTH=PF_DEPTH, W_BYTES=W_BYTES, N_SPLITS=N_SPLITS,
-                    HEAD_DIM=HEAD_DIM, N_HEADS=N_HEADS, WS_ROWS=WS_ROWS, IEEE=IEEE, TRACE=TRACE,
-                    USE_PTX=USE_PTX)  # fmt: skip
+        _gemv_phase(
+            w_o_ptr + lw * (HIDDEN * Q_SIZE),
+            xs_ptr + pid * (BM * Q_SIZE),
+            Q_SIZE,
+            part_ptr,
+            lse_ptr,
+            h_ptr,
+            HIDDEN,
+            batch,
+            HIDDEN,
+            eps,
+            pid,
+            n_programs,
+            state_ptr,
+            base + (p + 2) * n_programs,
+            spin_limit,
+            p + 3,
+            stamps + 3 * (p + 2),
+            K=Q_SIZE,
+            NORM=False,
+            SWIGLU=False,
+            RESIDUAL=True,
+            MERGE=True,
+            BM=BM,
+            BN=BN_O,
+            KR=KR_O,
+            C=C,
+            MBK=MBK,
+            PF_BYTES=PF_BYTES,
+            W_BYTES=W_BYTES,
+            N_SPLITS=N_SPLITS,
+            HEAD_DIM=HEAD_DIM,
+            N_HEADS=N_HEADS,
+            WS_ROWS=WS_ROWS,
+            TRACE=TRACE,
+            USE_PTX=USE_PTX,
+        )
         _arrive(state_ptr)
-        _gemv_phase(w_gate_up_ptr + lw * (2 * FFN * HIDDEN), h_ptr, HIDDEN, part_ptr, lse_ptr, act_ptr, FFN,
-                    batch, FFN, eps, pid, n_programs, state_ptr, base + (p + 3) * n_programs, spin_limit, p + 4,
-                    stamps + 3 * (p + 3), K=HIDDEN, NORM=True, SWIGLU=True, RESIDUAL=False, MERGE=False, DOT=DOT,
-                    BM=BM, BN=BN_GU, BK=BK_GU, MBK=MBK, PF_DEPTH=PF_DEPTH, W_BYTES=W_BYTES, N_SPLITS=N_SPLITS,
-                    HEAD_DIM=HEAD_DIM, N_HEADS=N_HEADS, WS_ROWS=WS_ROWS, IEEE=IEEE, TRACE=TRACE,
-                    USE_PTX=USE_PTX)  # fmt: skip
+        _gemv_phase(
+            w_gate_up_ptr + lw * (2 * FFN * HIDDEN),
+            h_ptr,
+            HIDDEN,
+            part_ptr,
+            lse_ptr,
+            act_ptr,
+            FFN,
+            batch,
+            FFN,
+            eps,
+            pid,
+            n_programs,
+            state_ptr,
+            base + (p + 3) * n_programs,
+            spin_limit,
+            p + 4,
+            stamps + 3 * (p + 3),
+            K=HIDDEN,
+            NORM=True,
+            SWIGLU=True,
+            RESIDUAL=False,
+            MERGE=False,
+            BM=BM,
+            BN=BN_GU,
+            KR=KR_GU,
+            C=C,
+            MBK=MBK,
+            PF_BYTES=PF_BYTES,
+            W_BYTES=W_BYTES,
+            N_SPLITS=N_SPLITS,
+            HEAD_DIM=HEAD_DIM,
+            N_HEADS=N_HEADS,
+            WS_ROWS=WS_ROWS,
+            TRACE=TRACE,
+            USE_PTX=USE_PTX,
+        )
         _arrive(state_ptr)
-        _gemv_phase(w_down_ptr + lw * (HIDDEN * FFN), act_ptr, FFN, part_ptr, lse_ptr, h_ptr, HIDDEN, batch,
-                    HIDDEN, eps, pid, n_programs, state_ptr, base + (p + 4) * n_programs, spin_limit, p + 5,
-                    stamps + 3 * (p + 4), K=FFN, NORM=False, SWIGLU=False, RESIDUAL=True, MERGE=False, DOT=DOT,
-                    BM=BM, BN=BN_DOWN, BK=BK_DOWN, MBK=MBK, PF_DEPTH=PF_DEPTH, W_BYTES=W_BYTES, N_SPLITS=N_SPLITS,
-                    HEAD_DIM=HEAD_DIM, N_HEADS=N_HEADS, WS_ROWS=WS_ROWS, IEEE=IEEE, TRACE=TRACE,
-                    USE_PTX=USE_PTX)  # fmt: skip
+        _gemv_phase(
+            w_down_ptr + lw * (HIDDEN * FFN),
+            act_ptr,
+            FFN,
+            part_ptr,
+            lse_ptr,
+            h_ptr,
+            HIDDEN,
+            batch,
+            HIDDEN,
+            eps,
+            pid,
+            n_programs,
+            state_ptr,
+            base + (p + 4) * n_programs,
+            spin_limit,
+            p + 5,
+            stamps + 3 * (p + 4),
+            K=FFN,
+            NORM=False,
+            SWIGLU=False,
+            RESIDUAL=True,
+            MERGE=False,
+            BM=BM,
+            BN=BN_DOWN,
+            KR=KR_DOWN,
+            C=C,
+            MBK=MBK,
+            PF_BYTES=PF_BYTES,
+            W_BYTES=W_BYTES,
+            N_SPLITS=N_SPLITS,
+            HEAD_DIM=HEAD_DIM,
+            N_HEADS=N_HEADS,
+            WS_ROWS=WS_ROWS,
+            TRACE=TRACE,
+            USE_PTX=USE_PTX,
+        )
         _arrive(state_ptr)
 
     last = n_phases - 1
-    _gemv_phase(w_lm_ptr, h_ptr, HIDDEN, part_ptr, lse_ptr, logits_ptr, stride_logits, batch, VOCAB, eps, pid,
-                n_programs, state_ptr, base + last * n_programs, spin_limit, last + 1, stamps + 3 * last,
-                K=HIDDEN, NORM=True, SWIGLU=False, RESIDUAL=False, MERGE=False, DOT=DOT, BM=BM, BN=BN_LM,
-                BK=BK_LM, MBK=MBK, PF_DEPTH=PF_DEPTH, W_BYTES=W_BYTES, N_SPLITS=N_SPLITS, HEAD_DIM=HEAD_DIM,
-                N_HEADS=N_HEADS, WS_ROWS=WS_ROWS, IEEE=IEEE, TRACE=TRACE, USE_PTX=USE_PTX)  # fmt: skip
+    _gemv_phase(
+        w_lm_ptr,
+        h_ptr,
+        HIDDEN,
+        part_ptr,
+        lse_ptr,
+        logits_ptr,
+        stride_logits,
+        batch,
+        VOCAB,
+        eps,
+        pid,
+        n_programs,
+        state_ptr,
+        base + last * n_programs,
+        spin_limit,
+        last + 1,
+        stamps + 3 * last,
+        K=HIDDEN,
+        NORM=True,
+        SWIGLU=False,
+        RESIDUAL=False,
+        MERGE=False,
+        BM=BM,
+        BN=BN_LM,
+        KR=KR_LM,
+        C=C,
+        MBK=MBK,
+        PF_BYTES=PF_BYTES,
+        W_BYTES=W_BYTES,
+        N_SPLITS=N_SPLITS,
+        HEAD_DIM=HEAD_DIM,
+        N_HEADS=N_HEADS,
+        WS_ROWS=WS_ROWS,
+        TRACE=TRACE,
+        USE_PTX=USE_PTX,
+    )
 
 
 # ---- host side ------------------------------------------------------------------------------------------
@@ -706,18 +933,14 @@ def co_resident_blocks_per_sm(
 
 @dataclass(frozen=True, slots=True)
 class StepLayout:
-    """The compile-time shape of one kernel: batch rows (a power of two, 16 with tensor cores), context
-    splits, and (output columns per block, K columns per tile) of each GEMV phase."""
+    """The compile-time shape of one kernel: batch rows (a power of two), context splits, the column chunk C
+    (one 16-byte load per thread across a warp), and per GEMV phase (weight rows per block, chunks per tile)."""
 
     rows: int
-    dot: bool
     splits: int
+    chunk: int
     tiles: dict
     merge_k: int  # K columns per chunk of the O phase's split merge
-
-    @property
-    def block_rows(self) -> int:
-        return 16 if self.dot else self.rows
 
 
 def step_layout(cfg, config: PersistentConfig, programs: int, batch: int) -> StepLayout:
@@ -725,33 +948,33 @@ def step_layout(cfg, config: PersistentConfig, programs: int, batch: int) -> Ste
     if not 1 <= batch <= MAX_ROWS:
         raise ValueError(f"the persistent kernel runs 1..{MAX_ROWS} rows, got {batch}")
     rows = triton.next_power_of_2(batch)
-    dot = rows >= config.dot_from_rows
-    block_rows = 16 if dot else rows
     # Enough (sequence, KV head, split) items to give most programs one, at most max_splits per sequence.
     splits = config.splits or max(1, min(config.max_splits, programs // (rows * cfg.n_kv_heads)))
+    el = torch.finfo(getattr(torch, cfg.dtype)).bits // 8
+    chunk = min(32 * 16 // el, triton.next_power_of_2(min(cfg.hidden, cfg.ffn)))
+    # Each batch row adds the tile's worth of products per thread: smaller tiles as the batch grows, and
+    # more weight rows per warp, so each input element loaded is used more often. The widths keep enough
+    # row blocks for every program (QKV and the N = hidden phases have the fewest rows).
+    elements = max(config.tile_elements // max(1, rows // 2), config.rows_per_block * chunk)
+    wide = min(2, rows)
 
-    def tile(kind: str, k: int, swiglu: bool = False) -> tuple[int, int]:
+    def tile(kind: str, k: int, rows_per_warp: int, swiglu: bool = False) -> tuple[int, int]:
         if kind in config.tiles:
             return tuple(config.tiles[kind])
-        weight_rows = config.rows_per_block if not dot else max(config.rows_per_block, 32 if swiglu else 16)
-        # Registers per K column: the weight rows (CUDA cores: times the batch rows of the product), or on
-        # tensor cores the weight rows plus the 16-row input tile, which is held too.
-        per_column = weight_rows + 16 if dot else weight_rows * block_rows
-        bk = config.tile_elements // per_column
-        bn = weight_rows // 2 if swiglu else weight_rows
-        return bn, max(16, min(_floor_pow2(bk), triton.next_power_of_2(k)))
+        bn = config.rows_per_block * rows_per_warp
+        weight_rows = 2 * bn if swiglu else bn
+        chunks = max(1, elements // (weight_rows * chunk))
+        return bn, min(_floor_pow2(chunks), triton.next_power_of_2(-(-k // chunk)))
 
     tiles = {
-        "qkv": tile("qkv", cfg.hidden),
-        "o": tile("o", cfg.q_size),
-        "gate_up": tile("gate_up", cfg.hidden, swiglu=True),
-        "down": tile("down", cfg.ffn),
-        "lm_head": tile("lm_head", cfg.hidden),
+        "qkv": tile("qkv", cfg.hidden, 1),
+        "o": tile("o", cfg.q_size, min(2, wide)),
+        "gate_up": tile("gate_up", cfg.hidden, wide, swiglu=True),
+        "down": tile("down", cfg.ffn, min(2, wide)),
+        "lm_head": tile("lm_head", cfg.hidden, wide),
     }
-    merge_k = max(
-        16, min(_floor_pow2(config.merge_elements // block_rows), triton.next_power_of_2(cfg.q_size))
-    )
-    return StepLayout(rows=rows, dot=dot, splits=splits, tiles=tiles, merge_k=merge_k)
+    merge_k = max(16, min(_floor_pow2(config.merge_elements // rows), triton.next_power_of_2(cfg.q_size)))
+    return StepLayout(rows=rows, splits=splits, chunk=chunk, tiles=tiles, merge_k=merge_k)
 
 
 def kernel_constexprs(
@@ -768,7 +991,7 @@ def kernel_constexprs(
     is there; ptx: inline PTX runs at all (not in the interpreter)."""
     el = torch.finfo(dtype).bits // 8
     # The bulk L2 prefetch needs Hopper and rows of whole 16-byte units.
-    prefetch = config.prefetch_row_blocks if hopper and ptx else 0
+    prefetch = config.prefetch_bytes if hopper and ptx else 0
     if (cfg.hidden * el) % 16 or (cfg.ffn * el) % 16:
         prefetch = 0
     t = lay.tiles
@@ -782,23 +1005,23 @@ def kernel_constexprs(
         HEAD_DIM=cfg.head_dim,
         ROWS=max(16, triton.next_power_of_2(cfg.n_heads // cfg.n_kv_heads)),
         KV_BLOCK=cfg.block_size,
-        BM=lay.block_rows,
-        DOT=lay.dot,
+        BM=lay.rows,
         N_SPLITS=lay.splits,
         WS_ROWS=MAX_ROWS,
         BLOCK_T=config.attention_tokens,
+        C=lay.chunk,
         BN_QKV=t["qkv"][0],
-        BK_QKV=t["qkv"][1],
+        KR_QKV=t["qkv"][1],
         BN_O=t["o"][0],
-        BK_O=t["o"][1],
+        KR_O=t["o"][1],
         BN_GU=t["gate_up"][0],
-        BK_GU=t["gate_up"][1],
+        KR_GU=t["gate_up"][1],
         BN_DOWN=t["down"][0],
-        BK_DOWN=t["down"][1],
+        KR_DOWN=t["down"][1],
         BN_LM=t["lm_head"][0],
-        BK_LM=t["lm_head"][1],
+        KR_LM=t["lm_head"][1],
         MBK=lay.merge_k,
-        PF_DEPTH=prefetch,
+        PF_BYTES=prefetch,
         W_BYTES=el,
         TRACE=trace,
         USE_PTX=ptx,
@@ -808,8 +1031,9 @@ def kernel_constexprs(
     )
 
 
-def launch_scalars(cfg, config: PersistentConfig, batch: int, kv_strides: tuple, table_stride: int,
-                   logits_stride: int) -> dict:  # fmt: skip
+def launch_scalars(
+    cfg, config: PersistentConfig, batch: int, kv_strides: tuple, table_stride: int, logits_stride: int
+) -> dict:
     """The kernel's integer and float arguments by name (kv_strides: the cache tensor's six strides)."""
     return {
         "batch": batch,
