@@ -42,6 +42,13 @@ def setup(request):
     return model, make_batch(model, MAX_ROWS, seed=2, context=13)
 
 
+@pytest.fixture(scope="module")
+def gqa_setup():
+    """The 1b preset's traits in tiny (GQA, tied LM head): one shape for the slower interpreter checks."""
+    model = tiny_model(True)
+    return model, make_batch(model, MAX_ROWS, seed=2, context=13)
+
+
 def fused_and_persistent(model, inputs: dict, config: PersistentConfig = ONE_PROGRAM):
     """Logits and KV caches after one step of each path from the same cache."""
     before = model.kv_cache.kv.clone()
@@ -63,17 +70,16 @@ def test_logits_match_the_fused_path_on_cpu(setup, batch):
     assert rel_err(persistent, fused) <= logit_tolerance(model)
 
 
-@pytest.mark.parametrize("splits", [2, 3])
-def test_split_context_is_merged_like_the_fused_path_on_cpu(setup, splits):
+def test_split_context_is_merged_like_the_fused_path_on_cpu(gqa_setup):
     # 12 cached tokens in 16-token tiles: with 3 splits of 16 the last two are empty (only the new token).
-    model, rows = setup
-    config = PersistentConfig(max_programs=1, attention_tokens=16, splits=splits)
+    model, rows = gqa_setup
+    config = PersistentConfig(max_programs=1, attention_tokens=16, splits=3)
     _, fused, _, persistent, _ = fused_and_persistent(model, rows.head(2).as_dict(), config)
     assert rel_err(persistent, fused) <= logit_tolerance(model)
 
 
-def test_kv_written_exactly_where_the_fused_path_writes_it_on_cpu(setup):
-    model, rows = setup
+def test_kv_written_exactly_where_the_fused_path_writes_it_on_cpu(gqa_setup):
+    model, rows = gqa_setup
     inputs = rows.head(5).as_dict()
     before, _, fused_kv, _, persistent_kv = fused_and_persistent(model, inputs)
     changed_fused = (fused_kv != before).any(-1)
@@ -82,8 +88,8 @@ def test_kv_written_exactly_where_the_fused_path_writes_it_on_cpu(setup):
     assert rel_err(persistent_kv[changed_fused], fused_kv[changed_fused]) < 1e-5
 
 
-def test_padded_rows_write_only_scratch_and_pad_slot_writes_nothing_on_cpu(setup):
-    model, rows = setup
+def test_padded_rows_write_only_scratch_and_pad_slot_writes_nothing_on_cpu(gqa_setup):
+    model, rows = gqa_setup
     cfg = model.cfg
     padded = pad_decode_inputs(
         {k: v for k, v in rows.head(3).as_dict().items() if k != "input_ids"},
@@ -134,8 +140,8 @@ def test_a_barrier_that_cannot_complete_sets_the_flag_instead_of_hanging_on_cpu(
     assert decoder.error_phase() is None
 
 
-def test_one_program_never_flags_on_cpu(setup):
-    model, rows = setup
+def test_one_program_never_flags_on_cpu(gqa_setup):
+    model, rows = gqa_setup
     decoder = PersistentDecoder(model, ONE_PROGRAM)
     before = model.kv_cache.kv.clone()
     for _ in range(2):  # the counter carries over: the second step's barriers are relative to its own base
@@ -145,8 +151,8 @@ def test_one_program_never_flags_on_cpu(setup):
     assert int(decoder.state[0]) == 2 * (len(decoder.phases) - 1)
 
 
-def test_trace_buffer_layout_and_reading_on_cpu(setup):
-    model, rows = setup
+def test_trace_buffer_layout_and_reading_on_cpu(gqa_setup):
+    model, rows = gqa_setup
     decoder = PersistentDecoder(model, ONE_PROGRAM)
     before = model.kv_cache.kv.clone()
     decoder(**rows.head(1).as_dict(), trace=True)

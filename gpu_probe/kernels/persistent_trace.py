@@ -8,7 +8,8 @@ The kernel (kernels/persistent.py, `trace=True`) writes an int64 buffer [program
     [p, i, 2] end:        its work is done (it then arrives at the next barrier).
 
 `read_trace` returns a plain dict (JSON-ready; times in µs from the earliest stamp):
-    programs, timer_resolution_ns (smallest non-zero step seen between two stamps), total_us,
+    programs, t0_ns (that earliest stamp, %globaltimer ns: to line the lanes up with other clocks),
+    timer_resolution_ns (smallest non-zero step seen between two stamps), total_us,
     phases:    [{index, kind, layer, name}] in kernel order,
     wait_begin_us / start_us / end_us: [program][phase] lists of floats,
     per_phase: [{index, kind, layer, name, critical_us, release_us, work_us, work_max_us, wait_us,
@@ -72,6 +73,7 @@ def read_trace(stamps, phases) -> dict:
         by_kind[kind] = summary
     return {
         "programs": int(arr.shape[0]),
+        "t0_ns": t0,
         "timer_resolution_ns": int(positive.min()) if positive.size else 0,
         "total_us": float(end.max() - wait_begin[:, 0].min()),
         "phases": [{"index": p.index, "kind": p.kind, "layer": p.layer, "name": p.name} for p in phases],
