@@ -85,6 +85,9 @@ class Timeline:
     label: str = ""
     gpu_stream: np.ndarray = field(default=None)  # CUDA stream of each GPU interval (None: all on stream 0)
     cpu_thread: np.ndarray = field(default=None)  # host thread of each CPU interval (None: all on thread 0)
+    # What a GPU lane shows where it is not a CUDA stream: (stream id, name) pairs, e.g. a persistent
+    # kernel's groups of SMs drawn from its in-kernel stamps.
+    stream_names: tuple[tuple[int, str], ...] = ()
 
     def __post_init__(self) -> None:
         # Validate here so that an uploaded or hand-built timeline fails with a message
@@ -226,6 +229,7 @@ class Timeline:
             label=self.label,
             gpu_stream=self.gpu_stream[keep_gpu],
             cpu_thread=self.cpu_thread[keep_cpu],
+            stream_names=self.stream_names,
         )
 
     # -- serialisation (the probe's JSON holds one of these per run) ----------

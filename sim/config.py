@@ -66,6 +66,10 @@ class HardwareConfig:
     graph_node_host_us: float = (
         0.0  # host time a graph replay adds per node (the driver submits them in turn)
     )
+    # A persistent kernel's cost per phase in place of a kernel's latency: the grid barrier's release after
+    # the last program arrives, and the imbalance of the programs' work. The probe's persistent kernel on an
+    # H200 (gpu_probe/kernels/NOTES.md, run 7): release 0.8-1.7 µs and imbalance 0.5-2.1 µs a phase.
+    barrier_us: float = 2.0
 
     def __post_init__(self) -> None:
         owner = "HardwareConfig"
@@ -78,6 +82,12 @@ class HardwareConfig:
         _check_float(owner, "graph_launch_us", self.graph_launch_us, 0, 100_000, low_open=True)
         _check_float(owner, "graph_node_gap_us", self.graph_node_gap_us, 0, 1_000)
         _check_float(owner, "graph_node_host_us", self.graph_node_host_us, 0, 100)
+        _check_float(owner, "barrier_us", self.barrier_us, 0, 1_000)
+
+    def boundary_us(self, mode) -> float:
+        """What a kernel boundary costs the GPU in `mode`: a kernel's latency, or one persistent kernel's
+        barrier between two of its phases."""
+        return self.barrier_us if mode.one_kernel else self.min_kernel_us
 
     @property
     def replay_cost(self) -> GraphReplayCost:

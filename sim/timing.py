@@ -181,14 +181,21 @@ class GraphReplayCost:
 
 
 def graph_replay_timeline(
-    kernel_dur_us, kernel_names, cost: GraphReplayCost, label: str = "", host_name: str | None = None
+    kernel_dur_us,
+    kernel_names,
+    cost: GraphReplayCost,
+    label: str = "",
+    host_name: str | None = None,
+    nodes: int | None = None,
 ) -> Timeline:
-    """One graph launch on the CPU lane (`host_name`); the kernels back to back on the GPU, `node_gap_us` apart."""
+    """One graph launch on the CPU lane (`host_name`); the kernels back to back on the GPU, `node_gap_us` apart.
+
+    `nodes`: the graph's nodes when fewer than the intervals drawn (one persistent kernel's phases)."""
     dur = np.asarray(kernel_dur_us, np.float64)
     names = tuple(kernel_names)
     n = len(dur)
-    host = float(cost.host_us(n))
-    start = schedule_starts(cost.ready_us(n), dur, cost.node_gap_us)
+    host = float(cost.host_us(n if nodes is None else nodes))
+    start = schedule_starts(np.full(n, host), dur, cost.node_gap_us)
     start = np.maximum(start, 0.0)  # a negative gap never starts a kernel before the step
     return Timeline(
         cpu_start=np.zeros(1),

@@ -15,6 +15,7 @@ KNOWN_PARAMS = dict(
     cublas_gemv_latency_us=3.4, cublas_gemv_GBps=1600.0, cublas_gemv_TFLOPs=70.0,
     cublas_latency_us=4.2, cublas_GBps=2200.0, cublas_TFLOPs=450.0,
     aten_latency_us=1.3, aten_GBps=600.0,
+    persistent_latency_us=140.0, persistent_GBps=3300.0, persistent_TFLOPs=60.0,
     pdl_hidden_us=1.1,
     aten_launch_us=7.0, triton_launch_us=18.0,
     replay_us=25.0, replay_per_node_us=0.05,

@@ -12,7 +12,7 @@ import pytest
 from synthetic_params import KNOWN_PARAMS  # tests/synthetic_params.py
 
 from core.probe_result import load_result, recorded_result
-from core.step_plan import FUSED_GRAPH, StepPlan
+from core.step_plan import FUSED_GRAPH, StepPlan, modes
 from sim.calibration import PARAMS, calibrate, calibrated_preset, recorded_graph_cost, synthetic_result
 from sim.calibration.least_squares import bounded_least_squares
 from sim.calibration.model import model_from_result
@@ -151,7 +151,7 @@ def test_cli_json_and_check_on_a_gzipped_run(tmp_path, capsys):
     other.write_bytes(gzip.compress(json.dumps(synthetic_result(TRUE, MODEL, batches=(1, 16))).encode()))
     assert main([str(one), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert len(data["points"]) == 12
+    assert len(data["points"]) == 3 * len(modes(modelled=True))  # every modelled mode at three batches
     assert set(data["points"][0]) == {"mode", "batch", "step_us_measured", "step_us_predicted", "step_us_loo"}
     assert main([str(one), "--check", str(other), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)

@@ -45,12 +45,26 @@ def format_utilisation(utilisation: float) -> str:
     return f"{utilisation * 100:.0f}%"
 
 
-def show_readouts(metrics: StepMetrics, speedup: float | None, *, speedup_help: str | None = None) -> None:
-    """The five headline numbers of one step, in one row of `st.metric`s."""
+def show_readouts(
+    metrics: StepMetrics,
+    speedup: float | None,
+    *,
+    speedup_help: str | None = None,
+    phases: bool = False,
+) -> None:
+    """The five headline numbers of one step, in one row of `st.metric`s (`phases`: the GPU intervals are
+    the phases of one persistent kernel)."""
     kernels, step, bound, versus, util = st.columns(5)
-    kernels.metric(
-        KERNELS_LABEL, f"{metrics.kernels:,}", help=f"{metrics.launches:,} CPU launch call(s) submit them."
-    )
+    if phases:
+        kernels.metric(
+            KERNELS_LABEL,
+            f"1 · {metrics.kernels:,} phases",
+            help="One persistent kernel runs the whole step; its phases are separated by grid barriers.",
+        )
+    else:
+        kernels.metric(
+            KERNELS_LABEL, f"{metrics.kernels:,}", help=f"{metrics.launches:,} CPU launch call(s) submit them."
+        )
     step.metric(
         STEP_LABEL,
         format_us(metrics.step_us),

@@ -590,7 +590,7 @@ def _tp_note(step: SimulatedStep) -> None:
 
 def _step_view(step: SimulatedStep) -> None:
     metrics = step.metrics
-    show_readouts(metrics, step.speedup)
+    show_readouts(metrics, step.speedup, phases=step.plan.replays and step.plan.runs_as.one_kernel)
 
     shown = "kernels" if step.plan.replays else "kernel launches"
     title_col, toggle_col = st.columns([4, 1.4], vertical_alignment="bottom")

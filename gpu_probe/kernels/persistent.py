@@ -1103,6 +1103,29 @@ def precompile(
     _decode_step_kernel.warmup(*kernel_args(tensors, scalars), grid=(programs,), **kwargs)
 
 
+def _precompile_job(job: tuple) -> str | None:
+    preset, batch, num_blocks, programs, trace = job
+    try:
+        from gpu_probe.config import get_config
+
+        precompile(get_config(preset), PersistentConfig(), batch, num_blocks, programs, trace)
+        return None
+    except Exception as err:  # reported, not raised: the launch then compiles it in this process
+        return f"{type(err).__name__}: {str(err)[:300]}"
+
+
+def precompile_in_workers(preset: str, batches, num_blocks: int, programs: int, trace: bool = False) -> list:
+    """Compile the default layout's kernels for these batches in parallel worker processes (a kernel takes
+    ~10-20 s to compile; Triton's on-disk cache then serves the real launches). Returns the errors."""
+    import concurrent.futures as cf
+    import multiprocessing as mp
+
+    jobs = [(preset, b, num_blocks, programs, t) for b in batches for t in ({False, trace})]
+    workers = max(1, min(len(jobs), (os.cpu_count() or 2) - 2, 14))
+    with cf.ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+        return [err for err in pool.map(_precompile_job, jobs) if err]
+
+
 class PersistentDecoder:
     """A ProbeModel's decode step as one persistent kernel launch: call it like the model.
 

@@ -108,3 +108,30 @@ def lanes(trace: dict, n_lanes: int = 8) -> list[dict]:
                 segments.append({**base, "what": "wait", "start_us": w, "end_us": s})
             segments.append({**base, "what": "work", "start_us": s, "end_us": max(e, s)})
     return segments
+
+
+def compact(trace: dict, n_lanes: int = 12) -> dict:
+    """What a probe result keeps of a `read_trace` dict (`core.probe_result` reads it back): the kernel's
+    phases, and per lane of consecutive programs the median stamps of each phase, as arrays."""
+    programs = trace["programs"]
+    n_lanes = max(1, min(n_lanes, programs))
+    bounds = np.linspace(0, programs, n_lanes + 1).round().astype(int)
+    stamps = {k: np.asarray(trace[k]) for k in ("wait_begin_us", "start_us", "end_us")}
+    lanes = []
+    for lane in range(n_lanes):
+        lo, hi = int(bounds[lane]), int(bounds[lane + 1])
+        lanes.append(
+            {"programs": [lo, hi - 1]}
+            | {k: np.round(np.median(a[lo:hi], axis=0), 3).tolist() for k, a in stamps.items()}
+        )
+    return {
+        "programs": programs,
+        "t0_ns": trace.get("t0_ns", 0),
+        "timer_resolution_ns": trace.get("timer_resolution_ns", 0),
+        "total_us": trace["total_us"],
+        "names": [p["name"] for p in trace["phases"]],
+        "kinds": [p["kind"] for p in trace["phases"]],
+        "lanes": lanes,
+        "by_kind": trace["by_kind"],
+    }
+

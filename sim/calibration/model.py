@@ -241,9 +241,8 @@ class ProbeModel:
         self.model, self.points = model, list(points)
         n_points, n_fam = len(self.points), len(FAMILIES)
         rows = np.array([p.rows for p in self.points], float)
-        fused = np.array([p.fused for p in self.points])
         self._bytes, self._flops = (
-            family_work(model, rows, fused, unpipelined=unpipelined)
+            family_work(model, rows, [p.mode for p in self.points], unpipelined=unpipelined)
             if n_points
             else (np.zeros((0, n_fam)),) * 2
         )

@@ -66,6 +66,8 @@ def calibrated_preset(result, cal: Calibration | None = None) -> Preset:
     bare = simulate_step(model, hw, StepPlan(FUSED_GRAPH, smallest.batch)).metrics
     latency = max((target_busy - bare.gpu_busy_us) / sim_kernels, 0.0)
     hw = replace(hw, min_kernel_us=latency)
+    if cal.fitted.get("persistent_latency_us"):  # the run has a persistent kernel: its barriers, per phase
+        hw = replace(hw, barrier_us=p["persistent_latency_us"] / sim_kernels)
     note = "\n".join([
         f"Fitted to a probe run on {cal.device}, following its fused (Triton) kernels at batch 1: "
         + "; ".join(format_param(n, p[n]) for n in ("gemv_latency_us", "pdl_hidden_us", "gemv_GBps",

@@ -28,6 +28,8 @@ ATEN_PER_LAYER = 40  # the probe's eager step: ~51 kernels a layer, 9 of them cu
 def kernel_names(model: ModelConfig, mode: Mode, rows: int) -> tuple[str, ...]:
     """A probe-like step's kernels in `mode`: the names the profiler reports, in launch order."""
     copies = ("multi_tensor_apply_kernel",) * 2 if mode.graphs else ()
+    if mode.one_kernel:
+        return copies + ("_decode_step_kernel",)
     if mode.fused:
         linear = "_gemv_kernel" if rows <= GEMV_MAX_ROWS else "_fused_linear_kernel"
         attention = ("_paged_attention_kernel",) + (("_merge_splits_kernel",) if rows <= 8 else ())
