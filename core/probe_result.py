@@ -601,8 +601,7 @@ def parse_phases(v, where: str) -> PhaseStamps:
             if not isinstance(values, list) or len(values) != len(names):
                 raise ValueError(f"{at}.{key}: expected {len(names)} numbers, one per phase")
             if not all(
-                isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x <= _MAX_US
-                for x in values
+                isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x <= _MAX_US for x in values
             ):
                 raise ValueError(f"{at}.{key}: each must be a number of µs from 0 to {_MAX_US:g}")
             column.append(tuple(float(x) for x in values))

@@ -144,7 +144,9 @@ class ProbeSession:
         decoder = PersistentDecoder(self.model)
         buckets = [b for b in self.buckets if b <= MAX_ROWS]  # above them the decoder runs the fused path
         say(f"persistent: compiling its kernels for buckets {buckets} in worker processes")
-        for err in precompile_in_workers(self.cfg.name, buckets, self.num_blocks, decoder.programs, trace=True):
+        for err in precompile_in_workers(
+            self.cfg.name, buckets, self.num_blocks, decoder.programs, trace=True
+        ):
             say(f"persistent: a precompile failed ({err}); the launch compiles it instead")
         self.persistent = decoder
         return decoder, buckets
@@ -152,7 +154,9 @@ class ProbeSession:
     def _barrier_check(self) -> dict:
         """No barrier wait of the persistent kernel gave up while it was captured and checked."""
         phase = self.persistent.error_phase()
-        detail = "every grid-barrier wait completed" if phase is None else f"a wait gave up before {phase.name}"
+        detail = (
+            "every grid-barrier wait completed" if phase is None else f"a wait gave up before {phase.name}"
+        )
         return {"persistent_barriers": {"passed": phase is None, "detail": detail}}
 
     # ---- measuring -----------------------------------------------------------------------------

@@ -302,7 +302,9 @@ def test_every_control_is_bound_and_declared_with_its_real_range(tab, extra):
             spec = specs.get(bound)
             assert spec is not None, f"{tab}: {bound!r} is bound but no *_PARAMS declares it"
             if kind in ("slider", "number_input") and spec.kind in ("int", "float"):
-                if bound in UNBOUNDED_IN_THE_BROWSER:  # the page puts an out-of-range value back, and says why
+                if (
+                    bound in UNBOUNDED_IN_THE_BROWSER
+                ):  # the page puts an out-of-range value back, and says why
                     assert proto.min < spec.lo and proto.max > spec.hi  # Streamlit sends its widest range
                     continue
                 assert (spec.lo, spec.hi) == (proto.min, proto.max), f"{bound}: declared range differs"

@@ -63,7 +63,9 @@ def show_readouts(
         )
     else:
         kernels.metric(
-            KERNELS_LABEL, f"{metrics.kernels:,}", help=f"{metrics.launches:,} CPU launch call(s) submit them."
+            KERNELS_LABEL,
+            f"{metrics.kernels:,}",
+            help=f"{metrics.launches:,} CPU launch call(s) submit them.",
         )
     step.metric(
         STEP_LABEL,

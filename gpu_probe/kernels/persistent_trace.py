@@ -134,4 +134,3 @@ def compact(trace: dict, n_lanes: int = 12) -> dict:
         "lanes": lanes,
         "by_kind": trace["by_kind"],
     }
-
