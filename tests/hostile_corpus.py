@@ -419,6 +419,59 @@ def _good_trace_events(steps=3, kernels=4):
     return events
 
 
+def _profiled_steps(steps=3, kernels=60) -> list[dict]:
+    """Eager decode steps as torch.profiler marks them (ProfilerStep#N), long enough that the page's
+    first-launches view (18) sits inside the first step."""
+    events, corr, t = [], 1, 1_000.0
+    for n in range(steps):
+        span = 10.0 * kernels + 30
+        events.append(_x("cpu_op", f"ProfilerStep#{n + 3}", t, span))
+        for k in range(kernels):
+            events.append(_x("cuda_runtime", "cudaLaunchKernel", t + 5 + 10 * k, 4.0, corr=corr))
+            name = ("vectorized_elementwise_kernel", "rms_norm_kernel", "nvjet_gemm")[k % 3]
+            events.append(
+                _x("kernel", name, t + 10 + 10 * k, 3.0, corr=corr, tid=7, pid=0, stream=7, device=0)
+            )
+            corr += 1
+        t += span + 100
+    return events
+
+
+def _first_kernels(count: int, **fields) -> Callable[[], bytes]:
+    """The profiled steps with `fields` set on the first `count` kernel records (None: the field removed)."""
+
+    def make() -> bytes:
+        events, done = _profiled_steps(), 0
+        for e in events:
+            if e["cat"] == "kernel" and done < count:
+                for key, value in fields.items():
+                    target = e["args"] if key == "stream" else e
+                    if value is None:
+                        target.pop(key, None)
+                    else:
+                        target[key] = value
+                done += 1
+        return _trace_bytes(*events)
+
+    return make
+
+
+def _dropped(cat: str, count: int) -> Callable[[], bytes]:
+    """The first `count` records of a category gone, as the profiler drops records under load."""
+
+    def make() -> bytes:
+        events, gone = _profiled_steps(), 0
+        kept = []
+        for e in events:
+            if e["cat"] == cat and gone < count:
+                gone += 1
+                continue
+            kept.append(e)
+        return _trace_bytes(*kept)
+
+    return make
+
+
 def _trace_bytes(*events, **kw) -> bytes:
     return _dump(_trace(*events, **kw))
 
@@ -502,6 +555,30 @@ TRACE_CASES: dict[str, Callable[[], bytes]] = {
     ),
     "kernels_200k.json": lambda: _kernel_flood(200_000),
     "cpu_ops_1M.json": lambda: _many_events_trace(1_000_000),
+    # dropped records (the profiler drops them under load) and kernel fields the reader cannot use (issue 24)
+    "dropped_first_40_kernels.json": _dropped("kernel", 40),
+    "dropped_first_40_launches.json": _dropped("cuda_runtime", 40),
+    "dropped_first_200_kernels.json": _dropped("kernel", 200),
+    "first_40_kernels_ts_nan.json": _first_kernels(40, ts=float("nan")),
+    "first_40_kernels_ts_minus_infinity.json": _first_kernels(40, ts=float("-inf")),
+    "first_40_kernels_ts_1e300.json": _first_kernels(40, ts=1e300),
+    "first_40_kernels_ts_400_digits.json": _first_kernels(40, ts=HUGE),
+    "first_40_kernels_named_7.json": _first_kernels(40, name=7),
+    "first_40_kernels_no_name.json": _first_kernels(40, name=None),
+    "first_40_kernels_stream_400_digits.json": _first_kernels(40, stream=HUGE),
+    "kernels_stream_negative.json": _first_kernels(10**9, stream=-3),
+    "kernels_ts_zero.json": _first_kernels(10**9, ts=0),
+    "kernels_ts_string.json": _first_kernels(10**9, ts="soon"),
+    "kernels_ts_numeric_string.json": _first_kernels(10**9, ts="0"),
+    "launch_tid_list.json": lambda: _trace_bytes(
+        *[dict(e, tid=[1]) if e["cat"] == "cuda_runtime" else e for e in _profiled_steps()]
+    ),
+    "range_pid_object.json": lambda: _trace_bytes(
+        *[dict(e, pid={"a": 1}) if e["cat"] == "cpu_op" else e for e in _profiled_steps()]
+    ),
+    "ts_5000_digits.json": lambda: _trace_bytes(*_good_trace_events()).replace(
+        b'"ts": 5.0', b'"ts": ' + b"9" * 5000, 1
+    ),
     "bomb_whitespace_512MB.json.gz": lambda: _gzip_bomb(b"", b" ", 512 * MB),
     "bomb_events_512MB.json.gz": lambda: _gzip_bomb(
         b'{"traceEvents": [', b'{"ph":"i","name":"x","ts":1},', 512 * MB

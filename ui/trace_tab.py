@@ -387,7 +387,7 @@ def _kernels_table(report: reader.TraceReport, step: reader.TraceStep) -> None:
                 "total µs": round(r["total_us"], 1),
                 "mean µs": round(r["mean_us"], 2),
                 "share": f"{100 * r['share']:.1f}%",
-                "launch delay µs": round(r["launch_delay_us"], 1),
+                "launch delay µs": None if r["launch_delay_us"] is None else round(r["launch_delay_us"], 1),
                 "host µs / launch": round(r["host_per_launch_us"], 1),
             }
             for r in rows
@@ -503,6 +503,8 @@ def render() -> None:
         icon=":material/timeline:",
     )
     step = _step_picker(report, "tr_step")
+    if step.notes:  # dropped records or clocks that disagree: drawn as the reader left them, and said so
+        st.warning(" ".join(step.notes), icon=":material/warning:")
     _readouts(report, step)
     other = _compared(compare, report.steps.index(step)) if compare != NOTHING else None
     replay = step.timeline.metrics().launches == 1
