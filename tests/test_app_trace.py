@@ -175,3 +175,31 @@ def test_the_server_holds_a_bounded_number_of_uploaded_traces():
         tab._keep_resident(f"upload-{i}", (object(),))
     assert len(tab._RESIDENT) == tab.MAX_RESIDENT
     assert tab._resident("upload-0") is None and tab._resident(f"upload-{tab.MAX_RESIDENT + 2}") is not None
+
+
+EVIL = "https://evil.example/x www.evil.example me@evil.example"
+
+
+def _bare_links(at) -> list[str]:
+    """Markdown sources on the page (and widget help) that Streamlit would show with a live link in them."""
+    from test_hostile_markdown import BARE_LINK
+
+    kinds = ("markdown", "caption", "info", "warning", "error", "success", "subheader")
+    sources = [el.value for kind in kinds for el in at.get(kind)]
+    sources += [w.proto.help for w in (*at.radio, *at.selectbox, *at.text_input) if w.proto.help]
+    return [s for s in sources if "evil" in s and BARE_LINK.search(as_read(s))]
+
+
+def test_bare_urls_from_the_file_the_name_and_the_link_render_as_text():
+    """Issue 24: the device in the trace, the upload's name, a URL naming a trace and a step range."""
+    events = json.loads(gzip.decompress((HF / "hf_llama_eager_sync.json.gz").read_bytes()))
+    events["deviceProperties"] = [{"id": 0, "name": EVIL}]
+    at = open_tab(TAB, tr_trace=EVIL, tr_range="www.evil.example")
+    _no_traceback(at)
+    assert any("evil" in w.value for w in at.warning)  # the link's trace is named, as text
+    at = _upload(at, ("www.evil.example.json", json.dumps(events).encode()))
+    _no_traceback(at)
+    assert at.selectbox(key="tr_trace").value == "uploaded: www.evil.example.json"
+    at.text_input(key="tr_range").set_value("").run()
+    assert any("evil" in i.value for i in at.info)  # the device and the name are shown
+    assert not _bare_links(at)

@@ -6,6 +6,8 @@ they live here once and every tab shows a step with the same five metrics.
 
 from __future__ import annotations
 
+import re
+
 import streamlit as st
 
 from core.timeline import StepMetrics, regime
@@ -19,12 +21,18 @@ UTILISATION_LABEL = "GPU utilisation"
 READOUT_LABELS = (KERNELS_LABEL, STEP_LABEL, BOUND_LABEL, SPEEDUP_LABEL, UTILISATION_LABEL)
 
 _MARKDOWN_SPECIALS = "\\`*_{}[]()<>#+-.!|~$:="
+# Streamlit's markdown links bare `https://…`, `www.…` and `name@host` text (GitHub's autolink extension),
+# backslash escapes or not. A word joiner (U+2060: zero width, no break) inside each pattern stops that
+# and reads the same.
+_WORD_JOINER = "\u2060"
+_BARE_LINK = re.compile(r"(?i)(?<=[a-z])(?=://)|(?<=\bwww)(?=\.)|(?=@)")
 
 
 def plain(text) -> str:
-    """A string from a file or URL, escaped for st.markdown/info/warning/error: it never becomes a link,
-    an image, a heading or a colour/icon directive. Line breaks become spaces (no new blocks)."""
-    flat = " ".join(str(text).splitlines())
+    """A string from a file or URL, escaped for st.markdown/caption/info/warning/error and widget help: it
+    never becomes a link (bare URLs included), an image, a heading, HTML or a colour/icon directive. Line
+    breaks become spaces (no new blocks)."""
+    flat = _BARE_LINK.sub(_WORD_JOINER, " ".join(str(text).splitlines()))
     return "".join("\\" + ch if ch in _MARKDOWN_SPECIALS else ch for ch in flat)
 
 

@@ -253,7 +253,7 @@ def _step_picker(report: reader.TraceReport, key: str) -> reader.TraceStep:
         st.session_state[key] = report.steps[0].index
     if len(steps) == 1:
         return report.steps[0]
-    help_text = f"{len(steps)} steps, found by {report.rule}."
+    help_text = f"{len(steps)} steps, found by {plain(report.rule)}."  # the rule names a range from the URL
     if len(steps) <= 12:
         index = st.radio("Step", list(steps), key=key, bind="query-params", horizontal=True, help=help_text)
     else:
