@@ -63,6 +63,7 @@ MAX_CALLS = 1_500_000
 MAX_EVENT_CHARS = 64 * 2**20  # one event object (a 64 MB event is not a profiler's)
 MAX_STEPS = 10_000
 _CHUNK = 4 * 2**20
+_SPILL_ROWS = 65_536
 
 # -- what the trace's names and categories mean -------------------------------------------------
 _API_CATS = ("cuda_runtime", "cuda_driver", "runtime", "driver")
@@ -141,19 +142,37 @@ class Trace:
 
 
 class _Columns:
-    """Rows of one event kind, kept as tuples until the end (appending to arrays is slow), then columns."""
+    """Rows of one event kind as tuples (appending to arrays one value at a time is slow), turned into
+    numpy columns every `_SPILL_ROWS` rows: a Python tuple of floats costs ~30 times its numbers' bytes,
+    so a 1.4 M-kernel trace would hold ~0.5 GB of tuples while being read."""
 
-    def __init__(self, *fields: str):
-        self.fields = fields
+    def __init__(self, dtypes: dict, *fields: str):
+        self.fields, self.dtypes = fields, dtypes
         self.rows: list[tuple] = []
-        self.add = self.rows.append  # add((value, ...)): one tuple per event, in `fields` order
+        self.chunks: list[list[np.ndarray]] = []
+        self.spilled = 0
+
+    def add(self, row: tuple) -> None:
+        """One event's values, in `fields` order."""
+        self.rows.append(row)
+        if len(self.rows) >= _SPILL_ROWS:
+            self._spill()
+
+    def _spill(self) -> None:
+        columns = zip(*self.rows) if self.rows else ([] for _ in self.fields)
+        self.chunks.append(
+            [np.asarray(c, self.dtypes.get(f, np.float64)) for f, c in zip(self.fields, columns)]
+        )
+        self.spilled += len(self.rows)
+        self.rows = []
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return self.spilled + len(self.rows)
 
-    def arrays(self, dtypes: dict, order_by: str) -> dict:
-        columns = zip(*self.rows) if self.rows else ([] for _ in self.fields)
-        out = {f: np.asarray(c, dtypes.get(f, np.float64)) for f, c in zip(self.fields, columns)}
+    def arrays(self, order_by: str) -> dict:
+        self._spill()
+        out = {f: np.concatenate([chunk[k] for chunk in self.chunks]) for k, f in enumerate(self.fields)}
+        self.chunks = []
         order = np.argsort(out[order_by], kind="stable")
         return {f: a[order] for f, a in out.items()}
 
@@ -392,10 +411,11 @@ def _largest_tensor_bytes(dims, types, skip_first: bool = False) -> int:
 def _collect(events, label: str) -> Trace:
     names: dict[str, int] = {}
     threads: dict[tuple, int] = {}
-    calls = _Columns("ts", "dur", "thread", "name", "corr")
-    gpu = _Columns("ts", "dur", "stream", "name", "corr", "bytes", "device", "ext")
-    ranges = _Columns("ts", "dur", "thread", "name")
-    ops = _Columns("ext", "bytes")  # with record_shapes: each op's largest tensor input
+    ints = dict.fromkeys(("thread", "name", "corr", "stream", "bytes", "device", "ext"), np.int64)
+    calls = _Columns(ints, "ts", "dur", "thread", "name", "corr")
+    gpu = _Columns(ints, "ts", "dur", "stream", "name", "corr", "bytes", "device", "ext")
+    ranges = _Columns(ints, "ts", "dur", "thread", "name")
+    ops = _Columns(ints, "ext", "bytes")  # with record_shapes: each op's largest tensor input
     device, count, unusable_gpu = "", 0, 0
 
     def name_id(text: str) -> int:
@@ -470,12 +490,7 @@ def _collect(events, label: str) -> Trace:
         )
     if not len(calls):
         raise TraceError(f"{label} has GPU events but no CUDA runtime calls: the host side was not profiled")
-    ints = dict.fromkeys(("thread", "name", "corr", "stream", "bytes", "device", "ext"), np.int64)
-    c, g, r = (
-        calls.arrays(ints, "ts"),
-        gpu.arrays(ints, "ts"),
-        ranges.arrays(ints, "ts") if len(ranges) else None,
-    )
+    c, g, r = calls.arrays("ts"), gpu.arrays("ts"), ranges.arrays("ts") if len(ranges) else None
     if (g["corr"] < 0).all():
         raise TraceError(
             f"{label}: its GPU events carry no correlation ids, so kernels cannot be matched to their launches"
@@ -483,7 +498,7 @@ def _collect(events, label: str) -> Trace:
     # Each GPU event gets the largest tensor input of the op that launched it (0: not recorded).
     op_bytes = np.zeros(len(g["ts"]), np.int64)
     if len(ops):
-        o = ops.arrays(ints, "ext")
+        o = ops.arrays("ext")
         at = np.minimum(np.searchsorted(o["ext"], g["ext"]), len(o["ext"]) - 1)
         found = (o["ext"][at] == g["ext"]) & (g["ext"] >= 0)
         op_bytes[found] = o["bytes"][at[found]]
@@ -847,16 +862,22 @@ def step_timeline(
     thread = trace.call_thread[calls]
     tile_start = _host_intervals(trace, idx, window, call_start, call_end, thread)
 
-    names = [trace.name_of(n) for n in trace.call_name[calls]]
     first_kernel = {}
     for row, o in zip(gpu_rows[known].tolist(), owner[known].tolist()):
-        first_kernel.setdefault(o, row)
-    cpu_names = [
-        f"{api}: {short_kernel_name(trace.name_of(trace.gpu_name[first_kernel[i]]))}"
-        if i in first_kernel
-        else api
-        for i, api in enumerate(names)
-    ]
+        first_kernel.setdefault(o, int(trace.gpu_name[row]))
+    # 'cudaLaunchKernel: gemv' per launch: one string per distinct pair, shared (a million launches, few names).
+    labels: dict[tuple, str] = {}
+    cpu_names = []
+    for i, api in enumerate(trace.call_name[calls].tolist()):
+        pair = (api, first_kernel.get(i, -1))
+        label = labels.get(pair)
+        if label is None:
+            label = labels[pair] = (
+                f"{trace.names[api]}: {short_kernel_name(trace.names[pair[1]])}"
+                if pair[1] >= 0
+                else trace.names[api]
+            )
+        cpu_names.append(label)
     is_graph = idx.is_graph[at]
     host_of_call = call_end - tile_start
     cpu_keep = np.arange(len(calls))

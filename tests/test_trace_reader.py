@@ -376,3 +376,13 @@ def test_unusable_kernel_fields_are_named():
             e["ts"] = "soon"
     with pytest.raises(T.TraceError, match="none of its 3 GPU events has a name and a usable time stamp"):
         T.analyse(as_bytes(trace(*events)))
+
+
+def test_rows_spilled_to_columns_while_reading_read_the_same(monkeypatch):
+    """The reader turns rows into numpy columns every _SPILL_ROWS events (memory): any boundary reads alike."""
+    data = as_bytes(trace(*eager_step(1000.0, 1, n=20), *eager_step(2000.0, 50, n=7)))
+    whole = T.read_trace(data)
+    monkeypatch.setattr(T, "_SPILL_ROWS", 3)
+    spilled = T.read_trace(data)
+    for name in ("call_ts", "call_corr", "gpu_ts", "gpu_corr", "gpu_name", "call_thread"):
+        assert np.array_equal(getattr(whole, name), getattr(spilled, name)), name
