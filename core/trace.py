@@ -149,12 +149,11 @@ class _Columns:
     def __init__(self, dtypes: dict, *fields: str):
         self.fields, self.dtypes = fields, dtypes
         self.rows: list[tuple] = []
+        self.add = self.rows.append  # add((value, ...)): one tuple per event, in `fields` order
         self.chunks: list[list[np.ndarray]] = []
         self.spilled = 0
 
-    def add(self, row: tuple) -> None:
-        """One event's values, in `fields` order."""
-        self.rows.append(row)
+    def spill_if_full(self) -> None:
         if len(self.rows) >= _SPILL_ROWS:
             self._spill()
 
@@ -164,7 +163,7 @@ class _Columns:
             [np.asarray(c, self.dtypes.get(f, np.float64)) for f, c in zip(self.fields, columns)]
         )
         self.spilled += len(self.rows)
-        self.rows = []
+        del self.rows[:]  # in place: `add` is bound to this list
 
     def __len__(self) -> int:
         return self.spilled + len(self.rows)
@@ -458,6 +457,7 @@ def _collect(events, label: str) -> Trace:
                     _id(args.get("External id")),
                 )
             )
+            gpu.spill_if_full()
             if len(gpu) > MAX_GPU_EVENTS:
                 raise TraceError(
                     f"the trace has more than {MAX_GPU_EVENTS:,} GPU events: profile fewer steps"
@@ -465,11 +465,13 @@ def _collect(events, label: str) -> Trace:
         elif cat in _API_CATS:
             thread = threads.setdefault(_thread_key(event), len(threads))
             calls.add((ts, dur, thread, name_id(name), _id(args.get("correlation"))))
+            calls.spill_if_full()
             if len(calls) > MAX_CALLS:
                 raise TraceError(f"the trace has more than {MAX_CALLS:,} runtime calls: profile fewer steps")
         elif cat == "user_annotation" or (cat == "cpu_op" and _PROFILER_STEP.match(name)):
             thread = threads.setdefault(_thread_key(event), len(threads))
             ranges.add((ts, dur, thread, name_id(name)))
+            ranges.spill_if_full()
         elif cat == "cpu_op" and "Input Dims" in args:
             # An in-place op's first input is its destination (a whole KV cache for index_copy_): skip it.
             largest = _largest_tensor_bytes(
@@ -477,6 +479,7 @@ def _collect(events, label: str) -> Trace:
             )
             if largest:
                 ops.add((_id(args.get("External id")), largest))
+                ops.spill_if_full()
 
     if count == 0:
         raise TraceError(f"{label} has no events")
