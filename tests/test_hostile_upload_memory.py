@@ -6,6 +6,7 @@ the issue's two scenarios is measured by bench/upload_memory.py."""
 from __future__ import annotations
 
 import gc
+import threading
 
 import numpy as np
 from streamlit.runtime.memory_uploaded_file_manager import MemoryUploadedFileManager
@@ -43,6 +44,8 @@ def test_a_sessions_files_and_holdings_go_when_its_state_is_collected(monkeypatc
     assert len(state["_session_end"].callbacks) == 1
     del state
     gc.collect()
+    for thread in [t for t in threading.enumerate() if t.name == "session-end"]:
+        thread.join(timeout=10)
     assert manager.get_files("s", ["refused"]) == [] and len(budget) == 0
 
 

@@ -57,6 +57,14 @@ class _SessionEnd:
 
 
 def _session_ended(session_id, manager, callbacks) -> None:
+    # A finalizer runs wherever the collector happens to run, perhaps inside a lock the clean-up needs
+    # (the file manager's, the budget's): the clean-up runs on a thread of its own.
+    threading.Thread(
+        target=_clean_up, args=(session_id, manager, callbacks), name="session-end", daemon=True
+    ).start()
+
+
+def _clean_up(session_id, manager, callbacks) -> None:
     for callback in callbacks:
         callback()
     if manager is not None and session_id is not None:
@@ -162,7 +170,10 @@ def deep_nbytes(obj) -> int:
             total += sys.getsizeof(o)
         elif isinstance(o, (tuple, list, set, frozenset)):
             total += sys.getsizeof(o)
-            stack.extend(o)
+            try:  # a million kernel names are mostly the same few strings: each distinct one once
+                stack.extend(set(o))
+            except TypeError:  # unhashable items
+                stack.extend(o)
         elif isinstance(o, dict):
             total += sys.getsizeof(o)
             stack.extend(o.keys())
