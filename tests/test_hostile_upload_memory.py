@@ -73,3 +73,23 @@ def test_deep_nbytes_counts_buffers_once_and_strings():
 
 def test_freed_memory_goes_back_without_error():
     uploads.return_freed_memory()  # glibc's malloc_trim; a no-op where there is none
+
+
+def test_a_traces_download_button_does_not_keep_its_step_alive(monkeypatch):
+    """Streamlit keeps a download button's callable for the whole session: the trace tab's must not hold the
+    step (a 1.4 M-kernel step is ~0.2 GB), or an upload dropped from the budget stays in memory per session."""
+    import json
+
+    import streamlit as st
+
+    from core.timeline import Timeline
+    from ui.common import chrome_trace_download
+
+    kept = {}
+    monkeypatch.setattr(st, "download_button", lambda label, data, **kw: kept.setdefault("data", data))
+    timeline = Timeline([0.0], [1.0], ["launch"], [1.0], [1.0], ["k"], launched_by=[0])
+    chrome_trace_download(timeline, "Download", "x.json", "k", weak=True)
+    assert "traceEvents" in kept["data"]()  # while the step is held, the download is the step
+    del timeline
+    gc.collect()
+    assert "no longer held" in json.loads(kept["data"]())["error"]

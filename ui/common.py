@@ -6,7 +6,9 @@ they live here once and every tab shows a step with the same five metrics.
 
 from __future__ import annotations
 
+import json
 import re
+import weakref
 
 import streamlit as st
 
@@ -169,13 +171,30 @@ def show_time_split(metrics: StepMetrics) -> None:
     st.caption(OVERLAP_SENTENCE)
 
 
-def chrome_trace_download(timeline, label: str, file_name: str, key: str) -> None:
-    """A button that downloads a drawn step as Chrome trace JSON (Perfetto opens it), built only when clicked."""
+def chrome_trace_download(timeline, label: str, file_name: str, key: str, *, weak: bool = False) -> None:
+    """A button that downloads a drawn step as Chrome trace JSON (Perfetto opens it), built only when clicked.
+
+    Streamlit keeps the button's callable for as long as the session lasts: with `weak`, it does not keep
+    the timeline alive (an upload's step, which the server may let go of to stay within its memory budget)."""
     from sim.chrome_trace import to_chrome_trace_json
+
+    if weak:
+        held = weakref.ref(timeline)
+
+        def data():
+            alive = held()
+            if alive is None:
+                return json.dumps({"error": "this trace is no longer held on the server: upload it again"})
+            return to_chrome_trace_json(alive)
+
+    else:
+
+        def data():
+            return to_chrome_trace_json(timeline)
 
     st.download_button(
         label,
-        data=lambda: to_chrome_trace_json(timeline),
+        data=data,
         on_click="ignore",
         file_name=file_name,
         mime="application/json",

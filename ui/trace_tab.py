@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 UPLOAD_MB = 500  # the uploader's limit, stated on the page (server.maxUploadSize, 512, allows it)
 MAX_SESSION_TRACES = 3  # uploads a session keeps (the oldest goes first)
 # Parsed uploads with what the page drew from them, all sessions together: a 1.4 M-kernel trace fully drawn
-# is ~0.4 GB. The newest upload stays even alone over budget while it is shown.
+# is ~0.7 GB. The newest upload stays even alone over budget while it is shown.
 RESIDENT_MB = 500
 MAX_RESIDENT = 8  # and at most this many uploads
 
@@ -581,4 +581,5 @@ def _download(step: reader.TraceStep) -> None:
         "Download this step as drawn (Chrome trace, opens in Perfetto)",
         f"trace-step-{step.index}.json",
         "tr_download",
+        weak=True,  # an upload's step must not outlive its place in the server's budget
     )

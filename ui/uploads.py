@@ -65,10 +65,17 @@ def _session_ended(session_id, manager, callbacks) -> None:
 
 
 def _clean_up(session_id, manager, callbacks) -> None:
+    """What AppSession.shutdown releases, for a session dropped without it, and the page's own holdings."""
     for callback in callbacks:
         callback()
     if manager is not None and session_id is not None:
         manager.remove_session_files(session_id)
+        from streamlit import runtime
+
+        if runtime.exists():  # the session's media and deferred downloads (their callables hold steps)
+            media = runtime.get_instance().media_file_mgr
+            media.clear_session_refs(session_id)
+            media.remove_orphaned_files()
     return_freed_memory()
 
 
