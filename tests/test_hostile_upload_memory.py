@@ -93,3 +93,13 @@ def test_a_traces_download_button_does_not_keep_its_step_alive(monkeypatch):
     del timeline
     gc.collect()
     assert "no longer held" in json.loads(kept["data"]())["error"]
+
+
+def test_room_is_made_before_a_large_read():
+    budget = uploads.ByteBudget(1000, 8)
+    for key in "abc":
+        budget.put(key, key, 300)
+    budget.make_room(500)  # 900 held + 500 coming: the two oldest go
+    assert len(budget) == 1 and budget.get("c") == "c"
+    budget.make_room(5000)  # larger than the budget: nothing else is held while it is read
+    assert len(budget) == 0

@@ -133,6 +133,16 @@ class ByteBudget:
         if dropped:
             return_freed_memory()
 
+    def make_room(self, nbytes: int) -> None:
+        """Before something of about `nbytes` is read: the least recently used go until it would fit."""
+        with self._lock:
+            dropped = 0
+            while self._entries and sum(n for _, n in self._entries.values()) + nbytes > self.budget:
+                self._entries.popitem(last=False)
+                dropped += 1
+        if dropped:
+            return_freed_memory()
+
     def drop(self, keys) -> None:
         with self._lock:
             dropped = [self._entries.pop(k, None) for k in list(keys)]
