@@ -3,6 +3,7 @@
     python tests/hostile_trace_fuzz.py                # every variant: reader, what-ifs, lanes, CLI report
     python tests/hostile_trace_fuzz.py --cli 200      # and the first 200 through `python -m sim trace` in-process
     python tests/hostile_trace_fuzz.py --page 40      # and 40 (spread over the list) uploaded to the page
+    python tests/hostile_trace_fuzz.py --skip-reader --page 40   # the page only
 
 A variant is a base trace (synthetic steps marked by ProfilerStep#N with copies, foldable kernels and
 shapes; a replayed CUDA graph; two real traces from tests/data) with one mutation: a field of some of
@@ -394,7 +395,7 @@ def main(argv: list[str]) -> int:
     n_page = int(argv[argv.index("--page") + 1]) if "--page" in argv else 0
     started, counts, problems = time.perf_counter(), {"read": 0, "refused": 0, "problem": 0}, []
     every = list(variants())
-    for name, make in every:
+    for name, make in every if "--skip-reader" not in argv else ():
         outcome, detail = check(name, make())
         counts[outcome] += 1
         if outcome == "problem":
@@ -414,20 +415,23 @@ def main(argv: list[str]) -> int:
         if n_cli:
             print(f"CLI: {n_cli} variants, text and --json: {cli_problems} problems", flush=True)
     if n_page:
-        page_problems = upload_to_page([(n, m) for n, m in every[:: max(len(every) // n_page, 1)][:n_page]])
-        print(f"page: {n_page} uploads: {len(page_problems)} problems", flush=True)
+        # Every structural variant of the synthetic bases, and `n_page` field variants spread over the rest.
+        structural = [(n, m) for n, m in every if n.split("/")[0] in ("steps", "graph") and "=" not in n]
+        spread = [(n, m) for n, m in every if "=" in n][:: max(len(every) // n_page, 1)][:n_page]
+        page_problems = upload_to_page(structural + spread)
+        print(f"page: {len(structural) + len(spread)} uploads: {len(page_problems)} problems", flush=True)
         for name, what in page_problems:
             print(f"PAGE PROBLEM {name}: {what}", flush=True)
     return 1 if problems else 0
 
 
 def upload_to_page(cases: list[tuple[str, Callable[[], bytes]]]) -> list[tuple[str, str]]:
-    """Each case uploaded to the "Your trace" tab of one AppTest page, drawn with the graphs what-if and the
-    whole step: (name, what went wrong) for each exception or missing error message."""
+    """Each case uploaded to the "Your trace" tab of one AppTest page, drawn as a visitor first sees it (the
+    first launches) with the graphs what-if: (name, what went wrong) for each exception."""
     from streamlit.testing.v1 import AppTest
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
-    at.query_params.update(tab="Your trace", tr_whatif="with CUDA graphs", tr_whole="true")
+    at.query_params.update(tab="Your trace", tr_whatif="with CUDA graphs")
     at.run()
     out = []
     for name, make in cases:
@@ -436,7 +440,7 @@ def upload_to_page(cases: list[tuple[str, Callable[[], bytes]]]) -> list[tuple[s
         if at.exception:
             out.append((name, at.exception[0].message))
             at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
-            at.query_params.update(tab="Your trace", tr_whatif="with CUDA graphs", tr_whole="true")
+            at.query_params.update(tab="Your trace", tr_whatif="with CUDA graphs")
             at.run()
     return out
 
