@@ -20,6 +20,17 @@ lets the server drop the closed sessions. Prints the server's resident memory (V
 one session opened the tabs), after each session, the peak (VmHWM, reset at the baseline) and after the
 sessions closed -- the figures issue 24 asks to bound (RESIDENT_MB in ui/trace_tab.py is the documented
 budget for parsed traces).
+
+Measured on the 2-core development machine (load 6-10 from other work), 2026-12-03, RSS in MB:
+
+| scenario | baseline | with the sessions open | peak | after they closed |
+| --- | --- | --- | --- | --- |
+| refused, 5 × 200 MB, before issue 24's fix | 198 | 1,226 | 1,436 | 1,226 |
+| refused, 5 × 200 MB, after | 187 | 226 | 628 | 226 |
+| traces, 3 × 1.4 M kernels, before | 186 | 2,595 | 2,794 | 2,594 |
+| traces, 16 × 1.4 M kernels, after | 184 | 1,038 | 1,130 | 373 |
+
+The peak of `refused` is one 200 MB upload arriving (Streamlit buffers the request before it stores it).
 """
 
 from __future__ import annotations
