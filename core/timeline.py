@@ -209,11 +209,20 @@ class Timeline:
         With graphs there is a single launch, so the cut is on kernels instead.
         """
         n = max(int(n), 1)
+        by = self.launched_by
         if len(self.cpu_start) > n:
+            submitting = np.unique(by[by >= 0])
+            if len(submitting) and submitting[0] >= n:
+                # The first n launches submitted nothing the trace kept (dropped kernel records): cut after
+                # the n-th launch that did, so the view still shows kernels, and the empty launches before.
+                n = int(submitting[min(n, len(submitting)) - 1]) + 1
             keep_cpu = np.arange(n)
-            keep_gpu = np.flatnonzero((self.launched_by >= 0) & (self.launched_by < n))
-            if len(keep_gpu) == 0:
-                keep_gpu = np.arange(min(n, len(self.gpu_start)))
+            launched = (by >= 0) & (by < n)
+            # Kernels whose launch the trace lacks (-1) are shown where they ran inside the cut.
+            cut_end = max(self.cpu_end[:n].max(), self.gpu_end[launched].max(initial=0.0))
+            keep_gpu = np.flatnonzero(launched | ((by < 0) & (self.gpu_start < cut_end)))
+            if len(keep_gpu) == 0:  # nothing launched in the cut, nothing ran in it: the first kernels
+                keep_gpu = np.flatnonzero(by < 0)[:n]
         else:
             keep_cpu = np.arange(len(self.cpu_start))
             keep_gpu = np.arange(min(n, len(self.gpu_start)))

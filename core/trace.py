@@ -63,6 +63,7 @@ MAX_CALLS = 1_500_000
 MAX_EVENT_CHARS = 64 * 2**20  # one event object (a 64 MB event is not a profiler's)
 MAX_STEPS = 10_000
 _CHUNK = 4 * 2**20
+_SPILL_ROWS = 65_536
 
 # -- what the trace's names and categories mean -------------------------------------------------
 _API_CATS = ("cuda_runtime", "cuda_driver", "runtime", "driver")
@@ -141,19 +142,36 @@ class Trace:
 
 
 class _Columns:
-    """Rows of one event kind, kept as tuples until the end (appending to arrays is slow), then columns."""
+    """Rows of one event kind as tuples (appending to arrays one value at a time is slow), turned into
+    numpy columns every `_SPILL_ROWS` rows: a Python tuple of floats costs ~30 times its numbers' bytes,
+    so a 1.4 M-kernel trace would hold ~0.5 GB of tuples while being read."""
 
-    def __init__(self, *fields: str):
-        self.fields = fields
+    def __init__(self, dtypes: dict, *fields: str):
+        self.fields, self.dtypes = fields, dtypes
         self.rows: list[tuple] = []
         self.add = self.rows.append  # add((value, ...)): one tuple per event, in `fields` order
+        self.chunks: list[list[np.ndarray]] = []
+        self.spilled = 0
+
+    def spill_if_full(self) -> None:
+        if len(self.rows) >= _SPILL_ROWS:
+            self._spill()
+
+    def _spill(self) -> None:
+        columns = zip(*self.rows) if self.rows else ([] for _ in self.fields)
+        self.chunks.append(
+            [np.asarray(c, self.dtypes.get(f, np.float64)) for f, c in zip(self.fields, columns)]
+        )
+        self.spilled += len(self.rows)
+        del self.rows[:]  # in place: `add` is bound to this list
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return self.spilled + len(self.rows)
 
-    def arrays(self, dtypes: dict, order_by: str) -> dict:
-        columns = zip(*self.rows) if self.rows else ([] for _ in self.fields)
-        out = {f: np.asarray(c, dtypes.get(f, np.float64)) for f, c in zip(self.fields, columns)}
+    def arrays(self, order_by: str) -> dict:
+        self._spill()
+        out = {f: np.concatenate([chunk[k] for chunk in self.chunks]) for k, f in enumerate(self.fields)}
+        self.chunks = []
         order = np.argsort(out[order_by], kind="stable")
         return {f: a[order] for f, a in out.items()}
 
@@ -272,6 +290,12 @@ def _events(text):
                 ) from None
             except RecursionError:
                 raise TraceError("the trace is not valid JSON (nested too deeply)") from None
+            except (
+                ValueError
+            ):  # Python's limit on an integer literal's digits (4,300): no profiler writes one
+                raise TraceError(
+                    "the trace has a number thousands of digits long: not a profiler trace"
+                ) from None
             # A number or word cut at the chunk's end decodes as a shorter one: read on and decode again.
             if end == len(buf) and not eof and fill():
                 continue
@@ -352,6 +376,15 @@ def _text(value, limit: int) -> str:
     return text
 
 
+def _thread_key(event: dict) -> tuple:
+    """(pid, tid) of a host event as a dictionary key: an int or a short string (a list or NaN in an edited
+    file becomes its text)."""
+    return tuple(
+        v if isinstance(v, int) else v[:100] if isinstance(v, str) else repr(v)[:100]
+        for v in (event.get("pid"), event.get("tid"))
+    )
+
+
 _ELEMENT_BYTES = {
     "float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "int": 4, "short int": 2,
     "signed char": 1, "unsigned char": 1, "bool": 1, "c10::complex<float>": 8, "c10::complex<double>": 16,
@@ -377,11 +410,12 @@ def _largest_tensor_bytes(dims, types, skip_first: bool = False) -> int:
 def _collect(events, label: str) -> Trace:
     names: dict[str, int] = {}
     threads: dict[tuple, int] = {}
-    calls = _Columns("ts", "dur", "thread", "name", "corr")
-    gpu = _Columns("ts", "dur", "stream", "name", "corr", "bytes", "device", "ext")
-    ranges = _Columns("ts", "dur", "thread", "name")
-    ops = _Columns("ext", "bytes")  # with record_shapes: each op's largest tensor input
-    device, count = "", 0
+    ints = dict.fromkeys(("thread", "name", "corr", "stream", "bytes", "device", "ext"), np.int64)
+    calls = _Columns(ints, "ts", "dur", "thread", "name", "corr")
+    gpu = _Columns(ints, "ts", "dur", "stream", "name", "corr", "bytes", "device", "ext")
+    ranges = _Columns(ints, "ts", "dur", "thread", "name")
+    ops = _Columns(ints, "ext", "bytes")  # with record_shapes: each op's largest tensor input
+    device, count, unusable_gpu = "", 0, 0
 
     def name_id(text: str) -> int:
         return names.setdefault(_text(text, 4000), len(names))
@@ -400,17 +434,17 @@ def _collect(events, label: str) -> Trace:
         cat = event.get("cat")
         cat = cat.lower() if isinstance(cat, str) else ""
         name = event.get("name")
-        if not isinstance(name, str):
+        ts, dur = _number(event.get("ts"), np.nan), min(max(_number(event.get("dur")), 0.0), _MAX_US)
+        # No name, or a time that is NaN or past any clock a profiler keeps (µs since the epoch are ~1.8e15).
+        if not isinstance(name, str) or not abs(ts) < _MAX_US:
+            unusable_gpu += cat in _GPU_CATS
             continue
         args = event.get("args")
         args = args if isinstance(args, dict) else {}
-        ts, dur = _number(event.get("ts"), np.nan), min(max(_number(event.get("dur")), 0.0), _MAX_US)
-        if not abs(ts) < _MAX_US:  # NaN, or past any clock a profiler keeps (µs since the epoch are ~1.8e15)
-            continue
         if cat in _GPU_CATS:
             corr = args.get("correlation")
             device_id = _id(args.get("device", event.get("pid")), 0)
-            stream = _id(args.get("stream", event.get("tid")), 0)
+            stream = max(_id(args.get("stream", event.get("tid")), 0), 0)  # a profiler writes none below 0
             gpu.add(
                 (
                     ts,
@@ -423,18 +457,21 @@ def _collect(events, label: str) -> Trace:
                     _id(args.get("External id")),
                 )
             )
+            gpu.spill_if_full()
             if len(gpu) > MAX_GPU_EVENTS:
                 raise TraceError(
                     f"the trace has more than {MAX_GPU_EVENTS:,} GPU events: profile fewer steps"
                 )
         elif cat in _API_CATS:
-            thread = threads.setdefault((event.get("pid"), event.get("tid")), len(threads))
+            thread = threads.setdefault(_thread_key(event), len(threads))
             calls.add((ts, dur, thread, name_id(name), _id(args.get("correlation"))))
+            calls.spill_if_full()
             if len(calls) > MAX_CALLS:
                 raise TraceError(f"the trace has more than {MAX_CALLS:,} runtime calls: profile fewer steps")
         elif cat == "user_annotation" or (cat == "cpu_op" and _PROFILER_STEP.match(name)):
-            thread = threads.setdefault((event.get("pid"), event.get("tid")), len(threads))
+            thread = threads.setdefault(_thread_key(event), len(threads))
             ranges.add((ts, dur, thread, name_id(name)))
+            ranges.spill_if_full()
         elif cat == "cpu_op" and "Input Dims" in args:
             # An in-place op's first input is its destination (a whole KV cache for index_copy_): skip it.
             largest = _largest_tensor_bytes(
@@ -442,21 +479,21 @@ def _collect(events, label: str) -> Trace:
             )
             if largest:
                 ops.add((_id(args.get("External id")), largest))
+                ops.spill_if_full()
 
     if count == 0:
         raise TraceError(f"{label} has no events")
+    if not len(gpu) and unusable_gpu:
+        raise TraceError(
+            f"{label}: none of its {unusable_gpu:,} GPU events has a name and a usable time stamp ('ts')"
+        )
     if not len(gpu):
         raise TraceError(
             f"{label} has no GPU events: it is a CPU-only profile (profile with ProfilerActivity.CUDA as well)"
         )
     if not len(calls):
         raise TraceError(f"{label} has GPU events but no CUDA runtime calls: the host side was not profiled")
-    ints = dict.fromkeys(("thread", "name", "corr", "stream", "bytes", "device", "ext"), np.int64)
-    c, g, r = (
-        calls.arrays(ints, "ts"),
-        gpu.arrays(ints, "ts"),
-        ranges.arrays(ints, "ts") if len(ranges) else None,
-    )
+    c, g, r = calls.arrays("ts"), gpu.arrays("ts"), ranges.arrays("ts") if len(ranges) else None
     if (g["corr"] < 0).all():
         raise TraceError(
             f"{label}: its GPU events carry no correlation ids, so kernels cannot be matched to their launches"
@@ -464,7 +501,7 @@ def _collect(events, label: str) -> Trace:
     # Each GPU event gets the largest tensor input of the op that launched it (0: not recorded).
     op_bytes = np.zeros(len(g["ts"]), np.int64)
     if len(ops):
-        o = ops.arrays(ints, "ext")
+        o = ops.arrays("ext")
         at = np.minimum(np.searchsorted(o["ext"], g["ext"]), len(o["ext"]) - 1)
         found = (o["ext"][at] == g["ext"]) & (g["ext"] >= 0)
         op_bytes[found] = o["bytes"][at[found]]
@@ -511,6 +548,9 @@ class _Index:
     sync: np.ndarray  # call indices of host synchronisation calls, sorted by start
     gpu_by_owner: np.ndarray  # GPU event rows ordered by the position of the launch that owns them
     owner_sorted: np.ndarray  # that position, for each row of gpu_by_owner (-1: no launch owns it)
+    orphans: (
+        np.ndarray
+    )  # GPU event rows no launch call owns (its record dropped, or before the profile), by start
 
 
 def _index(trace: Trace) -> _Index:
@@ -582,6 +622,7 @@ def _index(trace: Trace) -> _Index:
         sync=np.flatnonzero(is_sync[name]),
         gpu_by_owner=gpu_by_owner,
         owner_sorted=owner_sorted,
+        orphans=gpu_by_owner[owner_sorted < 0],
     )
     object.__setattr__(trace, "_index", out)
     return out
@@ -720,12 +761,15 @@ class TraceStep:
     timeline: Timeline
     launches: int  # launch calls (before a graph's input copies merge with its launch)
     graph_launches: int
-    launch_delay_us: np.ndarray  # per GPU event: its start minus the end of the call that launched it
-    host_per_launch_us: np.ndarray  # per GPU event: the host time of its launch call's CPU interval
+    launch_delay_us: np.ndarray  # per GPU event: its start minus the end of its launch call (NaN: no call)
+    host_per_launch_us: (
+        np.ndarray
+    )  # per GPU event: the host time of its launch call's CPU interval (0: no call)
     gpu_bytes: np.ndarray = field(repr=False, default=None)  # per GPU event: memcpy / memset bytes
     op_bytes: np.ndarray = field(
         repr=False, default=None
     )  # per GPU event: its op's largest tensor input (0: unknown)
+    notes: tuple[str, ...] = ()  # what the trace lacks for this step (dropped records), one sentence each
 
     @property
     def kernels(self) -> int:
@@ -758,7 +802,7 @@ class TraceStep:
 
     def launch_delay(self) -> dict[str, float]:
         """Median, p90 and largest launch delay (µs) over the step's GPU events."""
-        d = self.launch_delay_us
+        d = self.launch_delay_us[np.isfinite(self.launch_delay_us)]  # events with a launch call
         if not len(d):
             return {"median_us": 0.0, "p90_us": 0.0, "max_us": 0.0}
         med, p90 = np.percentile(d, [50, 90])
@@ -787,67 +831,115 @@ class TraceStep:
 def step_timeline(
     trace: Trace, window: StepWindow, label: str = "", merge_graph_inputs: bool = True
 ) -> TraceStep:
-    """The lanes of one step, and its counts."""
+    """The lanes of one step, and its counts.
+
+    A trace with dropped records (the profiler drops them under load) still makes consistent lanes: a
+    launch whose GPU events are missing stays on the CPU lane; a GPU event whose launch call is missing
+    joins the step it ran in with `launched_by` -1; a GPU event stamped before the call that launched
+    it (clocks that disagree, an edited file) is drawn at that call's start. `notes` counts each."""
     idx = _index(trace)
     calls = window.calls
     at = idx.position[calls]  # the step's calls are consecutive launches
     lo, hi = np.searchsorted(idx.owner_sorted, [at[0], at[-1] + 1], side="left")
-    if hi <= lo:
-        raise TraceError(
-            f"{trace.name}: no GPU events belong to step {window.index}'s launches (was CUDA profiled?)"
-        )
     rows = idx.gpu_by_owner[lo:hi]
-    order = np.argsort(rows, kind="stable")  # GPU rows are sorted by start: row order is time order
-    gpu_rows, owner = rows[order], idx.owner_sorted[lo:hi][order] - at[0]
+    owned = idx.owner_sorted[lo:hi] - at[0]
 
     t0 = window.t0
     call_start = trace.call_ts[calls] - t0
     call_end = call_start + trace.call_dur[calls]
+    # Unowned GPU events that started inside the step's span (its start to its last call or owned event).
+    span_end = max(
+        float(call_end.max()), float((trace.gpu_ts[rows] + trace.gpu_dur[rows]).max(initial=-np.inf) - t0)
+    )
+    o_lo, o_hi = np.searchsorted(trace.gpu_ts[idx.orphans], [t0, t0 + span_end], side="left")
+    orphans = idx.orphans[o_lo:o_hi]
+    if not len(rows) and not len(orphans):
+        raise TraceError(
+            f"{trace.name}: no GPU events belong to step {window.index}'s launches (was CUDA profiled?)"
+        )
+    rows = np.concatenate((rows, orphans))
+    order = np.argsort(rows, kind="stable")  # GPU rows are sorted by start: row order is time order
+    gpu_rows = rows[order]
+    owner = np.concatenate((owned, np.full(len(orphans), -1, np.int64)))[order]
+    known = owner >= 0
     thread = trace.call_thread[calls]
     tile_start = _host_intervals(trace, idx, window, call_start, call_end, thread)
 
-    names = [trace.name_of(n) for n in trace.call_name[calls]]
     first_kernel = {}
-    for row, o in zip(gpu_rows.tolist(), owner.tolist()):
-        first_kernel.setdefault(o, row)
-    cpu_names = [
-        f"{api}: {short_kernel_name(trace.name_of(trace.gpu_name[first_kernel[i]]))}"
-        if i in first_kernel
-        else api
-        for i, api in enumerate(names)
-    ]
+    for row, o in zip(gpu_rows[known].tolist(), owner[known].tolist()):
+        first_kernel.setdefault(o, int(trace.gpu_name[row]))
+    # 'cudaLaunchKernel: gemv' per launch: one string per distinct pair, shared (a million launches, few names).
+    labels: dict[tuple, str] = {}
+    cpu_names = []
+    for i, api in enumerate(trace.call_name[calls].tolist()):
+        pair = (api, first_kernel.get(i, -1))
+        label = labels.get(pair)
+        if label is None:
+            label = labels[pair] = (
+                f"{trace.names[api]}: {short_kernel_name(trace.names[pair[1]])}"
+                if pair[1] >= 0
+                else trace.names[api]
+            )
+        cpu_names.append(label)
     is_graph = idx.is_graph[at]
     host_of_call = call_end - tile_start
     cpu_keep = np.arange(len(calls))
-    cpu_start, cpu_end, cpu_thread = tile_start, call_end, thread
+    cpu_start, cpu_end, cpu_names, cpu_thread = tile_start, call_end, cpu_names, thread
     if merge_graph_inputs and is_graph.any():
         cpu_start, cpu_end, cpu_names, cpu_thread, cpu_keep = _merge_graph_inputs(
             is_graph, idx.is_copy[at], tile_start, call_end, cpu_names, thread
         )
     gpu_start = trace.gpu_ts[gpu_rows] - t0
+    launcher = np.maximum(owner, 0)
+    early = known & (gpu_start < call_start[launcher])
+    gpu_start = np.where(known, np.maximum(gpu_start, call_start[launcher]), np.maximum(gpu_start, 0.0))
     timeline = Timeline(
         cpu_start=cpu_start,
         cpu_dur=cpu_end - cpu_start,
         cpu_names=tuple(cpu_names),
-        gpu_start=np.maximum(gpu_start, 0.0),
+        gpu_start=gpu_start,
         gpu_dur=trace.gpu_dur[gpu_rows],
         gpu_names=tuple(trace.name_of(n) for n in trace.gpu_name[gpu_rows]),
-        launched_by=cpu_keep[owner],
+        launched_by=np.where(known, cpu_keep[launcher], -1),
         source="measured",
         label=label,
         gpu_stream=trace.gpu_stream[gpu_rows],
         cpu_thread=cpu_thread,
     )
+    silent = len(calls) - len(np.unique(owner[known]))
     return TraceStep(
         index=window.index,
         timeline=timeline,
         launches=len(calls),
         graph_launches=int(is_graph.sum()),
-        launch_delay_us=gpu_start - call_end[owner],
-        host_per_launch_us=host_of_call[owner],
+        launch_delay_us=np.where(known, gpu_start - call_end[launcher], np.nan),
+        host_per_launch_us=np.where(known, host_of_call[launcher], 0.0),
         gpu_bytes=trace.gpu_bytes[gpu_rows],
         op_bytes=trace.gpu_op_bytes[gpu_rows],
+        notes=_dropped_notes(silent, int((~known).sum()), int(early.sum())),
     )
+
+
+def _dropped_notes(silent: int, unowned: int, early: int) -> tuple[str, ...]:
+    """What the page and the CLI say about a step whose trace lacks records or has clocks that disagree."""
+    notes = []
+    if silent:
+        notes.append(
+            f"{silent:,} launch call{'s' if silent > 1 else ''} in this step {'have' if silent > 1 else 'has'} no "
+            "GPU event in the trace (records the profiler dropped?): drawn on the CPU lane with no kernel."
+        )
+    if unowned:
+        notes.append(
+            f"{unowned:,} GPU event{'s' if unowned > 1 else ''} in this step {'have' if unowned > 1 else 'has'} no "
+            "launch call in the trace (records the profiler dropped?): drawn where they ran, launched by no "
+            "CPU interval, with no host cost."
+        )
+    if early:
+        notes.append(
+            f"{early:,} GPU event{'s' if early > 1 else ''} start{'' if early > 1 else 's'} before the call that "
+            "launched it in the trace (clocks that disagree, or an edited file): drawn at that call's start."
+        )
+    return tuple(notes)
 
 
 def _host_intervals(trace, idx, window, call_start, call_end, thread) -> np.ndarray:
@@ -914,6 +1006,10 @@ class TraceReport:
         values = [s.summary()[key] for s in self.steps]
         return float(min(values)), float(max(values))
 
+    def notes(self) -> list[str]:
+        """What the trace lacks, step by step: 'step 3: 40 launch calls ... have no GPU event ...'."""
+        return [f"step {s.index}: {note}" for s in self.steps for note in s.notes]
+
     def summary(self) -> dict:
         keys = ("step_us", "gpu_busy_us", "cpu_launch_us", "utilisation", "kernels", "launches")
         return {
@@ -923,6 +1019,7 @@ class TraceReport:
             "steps": [s.summary() for s in self.steps],
             "median": {k: self.median(k) for k in keys},
             "spread": {k: list(self.spread(k)) for k in keys},
+            "notes": self.notes(),
         }
 
 

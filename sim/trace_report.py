@@ -27,6 +27,7 @@ from core.step_plan import FUSED
 from core.trace import TraceError, TraceReport, analyse, short_kernel_name
 from sim.trace_whatif import default_replay_cost, whatifs
 
+_NOTES = 6  # notes on dropped records the text report prints; --json has every one
 WHATIF_KEYS = ("step_us", "gpu_busy_us", "cpu_launch_us", "kernels", "launches", "utilisation")
 
 
@@ -68,7 +69,9 @@ def kernel_table(report: TraceReport, step_index: int | None = None, limit: int 
     keys, inverse = np.unique(np.array(names, dtype=object), return_inverse=True)
     calls = np.bincount(inverse, minlength=len(keys))
     total = np.bincount(inverse, weights=dur, minlength=len(keys))
-    delay_sum = np.bincount(inverse, weights=delay, minlength=len(keys))
+    timed = np.isfinite(delay)  # NaN: the trace lacks the event's launch call
+    delay_sum = np.bincount(inverse, weights=np.where(timed, delay, 0.0), minlength=len(keys))
+    delay_calls = np.bincount(inverse, weights=timed, minlength=len(keys))
     host_sum = np.bincount(inverse, weights=host, minlength=len(keys))
     busy = float(dur.sum()) or 1.0
     rows = [
@@ -78,7 +81,7 @@ def kernel_table(report: TraceReport, step_index: int | None = None, limit: int 
             "total_us": float(total[i]) / (len(steps) if step_index is None else 1),
             "mean_us": float(total[i] / calls[i]),
             "share": float(total[i]) / busy,
-            "launch_delay_us": float(delay_sum[i] / calls[i]),
+            "launch_delay_us": float(delay_sum[i] / delay_calls[i]) if delay_calls[i] else None,
             "host_per_launch_us": float(host_sum[i] / calls[i]),
         }
         for i in np.argsort(-total)
@@ -99,6 +102,10 @@ def _us(v: float) -> str:
     return f"{v:,.1f}" if v < 100 else f"{v:,.0f}"
 
 
+def _delay(us: float | None) -> str:
+    return f"{us:7.1f}" if us is not None else f"{'—':>7}"
+
+
 def format_report(reports: list[TraceReport], cost, top: int = 12) -> str:
     lines = []
     for r in reports:
@@ -117,6 +124,9 @@ def format_report(reports: list[TraceReport], cost, top: int = 12) -> str:
             )
         lo, hi = s["spread"]["step_us"]
         lines.append(f"median step {_us(s['median']['step_us'])} µs (fastest {_us(lo)}, slowest {_us(hi)})")
+        lines += [f"note: {note}" for note in s["notes"][:_NOTES]]
+        if len(s["notes"]) > _NOTES:
+            lines.append(f"note: and {len(s['notes']) - _NOTES:,} more (--json lists them all)")
         lines += ["", "what-ifs on the median step (estimates from the timing model):"]
         for name, w in median_whatifs(r, cost).items():
             lines.append(
@@ -134,7 +144,7 @@ def format_report(reports: list[TraceReport], cost, top: int = 12) -> str:
         for row in kernel_table(r, limit=top):
             lines.append(
                 f"  {100 * row['share']:5.1f}%  {row['calls']:>6,} × {row['mean_us']:8.2f} µs  "
-                f"delay {row['launch_delay_us']:7.1f} µs  host {row['host_per_launch_us']:6.1f} µs  {row['kernel']}"
+                f"delay {_delay(row['launch_delay_us'])} µs  host {row['host_per_launch_us']:6.1f} µs  {row['kernel']}"
             )
         lines.append("")
     return "\n".join(lines)

@@ -109,14 +109,15 @@ class _Eager:
 
 def _eager_habits(step: TraceStep) -> _Eager:
     tl = step.timeline
-    call_end = tl.gpu_start - step.launch_delay_us
+    known = tl.launched_by >= 0  # a GPU event whose launch call the trace lacks tells nothing of either
+    call_end = np.where(known, tl.gpu_start - np.nan_to_num(step.launch_delay_us), tl.gpu_start)
     prev_end = np.full(len(tl.gpu_start), -np.inf)
     for s in tl.streams:
         rows = np.flatnonzero(tl.gpu_stream == s)
         prev_end[rows[1:]] = tl.gpu_end[rows[:-1]]
-    waited = call_end > prev_end  # the GPU was idle when this launch arrived
+    waited = known & (call_end > prev_end)  # the GPU was idle when this launch arrived
     latency = step.launch_delay_us[waited]
-    queued = ~waited & np.isfinite(prev_end)
+    queued = known & ~waited & np.isfinite(prev_end)
     gap = (tl.gpu_start - prev_end)[queued]
     return _Eager(
         call_end=call_end,
@@ -182,8 +183,9 @@ def fusion_whatif(step: TraceStep, plan=None) -> WhatIf:
     keep, dur, folded, saved = plan or _fusion_plan(step)
     habits = _eager_habits(step)
     owner = tl.launched_by
-    kept_calls = np.unique(owner[keep])
-    dropped_calls = np.setdiff1d(np.unique(owner), kept_calls)
+    known = owner >= 0  # -1: the trace lacks the event's launch call
+    kept_calls = np.unique(owner[keep & known])
+    dropped_calls = np.setdiff1d(np.unique(owner[known]), kept_calls)
     # Host: every remaining launch keeps its host time; the time of the launches that go is taken out.
     cpu_dur = tl.cpu_dur.copy()
     cpu_dur[dropped_calls] = 0.0
@@ -193,7 +195,11 @@ def fusion_whatif(step: TraceStep, plan=None) -> WhatIf:
         removed = np.cumsum(np.where(np.isin(rows, dropped_calls), tl.cpu_dur[rows], 0.0))
         shift = np.concatenate(([0.0], removed[:-1]))
         cpu_start[rows] = tl.cpu_start[rows] - shift
-    ready = (cpu_start + cpu_dur)[owner] + habits.latency_us
+    # A kernel starts after its launch call has begun, however early the trace's habits say; one with no
+    # launch call in the trace keeps its traced start.
+    launcher = np.maximum(owner, 0)
+    ready = np.maximum((cpu_start + cpu_dur)[launcher] + habits.latency_us, cpu_start[launcher])
+    ready = np.where(known, ready, tl.gpu_start)
     rows = np.flatnonzero(keep)
     start = _by_stream_starts(ready[rows], dur[rows], habits.queued_gap_us, tl.gpu_stream[rows])
     cpu_rows = kept_calls
@@ -206,7 +212,7 @@ def fusion_whatif(step: TraceStep, plan=None) -> WhatIf:
         gpu_start=start,
         gpu_dur=dur[rows],
         gpu_names=tuple(tl.gpu_names[i] for i in rows),
-        launched_by=remap[owner[rows]],
+        launched_by=np.where(known[rows], remap[launcher[rows]], -1),
         source="simulated",
         label=f"{tl.label} · fusion ({ESTIMATE})",
         gpu_stream=tl.gpu_stream[rows],
@@ -244,10 +250,12 @@ def graphs_whatif(
     tl = step.timeline
     keep = np.ones(len(tl.gpu_start), bool) if keep is None else keep
     dur = tl.gpu_dur if dur is None else dur
+    owner = tl.launched_by
     inputs, outputs = _split_copies(tl)
+    # A copy whose launch call the trace lacks has no host time to keep: it is replayed with the rest.
+    inputs, outputs = inputs & (owner >= 0), outputs & (owner >= 0)
     nodes = keep & ~inputs & ~outputs
     n_nodes = int(nodes.sum())
-    owner = tl.launched_by
     # Host: the input copies' launches as the trace measured them, the replay, then the output copies.
     input_calls = np.unique(owner[inputs])
     output_calls = np.unique(owner[outputs])

@@ -167,11 +167,69 @@ def test_an_upload_over_the_limit_is_refused_unread(monkeypatch):
     assert any("larger than 1 MB" in as_read(e.value) for e in at.error)
 
 
-def test_the_server_holds_a_bounded_number_of_uploaded_traces():
+def test_the_server_holds_uploaded_traces_within_a_byte_budget(monkeypatch):
+    """Issue 24: the parsed uploads of all sessions, with the analyses drawn from them, are bounded by bytes
+    (the cap of 8 traces let 16 large ones take 5.7 GB). The newest stays even alone over budget."""
+    import core.trace as reader
     import ui.trace_tab as tab
+    from ui.uploads import ByteBudget, deep_nbytes
 
-    tab._RESIDENT.clear()
-    for i in range(tab.MAX_RESIDENT + 3):
-        tab._keep_resident(f"upload-{i}", (object(),))
-    assert len(tab._RESIDENT) == tab.MAX_RESIDENT
-    assert tab._resident("upload-0") is None and tab._resident(f"upload-{tab.MAX_RESIDENT + 2}") is not None
+    def upload():
+        return (reader.read_trace(HF / "hf_llama_eager_sync.json.gz"),)
+
+    one = deep_nbytes(upload())
+    monkeypatch.setattr(tab, "_RESIDENT", ByteBudget(int(2.5 * one), tab.MAX_RESIDENT))
+    for i in range(5):
+        tab._keep_resident(f"upload-{i}", upload())
+    assert len(tab._RESIDENT) == 2 and tab._RESIDENT.total <= 2.5 * one
+    assert tab._resident("upload-2") is None and tab._resident("upload-4") is not None
+    # Drawing the newest caches its steps and what-ifs on it: counted again, the older one goes.
+    ranks = tab._resident("upload-4")
+    report = tab._report(ranks[0], None)
+    tab._whatifs(report.steps[0])
+    tab._recount("upload-4")
+    assert len(tab._RESIDENT) == 1 and tab._RESIDENT.total > 1.5 * one
+
+
+def test_an_upload_pushed_out_of_the_budget_asks_to_be_uploaded_again(monkeypatch):
+    import ui.trace_tab as tab
+    from ui.uploads import ByteBudget
+
+    monkeypatch.setattr(tab, "_RESIDENT", ByteBudget(1, tab.MAX_RESIDENT))  # room for the newest only
+    data = (HF / "hf_llama_graph.json.gz").read_bytes()
+    at = open_tab(TAB)
+    at = _upload(at, ("first.json.gz", data))
+    at = _upload(at, ("second.json.gz", data))
+    _no_traceback(at)
+    assert metrics(at)["Graph launches"] == "1"
+    at.selectbox(key="tr_trace").set_value("uploaded: first.json.gz").run()
+    _no_traceback(at)
+    assert any("no longer held on this server" in w.value for w in at.warning)
+
+
+EVIL = "https://evil.example/x www.evil.example me@evil.example"
+
+
+def _bare_links(at) -> list[str]:
+    """Markdown sources on the page (and widget help) that Streamlit would show with a live link in them."""
+    from test_hostile_markdown import BARE_LINK
+
+    kinds = ("markdown", "caption", "info", "warning", "error", "success", "subheader")
+    sources = [el.value for kind in kinds for el in at.get(kind)]
+    sources += [w.proto.help for w in (*at.radio, *at.selectbox, *at.text_input) if w.proto.help]
+    return [s for s in sources if "evil" in s and BARE_LINK.search(as_read(s))]
+
+
+def test_bare_urls_from_the_file_the_name_and_the_link_render_as_text():
+    """Issue 24: the device in the trace, the upload's name, a URL naming a trace and a step range."""
+    events = json.loads(gzip.decompress((HF / "hf_llama_eager_sync.json.gz").read_bytes()))
+    events["deviceProperties"] = [{"id": 0, "name": EVIL}]
+    at = open_tab(TAB, tr_trace=EVIL, tr_range="www.evil.example")
+    _no_traceback(at)
+    assert any("evil" in w.value for w in at.warning)  # the link's trace is named, as text
+    at = _upload(at, ("www.evil.example.json", json.dumps(events).encode()))
+    _no_traceback(at)
+    assert at.selectbox(key="tr_trace").value == "uploaded: www.evil.example.json"
+    at.text_input(key="tr_range").set_value("").run()
+    assert any("evil" in i.value for i in at.info)  # the device and the name are shown
+    assert not _bare_links(at)

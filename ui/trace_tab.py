@@ -4,28 +4,33 @@ Upload a trace (vLLM, SGLang, Hugging Face, torch.compile or your own code; seve
 ranks) or pick one of the traces recorded on an H200 that ship with the app. The reader is
 `core.trace` (the probe's own), the what-ifs `sim.trace_whatif` (the simulator's timing model).
 
-Memory: a trace is read one event at a time from the upload and kept as compact columns; the upload
-itself is then released (the uploader is replaced by a fresh one). One trace is read at a time on the
-server, and the server keeps at most `MAX_RESIDENT` uploaded traces in all (the oldest goes first).
+Memory (ui/uploads.py): a trace is read one event at a time from the upload and kept as compact columns;
+the upload's bytes are dropped from the server as soon as they are read or refused. One trace is read at a
+time on the server. The parsed traces of all sessions, with the steps, what-ifs and tables drawn from them,
+share one budget of `RESIDENT_MB`, least recently shown first out; a session's uploads go when it ends.
 """
 
 from __future__ import annotations
 
 import hashlib
 import threading
-from collections import OrderedDict
+from functools import partial
 from pathlib import Path
 
 import streamlit as st
 
 from core import trace as reader
+from ui import uploads
 from ui.charts import FIRST_LAUNCHES, format_us, lanes_figure
 from ui.common import chrome_trace_download, plain, show_readouts, show_time_split
 
 ROOT = Path(__file__).resolve().parents[1]
 UPLOAD_MB = 500  # the uploader's limit, stated on the page (server.maxUploadSize, 512, allows it)
 MAX_SESSION_TRACES = 3  # uploads a session keeps (the oldest goes first)
-MAX_RESIDENT = 8  # uploaded traces the whole server keeps in memory
+# Parsed uploads with what the page drew from them, all sessions together: a 1.4 M-kernel trace fully drawn
+# is ~0.7 GB. The newest upload stays even alone over budget while it is shown.
+RESIDENT_MB = 500
+MAX_RESIDENT = 8  # and at most this many uploads
 
 # What to draw beside the trace: the option (what the URL holds) -> sim.trace_whatif's name for it.
 WHATIFS = {
@@ -88,9 +93,15 @@ TRACE_PARAMS: dict[str, tuple] = {
     "tr_rank": ("int", 0, 1023),
 }
 
+LIMITS = (
+    f"Limits: {UPLOAD_MB} MB per file, {reader.MAX_GPU_EVENTS:,} GPU events and "
+    f"{reader.MAX_TEXT_CHARS / 1e9:.0f} GB of decompressed JSON per trace. The file leaves the server once "
+    f"read; what was read from all visitors' uploads shares {RESIDENT_MB} MB ({MAX_RESIDENT} traces) on this server (the least "
+    "recently shown goes first: upload it again) and goes when your session ends."
+)
+
 _READ_LOCK = threading.Lock()  # one trace read at a time: the server's memory stays bounded
-_RESIDENT: OrderedDict[str, tuple] = OrderedDict()  # upload id -> ranks; server-wide, oldest first
-_RESIDENT_LOCK = threading.Lock()
+_RESIDENT = uploads.ByteBudget(RESIDENT_MB * 2**20, MAX_RESIDENT)  # upload id -> ranks, server-wide
 
 
 # -- where traces come from -----------------------------------------------------------------------------
@@ -110,19 +121,41 @@ def _session_uploads() -> dict:
     return st.session_state.setdefault("tr_uploads", {})  # title -> upload id
 
 
-def _resident(upload_id: str):
-    with _RESIDENT_LOCK:
-        found = _RESIDENT.get(upload_id)
-        if found is not None:
-            _RESIDENT.move_to_end(upload_id)
-        return found
+def _drawn(ranks: tuple) -> int:
+    """How many analyses the page has cached on an upload (reports, what-ifs, kernel tables)."""
+    count = 0
+    for trace in ranks:
+        for report in trace.__dict__.get("_reports", {}).values():
+            count += 1 + sum(
+                ("_whatifs" in s.__dict__) + ("_kernel_rows" in s.__dict__) for s in report.steps
+            )
+    return count
 
 
 def _keep_resident(upload_id: str, ranks: tuple) -> None:
-    with _RESIDENT_LOCK:
-        _RESIDENT[upload_id] = ranks
-        while len(_RESIDENT) > MAX_RESIDENT:
-            _RESIDENT.popitem(last=False)
+    """Hold an upload (or count it again): its bytes are its columns and every analysis cached on them."""
+    _RESIDENT.put(upload_id, (ranks, _drawn(ranks)), uploads.deep_nbytes(ranks))
+
+
+def _recount(upload_id: str | None) -> None:
+    """After a run drew an upload: count its bytes again where new analyses were cached on it."""
+    found = _RESIDENT.get(upload_id) if upload_id else None
+    if found is not None and _drawn(found[0]) != found[1]:
+        _keep_resident(upload_id, found[0])
+
+
+def _resident(upload_id: str):
+    found = _RESIDENT.get(upload_id)
+    return found[0] if found is not None else None
+
+
+def _expected_bytes(f) -> int:
+    """About what a trace file becomes in memory, read and drawn: a gzipped one ~40 times its size (16 MB held
+    1.4 M kernels, ~0.7 GB drawn), plain JSON about half its size."""
+    f.seek(0)
+    gzipped = f.read(2) == b"\x1f\x8b"
+    f.seek(0)
+    return f.size * 40 if gzipped else f.size // 2
 
 
 def _read_upload(files) -> tuple:
@@ -131,6 +164,7 @@ def _read_upload(files) -> tuple:
         if f.size > UPLOAD_MB * 2**20:  # the browser checks this too, a hand-made request need not
             raise reader.TraceError(f"{f.name[:120]} is larger than {UPLOAD_MB} MB")
     with _READ_LOCK:
+        _RESIDENT.make_room(sum(_expected_bytes(f) for f in files))  # the peak: what is held plus this read
         ranks = []
         for f in files:
             trace = reader.read_trace(f, name=f.name[:200])
@@ -154,10 +188,7 @@ def _upload_widget() -> None:
         help=f"Read on this server and kept in your session only (its {MAX_SESSION_TRACES} latest uploads); "
         "the file itself is released once it has been read.",
     )
-    st.caption(
-        f"Limits: {UPLOAD_MB} MB per file, {reader.MAX_GPU_EVENTS:,} GPU events and "
-        f"{reader.MAX_TEXT_CHARS / 1e9:.0f} GB of decompressed JSON per trace."
-    )
+    st.caption(LIMITS)
     problem = st.session_state.pop("tr_upload_problem", None)
     if problem:
         st.error(problem, icon=":material/error:")
@@ -177,16 +208,34 @@ def _upload_widget() -> None:
         label = ", ".join(n[:60] for n in names[:3]) + (
             f" and {len(names) - 3} more" if len(names) > 3 else ""
         )
-        uploads = _session_uploads()
+        held = _session_uploads()
         title = f"uploaded: {label}"
-        uploads.pop(title, None)  # the same name again: the newest upload wins
-        uploads[title] = upload_id
-        for old in list(uploads)[:-MAX_SESSION_TRACES]:
-            del uploads[old]
+        _forget([held.pop(title, None)])  # the same name again: the newest upload wins
+        held[title] = upload_id
+        _forget([held.pop(old) for old in list(held)[:-MAX_SESSION_TRACES]])
+        _session_upload_ids().add(upload_id)
         st.session_state["tr_trace"] = title
-    # A fresh uploader on the next run lets Streamlit drop the file's bytes: only the columns stay.
+    finally:
+        # The file's bytes leave the server now, read or refused; a fresh uploader takes the next file.
+        uploads.release_upload(*files)
+        del files
+        uploads.return_freed_memory()  # what reading it took (rows, decompression) goes back to the OS
     st.session_state["tr_upload_generation"] = generation + 1
     st.rerun()
+
+
+def _session_upload_ids() -> set:
+    """The ids of this session's uploads in the server-wide budget: dropped from it when the session ends."""
+    ids = st.session_state.setdefault("tr_upload_ids", set())
+    uploads.when_session_ends(st.session_state, "tr_uploads", partial(_RESIDENT.drop, ids))
+    return ids
+
+
+def _forget(upload_ids) -> None:
+    """Uploads this session no longer lists: out of the server's memory too."""
+    gone = [i for i in upload_ids if i]
+    _session_upload_ids().difference_update(gone)
+    _RESIDENT.drop(gone)
 
 
 def _options() -> list[str]:
@@ -253,7 +302,7 @@ def _step_picker(report: reader.TraceReport, key: str) -> reader.TraceStep:
         st.session_state[key] = report.steps[0].index
     if len(steps) == 1:
         return report.steps[0]
-    help_text = f"{len(steps)} steps, found by {report.rule}."
+    help_text = f"{len(steps)} steps, found by {plain(report.rule)}."  # the rule names a range from the URL
     if len(steps) <= 12:
         index = st.radio("Step", list(steps), key=key, bind="query-params", horizontal=True, help=help_text)
     else:
@@ -387,7 +436,7 @@ def _kernels_table(report: reader.TraceReport, step: reader.TraceStep) -> None:
                 "total µs": round(r["total_us"], 1),
                 "mean µs": round(r["mean_us"], 2),
                 "share": f"{100 * r['share']:.1f}%",
-                "launch delay µs": round(r["launch_delay_us"], 1),
+                "launch delay µs": None if r["launch_delay_us"] is None else round(r["launch_delay_us"], 1),
                 "host µs / launch": round(r["host_per_launch_us"], 1),
             }
             for r in rows
@@ -503,6 +552,8 @@ def render() -> None:
         icon=":material/timeline:",
     )
     step = _step_picker(report, "tr_step")
+    if step.notes:  # dropped records or clocks that disagree: drawn as the reader left them, and said so
+        st.warning(" ".join(step.notes), icon=":material/warning:")
     _readouts(report, step)
     other = _compared(compare, report.steps.index(step)) if compare != NOTHING else None
     replay = step.timeline.metrics().launches == 1
@@ -530,6 +581,8 @@ def render() -> None:
     st.subheader("Kernels")
     _kernels_table(report, step)
     _download(step)
+    for shown in (title, compare):  # what this run cached on an upload counts against the server's budget
+        _recount(_session_uploads().get(shown))
 
 
 def _download(step: reader.TraceStep) -> None:
@@ -538,4 +591,5 @@ def _download(step: reader.TraceStep) -> None:
         "Download this step as drawn (Chrome trace, opens in Perfetto)",
         f"trace-step-{step.index}.json",
         "tr_download",
+        weak=True,  # an upload's step must not outlive its place in the server's budget
     )

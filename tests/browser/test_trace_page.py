@@ -51,3 +51,39 @@ def test_upload_a_trace_pick_a_step_and_see_lanes_readouts_and_the_what_if(page,
         state="attached"
     )  # a cell of the what-if table
     assert page.locator("[data-testid=stException]").count() == 0
+
+
+EVIL = "https://evil.example/x www.evil.example me@evil.example"
+
+
+def test_bare_urls_in_a_trace_and_its_name_show_as_text_with_no_link(page, app_url):
+    """Issue 24: Streamlit's markdown links bare URLs, escaped or not. The device name from the file, the
+    file's name and a link naming a trace are on the page as text, and the DOM has no link to them."""
+    import gzip
+    import json
+
+    events = json.loads(gzip.decompress((HF / "hf_llama_eager_sync.json.gz").read_bytes()))
+    events["deviceProperties"] = [{"id": 0, "name": EVIL}]
+    open_app(page, app_url, "tab=Your+trace&tr_trace=www.evil.example", wait_for=".st-key-tr_lanes .main-svg")
+    upload = page.locator("[data-testid=stFileUploader] input[type=file]").first
+    rerun_after(
+        page,
+        lambda: upload.set_input_files(
+            files=[
+                {
+                    "name": "www.evil.example.json",
+                    "mimeType": "application/json",
+                    "buffer": json.dumps(events).encode(),
+                }
+            ]
+        ),
+    )
+    info = page.locator("[data-testid=stAlertContentInfo]").filter(has_text="evil.example")
+    info.first.wait_for()
+    shown = info.first.inner_text().replace("\u2060", "")
+    assert "https://evil.example/x www.evil.example me@evil.example" in shown  # the text, as it was
+    assert "www.evil.example.json" in shown
+    # Where each link on the page goes (the page's own heading anchors carry the URL's query: not these).
+    targets = page.locator("a").evaluate_all("links => links.map(a => a.protocol + a.hostname + a.pathname)")
+    assert not [t for t in targets if "evil" in t or t.startswith("mailto")], targets
+    assert page.locator("[data-testid=stException]").count() == 0
