@@ -455,8 +455,28 @@ def headline_table() -> dict[str, list[str | None]]:
             f"traces of {unseen_days[0]} and {unseen_days[-1][5:]}",
             None,
         ],
+        "1b preset, the persistent kernel at batch 1, back to back, against the read floor and fused + graph "
+        "in the same run": persistent_row(),
         "the test suite on a fresh clone, 2 CPU cores, no GPU": [None, "", None, None],
     }
+
+
+def persistent_row() -> list[str | None]:
+    """The persistent kernel's row, from the GPU run bench/persistent_speed.py reads."""
+    import persistent_speed
+
+    data = json.loads(persistent_speed.DEFAULT.read_text())
+    runs = {(r["preset"], r["mode"], r["batch"]): r for r in data["runs"]}
+    mine, peer = (runs[("1b", m, 1)] for m in (persistent_speed.PERSISTENT, persistent_speed.PEER))
+    ratios = {what: value for what, value, _, _ in persistent_speed.goals(data) if "/ fused+graph" in what}
+    worst = max(ratios, key=ratios.get)
+    return [
+        f"{n0(mine['back_to_back_us'])} µs = {mine['back_to_back_x_floor']:.2f} × the floor "
+        f"({n0(mine['floor_us'])} µs); fused + graph {n0(peer['back_to_back_us'])} µs",
+        f"{ratios[worst]:.2f} × fused + graph's step at batch {worst.split()[1][1:]}",
+        data["created"][:10],
+        None,
+    ]
 
 
 # -- what no shipped file can recompute -------------------------------------------------------------
