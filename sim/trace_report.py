@@ -1,5 +1,8 @@
 """`python -m sim trace FILE [FILE ...] [--step-range NAME] [--json]`: a profiler trace's steps and what-ifs.
 
+`python -m sim trace BEFORE AFTER --diff [--json]`: two traces before and after a change, kernel families
+compared (`sim.trace_diff`).
+
 Each FILE is one rank (a `.json`, `.json.gz` or `.pt.trace.json(.gz)` written by torch.profiler:
 vLLM, SGLang, Hugging Face, torch.compile, your own code). The text report gives the rule that
 found the steps, every step's readouts, their median and spread, the kernels that take the GPU's
@@ -123,12 +126,30 @@ def main(argv=None) -> int:
         help="a CPU range (record_function) that marks each step, e.g. decode_step",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object (see the module's help)")
+    parser.add_argument(
+        "--diff",
+        action="store_true",
+        help="the two files are before and after a change, not ranks: compare their kernels by family "
+        "(sim.trace_diff)",
+    )
     args = parser.parse_args(argv)
+    if args.diff and len(args.files) != 2:
+        print(
+            "python -m sim trace: --diff compares two traces, before and after: give two files",
+            file=sys.stderr,
+        )
+        return 2
     try:
         reports = [analyse(f, step_range=args.step_range) for f in args.files]
     except TraceError as err:
         print(f"python -m sim trace: {err}", file=sys.stderr)
         return 2
+    if args.diff:
+        from sim.trace_diff import diff_reports, format_diff
+
+        found = diff_reports(*reports)
+        print(json.dumps(found.to_dict(), indent=1) if args.json else format_diff(found))
+        return 0
     cost = default_replay_cost()
     if args.json:
         print(json.dumps(to_json(reports, cost), indent=1))

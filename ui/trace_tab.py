@@ -586,6 +586,9 @@ def render() -> None:
             _side_title(compare, other[1])
             _lanes(other[1], None, whole, "tr_compare_lanes", x_max)
         st.caption("Both on one time axis, so a step twice as long looks twice as long.")
+        from ui.trace_diff_view import show_diff  # before/after by kernel family (sim.trace_diff)
+
+        show_diff(title, report, compare, other[0])
     _gpu_time_by_kind(step)
     st.markdown("**Where the time goes**")
     show_time_split(step.metrics)
