@@ -20,7 +20,6 @@ from harness import (
     eventually,
     lanes,
     metric_value,
-    new_context,
     open_app,
     query_params_when,
     rerun_after,
@@ -280,41 +279,36 @@ def optimum(budget_mib: int):
     return next(s for s in stats if s.is_optimum), binding
 
 
-def test_f_bucket_list_under_a_budget(browser, app_url):
+def test_f_bucket_list_under_a_budget(new_page, app_url):
     """At the default 256 MiB the graph count binds, and the page says so; at 64 MiB the budget binds. The
     optimal bucket list is the copyable block, and its copy button copies exactly that list."""
     from sim.bucket_report import MIB
 
-    context = new_context(browser, permissions=["clipboard-read", "clipboard-write"])
-    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=app_url.rstrip("/"))
-    try:
-        page = context.new_page()
-        open_app(page, app_url, "tab=Bucketing", wait_for="[data-testid=stCode]")
-        for budget, binds in ((256, "the most graphs the optimiser may use (64)"), (64, "the memory budget")):
-            if budget != 256:
-                slider_input(page, "Graph memory budget (MiB)").focus()
-                rerun_after(page, lambda: page.keyboard.press("Home"))
-                for _ in range(budget // 16):  # 16 MiB a step
-                    rerun_after(page, lambda: page.keyboard.press("ArrowRight"))
-                query_params_when(page, lambda q, b=budget: q.get("bk_budget") == str(b))
-            best, binding = optimum(budget)
-            listed = ", ".join(map(str, best.buckets))
-            block = page.locator("[data-testid=stCode]").first
-            eventually(lambda listed=listed: block.inner_text().strip() == listed)
-            assert max(best.buckets) == 256 and len(best.buckets) == best.graphs
-            assert page.get_by_text(f"The optimal layout's {best.graphs} buckets", exact=False).is_visible()
-            assert metric_value(page, "Optimal layout") == f"{best.graphs} graphs"
-            assert metric_value(page, "Pinned graph memory") == f"{best.memory_bytes / MIB:,.1f} MiB"
-            sentence = binding.sentence(64, best, budget * MIB)
-            assert sentence.startswith(f"The limit that binds is {binds}"), sentence
-            assert page.locator("[data-testid=stAlert]", has_text=sentence).count() == 1
-            page.evaluate("() => navigator.clipboard.writeText('nothing copied yet')")
-            block.hover()
-            block.get_by_role("button", name="Copy to clipboard").click()
-            eventually(lambda listed=listed: page.evaluate("() => navigator.clipboard.readText()") == listed)
-        assert best.graphs < 64  # the smaller budget gave a different, shorter list
-    finally:
-        context.close()
+    page = new_page(clipboard=True)
+    open_app(page, app_url, "tab=Bucketing", wait_for="[data-testid=stCode]")
+    for budget, binds in ((256, "the most graphs the optimiser may use (64)"), (64, "the memory budget")):
+        if budget != 256:
+            slider_input(page, "Graph memory budget (MiB)").focus()
+            rerun_after(page, lambda: page.keyboard.press("Home"))
+            for _ in range(budget // 16):  # 16 MiB a step
+                rerun_after(page, lambda: page.keyboard.press("ArrowRight"))
+            query_params_when(page, lambda q, b=budget: q.get("bk_budget") == str(b))
+        best, binding = optimum(budget)
+        listed = ", ".join(map(str, best.buckets))
+        block = page.locator("[data-testid=stCode]").first
+        eventually(lambda listed=listed: block.inner_text().strip() == listed)
+        assert max(best.buckets) == 256 and len(best.buckets) == best.graphs
+        assert page.get_by_text(f"The optimal layout's {best.graphs} buckets", exact=False).is_visible()
+        assert metric_value(page, "Optimal layout") == f"{best.graphs} graphs"
+        assert metric_value(page, "Pinned graph memory") == f"{best.memory_bytes / MIB:,.1f} MiB"
+        sentence = binding.sentence(64, best, budget * MIB)
+        assert sentence.startswith(f"The limit that binds is {binds}"), sentence
+        assert page.locator("[data-testid=stAlert]", has_text=sentence).count() == 1
+        page.evaluate("() => navigator.clipboard.writeText('nothing copied yet')")
+        block.hover()
+        block.get_by_role("button", name="Copy to clipboard").click()
+        eventually(lambda listed=listed: page.evaluate("() => navigator.clipboard.readText()") == listed)
+    assert best.graphs < 64  # the smaller budget gave a different, shorter list
 
 
 # -- (g) ---------------------------------------------------------------------------------------------
@@ -349,31 +343,26 @@ def test_g_the_quiz(page, app_url):
 
 
 # -- (h) ---------------------------------------------------------------------------------------------
-def test_h_share_a_view(browser, new_page, app_url):
+def test_h_share_a_view(new_page, app_url):
     """Set up a view, press Copy link, open what was copied in another browser: the same view."""
     preset = PRESETS["llama3-8b-h100"]
-    context = new_context(browser, permissions=["clipboard-read", "clipboard-write"])
-    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=app_url.rstrip("/"))
-    try:
-        page = context.new_page()
-        open_app(page, app_url, wait_for=CHART)
-        pick(page, "preset", preset.title)
-        box = page.locator(".st-key-batch input")
-        box.fill("24")
-        rerun_after(page, lambda: box.press("Enter"))
-        rerun_after(page, lambda: click_toggle(page, "CUDA graphs"))
-        want = {"preset": preset.title, "batch": "24", "graphs": "true"}
-        query_params_when(page, lambda q: q == want)
-        step = simulated("llama3-8b-h100", batch=24, graphs=True)
-        assert_readouts(page, step)
-        page.evaluate("() => navigator.clipboard.writeText('nothing copied yet')")
-        frame = page.frame_locator("[data-testid=stIFrame]").first
-        frame.locator("button#copy").click()
-        eventually(lambda: frame.locator("#label").inner_text() == "Link copied")
-        copied = page.evaluate("() => navigator.clipboard.readText()")
-        assert copied == page.url
-    finally:
-        context.close()
+    page = new_page(clipboard=True)
+    open_app(page, app_url, wait_for=CHART)
+    pick(page, "preset", preset.title)
+    box = page.locator(".st-key-batch input")
+    box.fill("24")
+    rerun_after(page, lambda: box.press("Enter"))
+    rerun_after(page, lambda: click_toggle(page, "CUDA graphs"))
+    want = {"preset": preset.title, "batch": "24", "graphs": "true"}
+    query_params_when(page, lambda q: q == want)
+    step = simulated("llama3-8b-h100", batch=24, graphs=True)
+    assert_readouts(page, step)
+    page.evaluate("() => navigator.clipboard.writeText('nothing copied yet')")
+    frame = page.frame_locator("[data-testid=stIFrame]").first
+    frame.locator("button#copy").click()
+    eventually(lambda: frame.locator("#label").inner_text() == "Link copied")
+    copied = page.evaluate("() => navigator.clipboard.readText()")
+    assert copied == page.url
     other = new_page()
     open_app(other, copied, wait_for=CHART)
     assert query_params_when(other, lambda q: q == want)

@@ -125,35 +125,27 @@ def test_two_sessions_never_share_settings(new_page, app_url):
     assert selected_tab(sim) == "Simulator"
 
 
-def test_copy_link_copies_the_current_view(browser, new_page, app_url):
+def test_copy_link_copies_the_current_view(new_page, app_url):
     """Click "Copy link" (in its iframe) and read what reached the clipboard: the address with every
     control in it, which reopens the same view in another visitor's browser."""
-    from harness import new_context
+    page = new_page(clipboard=True)
+    open_app(page, app_url, wait_for=CHART)
+    slider_input(page, "Batch size").focus()
+    rerun_after(page, lambda: page.keyboard.press("PageUp"))
+    rerun_after(page, lambda: click_toggle(page, "CUDA graphs"))
+    batch = slider_value(page, "Batch size")
+    query_params_when(page, lambda q: q == {"batch": str(batch), "graphs": "true"})
+    page.evaluate("() => navigator.clipboard.writeText('nothing copied yet')")
+    assert page.evaluate("() => navigator.clipboard.readText()") == "nothing copied yet"
 
-    origin = app_url.rstrip("/")
-    context = new_context(browser, permissions=["clipboard-read", "clipboard-write"])
-    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=origin)
-    try:
-        page = context.new_page()
-        open_app(page, app_url, wait_for=CHART)
-        slider_input(page, "Batch size").focus()
-        rerun_after(page, lambda: page.keyboard.press("PageUp"))
-        rerun_after(page, lambda: click_toggle(page, "CUDA graphs"))
-        batch = slider_value(page, "Batch size")
-        query_params_when(page, lambda q: q == {"batch": str(batch), "graphs": "true"})
-        page.evaluate("() => navigator.clipboard.writeText('nothing copied yet')")
-        assert page.evaluate("() => navigator.clipboard.readText()") == "nothing copied yet"
-
-        frame = page.frame_locator("[data-testid=stIFrame]").first
-        frame.locator("button#copy").click()
-        assert eventually(lambda: frame.locator("#label").inner_text() == "Link copied")
-        copied = page.evaluate("() => navigator.clipboard.readText()")
-        assert copied == page.url
-        assert frame.locator("body").get_attribute("data-copied") == copied
-        assert query_params(page) == {"batch": str(batch), "graphs": "true"}
-        shown = readouts(page)
-    finally:
-        context.close()
+    frame = page.frame_locator("[data-testid=stIFrame]").first
+    frame.locator("button#copy").click()
+    assert eventually(lambda: frame.locator("#label").inner_text() == "Link copied")
+    copied = page.evaluate("() => navigator.clipboard.readText()")
+    assert copied == page.url
+    assert frame.locator("body").get_attribute("data-copied") == copied
+    assert query_params(page) == {"batch": str(batch), "graphs": "true"}
+    shown = readouts(page)
 
     other = new_page()  # another visitor, opening the pasted link
     open_app(other, copied, wait_for=CHART)
