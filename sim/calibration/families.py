@@ -69,7 +69,8 @@ class Family:
     name: str
     # What one eager launch costs the host: "aten" (PyTorch's dispatch), "triton" (a Triton kernel behind
     # its Python wrapper, which allocates its outputs and passes 13-17 arguments) or "merge" (the split
-    # merge's bare five-argument Triton launch: in every profiled fused step it takes 0.5-0.6 × a GEMM's).
+    # merge's bare Triton launch, of three tensors and a count: in every profiled fused step it takes
+    # 0.5-0.6 × a GEMM's).
     host: str
     pdl: bool  # launched with programmatic dependent launch inside the probe's graphs
     what: str

@@ -231,8 +231,8 @@ def _merge_ratio(tl: Timeline, families: np.ndarray, unprofiled_host_us: float) 
 
     The profiler adds about the same to every launch it records (issue 22), which pulls the ratio
     towards 1: that much, (profiled - unprofiled host time) / launches, is taken off both first. The
-    merge is a bare launch of five arguments; the GEMMs and the attention go through wrappers that
-    allocate their outputs and pass 13-17 (`families.FAMILIES`).
+    merge is a bare launch of three tensors and a count; the GEMMs and the attention go through
+    wrappers that allocate their outputs and pass 13-17 arguments (`families.FAMILIES`).
     """
     owner = np.asarray(tl.launched_by)
     if not len(tl.cpu_dur) or not unprofiled_host_us or len(owner) != len(families):
