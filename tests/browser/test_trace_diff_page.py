@@ -22,10 +22,8 @@ def _row(page, table: int, first_cell: str) -> list[str]:
 def test_eager_against_compile_then_against_the_graph(page, app_url):
     open_app(page, app_url, "tab=Your+trace&tr_compare=HF+Llama-1B+torch.compile", wait_for=DIFF)
     # The two traces on one time axis, the diff below them.
-    assert (
-        page.locator(".st-key-tr_lanes .main-svg").count()
-        and page.locator(".st-key-tr_compare_lanes").count()
-    )
+    page.locator(".st-key-tr_lanes .main-svg").first.wait_for()
+    assert page.locator(".st-key-tr_compare_lanes").count()
     page.get_by_text("Before → after, by kernel family").first.wait_for()
     elementwise = eventually(lambda: _row(page, 0, "elementwise"))
     assert elementwise[:4] == ["elementwise", "598", "0", "−598"]
@@ -41,7 +39,13 @@ def test_eager_against_compile_then_against_the_graph(page, app_url):
     select.click()
     rerun_after(page, lambda: page.get_by_role("option", name="HF Llama-1B CUDA graph").click())
     page.get_by_text("The same kernels, as many times per step").first.wait_for()
-    elementwise = eventually(lambda: _row(page, 0, "elementwise"))
-    assert elementwise[1:4] == ["598", "598", "0"] and elementwise[8] == "0"  # no host time after
+
+    def redrawn():  # the table is replaced a moment after the text above it
+        row = _row(page, 0, "elementwise")
+        assert row[1:4] == ["598", "598", "0"], row
+        return row
+
+    elementwise = eventually(redrawn)
+    assert elementwise[8] == "0"  # no host time after
     assert page.get_by_text("Merged into fused kernels").count() == 0
     assert page.locator("[data-testid=stException]").count() == 0
