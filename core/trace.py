@@ -429,9 +429,11 @@ def _text(value, limit: int) -> str:
 def _thread_key(event: dict) -> tuple:
     """(pid, tid) of a host event as a dictionary key: an int or a short string (a list or NaN in an edited
     file becomes its text)."""
+    pid, tid = event.get("pid"), event.get("tid")
+    if type(pid) is int and type(tid) is int:  # what a profiler writes: the fast path of every host event
+        return pid, tid
     return tuple(
-        v if isinstance(v, int) else v[:100] if isinstance(v, str) else repr(v)[:100]
-        for v in (event.get("pid"), event.get("tid"))
+        v if isinstance(v, int) else v[:100] if isinstance(v, str) else repr(v)[:100] for v in (pid, tid)
     )
 
 
