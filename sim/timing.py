@@ -14,7 +14,9 @@ what-ifs on an uploaded trace.
   one against the other).
 - A CUDA graph replay is one host call, fixed plus a little per node, after the step's
   inputs are copied into the graph's static buffers; the nodes start once the call has
-  returned, and run back to back, `node_gap_us` apart (fill and drain between dependent kernels, which
+  returned (a graph holding memset nodes is submitted in pieces instead: its nodes start as
+  the call reaches them, and the call grows with the batch), and run back to back, `node_gap_us`
+  apart (fill and drain between dependent kernels, which
   programmatic dependent launch partly hides, so it may be negative: the next kernel's
   prologue overlaps the previous one's tail): `GraphReplayCost`, `graph_replay_timeline`.
 - A profiled step pays `torch.profiler`'s own host cost for every event it records (an op, an API call, a
@@ -146,41 +148,61 @@ def eager_timeline(kernel_dur_us, kernel_names, launch_us, gap_us=0.0, label: st
 # -- a graph replay --------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class GraphReplayCost:
-    """What replaying a captured step costs beyond its kernels."""
+    """What replaying a captured step costs beyond its kernels.
+
+    `in_pieces`: the graph holds memset nodes (cuBLAS's split-K GEMMs zero their workspace with one),
+    and the driver submits it in pieces. In all 10 such profiled replays of the shipped probe runs (the
+    unfused graph above batch 1, and at every batch in the 1b preset) the first kernel starts 0.2-0.5 ms
+    into a 1.3-2.6 ms call, and 37-594 kernels have started by its end; in 15 of the 16 without one (every
+    fused graph, the small preset's unfused graph at batch 1) the first kernel starts 0.7-5.4 µs after
+    the call returns (the exception: that unfused graph in h200-small-b1.json, 1.0 ms before). Such a call
+    also lasts longer the larger the batch (`per_row_host_us`: unprofiled, 0.45-0.75 ms more at batch
+    256 than at 1 in every run), which a graph without memset nodes does not (the fused graphs: 89-104
+    µs at every batch of both small-preset runs but one)."""
 
     launch_us: float  # host: one cudaGraphLaunch, fixed
     per_node_host_us: float = 0.0  # host: added per node of the graph
     node_gap_us: float = 0.0  # GPU: between dependent replayed kernels (PDL hides part; may be < 0)
     input_copy_us: float = 0.0  # host: copying a step's inputs into the static buffers
+    per_row_host_us: float = 0.0  # host: added per row of the bucket to a call made in pieces
 
-    def call_us(self, n_nodes) -> np.ndarray | float:
-        """Host time of the cudaGraphLaunch call alone for a graph of n nodes."""
-        return self.launch_us + self.per_node_host_us * np.asarray(n_nodes, np.float64)
+    def call_us(self, n_nodes, rows=1, in_pieces=False) -> np.ndarray | float:
+        """Host time of the cudaGraphLaunch call alone for a graph of n nodes (`rows` rows; arrays broadcast)."""
+        per_row = self.per_row_host_us * np.asarray(rows, np.float64) * np.asarray(in_pieces, bool)
+        return self.launch_us + self.per_node_host_us * np.asarray(n_nodes, np.float64) + per_row
 
-    def host_us(self, n_nodes) -> np.ndarray | float:
+    def host_us(self, n_nodes, rows=1, in_pieces=False) -> np.ndarray | float:
         """Host time of one replay of a graph of n nodes, input copies included."""
-        return self.input_copy_us + self.call_us(n_nodes)
+        return self.input_copy_us + self.call_us(n_nodes, rows, in_pieces)
 
-    def ready_us(self, n_nodes: int) -> np.ndarray:
-        """When each node can start on the GPU: once the replay call has returned, input copies included.
+    def ready_us(self, n_nodes: int, rows=1, in_pieces=False) -> np.ndarray:
+        """When each node can start on the GPU: once the replay call has returned, input copies included;
+        in pieces, node i once the call has reached it (the fixed cost, then i + 1 nodes' cost).
 
-        The nodes do not trickle out while cudaGraphLaunch runs. In every profiled replay here the first
-        node starts in the last 2 % of the call (the probe's; Hugging Face's torch.cuda.graph steps, 5-30 µs
-        before a 1-2.4 ms call returns), and unprofiled, a replayed step takes the host's enqueue time plus
-        the GPU's own span: HF Llama 3,496 µs against 576 + 2,944, HF Qwen2 3,978 against 865 + 3,146
-        (tools/hf_traces.py, tests/data/hf)."""
-        return np.full(n_nodes, float(self.host_us(n_nodes)))
+        A graph without memset nodes does not trickle out while cudaGraphLaunch runs. In every profiled
+        replay of one here but one (above) the first node starts as the call returns (the probe's; Hugging Face's
+        torch.cuda.graph steps, 5-30 µs before a 1-2.4 ms call returns), and unprofiled, a replayed step
+        takes the host's enqueue time plus the GPU's own span: HF Llama 3,496 µs against 576 + 2,944, HF
+        Qwen2 3,978 against 865 + 3,146 (tools/hf_traces.py, tests/data/hf)."""
+        if in_pieces:
+            return self.input_copy_us + self.launch_us + self.per_node_host_us * np.arange(1.0, n_nodes + 1)
+        return np.full(n_nodes, float(self.host_us(n_nodes, rows, in_pieces)))
 
-    def step_us(self, kernel_dur_us) -> np.ndarray | float:
+    def step_us(self, kernel_dur_us, rows=1, in_pieces=False) -> np.ndarray | float:
         """Step time of one replay (no Timeline built): the last node's end, or the host call's.
 
         Leading axes of `kernel_dur_us` broadcast (one step per row)."""
         dur = np.asarray(kernel_dur_us, np.float64)
         n = dur.shape[-1]
+        host = self.host_us(n, rows, in_pieces)
         if n == 0:
-            return float(self.host_us(0))
-        end = stream_end_us(self.host_us(n), [(0.0, dur, self.node_gap_us, 1)])
-        step = np.maximum(end, self.host_us(n))
+            return float(host)
+        if in_pieces:
+            first = self.input_copy_us + self.launch_us
+            end = stream_end_us(first, [(self.per_node_host_us, dur, self.node_gap_us, 1)])
+        else:
+            end = stream_end_us(host, [(0.0, dur, self.node_gap_us, 1)])
+        step = np.maximum(end, host)
         return float(step) if step.ndim == 0 else step
 
 
@@ -191,15 +213,19 @@ def graph_replay_timeline(
     label: str = "",
     host_name: str | None = None,
     nodes: int | None = None,
+    rows: int = 1,
+    in_pieces: bool = False,
 ) -> Timeline:
     """One graph launch on the CPU lane (`host_name`); the kernels back to back on the GPU, `node_gap_us` apart.
 
-    `nodes`: the graph's nodes when fewer than the intervals drawn (one persistent kernel's phases)."""
+    `nodes`: the graph's nodes when fewer than the intervals drawn (one persistent kernel's phases);
+    `rows`, `in_pieces`: as `GraphReplayCost.host_us`."""
     dur = np.asarray(kernel_dur_us, np.float64)
     names = tuple(kernel_names)
     n = len(dur)
-    host = float(cost.host_us(n if nodes is None else nodes))
-    start = schedule_starts(np.full(n, host), dur, cost.node_gap_us)
+    host = float(cost.host_us(n if nodes is None else nodes, rows, in_pieces))
+    ready = cost.ready_us(n, rows, in_pieces) if in_pieces else np.full(n, host)
+    start = schedule_starts(ready, dur, cost.node_gap_us)
     start = np.maximum(start, 0.0)  # a negative gap never starts a kernel before the step
     return Timeline(
         cpu_start=np.zeros(1),

@@ -1,5 +1,8 @@
 """`python -m sim trace FILE [FILE ...] [--step-range NAME] [--json]`: a profiler trace's steps and what-ifs.
 
+`python -m sim trace BEFORE AFTER --diff [--json]`: two traces before and after a change, kernel families
+compared (`sim.trace_diff`).
+
 Each FILE is one rank (a `.json`, `.json.gz` or `.pt.trace.json(.gz)` written by torch.profiler:
 vLLM, SGLang, Hugging Face, torch.compile, your own code). The text report gives the rule that
 found the steps, every step's readouts, their median and spread, the kernels that take the GPU's
@@ -29,7 +32,8 @@ import sys
 import numpy as np
 
 from core.step_plan import FUSED
-from core.trace import TraceError, TraceReport, analyse, short_kernel_name
+from core.trace import TraceError, TraceReport, analyse
+from sim.trace_kernels import kernel_lines, kernel_table
 from sim.trace_whatif import SOURCES, default_replay_cost, untraced_steps, whatifs
 
 _NOTES = 6  # notes on dropped records the text report prints; --json has every one
@@ -63,39 +67,6 @@ def median_whatifs(report: TraceReport, cost) -> dict:
         for f in folded
     ]
     return out
-
-
-def kernel_table(report: TraceReport, step_index: int | None = None, limit: int | None = None) -> list[dict]:
-    """Per kernel name over one step (or all steps): calls, GPU time, share, launch delay, host per launch."""
-    steps = report.steps if step_index is None else [s for s in report.steps if s.index == step_index]
-    names, dur, delay, host = [], [], [], []
-    for s in steps:
-        names += [short_kernel_name(n, 90) for n in s.timeline.gpu_names]
-        dur.append(s.timeline.gpu_dur)
-        delay.append(s.launch_delay_us)
-        host.append(s.host_per_launch_us)
-    dur, delay, host = np.concatenate(dur), np.concatenate(delay), np.concatenate(host)
-    keys, inverse = np.unique(np.array(names, dtype=object), return_inverse=True)
-    calls = np.bincount(inverse, minlength=len(keys))
-    total = np.bincount(inverse, weights=dur, minlength=len(keys))
-    timed = np.isfinite(delay)  # NaN: the trace lacks the event's launch call
-    delay_sum = np.bincount(inverse, weights=np.where(timed, delay, 0.0), minlength=len(keys))
-    delay_calls = np.bincount(inverse, weights=timed, minlength=len(keys))
-    host_sum = np.bincount(inverse, weights=host, minlength=len(keys))
-    busy = float(dur.sum()) or 1.0
-    rows = [
-        {
-            "kernel": str(keys[i]),
-            "calls": int(calls[i]) // max(len(steps), 1) if step_index is None else int(calls[i]),
-            "total_us": float(total[i]) / (len(steps) if step_index is None else 1),
-            "mean_us": float(total[i] / calls[i]),
-            "share": float(total[i]) / busy,
-            "launch_delay_us": float(delay_sum[i] / delay_calls[i]) if delay_calls[i] else None,
-            "host_per_launch_us": float(host_sum[i] / calls[i]),
-        }
-        for i in np.argsort(-total)
-    ]
-    return rows[:limit] if limit else rows
 
 
 def untraced_summary(report: TraceReport) -> dict:
@@ -134,10 +105,6 @@ def to_json(reports: list[TraceReport], cost) -> dict:
 
 def _us(v: float) -> str:
     return f"{v:,.1f}" if v < 100 else f"{v:,.0f}"
-
-
-def _delay(us: float | None) -> str:
-    return f"{us:7.1f}" if us is not None else f"{'—':>7}"
 
 
 def format_report(reports: list[TraceReport], cost, top: int = 12) -> str:
@@ -184,11 +151,7 @@ def format_report(reports: list[TraceReport], cost, top: int = 12) -> str:
                     + (f"; {saved / 1e6:.2f} MB less HBM traffic" if saved is not None else "")
                 )
         lines += ["", f"kernels by GPU time (median step's share), top {top}:"]
-        for row in kernel_table(r, limit=top):
-            lines.append(
-                f"  {100 * row['share']:5.1f}%  {row['calls']:>6,} × {row['mean_us']:8.2f} µs  "
-                f"delay {_delay(row['launch_delay_us'])} µs  host {row['host_per_launch_us']:6.1f} µs  {row['kernel']}"
-            )
+        lines += kernel_lines(kernel_table(r, limit=top))
         lines.append("")
     return "\n".join(lines)
 
@@ -206,12 +169,30 @@ def main(argv=None) -> int:
         help="a CPU range (record_function) that marks each step, e.g. decode_step",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object (see the module's help)")
+    parser.add_argument(
+        "--diff",
+        action="store_true",
+        help="the two files are before and after a change, not ranks: compare their kernels by family "
+        "(sim.trace_diff)",
+    )
     args = parser.parse_args(argv)
+    if args.diff and len(args.files) != 2:
+        print(
+            "python -m sim trace: --diff compares two traces, before and after: give two files",
+            file=sys.stderr,
+        )
+        return 2
     try:
         reports = [analyse(f, step_range=args.step_range) for f in args.files]
     except TraceError as err:
         print(f"python -m sim trace: {err}", file=sys.stderr)
         return 2
+    if args.diff:
+        from sim.trace_diff import diff_reports, format_diff
+
+        found = diff_reports(*reports)
+        print(json.dumps(found.to_dict(), indent=1) if args.json else format_diff(found))
+        return 0
     cost = default_replay_cost()
     if args.json:
         print(json.dumps(to_json(reports, cost), indent=1))

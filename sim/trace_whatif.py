@@ -22,7 +22,6 @@ model (`sim.timing`): the same recurrence, the same replay cost as the simulator
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -30,25 +29,10 @@ import numpy as np
 from core.step_plan import FUSED, FUSED_GRAPH, GRAPH
 from core.timeline import StepMetrics, Timeline
 from core.trace import EVENT_KINDS, TraceReport, TraceStep, short_kernel_name
+from sim.kernel_families import foldable  # the one classifier of kernel names
 from sim.timing import PROFILER_COST, GraphReplayCost, ProfilerCost, schedule_starts
 
 ESTIMATE = "estimate"
-
-# Lower-cased name fragments. A kernel is foldable when it matches FOLDABLE and none of ANCHORS.
-FOLDABLE = re.compile(
-    r"elementwise|vectorized_|unrolled_|catarraybatchedcopy|copy_kernel|direct_copy|bfloat16_copy"
-    r"|rms_?norm|layer_?norm|layernorm|rmsnorm|meanops|welford|triton_poi_|triton_red_|triton_per_"
-)
-ANCHORS = re.compile(
-    r"gemm|gemv|nvjet|cutlass|cublas|xmma|splitk|matmul|_mm_|flash|fmha|attention|attn|sdpa|softmax"
-    r"|index_?select|indexselect|embedding|nccl|all_?reduce|argmax|argmin|topk|sort|sampl"
-)
-
-
-def foldable(name: str) -> bool:
-    """Would a fuser fold this kernel into its neighbours (an elementwise or norm kernel)?"""
-    lowered = name.lower()
-    return bool(FOLDABLE.search(lowered)) and not ANCHORS.search(lowered)
 
 
 @dataclass(frozen=True, slots=True)

@@ -202,14 +202,13 @@ CROSS = (("h200.json", "h200-holdout.json"), ("h200-holdout.json", "h200.json"))
 
 
 @cache
-def graph_misses() -> dict[tuple[str, str, int], float]:
-    """Every graph-mode point, left out or across runs, beyond the calibration's goal."""
-    goal_, _ = calibration_goals()
+def graph_errors() -> dict[tuple[str, str, int], float]:
+    """Every graph-mode point's error, left out (keyed by its run) or across runs (by the run fitted on)."""
     out = {}
     for name in RUNS:
-        out |= {(name, m, b): e for (m, b), e in loo_errors(name).items() if "graph" in m and abs(e) > goal_}
+        out |= {(name, m, b): e for (m, b), e in loo_errors(name).items() if "graph" in m}
     for a, b_ in CROSS:
-        out |= {(a, m, b): e for (m, b), e in check(a, b_)[1].items() if "graph" in m and abs(e) > goal_}
+        out |= {(a, m, b): e for (m, b), e in check(a, b_)[1].items() if "graph" in m}
     return out
 
 
@@ -433,23 +432,21 @@ QUOTES = [
     Quote(
         "Headline measurements",
         "The calibration misses its goals (each mode's median within {} %, no point beyond {} %): every run has an "
-        "eager point beyond {} %, the hold-out's eager median is {} and the 1b run's fused median {}.",
+        "eager point beyond {} %, and the hold-out's eager median is {}.",
         lambda: (
             f"{100 * calibration_goals()[0]:.0f}",
             f"{100 * calibration_goals()[1]:.0f}",
             _every_run_misses_worst_goal_through_eager(),
             pct(loo("h200-holdout.json")["median_by_mode"]["eager"]),
-            pct(loo("h200-1b.json")["median_by_mode"]["fused"]),
         ),
     ),
     Quote(
         "Headline measurements",
-        "The graph modes, where the GPU sets the pace, are within {} % at every point but {} (worst {}, the unfused "
-        "graph at batch 1 in the 1b run).",
+        "The graph modes, where the GPU sets the pace, are within {} % at every point, left out and across runs "
+        "(worst {}, the unfused graph at batch 1 predicted by the hold-out's fit).",
         lambda: (
             f"{100 * calibration_goals()[0]:.0f}",
-            WORDS[len(graph_misses())],
-            _worst_graph_miss(("h200-1b.json", "graph", 1)),
+            _worst_graph_point(("h200-holdout.json", "graph", 1)),
         ),
     ),
 ]
@@ -461,12 +458,12 @@ def _default_buckets() -> tuple[int, ...]:
     return tuple(run().settings["buckets"])
 
 
-def _worst_graph_miss(where: tuple[str, str, int]) -> str:
-    """The worst graph-mode miss, once it is the point the README names."""
-    misses = graph_misses()
-    worst = max(misses, key=lambda k: abs(misses[k]))
-    assert worst == where, (worst, where)
-    return signed(misses[worst])
+def _worst_graph_point(where: tuple[str, str, int]) -> str:
+    """The worst graph-mode error, once it is the point the README names and within the goal."""
+    errors = graph_errors()
+    worst = max(errors, key=lambda k: abs(errors[k]))
+    assert worst == where and abs(errors[worst]) <= calibration_goals()[0], (worst, where, errors[worst])
+    return signed(errors[worst])
 
 
 def _every_run_misses_worst_goal_through_eager() -> str:
@@ -569,8 +566,28 @@ def headline_table() -> dict[str, list[str | None]]:
             profiler_day,
             None,
         ],
+        "1b preset, the persistent kernel at batch 1, back to back, against the read floor and fused + graph "
+        "in the same run": persistent_row(),
         "the test suite on a fresh clone, 2 CPU cores, no GPU": [None, "", None, None],
     }
+
+
+def persistent_row() -> list[str | None]:
+    """The persistent kernel's row, from the GPU run bench/persistent_speed.py reads."""
+    import persistent_speed
+
+    data = json.loads(persistent_speed.DEFAULT.read_text())
+    runs = {(r["preset"], r["mode"], r["batch"]): r for r in data["runs"]}
+    mine, peer = (runs[("1b", m, 1)] for m in (persistent_speed.PERSISTENT, persistent_speed.PEER))
+    ratios = {what: value for what, value, _, _ in persistent_speed.goals(data) if "/ fused+graph" in what}
+    worst = max(ratios, key=ratios.get)
+    return [
+        f"{n0(mine['back_to_back_us'])} µs = {mine['back_to_back_x_floor']:.2f} × the floor "
+        f"({n0(mine['floor_us'])} µs); fused + graph {n0(peer['back_to_back_us'])} µs",
+        f"{ratios[worst]:.2f} × fused + graph's step at batch {worst.split()[1][1:]}",
+        data["created"][:10],
+        None,
+    ]
 
 
 # -- what no shipped file can recompute -------------------------------------------------------------

@@ -529,16 +529,18 @@ def _without_profiler(report: reader.TraceReport, step: reader.TraceStep, whole:
 
 def _kernels_table(report: reader.TraceReport, step: reader.TraceStep) -> None:
     rows = _kernel_rows(report, step)
+    replays = any(r["replayed"] for r in rows)
     st.dataframe(
         [
             {
                 "kernel": r["kernel"],
                 "calls": r["calls"],
-                "total µs": round(r["total_us"], 1),
-                "mean µs": round(r["mean_us"], 2),
-                "share": f"{100 * r['share']:.1f}%",
-                "launch delay µs": None if r["launch_delay_us"] is None else round(r["launch_delay_us"], 1),
-                "host µs / launch": round(r["host_per_launch_us"], 1),
+                "total µs": None if r["graph_launch"] else round(r["total_us"], 1),
+                "mean µs": None if r["graph_launch"] else round(r["mean_us"], 2),
+                "share": "" if r["graph_launch"] else f"{100 * r['share']:.1f}%",
+                "launch delay µs": _rounded(r["launch_delay_us"], 1),
+                **({"gap µs (replayed)": _rounded(r["gap_us"], 1)} if replays else {}),
+                "host µs / launch": _rounded(r["host_per_launch_us"], 1),
             }
             for r in rows
         ],
@@ -548,9 +550,20 @@ def _kernels_table(report: reader.TraceReport, step: reader.TraceStep) -> None:
     )
     st.caption(
         "Per kernel name in this step: calls, GPU time, its share of the kernels' time, the mean delay from the "
-        "end of its launch call to its start, and the host time of its launch (for a replayed graph, the whole "
-        "graph launch)."
+        "end of its launch call to its start, and the host time of its launch."
+        + (
+            " Kernels replayed by a CUDA graph have no launch of their own: the graph launch's host time is its "
+            "own first row, and each replayed kernel shows instead the gap from the end of the previous kernel "
+            "on its stream to its start (negative: it began before that one ended, as with programmatic "
+            "dependent launch)."
+            if replays
+            else ""
+        )
     )
+
+
+def _rounded(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
 
 
 def _side_title(title: str, step: reader.TraceStep) -> None:
@@ -674,6 +687,9 @@ def render() -> None:
             _side_title(compare, other[1])
             _lanes(other[0], other[1], None, whole, "tr_compare_lanes", x_max)
         st.caption("Both on one time axis, so a step twice as long looks twice as long.")
+        from ui.trace_diff_view import show_diff  # before/after by kernel family (sim.trace_diff)
+
+        show_diff(title, report, compare, other[0])
     _gpu_time_by_kind(step)
     _without_profiler(report, step, whole)
     st.markdown("**Where the time goes**")

@@ -67,7 +67,11 @@ def unpipelined_gemms(result) -> frozenset[tuple[int, int, bool]]:
 @dataclass(frozen=True, slots=True)
 class Family:
     name: str
-    host: str  # "aten" (PyTorch dispatch) or "triton" (Triton's launcher): what one eager launch costs
+    # What one eager launch costs the host: "aten" (PyTorch's dispatch), "triton" (a Triton kernel behind
+    # its Python wrapper, which allocates its outputs and passes 13-17 arguments) or "merge" (the split
+    # merge's bare Triton launch, of three tensors and a count: in every profiled fused step it takes
+    # 0.5-0.6 × a GEMM's).
+    host: str
     pdl: bool  # launched with programmatic dependent launch inside the probe's graphs
     what: str
 
@@ -83,7 +87,7 @@ FAMILIES: tuple[Family, ...] = (
     ),
     Family("unpiped_gemm_wide", "triton", False, "the tensor-core GEMM unpipelined, above 16 rows"),
     Family("attention", "triton", False, "Triton paged attention: each row's K and V over the context"),
-    Family("split_merge", "triton", False, "Triton merge of the attention's context splits (small batch)"),
+    Family("split_merge", "merge", False, "Triton merge of the attention's context splits (small batch)"),
     Family("cublas_gemv", "aten", False, "cuBLAS matmuls at batch up to 4 (projections and attention)"),
     Family("cublas", "aten", False, "cuBLAS matmuls above batch 4 (projections and attention)"),
     Family("aten", "aten", False, "every other PyTorch kernel: norms, RoPE, KV gathers, casts, copies"),
@@ -96,6 +100,7 @@ FAMILIES: tuple[Family, ...] = (
     ),
 )
 NAMES = tuple(f.name for f in FAMILIES)
+HOSTS = ("aten", "triton", "merge")  # the eager launch kinds, each at its own cost (calibration.model)
 INDEX = {f.name: i for i, f in enumerate(FAMILIES)}
 MATMUL = (  # may be limited by the matrix rate
     "gemv",
