@@ -249,15 +249,20 @@ def test_the_step_without_the_profiler_beside_the_traced_one_estimated():
     assert shown["Without the profiler"] == format_us(u.step_us) != shown["As traced"]
     assert shown["Traced / without"] == f"{step.metrics.step_us / u.step_us:.2f}×"
     assert any("as traced, and without the profiler" in h.value for h in at.subheader)
-    traced, untraced = _lanes_spec(at, 1), _lanes_spec(at, 2)  # after the step's own lanes
-    assert traced["layout"]["xaxis"]["range"] == untraced["layout"]["xaxis"]["range"]
-    assert _lanes_of(traced) == _lanes_of(untraced) == {"CPU", "GPU"}
+    both = _lanes_spec(at, 1)  # after the step's own lanes: the two steps on one time axis
+    assert _lanes_of(both) == {
+        "CPU · as traced",
+        "GPU · as traced",
+        "CPU · without the profiler",
+        "GPU · without the profiler",
+    }
 
-    def last_launch(spec) -> float:  # where the host lane's last drawn interval starts
-        (cpu,) = [t for t in spec["data"] if t["name"] == "CPU launch"]
+    def last_launch(which: str) -> float:  # where the host lane's last drawn interval starts
+        (cpu,) = [t for t in both["data"] if t["name"] == f"CPU launch · {which}"]
         return max(cpu["base"])
 
-    assert last_launch(untraced) < 0.9 * last_launch(traced)  # the profiler's cost came out of the host lane
+    # The profiler's cost came out of the host lane.
+    assert last_launch("without the profiler") < 0.9 * last_launch("as traced")
     captions = " ".join(c.value for c in at.caption)
     assert "is estimated" in captions and "Why a traced host-bound step runs slow" in captions
     table = at.dataframe[0].value

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -470,7 +471,7 @@ def _why_slow() -> str:
 
 
 def _without_profiler(report: reader.TraceReport, step: reader.TraceStep, whole: bool) -> None:
-    """The step as traced beside the step without the profiler: two sets of lanes on one time axis."""
+    """The step as traced beside the step without the profiler: both sets of lanes on one time axis."""
     untraced = _untraced(report, step)
     traced = step.metrics.step_us
     st.subheader("The step as traced, and without the profiler")
@@ -492,28 +493,19 @@ def _without_profiler(report: reader.TraceReport, step: reader.TraceStep, whole:
         f"{traced / untraced.step_us:.2f}×",
         help="How much slower the profiler made this step.",
     )
-    shown = [
-        t if whole else t.first_launches(FIRST_LAUNCHES) for t in (step.timeline, untraced.step.timeline)
-    ]
-    x_max = max(t.step_us for t in shown)
-    titles = ("As traced", f"Without the profiler ({untraced.source_label})")
-    for col, timeline, title, key in zip(
-        st.columns(2, gap="medium"),
-        (step.timeline, untraced.step.timeline),
-        titles,
-        ("tr_traced", "tr_untraced"),
-    ):
-        with col:
-            st.markdown(f"**{title}**")
-            fig = lanes_figure(timeline, whole_step=whole)
-            fig.update_xaxes(range=[0, x_max * 1.02], autorange=False)
-            st.plotly_chart(
-                fig,
-                width="stretch",
-                key=f"{key}_lanes",
-                theme=None,
-                config={"displaylogo": False, "scrollZoom": True},
-            )
+    # One chart, the two steps' lanes one above the other on one time axis: a second chart would cost every step
+    # change another ~30 ms of drawing in the browser (bench/trace_speed.py).
+    both = (
+        replace(step.timeline, label="as traced"),
+        replace(untraced.step.timeline, source=step.timeline.source, label="without the profiler"),
+    )
+    st.plotly_chart(
+        lanes_figure(*both, whole_step=whole),
+        width="stretch",
+        key="tr_untraced_lanes",
+        theme=None,
+        config={"displaylogo": False, "scrollZoom": True},
+    )
     source = (
         f"The step without the profiler is measured by the recorder ({untraced.step_us:,.0f} µs); its lanes are "
         "this step with the profiler's cost taken out of each host interval, scaled to match it."
@@ -521,7 +513,7 @@ def _without_profiler(report: reader.TraceReport, step: reader.TraceStep, whole:
         else f"The step without the profiler is estimated: {untraced.profiler_us:,.0f} µs of the profiler's own cost "
         "taken out of the host lane, the kernels rescheduled by the simulator's timing model."
     )
-    st.caption(f"{source} Both on one time axis. {_why_slow()}")
+    st.caption(f"{source} {_why_slow()}")
     notes = [report.trace.recorded_note, *untraced.notes]
     for note in filter(None, notes):
         st.caption(plain(note))
