@@ -19,6 +19,10 @@ what-ifs on an uploaded trace.
   apart (fill and drain between dependent kernels, which
   programmatic dependent launch partly hides, so it may be negative: the next kernel's
   prologue overlaps the previous one's tail): `GraphReplayCost`, `graph_replay_timeline`.
+- A profiled step pays `torch.profiler`'s own host cost for every event it records (an op, an API call, a
+  Python call, an op's shapes): `ProfilerCost`. Taking it out of each host interval, the step's own kernels
+  rescheduled by `schedule_starts`, gives the step as it runs without the profiler
+  (`sim.trace_whatif.untraced`).
 
 numpy only.
 """
@@ -234,3 +238,68 @@ def graph_replay_timeline(
         source="simulated",
         label=label,
     )
+
+
+# -- the profiler's own cost ----------------------------------------------------------------
+MIN_SPEED_CALLS = 32  # kernel launch calls a step needs for its host speed to be read off them
+_PRICE = {"runtime": "api_us", "driver": "api_us"}  # event kinds priced by a field not named after them
+
+
+@dataclass(frozen=True, slots=True)
+class ProfilerCost:
+    """What `torch.profiler` adds to the host per event it records (µs), by the kinds `core.trace` counts.
+
+    The host time of a recorded interval without the profiler is its traced time less its events' cost,
+    never below `keep` of it (`untraced_us`): a cost larger than the interval means the costs do not fit
+    this host, and the interval keeps a share of its time rather than vanishing."""
+
+    op_us: float  # an aten op or record_function range: RecordFunction's callbacks at its start and end
+    triton_us: float  # Inductor's range around a Triton launch, made (in Python) only while a profiler runs
+    api_us: float  # a CUDA runtime or driver call: CUPTI's callbacks on entry and exit
+    python_us: float = 0.0  # a Python call, recorded with with_stack=True
+    shapes_us: float = 0.0  # an op's input shapes and types, recorded with record_shapes=True
+    line_scale: float = 1.0  # × the measured growth of the host time before Python calls (core.trace)
+    # The costs hold on a host whose kernel launch calls take this long traced (median, µs); a step whose
+    # launch calls take longer ran on a slower host (the VM's speed drifts), and each event costs that much more.
+    launch_ref_us: float = float("nan")  # NaN: the costs as they are, whatever the host
+    keep: float = 0.1  # an interval keeps at least this share of its traced time
+    source: str = ""  # where the figures come from
+
+    def per_event_us(self, kinds) -> np.ndarray:
+        """The cost of one event of each kind named in `kinds` (core.trace.EVENT_KINDS)."""
+        return np.array([getattr(self, _PRICE.get(k, f"{k}_us")) for k in kinds], np.float64)
+
+    def speed(self, launch_call_us: float, launch_calls: int) -> float:
+        """How much slower than the fitted host a step's host ran, from its kernel launch calls' median traced
+        duration (1: as fitted, or too few calls to tell: a graph replay's one copy launch is no measure)."""
+        ratio = launch_call_us / self.launch_ref_us
+        if launch_calls < MIN_SPEED_CALLS or not np.isfinite(ratio) or ratio <= 0:
+            return 1.0
+        return float(np.clip(ratio, 0.25, 4.0))
+
+    def host_us(self, counts, line_us, kinds, speed: float = 1.0) -> np.ndarray:
+        """The profiler's cost of each interval: counts (intervals × kinds) priced at the step's host `speed`,
+        plus the line lookups (measured on the step itself, so at its speed already)."""
+        counts = np.asarray(counts, np.float64).reshape(-1, len(kinds))
+        priced = counts @ self.per_event_us(kinds) * speed
+        return priced + self.line_scale * np.asarray(line_us, np.float64)
+
+    def untraced_us(self, traced_us, cost_us) -> np.ndarray:
+        """Host time of intervals without the profiler: traced less cost, at least `keep` of traced."""
+        traced = np.asarray(traced_us, np.float64)
+        return np.maximum(traced - np.asarray(cost_us, np.float64), self.keep * traced)
+
+
+# Fitted by `python tools/profiler_cost_fit.py` on the H200 run in tests/data/profiler/h200 (torch 2.11.0+cu130,
+# 2026-12-03): its reliable host-bound pairs (Llama, Qwen2 and TinyLlama shapes, eager and torch.compile without
+# graphs, batch 1-16, three profiler settings) and its one-event loops. tests/test_profiler_cost_fit.py fits again.
+PROFILER_COST = ProfilerCost(
+    op_us=1.037,
+    triton_us=8.898,
+    api_us=3.93,
+    python_us=0.356,
+    shapes_us=0.69,
+    line_scale=1.035,
+    launch_ref_us=5.64,
+    source="fitted on paired traced/untraced H200 steps (torch 2.11): tools/profiler_cost_fit.py",
+)

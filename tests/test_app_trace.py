@@ -62,6 +62,7 @@ def test_the_what_if_is_drawn_beside_the_trace_and_the_aliases_work():
     table = at.dataframe[0].value
     assert list(table["the step"]) == [
         "as traced",
+        "without the profiler (estimated)",
         "with fusion (estimate)",
         "with CUDA graphs (estimate)",
         "with fusion + graphs (estimate)",
@@ -186,7 +187,7 @@ def test_the_server_holds_uploaded_traces_within_a_byte_budget(monkeypatch):
     # Drawing the newest caches its steps and what-ifs on it: counted again, the older one goes.
     ranks = tab._resident("upload-4")
     report = tab._report(ranks[0], None)
-    tab._whatifs(report.steps[0])
+    tab._whatifs(report, report.steps[0])
     tab._recount("upload-4")
     assert len(tab._RESIDENT) == 1 and tab._RESIDENT.total > 1.5 * one
 
@@ -233,3 +234,53 @@ def test_bare_urls_from_the_file_the_name_and_the_link_render_as_text():
     at.text_input(key="tr_range").set_value("").run()
     assert any("evil" in i.value for i in at.info)  # the device and the name are shown
     assert not _bare_links(at)
+
+
+def test_the_step_without_the_profiler_beside_the_traced_one_estimated():
+    from sim.trace_whatif import untraced_steps
+    from ui.charts import format_us
+
+    at = open_tab(TAB)
+    _no_traceback(at)
+    report = analyse(HF / "hf_llama_eager_profilerstep.json.gz")
+    step, u = report.steps[0], untraced_steps(report)[0]
+    shown = metrics(at)
+    assert shown["As traced"] == format_us(step.metrics.step_us)
+    assert shown["Without the profiler"] == format_us(u.step_us) != shown["As traced"]
+    assert shown["Traced / without"] == f"{step.metrics.step_us / u.step_us:.2f}×"
+    assert any("as traced, and without the profiler" in h.value for h in at.subheader)
+    both = _lanes_spec(at, 1)  # after the step's own lanes: the two steps on one time axis
+    assert _lanes_of(both) == {
+        "CPU · as traced",
+        "GPU · as traced",
+        "CPU · without the profiler",
+        "GPU · without the profiler",
+    }
+
+    def last_launch(which: str) -> float:  # where the host lane's last drawn interval starts
+        (cpu,) = [t for t in both["data"] if t["name"] == f"CPU launch · {which}"]
+        return max(cpu["base"])
+
+    # The profiler's cost came out of the host lane.
+    assert last_launch("without the profiler") < 0.9 * last_launch("as traced")
+    captions = " ".join(c.value for c in at.caption)
+    assert "is estimated" in captions and "Why a traced host-bound step runs slow" in captions
+    table = at.dataframe[0].value
+    assert list(table["the step"])[:2] == ["as traced", "without the profiler (estimated)"]
+    graphs = table[table["the step"] == "with CUDA graphs (estimate)"].iloc[0]
+    assert float(graphs["vs the traced step"].rstrip("×")) > float(
+        graphs["vs your step without the profiler"].rstrip("×")
+    )
+    assert "faster than your step without the profiler" in captions and "vs the traced step" in captions
+
+
+def test_a_trace_with_the_recorders_timing_quotes_it_as_measured():
+    from ui.charts import format_us
+
+    at = open_tab(TAB, tr_trace="HF Qwen2-0.5B eager, with the recorder's timing")
+    _no_traceback(at)
+    report = analyse(ROOT / "tests/data/profiler/h200/qwen2_eager_b1_default.json.gz")
+    assert metrics(at)["Without the profiler"] == format_us(report.trace.recorded_untraced["median_us"])
+    captions = " ".join(c.value for c in at.caption)
+    assert "measured by the recorder" in captions
+    assert list(at.dataframe[0].value["the step"])[1] == "without the profiler (measured by the recorder)"

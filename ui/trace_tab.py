@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -65,6 +66,13 @@ EXAMPLES = {
     "HF Llama-1B eager, busy second stream": (
         "tests/data/hf/hf_llama_two_streams.json.gz",
         "the same eager loop with a second CUDA stream running matmuls during each step",
+        None,
+    ),
+    "HF Qwen2-0.5B eager, with the recorder's timing": (
+        "tests/data/profiler/h200/qwen2_eager_b1_default.json.gz",
+        "Hugging Face transformers: a Qwen2.5-0.5B-shaped Qwen2ForCausalLM (random weights, static cache) decoding "
+        "at batch 1, eager, one ProfilerStep#N, written by gpu_probe/recorder.py: the trace carries the step "
+        "timed without the profiler",
         None,
     ),
     "Probe 0.5B eager": (
@@ -122,12 +130,15 @@ def _session_uploads() -> dict:
 
 
 def _drawn(ranks: tuple) -> int:
-    """How many analyses the page has cached on an upload (reports, what-ifs, kernel tables)."""
+    """How many analyses the page has cached on an upload (reports, untraced steps, what-ifs, kernel tables)."""
     count = 0
     for trace in ranks:
         for report in trace.__dict__.get("_reports", {}).values():
             count += 1 + sum(
-                ("_whatifs" in s.__dict__) + ("_kernel_rows" in s.__dict__) for s in report.steps
+                ("_whatifs" in s.__dict__)
+                + ("_kernel_rows" in s.__dict__)
+                + len(s.__dict__.get("_untraced", ()))
+                for s in report.steps
             )
     return count
 
@@ -259,12 +270,20 @@ def _report(trace: reader.Trace, step_range: str | None) -> reader.TraceReport:
     return cache[step_range]
 
 
-def _whatifs(step: reader.TraceStep) -> dict:
+def _untraced(report: reader.TraceReport, step: reader.TraceStep):
+    """The step without the profiler (sim.trace_whatif.Untraced): the trace's recorded figure, else an estimate."""
+    from sim.trace_whatif import untraced_of
+
+    return untraced_of(step, report.trace.recorded_untraced)
+
+
+def _whatifs(report: reader.TraceReport, step: reader.TraceStep) -> dict:
+    """The what-ifs of the step without the profiler (what graphs and fusion would make of the step as it runs)."""
     cached = step.__dict__.get("_whatifs")
     if cached is None:
         from sim.trace_whatif import default_replay_cost, whatifs
 
-        cached = whatifs(step, default_replay_cost())
+        cached = whatifs(_untraced(report, step).step, default_replay_cost())
         object.__setattr__(step, "_whatifs", cached)
     return cached
 
@@ -350,37 +369,44 @@ def _gpu_time_by_kind(step: reader.TraceStep) -> None:
         )
 
 
-def _whatif_table(step: reader.TraceStep) -> None:
-    outs = _whatifs(step)
-    base = step.metrics.step_us
+def _whatif_table(report: reader.TraceReport, step: reader.TraceStep) -> None:
+    outs = _whatifs(report, step)
+    untraced = _untraced(report, step)
+    base, real = step.metrics.step_us, untraced.step_us
     labels = {v: k for k, v in WHATIFS.items()}
-    rows = [
-        {
-            "the step": "as traced",
-            "step time": format_us(base),
-            "vs the trace": "1.00×",
-            "kernels": step.kernels,
-            "launches": step.launches,
-            "bound by": step.metrics.bound_by,
+
+    def row(name: str, us: float, kernels: int, launches: int, bound: str) -> dict:
+        return {
+            "the step": name,
+            "step time": format_us(us),
+            "vs your step without the profiler": f"{real / us:.2f}×",
+            "vs the traced step": f"{base / us:.2f}×",
+            "kernels": kernels,
+            "launches": launches,
+            "bound by": bound,
         }
+
+    m = step.metrics
+    rows = [
+        row("as traced", base, step.kernels, step.launches, m.bound_by),
+        row(f"without the profiler ({untraced.source_label})", real, step.kernels, step.launches, m.bound_by),
     ]
     for name, w in outs.items():
         rows.append(
-            {
-                "the step": f"{labels[name]} (estimate)",
-                "step time": format_us(w.metrics.step_us),
-                "vs the trace": f"{base / w.metrics.step_us:.2f}×",
-                "kernels": w.kernels,
-                "launches": w.launches,
-                "bound by": w.metrics.bound_by,
-            }
+            row(f"{labels[name]} (estimate)", w.metrics.step_us, w.kernels, w.launches, w.metrics.bound_by)
         )
     st.dataframe(rows, hide_index=True, width="stretch")
     if step.graph_launches:
         st.caption("This step already replays a CUDA graph, so only fusion is estimated.")
+    quoted = [
+        f"{labels[name]}: {real / w.metrics.step_us:.1f}× faster than your step without the profiler; "
+        f"{base / w.metrics.step_us:.1f}× vs the traced step"
+        for name, w in outs.items()
+    ]
     notes = " ".join(dict.fromkeys(note for w in outs.values() for note in w.notes))
     st.caption(
-        "Estimates: the trace's own kernel times rescheduled by the simulator's timing model. " + notes
+        "; ".join(quoted).capitalize() + ". Estimates: the step without the profiler, its own kernel times "
+        "rescheduled by the simulator's timing model. " + notes
     )
     folded = outs["fusion"].folded
     if not folded:
@@ -413,9 +439,14 @@ def _whatif_table(step: reader.TraceStep) -> None:
 
 
 def _lanes(
-    step: reader.TraceStep, whatif: str | None, whole: bool, key: str, x_max: float | None = None
+    report: reader.TraceReport,
+    step: reader.TraceStep,
+    whatif: str | None,
+    whole: bool,
+    key: str,
+    x_max: float | None = None,
 ) -> None:
-    overlay = _whatifs(step).get(whatif) if whatif else None
+    overlay = _whatifs(report, step).get(whatif) if whatif else None
     fig = lanes_figure(step.timeline, overlay.timeline if overlay is not None else None, whole_step=whole)
     if x_max is not None:
         fig.update_xaxes(range=[0, x_max * 1.02], autorange=False)
@@ -424,6 +455,68 @@ def _lanes(
     )
     if whatif and overlay is None:
         st.caption("This step already replays a CUDA graph: there is no graphs what-if to draw.")
+
+
+def _why_slow() -> str:
+    from sim.timing import PROFILER_COST as c
+
+    return (
+        f"Why a traced host-bound step runs slow: torch.profiler spends host time on every event it records, about "
+        f"{c.op_us:.1f} µs an aten op, {c.api_us:.1f} µs a CUDA runtime or driver call and {c.triton_us:.0f} µs the "
+        f"range Inductor opens around each Triton launch, with {c.shapes_us:.1f} µs more an op under record_shapes "
+        "and Python calls under with_stack (fitted on H200 traces, scaled by how fast this trace's host launched "
+        "kernels). A host-bound step pays all of it, since its GPU waits for the host; a GPU-bound step hides it "
+        "behind kernels that were queued anyway. The what-ifs start from the step without the profiler."
+    )
+
+
+def _without_profiler(report: reader.TraceReport, step: reader.TraceStep, whole: bool) -> None:
+    """The step as traced beside the step without the profiler: both sets of lanes on one time axis."""
+    untraced = _untraced(report, step)
+    traced = step.metrics.step_us
+    st.subheader("The step as traced, and without the profiler")
+    as_traced, without, ratio = st.columns(3)
+    as_traced.metric("As traced", format_us(traced), help="The step as the profiler recorded it.")
+    without.metric(
+        "Without the profiler",
+        format_us(untraced.step_us),
+        help=(
+            "Measured by the recorder (gpu_probe/recorder.py: untraced steps timed before profiling), carried in the "
+            "trace's metadata."
+            if untraced.source == "metadata"
+            else "Estimated: each host interval less the profiler's cost of the events recorded in it, the kernels "
+            "rescheduled. Record with gpu_probe/recorder.py to carry the measured figure in the trace."
+        ),
+    )
+    ratio.metric(
+        "Traced / without",
+        f"{traced / untraced.step_us:.2f}×",
+        help="How much slower the profiler made this step.",
+    )
+    # One chart, the two steps' lanes one above the other on one time axis: a second chart would cost every step
+    # change another ~30 ms of drawing in the browser (bench/trace_speed.py).
+    both = (
+        replace(step.timeline, label="as traced"),
+        replace(untraced.step.timeline, source=step.timeline.source, label="without the profiler"),
+    )
+    st.plotly_chart(
+        lanes_figure(*both, whole_step=whole),
+        width="stretch",
+        key="tr_untraced_lanes",
+        theme=None,
+        config={"displaylogo": False, "scrollZoom": True},
+    )
+    source = (
+        f"The step without the profiler is measured by the recorder ({untraced.step_us:,.0f} µs); its lanes are "
+        "this step with the profiler's cost taken out of each host interval, scaled to match it."
+        if untraced.source == "metadata"
+        else f"The step without the profiler is estimated: {untraced.profiler_us:,.0f} µs of the profiler's own cost "
+        "taken out of the host lane, the kernels rescheduled by the simulator's timing model."
+    )
+    st.caption(f"{source} {_why_slow()}")
+    notes = [report.trace.recorded_note, *untraced.notes]
+    for note in filter(None, notes):
+        st.caption(plain(note))
 
 
 def _kernels_table(report: reader.TraceReport, step: reader.TraceStep) -> None:
@@ -574,26 +667,27 @@ def render() -> None:
         "The whole step" if whole else f"First {FIRST_LAUNCHES} {'kernels' if replay else 'launches'}"
     )
     if other is None:
-        _lanes(step, whatif, whole, "tr_lanes")
+        _lanes(report, step, whatif, whole, "tr_lanes")
     else:
         shown = [s.timeline if whole else s.timeline.first_launches(FIRST_LAUNCHES) for s in (step, other[1])]
         x_max = max(t.step_us for t in shown)
         left, right = st.columns(2, gap="medium")
         with left:
             _side_title(title, step)
-            _lanes(step, whatif, whole, "tr_lanes", x_max)
+            _lanes(report, step, whatif, whole, "tr_lanes", x_max)
         with right:
             _side_title(compare, other[1])
-            _lanes(other[1], None, whole, "tr_compare_lanes", x_max)
+            _lanes(other[0], other[1], None, whole, "tr_compare_lanes", x_max)
         st.caption("Both on one time axis, so a step twice as long looks twice as long.")
         from ui.trace_diff_view import show_diff  # before/after by kernel family (sim.trace_diff)
 
         show_diff(title, report, compare, other[0])
     _gpu_time_by_kind(step)
+    _without_profiler(report, step, whole)
     st.markdown("**Where the time goes**")
     show_time_split(step.metrics)
     st.subheader("What CUDA graphs and fusion would save")
-    _whatif_table(step)
+    _whatif_table(report, step)
     st.subheader("Kernels")
     _kernels_table(report, step)
     _download(step)

@@ -87,3 +87,34 @@ def test_bare_urls_in_a_trace_and_its_name_show_as_text_with_no_link(page, app_u
     targets = page.locator("a").evaluate_all("links => links.map(a => a.protocol + a.hostname + a.pathname)")
     assert not [t for t in targets if "evil" in t or t.startswith("mailto")], targets
     assert page.locator("[data-testid=stException]").count() == 0
+
+
+def test_the_step_without_the_profiler_is_drawn_beside_the_traced_one(page, app_url):
+    """A trace written by gpu_probe/recorder.py: its measured step is quoted as measured, and its lanes are drawn
+    at the corrected host times beside the traced ones, both on one time axis."""
+    from ui.charts import format_us
+
+    trace = (
+        Path(__file__).resolve().parents[1] / "data" / "profiler" / "h200" / "qwen2_eager_b1_default.json.gz"
+    )
+    report = analyse(trace)
+    median = report.trace.recorded_untraced["median_us"]
+    open_app(page, app_url, "tab=Your+trace", wait_for=".st-key-tr_lanes .main-svg")
+    upload = page.locator("[data-testid=stFileUploader] input[type=file]").first
+    rerun_after(
+        page,
+        lambda: upload.set_input_files(
+            files=[{"name": "recorded.json.gz", "mimeType": "application/gzip", "buffer": trace.read_bytes()}]
+        ),
+    )
+    page.get_by_text("uploaded: recorded.json.gz").first.wait_for()
+    page.locator(".st-key-tr_untraced_lanes .main-svg").first.wait_for()
+    assert page.locator("[data-testid=stException]").count() == 0
+    assert metric_value(page, "As traced") == format_us(report.steps[0].metrics.step_us)
+    assert metric_value(page, "Without the profiler") == format_us(median)
+    page.get_by_text("measured by the recorder").first.wait_for()
+    both = lanes(page, 1)  # the step's own lanes come first; then the two steps on one time axis
+    traced, untraced = both["CPU launch · as traced"], both["CPU launch · without the profiler"]
+    assert untraced[0] == traced[0]  # the same launches, drawn shorter
+    assert untraced[1] < 0.9 * traced[1]
+    assert both["GPU kernel · without the profiler"][0] == both["GPU kernel · as traced"][0]
