@@ -2,13 +2,21 @@
 
     python bench/calibration_check.py
 
-Runs `sim.calibration` (the same code as `python -m sim calibrate`) on the recorded run
-(gpu_probe/recorded/h200.json, 2026-11-30) and the hold-out (h200-holdout.json, made with
-the same CLI on the same H200 the day after, never fitted), and prints for each: every
-mode's median leave-one-out error, the worst mode and point, fused+graph at batch 1; then the
-fit on each run predicting the other's points; then leave-one-out on the 1b preset's run
-(h200-1b.json, 2026-12-01: Llama-3.2-1B's shape, another decoder, so only its own fit). Goals (issue 12): every mode ≤ 10 % median,
-no point beyond 25 %, fused+graph batch 1 within 10 %.
+Runs `sim.calibration` (the same code as `python -m sim calibrate`) on the shipped runs
+(gpu_probe/recorded/): the small preset's recorded run (h200.json, 2026-11-30) and its
+hold-out (h200-holdout.json, the same CLI on another lease the day after), the 1b preset's
+run (h200-1b.json, 2026-12-02: Llama-3.2-1B's shape, another decoder, so only its own fit;
+it is the only 1b run shipped) and the small preset at batch 1 only (h200-small-b1.json, the
+same lease as the 1b run: too few points for a fit of its own, so only predicted). It prints
+
+- per run, each point left out of its fit: every mode's median step error and its worst point,
+  fused+graph at batch 1, against the goals (issue 12: every mode ≤ 10 % median, no point
+  beyond 25 %, fused+graph batch 1 within 10 %);
+- the fit on each small-preset run predicting the other's points, and the batch-1 run's;
+- the host side alone (the unprofiled enqueue time), left out and across runs, and the 1b
+  fit's host costs (its launch and replay costs; the GPU side is another decoder's) on the
+  small runs' host times;
+- the host noise that sets the eager misses: the same eager step in the three small runs.
 """
 
 from __future__ import annotations
@@ -20,31 +28,74 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from sim.calibration import calibrate  # noqa: E402
-from sim.calibration.report import check_summary, load_run, loo_summary, verdict  # noqa: E402
+from sim.calibration.families import unpipelined_gemms  # noqa: E402
+from sim.calibration.model import ProbeModel, model_from_result, points_from_result  # noqa: E402
+from sim.calibration.report import by_mode, check_summary, load_run, loo_summary, summary, verdict  # noqa: E402
 
-RUNS = {"recorded": "recorded", "hold-out": str(ROOT / "gpu_probe" / "recorded" / "h200-holdout.json")}
-OTHER_MODELS = {"1b": str(ROOT / "gpu_probe" / "recorded" / "h200-1b.json")}  # another decoder: its own fit
+RECORDED = ROOT / "gpu_probe" / "recorded"
+RUNS = {  # fitted on their own: leave-one-out
+    "recorded": "recorded",
+    "hold-out": str(RECORDED / "h200-holdout.json"),
+    "1b": str(RECORDED / "h200-1b.json"),
+}
+CROSS = (
+    ("recorded", "hold-out"),
+    ("hold-out", "recorded"),
+    ("recorded", "small b1"),
+    ("hold-out", "small b1"),
+)
+PREDICTED_ONLY = {"small b1": str(RECORDED / "h200-small-b1.json")}  # batch 1 only: one point a mode
+SMALL = ("recorded", "hold-out", "small b1")
 
 
-def _line(s: dict) -> str:
-    return ", ".join(f"{m} {100 * e:.1f} %" for m, e in s["median_by_mode"].items())
+def host_errors(cal, other) -> dict:
+    """The host time of each of `other`'s points from `cal`'s launch and replay costs (any decoder)."""
+    points = points_from_result(other)
+    sim = ProbeModel(model_from_result(other), points, unpipelined_gemms(other))
+    host = sim.host_us(cal.theta)
+    return {(p.mode.name, p.batch): h / p.host_us - 1 for p, h in zip(points, host)}
 
 
 def main() -> int:
-    results = {name: load_run(source) for name, source in RUNS.items()}
-    cals = {name: calibrate(r) for name, r in results.items()}
+    results = {name: load_run(source) for name, source in {**RUNS, **PREDICTED_ONLY}.items()}
+    cals = {name: calibrate(results[name]) for name in RUNS}
+    print("Step time, each point left out of its run's fit: median by mode (worst point)")
     for name, cal in cals.items():
         s = loo_summary(cal)
-        print(f"{name}: leave-one-out median by mode: {_line(s)}")
-        print("  " + verdict(s, "Leave-one-out"))
-    for fit_on, other in (("recorded", "hold-out"), ("hold-out", "recorded")):
+        print(f"  {name}: {by_mode(s)}")
+        print("    " + verdict(s, "Leave-one-out"))
+    print("Step time, fit on one run, predict another's points: median by mode (worst point)")
+    for fit_on, other in CROSS:
         s = check_summary(cals[fit_on].check(results[other]))
-        print(f"fit on {fit_on}, predict {other}: median by mode: {_line(s)}")
-        print("  " + verdict(s, "Fit on one run, predict the other"))
-    for name, source in OTHER_MODELS.items():
-        s = loo_summary(calibrate(load_run(source)))
-        print(f"{name}: leave-one-out median by mode: {_line(s)}")
-        print("  " + verdict(s, "Leave-one-out"))
+        print(f"  {fit_on} -> {other}: {by_mode(s)}")
+        print("    " + verdict(s, "Fit on one run, predict the other"))
+    print("Host time (unprofiled enqueue), left out: median by mode (worst point)")
+    for name, cal in cals.items():
+        print(f"  {name}: {by_mode(loo_summary(cal, 'host'))}")
+    print("Host time, fit on one run, predict another's")
+    for fit_on, other in CROSS:
+        print(f"  {fit_on} -> {other}: {by_mode(check_summary(cals[fit_on].check(results[other]), 'host'))}")
+    for other in SMALL:
+        s = summary(host_errors(cals["1b"], results[other]))
+        print(f"  1b's launch and replay costs -> {other}: {by_mode(s)}")
+    steps = [results[n].run("eager", 1) for n in SMALL]
+    ms = ", ".join(f"{r.step_us_median / 1e3:.1f}" for r in steps)
+    p10 = ", ".join(f"{r.step_us_p10 / 1e3:.1f}" for r in steps)
+    low, high = min(r.step_us_median for r in steps), max(r.step_us_median for r in steps)
+    print(
+        f"Host noise: the eager step at batch 1 took {ms} ms (median; p10 {p10} ms) in the three small-preset "
+        f"runs ({', '.join(SMALL)}): one prediction within 25 % of each would have to be at least "
+        f"{0.75 * high / 1e3:.1f} ms and at most {1.25 * low / 1e3:.1f} ms"
+        + (", which no prediction is." if 0.75 * high > 1.25 * low else ".")
+    )
+    per_launch = {n: [r.enqueue_us_median / r.kernels_per_step for r in results[n].runs if r.mode == "eager"]
+                  for n in RUNS}  # fmt: skip
+    print(
+        "  eager host µs per launch at batches "
+        + ", ".join(map(str, results["recorded"].batches))
+        + ": "
+        + "; ".join(f"{n} " + " ".join(f"{x:.1f}" for x in v) for n, v in per_launch.items())
+    )
     return 0
 
 

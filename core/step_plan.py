@@ -25,9 +25,11 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 # Whose kernels a mode runs: the probe's own (its unfused PyTorch ops or its fused Triton
-# kernels: the simulator's kernel lists model them) or Inductor's (torch.compile builds its own).
+# kernels: the simulator's kernel lists model them), Inductor's (torch.compile builds its own), or
+# the probe's one persistent kernel (the whole step in one launch, gpu_probe/kernels/persistent.py).
 PROBE_KERNELS = "probe"
 INDUCTOR_KERNELS = "inductor"
+PERSISTENT_KERNELS = "persistent"
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,10 +46,17 @@ class Mode:
     toggles: bool = True  # the Simulator's two toggles (Kernel fusion, CUDA graphs) select it
     launch_scale: float = 1.0  # host cost of an eager launch, relative to the hardware's figure
     colour: str = "#7a7a7a"  # its colour wherever modes are drawn side by side
+    # The whole step is one kernel: its fused kernels become phases of one launch, separated by grid
+    # barriers instead of kernel boundaries (a replay is then a graph of one node).
+    one_kernel: bool = False
 
     def __post_init__(self) -> None:
-        if self.kernels not in (PROBE_KERNELS, INDUCTOR_KERNELS):
-            raise ValueError(f"Mode.kernels: must be {PROBE_KERNELS!r} or {INDUCTOR_KERNELS!r}")
+        if self.kernels not in (PROBE_KERNELS, INDUCTOR_KERNELS, PERSISTENT_KERNELS):
+            raise ValueError(
+                f"Mode.kernels: must be {PROBE_KERNELS!r}, {INDUCTOR_KERNELS!r} or {PERSISTENT_KERNELS!r}"
+            )
+        if self.one_kernel and not (self.fused and self.graphs):
+            raise ValueError("Mode.one_kernel: one persistent kernel is fused and replayed as a graph")
         if not (isinstance(self.launch_scale, (int, float)) and 0 < self.launch_scale <= 100):
             raise ValueError(f"Mode.launch_scale: must be above 0 and at most 100, got {self.launch_scale!r}")
 
@@ -73,6 +82,18 @@ MODES: dict[str, Mode] = {
             modelled=False,
             toggles=False,
             colour="#7a7a7a",
+        ),
+        Mode(
+            "persistent",
+            "persistent kernel",
+            "persistent kernel",
+            "persistent",
+            True,
+            True,
+            kernels=PERSISTENT_KERNELS,
+            toggles=False,
+            one_kernel=True,
+            colour="#6a4c93",
         ),
     )
 }
@@ -119,14 +140,19 @@ FUSED = toggled(True, False)
 GRAPH = toggled(False, True)
 FUSED_GRAPH = toggled(True, True)
 COMPILE = modes(kernels=INDUCTOR_KERNELS)[0]
+PERSISTENT = modes(one_kernel=True)[0]
 
 
 def without_graphs(m: Mode) -> Mode:
-    """What a graph mode runs above its largest bucket: the table's row with its kernels launched eagerly."""
+    """What a graph mode runs above its largest bucket: the table's row with its kernels launched eagerly (the
+    persistent kernel: the probe's fused kernels, which its decoder falls back to)."""
     if not m.graphs:
         return m
-    same = modes(graphs=False, fused=m.fused, kernels=m.kernels, launch_scale=m.launch_scale)
-    return same[0] if same else replace(m, graphs=False)
+    for kernels in (m.kernels, PROBE_KERNELS):
+        same = modes(graphs=False, fused=m.fused, kernels=kernels, launch_scale=m.launch_scale)
+        if same:
+            return same[0]
+    return replace(m, graphs=False, one_kernel=False)
 
 
 # -- bucket lists ----------------------------------------------------------------------

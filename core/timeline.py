@@ -85,6 +85,9 @@ class Timeline:
     label: str = ""
     gpu_stream: np.ndarray = field(default=None)  # CUDA stream of each GPU interval (None: all on stream 0)
     cpu_thread: np.ndarray = field(default=None)  # host thread of each CPU interval (None: all on thread 0)
+    # What a GPU lane shows where it is not a CUDA stream: (stream id, name) pairs, e.g. a persistent
+    # kernel's groups of SMs drawn from its in-kernel stamps.
+    stream_names: tuple[tuple[int, str], ...] = ()
 
     def __post_init__(self) -> None:
         # Validate here so that an uploaded or hand-built timeline fails with a message
@@ -206,11 +209,20 @@ class Timeline:
         With graphs there is a single launch, so the cut is on kernels instead.
         """
         n = max(int(n), 1)
+        by = self.launched_by
         if len(self.cpu_start) > n:
+            submitting = np.unique(by[by >= 0])
+            if len(submitting) and submitting[0] >= n:
+                # The first n launches submitted nothing the trace kept (dropped kernel records): cut after
+                # the n-th launch that did, so the view still shows kernels, and the empty launches before.
+                n = int(submitting[min(n, len(submitting)) - 1]) + 1
             keep_cpu = np.arange(n)
-            keep_gpu = np.flatnonzero((self.launched_by >= 0) & (self.launched_by < n))
-            if len(keep_gpu) == 0:
-                keep_gpu = np.arange(min(n, len(self.gpu_start)))
+            launched = (by >= 0) & (by < n)
+            # Kernels whose launch the trace lacks (-1) are shown where they ran inside the cut.
+            cut_end = max(self.cpu_end[:n].max(), self.gpu_end[launched].max(initial=0.0))
+            keep_gpu = np.flatnonzero(launched | ((by < 0) & (self.gpu_start < cut_end)))
+            if len(keep_gpu) == 0:  # nothing launched in the cut, nothing ran in it: the first kernels
+                keep_gpu = np.flatnonzero(by < 0)[:n]
         else:
             keep_cpu = np.arange(len(self.cpu_start))
             keep_gpu = np.arange(min(n, len(self.gpu_start)))
@@ -226,6 +238,7 @@ class Timeline:
             label=self.label,
             gpu_stream=self.gpu_stream[keep_gpu],
             cpu_thread=self.cpu_thread[keep_cpu],
+            stream_names=self.stream_names,
         )
 
     # -- serialisation (the probe's JSON holds one of these per run) ----------

@@ -63,6 +63,7 @@ MAX_CALLS = 1_500_000
 MAX_EVENT_CHARS = 64 * 2**20  # one event object (a 64 MB event is not a profiler's)
 MAX_STEPS = 10_000
 _CHUNK = 4 * 2**20
+_SPILL_ROWS = 65_536
 
 # -- what the trace's names and categories mean -------------------------------------------------
 _API_CATS = ("cuda_runtime", "cuda_driver", "runtime", "driver")
@@ -92,6 +93,27 @@ _PROFILER_STEP = re.compile(r"ProfilerStep#(\d+)$")
 # A kernel that only copies: the input copies a graph runner issues before its replay
 # (torch._foreach_copy_, `copy_`, dtype casts) look like this.
 _COPY_KERNEL = re.compile(r"copy", re.IGNORECASE)
+
+# What the profiler records on a host thread, each at a cost of its own (sim.timing.ProfilerCost): aten ops and
+# record_function ranges; the range Inductor opens around each Triton launch while a profiler runs (an op
+# named triton_*, built in Python for each launch); CUDA runtime and driver calls; Python calls
+# (with_stack=True); and ops' input shapes (record_shapes=True: an op with shapes counts as shapes too).
+EVENT_KINDS = ("op", "triton", "runtime", "driver", "python", "shapes")
+_OP, _TRITON, _RUNTIME, _DRIVER, _PYTHON = range(5)  # a host event's kind code
+_SHAPES = 8  # or'ed into an op's code where it carries its input shapes
+# The calls whose traced duration tells the host's speed (HostRecord.launch_call_us): kernel launches.
+_KERNEL_LAUNCHES = (
+    "cudaLaunchKernel",
+    "cuLaunchKernel",
+    "cudaLaunchCooperativeKernel",
+    "cuLaunchCooperativeKernel",
+)
+# gpu_probe/recorder.py writes the step timed without the profiler under this top-level key (its schema).
+UNTRACED_KEY = "launch_bound_untraced"
+_UNTRACED_TIMERS = ("cuda_events", "host_clock")
+_MAX_UNTRACED_US = 1e9  # a step over 1,000 s is no decode step: the block is absurd
+# A Python function that makes at least this many calls is checked for the profiler's line lookup.
+LINE_MIN_CALLS = 64
 
 RULES = {
     "range": "the CPU range named {name!r}",
@@ -135,31 +157,59 @@ class Trace:
     range_name: np.ndarray
     threads: tuple[str, ...]  # 'pid/tid' of each host thread
     events: int  # events in the file, all kinds
+    # What the profiler recorded on the host besides API calls (ops, record_function ranges, Python calls),
+    # in no particular order: for counting, per step, the events whose cost the profiler added.
+    host_ts: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))
+    host_thread: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, np.int32))
+    host_kind: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, np.int8))  # _OP, ...
+    host_line_us: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))  # `_python_line_us`
+    # The recorder's untraced timing (gpu_probe/recorder.py), where the trace carries a sound one.
+    recorded_untraced: dict | None = None
+    recorded_note: str = ""  # why a block the trace carries is not used (one sentence), else ''
 
     def name_of(self, index) -> str:
         return self.names[int(index)]
 
 
 class _Columns:
-    """Rows of one event kind, kept as tuples until the end (appending to arrays is slow), then columns."""
+    """Rows of one event kind as tuples (appending to arrays one value at a time is slow), turned into
+    numpy columns every `_SPILL_ROWS` rows: a Python tuple of floats costs ~30 times its numbers' bytes,
+    so a 1.4 M-kernel trace would hold ~0.5 GB of tuples while being read."""
 
-    def __init__(self, *fields: str):
-        self.fields = fields
+    def __init__(self, dtypes: dict, *fields: str):
+        self.fields, self.dtypes = fields, dtypes
         self.rows: list[tuple] = []
         self.add = self.rows.append  # add((value, ...)): one tuple per event, in `fields` order
+        self.chunks: list[list[np.ndarray]] = []
+        self.spilled = 0
+
+    def spill_if_full(self) -> None:
+        if len(self.rows) >= _SPILL_ROWS:
+            self._spill()
+
+    def _spill(self) -> None:
+        columns = zip(*self.rows) if self.rows else ([] for _ in self.fields)
+        self.chunks.append(
+            [np.asarray(c, self.dtypes.get(f, np.float64)) for f, c in zip(self.fields, columns)]
+        )
+        self.spilled += len(self.rows)
+        del self.rows[:]  # in place: `add` is bound to this list
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return self.spilled + len(self.rows)
 
-    def arrays(self, dtypes: dict, order_by: str) -> dict:
-        columns = zip(*self.rows) if self.rows else ([] for _ in self.fields)
-        out = {f: np.asarray(c, dtypes.get(f, np.float64)) for f, c in zip(self.fields, columns)}
+    def arrays(self, order_by: str) -> dict:
+        self._spill()
+        out = {f: np.concatenate([chunk[k] for chunk in self.chunks]) for k, f in enumerate(self.fields)}
+        self.chunks = []
         order = np.argsort(out[order_by], kind="stable")
         return {f: a[order] for f, a in out.items()}
 
 
-def read_trace(source, name: str | None = None) -> Trace:
-    """Read a Chrome trace written by torch.profiler; `TraceError` says in one sentence what is wrong."""
+def read_trace(source, name: str | None = None, host_only: bool = False) -> Trace:
+    """Read a Chrome trace written by torch.profiler; `TraceError` says in one sentence what is wrong.
+
+    `host_only`: a trace with no GPU work is read too (only `count_events` can use it: it has no steps)."""
     label = name or (Path(source).name if isinstance(source, (str, Path)) else "trace")
     if isinstance(source, (str, Path)) and Path(source).suffix in (".nsys-rep", ".qdrep", ".sqlite"):
         raise TraceError(_NSIGHT)
@@ -168,7 +218,7 @@ def read_trace(source, name: str | None = None) -> Trace:
         binary = gzip.GzipFile(fileobj=raw) if head[:2] == b"\x1f\x8b" else raw
         try:
             text = io.TextIOWrapper(binary, encoding="utf-8-sig", errors="strict")
-            return _collect(_events(text), label)
+            return _collect(_events(text), label, host_only)
         except EOFError:
             raise TraceError(
                 f"{label} ends early: the gzip stream is truncated (was the copy complete?)"
@@ -219,6 +269,15 @@ class _Unclosing(io.RawIOBase):
 
 _DECODER = json.JSONDecoder()
 _SKIP = re.compile(r"[\s,]*")
+_MALFORMED = object()  # a top-level value that is not JSON
+
+
+@dataclass(frozen=True, slots=True)
+class _Meta:
+    """A top-level key of the trace object the reader keeps (not an event)."""
+
+    key: str
+    value: object
 
 
 def _events(text):
@@ -272,6 +331,12 @@ def _events(text):
                 ) from None
             except RecursionError:
                 raise TraceError("the trace is not valid JSON (nested too deeply)") from None
+            except (
+                ValueError
+            ):  # Python's limit on an integer literal's digits (4,300): no profiler writes one
+                raise TraceError(
+                    "the trace has a number thousands of digits long: not a profiler trace"
+                ) from None
             # A number or word cut at the chunk's end decodes as a shorter one: read on and decode again.
             if end == len(buf) and not eof and fill():
                 continue
@@ -298,7 +363,9 @@ def _events(text):
                 break
             meta = value()
             if key == "deviceProperties":
-                yield {"__device__": meta}
+                yield _Meta("device", meta)
+            elif key == UNTRACED_KEY:
+                yield _Meta("untraced", meta)
     else:
         raise TraceError("the file is not a JSON trace: it does not start with '{' or '['")
     while True:
@@ -310,7 +377,8 @@ def _events(text):
         event = value()
         if isinstance(event, dict):
             yield event
-    # Keys after the event list (deviceProperties, traceName) are read for the device name only.
+    # Keys after the event list (deviceProperties, traceName) are read for the device name and the
+    # recorder's block only.
     rest = ""
     while fill() or pos < len(buf):
         rest += buf[pos:]
@@ -319,7 +387,13 @@ def _events(text):
             break
     found = re.search(r'"deviceProperties"\s*:\s*\[\s*\{[^{}]*?"name"\s*:\s*"([^"]{1,200})"', rest)
     if found:
-        yield {"__device__": [{"name": found.group(1)}]}
+        yield _Meta("device", [{"name": found.group(1)}])
+    found = re.search(rf'"{UNTRACED_KEY}"\s*:\s*', rest)
+    if found:
+        try:
+            yield _Meta("untraced", _DECODER.raw_decode(rest, found.end())[0])
+        except (ValueError, RecursionError):
+            yield _Meta("untraced", _MALFORMED)
 
 
 def _number(value, default=0.0) -> float:
@@ -352,6 +426,17 @@ def _text(value, limit: int) -> str:
     return text
 
 
+def _thread_key(event: dict) -> tuple:
+    """(pid, tid) of a host event as a dictionary key: an int or a short string (a list or NaN in an edited
+    file becomes its text)."""
+    pid, tid = event.get("pid"), event.get("tid")
+    if type(pid) is int and type(tid) is int:  # what a profiler writes: the fast path of every host event
+        return pid, tid
+    return tuple(
+        v if isinstance(v, int) else v[:100] if isinstance(v, str) else repr(v)[:100] for v in (pid, tid)
+    )
+
+
 _ELEMENT_BYTES = {
     "float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "int": 4, "short int": 2,
     "signed char": 1, "unsigned char": 1, "bool": 1, "c10::complex<float>": 8, "c10::complex<double>": 16,
@@ -374,14 +459,82 @@ def _largest_tensor_bytes(dims, types, skip_first: bool = False) -> int:
     return min(best, 2**62)
 
 
-def _collect(events, label: str) -> Trace:
+def untraced_block(block) -> tuple[dict | None, str]:
+    """(the recorder's block, '') where `block` is a sound one (gpu_probe/recorder.py's schema 1), else (None,
+    one sentence on what is wrong) -- '' too where the trace carries none."""
+    if block is None:
+        return None, ""
+
+    def refused(why: str) -> tuple[None, str]:
+        return None, (
+            f"The trace's {UNTRACED_KEY} block is not used ({why}): the step without the profiler is estimated."
+        )
+
+    if block is _MALFORMED:
+        return refused("it is not valid JSON")
+    if not isinstance(block, dict):
+        return refused(f"it is a {type(block).__name__}, not an object")
+    if type(block.get("schema")) is not int or block["schema"] != 1:
+        return refused(f"schema {_text(repr(block.get('schema')), 40)}, not 1")
+    for key in ("median_us", "p10_us", "p90_us"):
+        v = block.get(key)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            return refused(f"{key} is not a number")
+        if v <= 0:
+            return refused(f"{key} is not positive")
+        if v > _MAX_UNTRACED_US:
+            return refused(f"{key} is {v:.3g} µs, absurd for a step")
+    if not block["p10_us"] <= block["median_us"] <= block["p90_us"]:
+        return refused("its median is not between its p10 and p90")
+    steps = block.get("steps")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        return refused("steps is not a positive whole number")
+    if block.get("timer") not in _UNTRACED_TIMERS:
+        return refused(
+            f"timer {_text(repr(block.get('timer')), 40)} is not one of {', '.join(_UNTRACED_TIMERS)}"
+        )
+    return block, ""
+
+
+def _python_line_us(p: dict) -> np.ndarray:
+    """Per Python call (with_stack=True): how much more host time its caller took before it than before its first
+    calls. The profiler looks up the caller's line for every call it records, scanning the caller's bytecode up
+    to the call, so the cost grows with the call's place in a long function: in Inductor's generated `call`
+    (1,088 calls, H200) the host time between two calls grows from 2.5 µs to 23 µs. A loop calls from one place
+    and shows no growth. Measured per caller from the gaps between its calls: the growth from the first to the
+    last quarter of them, where it at least doubles the gap, spread linearly over the calls."""
+    out = np.zeros(len(p["ts"]))
+    known = np.flatnonzero(p["parent"] >= 0)
+    if len(known) < LINE_MIN_CALLS:
+        return out
+    order = known[np.lexsort((p["ts"][known], p["parent"][known]))]
+    bounds = np.flatnonzero(np.diff(p["parent"][order])) + 1
+    first_row, last_row = np.concatenate(([0], bounds)), np.concatenate((bounds, [len(order)]))
+    end = p["ts"] + p["dur"]
+    for lo, hi in zip(first_row.tolist(), last_row.tolist()):
+        if hi - lo < LINE_MIN_CALLS:
+            continue
+        rows = order[lo:hi]
+        gaps = p["ts"][rows[1:]] - end[rows[:-1]]
+        q = len(gaps) // 4
+        first, last = float(np.median(gaps[:q])), float(np.median(gaps[-q:]))
+        if last > 2 * max(first, 0.0) + 1.0:
+            out[rows] = (last - first) / (len(gaps) - q) * np.arange(len(rows))
+    return out
+
+
+def _collect(events, label: str, host_only: bool = False) -> Trace:
     names: dict[str, int] = {}
     threads: dict[tuple, int] = {}
-    calls = _Columns("ts", "dur", "thread", "name", "corr")
-    gpu = _Columns("ts", "dur", "stream", "name", "corr", "bytes", "device", "ext")
-    ranges = _Columns("ts", "dur", "thread", "name")
-    ops = _Columns("ext", "bytes")  # with record_shapes: each op's largest tensor input
-    device, count = "", 0
+    ints = dict.fromkeys(("thread", "name", "corr", "stream", "bytes", "device", "ext"), np.int64)
+    calls = _Columns(ints, "ts", "dur", "thread", "name", "corr")
+    gpu = _Columns(ints, "ts", "dur", "stream", "name", "corr", "bytes", "device", "ext")
+    ranges = _Columns(ints, "ts", "dur", "thread", "name")
+    ops = _Columns(ints, "ext", "bytes")  # with record_shapes: each op's largest tensor input
+    # What the profiler recorded on the host besides API calls (whose cost it adds): ops and ranges, Python calls.
+    host = _Columns({"thread": np.int32, "kind": np.int8}, "ts", "thread", "kind")
+    python = _Columns({"thread": np.int32, "parent": np.int64}, "ts", "dur", "thread", "parent")
+    device, count, unusable_gpu, untraced = "", 0, 0, None
 
     def name_id(text: str) -> int:
         return names.setdefault(_text(text, 4000), len(names))
@@ -390,9 +543,11 @@ def _collect(events, label: str) -> Trace:
         count += 1
         if count > MAX_EVENTS:
             raise TraceError(f"the trace has more than {MAX_EVENTS:,} events: profile fewer steps")
-        if "__device__" in event:
-            props = event["__device__"]
-            if not device and isinstance(props, list) and props and isinstance(props[0], dict):
+        if isinstance(event, _Meta):
+            props = event.value
+            if event.key == "untraced":
+                untraced = props
+            elif not device and isinstance(props, list) and props and isinstance(props[0], dict):
                 device = _text(str(props[0].get("name", "")), 200)
             continue
         if event.get("ph") != "X":
@@ -400,17 +555,17 @@ def _collect(events, label: str) -> Trace:
         cat = event.get("cat")
         cat = cat.lower() if isinstance(cat, str) else ""
         name = event.get("name")
-        if not isinstance(name, str):
+        ts, dur = _number(event.get("ts"), np.nan), min(max(_number(event.get("dur")), 0.0), _MAX_US)
+        # No name, or a time that is NaN or past any clock a profiler keeps (µs since the epoch are ~1.8e15).
+        if not isinstance(name, str) or not abs(ts) < _MAX_US:
+            unusable_gpu += cat in _GPU_CATS
             continue
         args = event.get("args")
         args = args if isinstance(args, dict) else {}
-        ts, dur = _number(event.get("ts"), np.nan), min(max(_number(event.get("dur")), 0.0), _MAX_US)
-        if not abs(ts) < _MAX_US:  # NaN, or past any clock a profiler keeps (µs since the epoch are ~1.8e15)
-            continue
         if cat in _GPU_CATS:
             corr = args.get("correlation")
             device_id = _id(args.get("device", event.get("pid")), 0)
-            stream = _id(args.get("stream", event.get("tid")), 0)
+            stream = max(_id(args.get("stream", event.get("tid")), 0), 0)  # a profiler writes none below 0
             gpu.add(
                 (
                     ts,
@@ -423,48 +578,66 @@ def _collect(events, label: str) -> Trace:
                     _id(args.get("External id")),
                 )
             )
+            gpu.spill_if_full()
             if len(gpu) > MAX_GPU_EVENTS:
                 raise TraceError(
                     f"the trace has more than {MAX_GPU_EVENTS:,} GPU events: profile fewer steps"
                 )
         elif cat in _API_CATS:
-            thread = threads.setdefault((event.get("pid"), event.get("tid")), len(threads))
+            thread = threads.setdefault(_thread_key(event), len(threads))
             calls.add((ts, dur, thread, name_id(name), _id(args.get("correlation"))))
+            calls.spill_if_full()
             if len(calls) > MAX_CALLS:
                 raise TraceError(f"the trace has more than {MAX_CALLS:,} runtime calls: profile fewer steps")
         elif cat == "user_annotation" or (cat == "cpu_op" and _PROFILER_STEP.match(name)):
-            thread = threads.setdefault((event.get("pid"), event.get("tid")), len(threads))
+            thread = threads.setdefault(_thread_key(event), len(threads))
             ranges.add((ts, dur, thread, name_id(name)))
-        elif cat == "cpu_op" and "Input Dims" in args:
-            # An in-place op's first input is its destination (a whole KV cache for index_copy_): skip it.
-            largest = _largest_tensor_bytes(
-                args.get("Input Dims"), args.get("Input type"), name.endswith("_")
-            )
-            if largest:
-                ops.add((_id(args.get("External id")), largest))
+            ranges.spill_if_full()
+            if not _PROFILER_STEP.match(name):  # a record_function range costs what an op costs
+                host.add((ts, thread, _OP | (_SHAPES if "Input Dims" in args else 0)))
+                host.spill_if_full()
+        elif cat == "cpu_op":
+            thread = threads.setdefault(_thread_key(event), len(threads))
+            shapes = "Input Dims" in args
+            kind = _TRITON if name.startswith("triton_") else _OP
+            host.add((ts, thread, kind | (_SHAPES if shapes else 0)))
+            host.spill_if_full()
+            if shapes:
+                # An in-place op's first input is its destination (a whole KV cache for index_copy_): skip it.
+                largest = _largest_tensor_bytes(
+                    args.get("Input Dims"), args.get("Input type"), name.endswith("_")
+                )
+                if largest:
+                    ops.add((_id(args.get("External id")), largest))
+                    ops.spill_if_full()
+        elif cat == "python_function":
+            thread = threads.setdefault(_thread_key(event), len(threads))
+            python.add((ts, dur, thread, _id(args.get("Python parent id"))))
+            python.spill_if_full()
 
     if count == 0:
         raise TraceError(f"{label} has no events")
-    if not len(gpu):
+    if host_only:
+        pass
+    elif not len(gpu) and unusable_gpu:
+        raise TraceError(
+            f"{label}: none of its {unusable_gpu:,} GPU events has a name and a usable time stamp ('ts')"
+        )
+    elif not len(gpu):
         raise TraceError(
             f"{label} has no GPU events: it is a CPU-only profile (profile with ProfilerActivity.CUDA as well)"
         )
-    if not len(calls):
+    elif not len(calls):
         raise TraceError(f"{label} has GPU events but no CUDA runtime calls: the host side was not profiled")
-    ints = dict.fromkeys(("thread", "name", "corr", "stream", "bytes", "device", "ext"), np.int64)
-    c, g, r = (
-        calls.arrays(ints, "ts"),
-        gpu.arrays(ints, "ts"),
-        ranges.arrays(ints, "ts") if len(ranges) else None,
-    )
-    if (g["corr"] < 0).all():
+    c, g, r = calls.arrays("ts"), gpu.arrays("ts"), ranges.arrays("ts") if len(ranges) else None
+    if (g["corr"] < 0).all() and not host_only:
         raise TraceError(
             f"{label}: its GPU events carry no correlation ids, so kernels cannot be matched to their launches"
         )
     # Each GPU event gets the largest tensor input of the op that launched it (0: not recorded).
     op_bytes = np.zeros(len(g["ts"]), np.int64)
     if len(ops):
-        o = ops.arrays(ints, "ext")
+        o = ops.arrays("ext")
         at = np.minimum(np.searchsorted(o["ext"], g["ext"]), len(o["ext"]) - 1)
         found = (o["ext"][at] == g["ext"]) & (g["ext"] >= 0)
         op_bytes[found] = o["bytes"][at[found]]
@@ -474,6 +647,9 @@ def _collect(events, label: str) -> Trace:
         stream = device_index * 1_000_000 + stream % 1_000_000
     empty_i, empty_f = np.zeros(0, np.int64), np.zeros(0)
     thread_names = tuple(f"{pid}/{tid}" for pid, tid in threads)
+    h = host.arrays("ts") if len(host) else None
+    p = python.arrays("ts") if len(python) else None
+    recorded, recorded_note = untraced_block(untraced)
     return Trace(
         name=label,
         device=device,
@@ -496,6 +672,18 @@ def _collect(events, label: str) -> Trace:
         range_name=r["name"] if r else empty_i,
         threads=thread_names,
         events=count,
+        host_ts=np.concatenate((h["ts"] if h else empty_f, p["ts"] if p else empty_f)),
+        host_thread=np.concatenate((h["thread"] if h else empty_i, p["thread"] if p else empty_i)).astype(
+            np.int32
+        ),
+        host_kind=np.concatenate(
+            (h["kind"] if h else empty_i, np.full(len(p["ts"]) if p else 0, _PYTHON))
+        ).astype(np.int8),
+        host_line_us=np.concatenate(
+            (np.zeros(len(h["ts"]) if h else 0), _python_line_us(p) if p else empty_f)
+        ),
+        recorded_untraced=recorded,
+        recorded_note=recorded_note,
     )
 
 
@@ -508,9 +696,13 @@ class _Index:
     position: np.ndarray  # per call: its position in `launch` (-1: not a launch)
     is_graph: np.ndarray  # per launch: a graph launch?
     is_copy: np.ndarray  # per launch: does it only copy inputs in (no copy to the host)?
+    is_kernel_launch: np.ndarray  # per launch: a kernel launch call (not a graph launch, copy or memset)?
     sync: np.ndarray  # call indices of host synchronisation calls, sorted by start
     gpu_by_owner: np.ndarray  # GPU event rows ordered by the position of the launch that owns them
     owner_sorted: np.ndarray  # that position, for each row of gpu_by_owner (-1: no launch owns it)
+    orphans: (
+        np.ndarray
+    )  # GPU event rows no launch call owns (its record dropped, or before the profile), by start
 
 
 def _index(trace: Trace) -> _Index:
@@ -579,12 +771,139 @@ def _index(trace: Trace) -> _Index:
         position=position,
         is_graph=is_graph[name[launch]],
         is_copy=is_copy.astype(bool),
+        is_kernel_launch=np.array([n.startswith(_KERNEL_LAUNCHES) for n in names], bool)[name[launch]],
         sync=np.flatnonzero(is_sync[name]),
         gpu_by_owner=gpu_by_owner,
         owner_sorted=owner_sorted,
+        orphans=gpu_by_owner[owner_sorted < 0],
     )
     object.__setattr__(trace, "_index", out)
     return out
+
+
+@dataclass(frozen=True, eq=False)
+class _HostIndex:
+    """Every event the profiler recorded on the host (ops, ranges, Python calls, API calls), sorted by thread
+    and start, with running counts by kind: a row of the host lane counts its events by two look-ups."""
+
+    ts: np.ndarray
+    bounds: dict  # thread -> (first, last + 1) row of its events
+    counts: np.ndarray  # (events + 1, len(EVENT_KINDS)): events before each row, by kind
+    line_us: np.ndarray  # (events + 1,): `_python_line_us` before each row
+
+
+def _host_index(trace: Trace) -> _HostIndex:
+    cached = trace.__dict__.get("_host_index")
+    if cached is not None:
+        return cached
+    driver = np.array([n.startswith("cu") and not n.startswith("cuda") for n in trace.names], bool)
+    call_kind = np.where(driver[trace.call_name], _DRIVER, _RUNTIME) if len(trace.call_name) else []
+    ts = np.concatenate((trace.host_ts, trace.call_ts))
+    thread = np.concatenate((trace.host_thread, trace.call_thread))
+    kind = np.concatenate((trace.host_kind, call_kind)).astype(np.int8)
+    line = np.concatenate((trace.host_line_us, np.zeros(len(trace.call_ts))))
+    order = np.lexsort((ts, thread))
+    ts, thread, kind, line = ts[order], thread[order], kind[order], line[order]
+    one_hot = np.zeros((len(ts) + 1, len(EVENT_KINDS)), np.int32)
+    for column, code in enumerate((_OP, _TRITON, _RUNTIME, _DRIVER, _PYTHON)):
+        one_hot[1:, column] = (kind & ~_SHAPES) == code
+    one_hot[1:, EVENT_KINDS.index("shapes")] = (kind & _SHAPES) != 0
+    threads, first = np.unique(thread, return_index=True)
+    last = np.concatenate((first[1:], [len(ts)]))
+    out = _HostIndex(
+        ts=ts,
+        bounds={int(t): (int(a), int(b)) for t, a, b in zip(threads, first, last)},
+        counts=np.cumsum(one_hot, axis=0, dtype=np.int32),
+        line_us=np.concatenate(([0.0], np.cumsum(line))),
+    )
+    object.__setattr__(trace, "_host_index", out)
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class HostRecord:
+    """The step's host lane as the profiler recorded it, row by row, for taking the profiler's own cost out of it
+    (`sim.trace_whatif.untraced`).
+
+    One row per CPU interval of the step's timeline and per host synchronisation between them, each thread's
+    rows in time order and tiling its lane: a row's host time runs from the previous row's end on its thread
+    (`start`; the step's start for the thread that owns the step, the call's own start for another thread's
+    first row) through its call (`call_start` to `end`). Times are µs from the step's start, rows sorted by end."""
+
+    interval: np.ndarray  # the row's CPU interval (index into the timeline's CPU lane); -1: a synchronisation
+    thread: np.ndarray  # its host thread (the timeline's cpu_thread)
+    start: np.ndarray
+    call_start: np.ndarray
+    end: np.ndarray
+    counts: np.ndarray  # (rows, len(EVENT_KINDS)): the events recorded on its thread in [start, end), by kind
+    line_us: np.ndarray  # per row: `_python_line_us` of its Python calls, summed
+    # The step's kernel launch calls' median traced duration (NaN: none) and their number: how fast the host
+    # ran while traced.
+    launch_call_us: float = float("nan")
+    launch_calls: int = 0
+
+    def totals(self) -> dict[str, int]:
+        """The step's recorded events by kind (EVENT_KINDS)."""
+        return dict(zip(EVENT_KINDS, self.counts.sum(axis=0).tolist()))
+
+
+def count_events(trace: Trace, thread: int, start, end) -> tuple[np.ndarray, np.ndarray]:
+    """The events the profiler recorded on `thread` (an index into `trace.threads`) in each [start, end) (trace µs):
+    their counts by kind (rows × EVENT_KINDS) and their line lookups (µs, `_python_line_us`) per row."""
+    host = _host_index(trace)
+    start, end = np.atleast_1d(np.asarray(start, np.float64)), np.atleast_1d(np.asarray(end, np.float64))
+    if thread not in host.bounds:
+        return np.zeros((len(start), len(EVENT_KINDS)), np.int64), np.zeros(len(start))
+    a, b = host.bounds[thread]
+    lo = a + np.searchsorted(host.ts[a:b], start, side="left")
+    hi = a + np.searchsorted(host.ts[a:b], end, side="left")
+    return (host.counts[hi] - host.counts[lo]).astype(np.int64), host.line_us[hi] - host.line_us[lo]
+
+
+def _host_record(
+    trace, idx, t0, cpu_start, cpu_end, cpu_thread, call_start, owner_thread, launch_call_us
+) -> HostRecord:
+    """The rows of `HostRecord` for one step's CPU lane (`call_start`: each interval's launch call's start;
+    `launch_call_us`: the step's kernel launch calls' traced durations)."""
+    sync_start = trace.call_ts[idx.sync] - t0
+    sync_end = sync_start + trace.call_dur[idx.sync]
+    sync_thread = trace.call_thread[idx.sync]
+    columns = {k: [] for k in ("interval", "thread", "start", "call_start", "end")}
+    for th in np.unique(cpu_thread).tolist():
+        rows = np.flatnonzero(cpu_thread == th)
+        last = float(cpu_end[rows].max())
+        mine = np.flatnonzero((sync_thread == th) & (sync_start >= 0) & (sync_end <= last))
+        interval = np.concatenate((rows, np.full(len(mine), -1)))
+        begin = np.concatenate((call_start[rows], sync_start[mine]))
+        end = np.concatenate((cpu_end[rows], sync_end[mine]))
+        order = np.lexsort((interval < 0, begin))
+        interval, begin, end = interval[order], begin[order], end[order]
+        # A synchronisation inside a launch call (a blocking copy's own wait) is part of that call's row.
+        inside = np.zeros(len(end), bool)
+        inside[1:] = (interval[1:] < 0) & (begin[1:] < np.maximum.accumulate(end)[:-1])
+        interval, begin, end = interval[~inside], begin[~inside], end[~inside]
+        start = np.concatenate(([0.0 if th == owner_thread else float(begin[0])], end[:-1]))
+        start[interval >= 0] = cpu_start[interval[interval >= 0]]  # the lane's own tiling, as drawn
+        for key, value in zip(columns, (interval, np.full(len(end), th), start, begin, end)):
+            columns[key].append(value)
+    interval, thread, start, begin, end = (np.concatenate(columns[k]) for k in columns)
+    counts = np.zeros((len(end), len(EVENT_KINDS)), np.int64)
+    line = np.zeros(len(end))
+    for th in np.unique(thread).tolist():
+        rows = np.flatnonzero(thread == th)
+        counts[rows], line[rows] = count_events(trace, th, start[rows] + t0, end[rows] + t0)
+    order = np.argsort(end, kind="stable")
+    return HostRecord(
+        interval=interval[order],
+        thread=thread[order],
+        start=start[order],
+        call_start=begin[order],
+        end=end[order],
+        counts=counts[order],
+        line_us=line[order],
+        launch_call_us=float(np.median(launch_call_us)) if len(launch_call_us) else float("nan"),
+        launch_calls=len(launch_call_us),
+    )
 
 
 # -- steps ---------------------------------------------------------------------------------------------
@@ -720,12 +1039,16 @@ class TraceStep:
     timeline: Timeline
     launches: int  # launch calls (before a graph's input copies merge with its launch)
     graph_launches: int
-    launch_delay_us: np.ndarray  # per GPU event: its start minus the end of the call that launched it
-    host_per_launch_us: np.ndarray  # per GPU event: the host time of its launch call's CPU interval
+    launch_delay_us: np.ndarray  # per GPU event: its start minus the end of its launch call (NaN: no call)
+    host_per_launch_us: (
+        np.ndarray
+    )  # per GPU event: the host time of its launch call's CPU interval (0: no call)
     gpu_bytes: np.ndarray = field(repr=False, default=None)  # per GPU event: memcpy / memset bytes
     op_bytes: np.ndarray = field(
         repr=False, default=None
     )  # per GPU event: its op's largest tensor input (0: unknown)
+    notes: tuple[str, ...] = ()  # what the trace lacks for this step (dropped records), one sentence each
+    host: HostRecord | None = field(repr=False, default=None)  # what the profiler recorded on its host lane
 
     @property
     def kernels(self) -> int:
@@ -758,7 +1081,7 @@ class TraceStep:
 
     def launch_delay(self) -> dict[str, float]:
         """Median, p90 and largest launch delay (µs) over the step's GPU events."""
-        d = self.launch_delay_us
+        d = self.launch_delay_us[np.isfinite(self.launch_delay_us)]  # events with a launch call
         if not len(d):
             return {"median_us": 0.0, "p90_us": 0.0, "max_us": 0.0}
         med, p90 = np.percentile(d, [50, 90])
@@ -787,67 +1110,131 @@ class TraceStep:
 def step_timeline(
     trace: Trace, window: StepWindow, label: str = "", merge_graph_inputs: bool = True
 ) -> TraceStep:
-    """The lanes of one step, and its counts."""
+    """The lanes of one step, and its counts.
+
+    A trace with dropped records (the profiler drops them under load) still makes consistent lanes: a
+    launch whose GPU events are missing stays on the CPU lane; a GPU event whose launch call is missing
+    joins the step it ran in with `launched_by` -1; a GPU event stamped before the call that launched
+    it (clocks that disagree, an edited file) is drawn at that call's start. `notes` counts each."""
     idx = _index(trace)
     calls = window.calls
     at = idx.position[calls]  # the step's calls are consecutive launches
     lo, hi = np.searchsorted(idx.owner_sorted, [at[0], at[-1] + 1], side="left")
-    if hi <= lo:
-        raise TraceError(
-            f"{trace.name}: no GPU events belong to step {window.index}'s launches (was CUDA profiled?)"
-        )
     rows = idx.gpu_by_owner[lo:hi]
-    order = np.argsort(rows, kind="stable")  # GPU rows are sorted by start: row order is time order
-    gpu_rows, owner = rows[order], idx.owner_sorted[lo:hi][order] - at[0]
+    owned = idx.owner_sorted[lo:hi] - at[0]
 
     t0 = window.t0
     call_start = trace.call_ts[calls] - t0
     call_end = call_start + trace.call_dur[calls]
+    # Unowned GPU events that started inside the step's span (its start to its last call or owned event).
+    span_end = max(
+        float(call_end.max()), float((trace.gpu_ts[rows] + trace.gpu_dur[rows]).max(initial=-np.inf) - t0)
+    )
+    o_lo, o_hi = np.searchsorted(trace.gpu_ts[idx.orphans], [t0, t0 + span_end], side="left")
+    orphans = idx.orphans[o_lo:o_hi]
+    if not len(rows) and not len(orphans):
+        raise TraceError(
+            f"{trace.name}: no GPU events belong to step {window.index}'s launches (was CUDA profiled?)"
+        )
+    rows = np.concatenate((rows, orphans))
+    order = np.argsort(rows, kind="stable")  # GPU rows are sorted by start: row order is time order
+    gpu_rows = rows[order]
+    owner = np.concatenate((owned, np.full(len(orphans), -1, np.int64)))[order]
+    known = owner >= 0
     thread = trace.call_thread[calls]
     tile_start = _host_intervals(trace, idx, window, call_start, call_end, thread)
 
-    names = [trace.name_of(n) for n in trace.call_name[calls]]
     first_kernel = {}
-    for row, o in zip(gpu_rows.tolist(), owner.tolist()):
-        first_kernel.setdefault(o, row)
-    cpu_names = [
-        f"{api}: {short_kernel_name(trace.name_of(trace.gpu_name[first_kernel[i]]))}"
-        if i in first_kernel
-        else api
-        for i, api in enumerate(names)
-    ]
+    for row, o in zip(gpu_rows[known].tolist(), owner[known].tolist()):
+        first_kernel.setdefault(o, int(trace.gpu_name[row]))
+    # 'cudaLaunchKernel: gemv' per launch: one string per distinct pair, shared (a million launches, few names).
+    labels: dict[tuple, str] = {}
+    cpu_names = []
+    for i, api in enumerate(trace.call_name[calls].tolist()):
+        pair = (api, first_kernel.get(i, -1))
+        label = labels.get(pair)
+        if label is None:
+            label = labels[pair] = (
+                f"{trace.names[api]}: {short_kernel_name(trace.names[pair[1]])}"
+                if pair[1] >= 0
+                else trace.names[api]
+            )
+        cpu_names.append(label)
     is_graph = idx.is_graph[at]
     host_of_call = call_end - tile_start
     cpu_keep = np.arange(len(calls))
-    cpu_start, cpu_end, cpu_thread = tile_start, call_end, thread
+    cpu_start, cpu_end, cpu_names, cpu_thread = tile_start, call_end, cpu_names, thread
     if merge_graph_inputs and is_graph.any():
         cpu_start, cpu_end, cpu_names, cpu_thread, cpu_keep = _merge_graph_inputs(
             is_graph, idx.is_copy[at], tile_start, call_end, cpu_names, thread
         )
+    last_call = np.zeros(len(cpu_start), np.int64)  # each interval ends with its last call
+    np.maximum.at(last_call, cpu_keep, np.arange(len(calls)))
+    owner_thread = window.range_thread if window.range_thread >= 0 else int(thread[0])
+    kernel_calls = trace.call_dur[calls][idx.is_kernel_launch[at]]
+    host = _host_record(
+        trace,
+        idx,
+        t0,
+        cpu_start,
+        cpu_end,
+        cpu_thread,
+        call_start[last_call],
+        owner_thread,
+        kernel_calls,
+    )
     gpu_start = trace.gpu_ts[gpu_rows] - t0
+    launcher = np.maximum(owner, 0)
+    early = known & (gpu_start < call_start[launcher])
+    gpu_start = np.where(known, np.maximum(gpu_start, call_start[launcher]), np.maximum(gpu_start, 0.0))
     timeline = Timeline(
         cpu_start=cpu_start,
         cpu_dur=cpu_end - cpu_start,
         cpu_names=tuple(cpu_names),
-        gpu_start=np.maximum(gpu_start, 0.0),
+        gpu_start=gpu_start,
         gpu_dur=trace.gpu_dur[gpu_rows],
         gpu_names=tuple(trace.name_of(n) for n in trace.gpu_name[gpu_rows]),
-        launched_by=cpu_keep[owner],
+        launched_by=np.where(known, cpu_keep[launcher], -1),
         source="measured",
         label=label,
         gpu_stream=trace.gpu_stream[gpu_rows],
         cpu_thread=cpu_thread,
     )
+    silent = len(calls) - len(np.unique(owner[known]))
     return TraceStep(
         index=window.index,
         timeline=timeline,
         launches=len(calls),
         graph_launches=int(is_graph.sum()),
-        launch_delay_us=gpu_start - call_end[owner],
-        host_per_launch_us=host_of_call[owner],
+        launch_delay_us=np.where(known, gpu_start - call_end[launcher], np.nan),
+        host_per_launch_us=np.where(known, host_of_call[launcher], 0.0),
         gpu_bytes=trace.gpu_bytes[gpu_rows],
         op_bytes=trace.gpu_op_bytes[gpu_rows],
+        notes=_dropped_notes(silent, int((~known).sum()), int(early.sum())),
+        host=host,
     )
+
+
+def _dropped_notes(silent: int, unowned: int, early: int) -> tuple[str, ...]:
+    """What the page and the CLI say about a step whose trace lacks records or has clocks that disagree."""
+    notes = []
+    if silent:
+        notes.append(
+            f"{silent:,} launch call{'s' if silent > 1 else ''} in this step {'have' if silent > 1 else 'has'} no "
+            "GPU event in the trace (records the profiler dropped?): drawn on the CPU lane with no kernel."
+        )
+    if unowned:
+        notes.append(
+            f"{unowned:,} GPU event{'s' if unowned > 1 else ''} in this step {'have' if unowned > 1 else 'has'} no "
+            "launch call in the trace (records the profiler dropped?): drawn where they ran, launched by no "
+            "CPU interval, with no host cost."
+        )
+    if early:
+        notes.append(
+            f"{early:,} GPU event{'s' if early > 1 else ''} start{'' if early > 1 else 's'} before the call that "
+            "launched it in the trace (clocks that disagree, or an edited file): drawn at that call's start."
+        )
+    return tuple(notes)
 
 
 def _host_intervals(trace, idx, window, call_start, call_end, thread) -> np.ndarray:
@@ -914,6 +1301,10 @@ class TraceReport:
         values = [s.summary()[key] for s in self.steps]
         return float(min(values)), float(max(values))
 
+    def notes(self) -> list[str]:
+        """What the trace lacks, step by step: 'step 3: 40 launch calls ... have no GPU event ...'."""
+        return [f"step {s.index}: {note}" for s in self.steps for note in s.notes]
+
     def summary(self) -> dict:
         keys = ("step_us", "gpu_busy_us", "cpu_launch_us", "utilisation", "kernels", "launches")
         return {
@@ -923,6 +1314,7 @@ class TraceReport:
             "steps": [s.summary() for s in self.steps],
             "median": {k: self.median(k) for k in keys},
             "spread": {k: list(self.spread(k)) for k in keys},
+            "notes": self.notes(),
         }
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from core.probe_result import ProbeResult, load_result
-from core.step_plan import CHAPTER_BUCKETS, PROBE_KERNELS, modes, names, probe_modes
+from core.step_plan import CHAPTER_BUCKETS, INDUCTOR_KERNELS, modes, names, probe_modes
 from gpu_probe.config import PRESETS
 
 if TYPE_CHECKING:  # gpu_probe.session imports torch
@@ -38,7 +38,7 @@ def cuda_available() -> bool:
 
 def captured_modes() -> tuple[str, ...]:
     """The graph modes whose graphs the probe captures itself (torch.compile captures its own)."""
-    return names(modes(graphs=True, kernels=PROBE_KERNELS, probed=True))
+    return names(m for m in modes(graphs=True, probed=True) if m.kernels != INDUCTOR_KERNELS)
 
 
 def validate_request(preset: str, batches, modes, buckets, steps: int, warmup: int) -> dict:

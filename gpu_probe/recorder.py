@@ -295,14 +295,20 @@ def record(
 
 
 def read_untraced(trace: dict) -> dict | None:
-    """The metadata block of a loaded trace (the JSON object), if it is there and well formed, else None."""
+    """The metadata block of a loaded trace (the JSON object), if it is there and well formed, else None.
+
+    The same checks as the project's trace reader (core.trace.untraced_block): schema 1, the three figures
+    positive finite numbers of at most 1e9 µs in order (p10 <= median <= p90), steps >= 1, a known timer."""
     block = trace.get(METADATA_KEY) if isinstance(trace, dict) else None
-    if not isinstance(block, dict) or block.get("schema") != SCHEMA:
+    if not isinstance(block, dict) or type(block.get("schema")) is not int or block["schema"] != SCHEMA:
         return None
-    nums = [block.get(k) for k in ("median_us", "p10_us", "p90_us")]
+    nums = [block.get(k) for k in ("p10_us", "median_us", "p90_us")]
     if not all(
-        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0 for v in nums
+        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and 0 < v <= 1e9
+        for v in nums
     ):
+        return None
+    if not nums[0] <= nums[1] <= nums[2]:
         return None
     if not isinstance(block.get("steps"), int) or block["steps"] < 1 or block.get("timer") not in TIMERS:
         return None

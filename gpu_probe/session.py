@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from core.step_plan import FUSED_GRAPH, INDUCTOR_KERNELS, Mode, bucket_for, mode
+from core.step_plan import FUSED_GRAPH, INDUCTOR_KERNELS, Mode, bucket_for
+from core.step_plan import mode as mode_named
 from gpu_probe import measure as m
 from gpu_probe.compile_peer import CompilePeer
 from gpu_probe.config import get_config
@@ -49,6 +50,7 @@ class ProbeSession:
         self.checks: dict = {}
         self.captures: list[dict] = []
         self.runners: dict[str, GraphRunner] = {}
+        self.persistent = None  # the persistent kernel's decoder, when its mode is captured
         self.static: dict[str, int] = {}
         self.model = self.batch = self.peer = None
         self.model_info = {
@@ -98,7 +100,7 @@ class ProbeSession:
         }
         self._check("fused_vs_unfused", say, m.check_fused_vs_unfused, model, self.batch)
         for name in self.graph_modes:
-            self._capture(mode(name), say)
+            self._capture(mode_named(name), say)
         if self.runners:
             runner = self.runners.get(FUSED_GRAPH.name) or next(iter(self.runners.values()))
             say("checking the padding assertion with the bug on and off")
@@ -111,10 +113,13 @@ class ProbeSession:
             }
 
     def _capture(self, graph_mode: Mode, say) -> None:
-        variant = "fused" if graph_mode.fused else "unfused"
+        variant = graph_mode.name if graph_mode.one_kernel else "fused" if graph_mode.fused else "unfused"
         self.model.fused = graph_mode.fused
         try:
-            runner = GraphRunner(self.model, buckets=self.buckets, progress=lambda s: say(f"{variant}: {s}"))
+            step_model, buckets = self.model, self.buckets
+            if graph_mode.one_kernel:
+                step_model, buckets = self._persistent_decoder(say)
+            runner = GraphRunner(step_model, buckets=buckets, progress=lambda s: say(f"{variant}: {s}"))
         except Exception as err:
             record_failure(self.errors, f"capturing {variant} graphs", err, say)
             return
@@ -122,13 +127,37 @@ class ProbeSession:
         self.captures += [dict(c.to_dict(), variant=variant) for c in runner.captures]
         say(f"{variant}: checking graph == eager and the KV canary for {len(runner.buckets)} buckets")
         try:
-            for name, result in m.check_graph_vs_eager(runner, self.model, self.batch).items():
+            for name, result in m.check_graph_vs_eager(runner, runner.model, self.batch).items():
                 merged = self.checks.setdefault(name, {"passed": True, "detail": result["detail"]})
                 merged["passed"] = merged["passed"] and result["passed"]
                 merged[variant] = result
         except Exception as err:
             record_failure(self.errors, f"check graph_vs_eager ({variant})", err, say)
             self.checks["graph_vs_eager"] = {"passed": False, "detail": f"raised {type(err).__name__}"}
+        if graph_mode.one_kernel:
+            self._check("persistent_barriers", say, self._barrier_check)
+
+    def _persistent_decoder(self, say):
+        """The persistent kernel over the model, its kernels compiled in parallel first: (decoder, buckets)."""
+        from gpu_probe.kernels.persistent import MAX_ROWS, PersistentDecoder, precompile_in_workers
+
+        decoder = PersistentDecoder(self.model)
+        buckets = [b for b in self.buckets if b <= MAX_ROWS]  # above them the decoder runs the fused path
+        say(f"persistent: compiling its kernels for buckets {buckets} in worker processes")
+        for err in precompile_in_workers(
+            self.cfg.name, buckets, self.num_blocks, decoder.programs, trace=True
+        ):
+            say(f"persistent: a precompile failed ({err}); the launch compiles it instead")
+        self.persistent = decoder
+        return decoder, buckets
+
+    def _barrier_check(self) -> dict:
+        """No barrier wait of the persistent kernel gave up while it was captured and checked."""
+        phase = self.persistent.error_phase()
+        detail = (
+            "every grid-barrier wait completed" if phase is None else f"a wait gave up before {phase.name}"
+        )
+        return {"persistent_barriers": {"passed": phase is None, "detail": detail}}
 
     # ---- measuring -----------------------------------------------------------------------------
     def measure_into(self, out: dict, req: dict, say, trace_dir=None, checkpoint=None) -> None:
@@ -148,7 +177,7 @@ class ProbeSession:
         if self.model is None:
             return
         compile_ran = False
-        for run_mode in map(mode, req["modes"]):
+        for run_mode in map(mode_named, req["modes"]):
             for n in req["batches"]:
                 rows = self.batch.head(n)
                 bucket, fallback = None, False
@@ -167,7 +196,7 @@ class ProbeSession:
                 else:
                     continue  # its graphs could not be captured: recorded under errors
                 self._time(out, run_mode.name, n, step, req, bucket, fallback, say, trace_dir, checkpoint)
-        compiled = [m.name for m in map(mode, req["modes"]) if m.kernels == INDUCTOR_KERNELS]
+        compiled = [x.name for x in map(mode_named, req["modes"]) if x.kernels == INDUCTOR_KERNELS]
         if compile_ran and self.peer is not None:
             seen = [r["graph_launches"] > 0 for r in out["runs"] if r["mode"] in compiled]
             run_check(
@@ -178,6 +207,17 @@ class ProbeSession:
                 self.peer.check,
                 all(seen) if seen else None,
             )
+
+    def _phase_stamps(self, n: int) -> dict:
+        """The persistent kernel's in-kernel phase stamps at batch n (a few traced steps, the last kept)."""
+        from gpu_probe.kernels.persistent_trace import compact, read_trace
+
+        inputs = self.batch.head(n).as_dict()
+        with torch.no_grad():
+            for _ in range(3):
+                self.persistent(**inputs, trace=True)
+        torch.cuda.synchronize()
+        return compact(read_trace(self.persistent.trace_buffer, self.persistent.phases))
 
     def _eager(self, inputs: dict, fused: bool):
         self.model.fused = fused
@@ -206,7 +246,13 @@ class ProbeSession:
         except Exception as err:
             record_failure(out["errors"], f"{mode} at batch {n}", err, say)
             return
-        out["runs"].append(m.run_record(mode, n, timing, traced, self.cfg.n_layers, bucket, fallback))
+        record = m.run_record(mode, n, timing, traced, self.cfg.n_layers, bucket, fallback)
+        if trace_dir is not None and mode_named(mode).one_kernel and not fallback:
+            try:
+                record["phases"] = self._phase_stamps(n)
+            except Exception as err:
+                record_failure(out["errors"], f"{mode} at batch {n}: in-kernel stamps", err, say)
+        out["runs"].append(record)
         if checkpoint:
             try:
                 checkpoint(out)

@@ -66,6 +66,10 @@ class HardwareConfig:
     graph_node_host_us: float = (
         0.0  # host time a graph replay adds per node (the driver submits them in turn)
     )
+    # A persistent kernel's cost per phase in place of a kernel's latency: the grid barrier's release after
+    # the last program arrives, and the imbalance of the programs' work. The probe's persistent kernel on an
+    # H200 (gpu_probe/kernels/NOTES.md, run 7): release 0.8-1.7 µs and imbalance 0.5-2.1 µs a phase.
+    barrier_us: float = 2.0
 
     def __post_init__(self) -> None:
         owner = "HardwareConfig"
@@ -78,6 +82,12 @@ class HardwareConfig:
         _check_float(owner, "graph_launch_us", self.graph_launch_us, 0, 100_000, low_open=True)
         _check_float(owner, "graph_node_gap_us", self.graph_node_gap_us, 0, 1_000)
         _check_float(owner, "graph_node_host_us", self.graph_node_host_us, 0, 100)
+        _check_float(owner, "barrier_us", self.barrier_us, 0, 1_000)
+
+    def boundary_us(self, mode) -> float:
+        """What a kernel boundary costs the GPU in `mode`: a kernel's latency, or one persistent kernel's
+        barrier between two of its phases."""
+        return self.barrier_us if mode.one_kernel else self.min_kernel_us
 
     @property
     def replay_cost(self) -> GraphReplayCost:
@@ -195,69 +205,46 @@ _PROBE_KERNELS = dict(
     unfused_per_layer=PROBE_EAGER_KERNELS_PER_LAYER, fused_per_layer=PROBE_FUSED_KERNELS_PER_LAYER
 )
 
+# Each preset's decoder: name, layers, hidden, heads, KV heads, FFN, vocab, bf16, tokens of context.
+_CHAPTER_MODEL = ModelConfig("chapter-1.2b", 32, 2048, 16, 4, 3584, 32000, bytes_per_el=2, context_len=1024)
+_LLAMA_MODEL = ModelConfig(
+    "llama3-8b", 32, 4096, 32, 8, 14336, 128256, bytes_per_el=2, context_len=2048, **_PROBE_KERNELS
+)
+_PROBE_MODEL = ModelConfig(
+    "probe-0.5b", 32, 1024, 16, 16, 2816, 32000, bytes_per_el=2, context_len=512, **_PROBE_KERNELS
+)
+
 PRESETS: dict[str, Preset] = {
-    "chapter": Preset(
-        key="chapter",
-        title="Chapter: 32 layers, 11 kernels/layer, 6 µs/launch",
-        model=ModelConfig(
-            name="chapter-1.2b",
-            n_layers=32,
-            hidden=2048,
-            n_heads=16,
-            n_kv_heads=4,
-            ffn=3584,
-            vocab=32000,
-            bytes_per_el=2,
-            context_len=1024,
+    p.key: p
+    for p in (
+        Preset(
+            key="chapter",
+            title="Chapter: 32 layers, 11 kernels/layer, 6 µs/launch",
+            model=_CHAPTER_MODEL,
+            hardware=HardwareConfig(name="H100-class (achievable rates)", **_H100),
+            note=_CHAPTER_NOTE,
         ),
-        hardware=HardwareConfig(name="H100-class (achievable rates)", **_H100),
-        note=_CHAPTER_NOTE,
-    ),
-    "llama3-8b-h100": Preset(
-        key="llama3-8b-h100",
-        title="Llama-3-8B on an H100 SXM",
-        model=ModelConfig(
-            name="llama3-8b",
-            n_layers=32,
-            hidden=4096,
-            n_heads=32,
-            n_kv_heads=8,
-            ffn=14336,
-            vocab=128256,
-            bytes_per_el=2,
-            context_len=2048,
-            **_PROBE_KERNELS,
+        Preset(
+            key="llama3-8b-h100",
+            title="Llama-3-8B on an H100 SXM",
+            model=_LLAMA_MODEL,
+            hardware=HardwareConfig(
+                name="H100 SXM (achievable rates), the probe's measured host",
+                hbm_GBps=3000.0,
+                matrix_TFLOPs=700.0,
+                **_PROBE_HOST,
+            ),
+            note=_LLAMA_NOTE,
         ),
-        hardware=HardwareConfig(
-            name="H100 SXM (achievable rates), the probe's measured host",
-            hbm_GBps=3000.0,
-            matrix_TFLOPs=700.0,
-            **_PROBE_HOST,
+        Preset(
+            key="probe-0.5b-h200",
+            title="Live probe's 0.5 B decoder on an H200",
+            model=_PROBE_MODEL,
+            hardware=HardwareConfig(
+                name="H200 (measured rates)", hbm_GBps=4200.0, matrix_TFLOPs=790.0, **_PROBE_HOST
+            ),
+            note=_PROBE_NOTE,
         ),
-        note=_LLAMA_NOTE,
-    ),
-    "probe-0.5b-h200": Preset(
-        key="probe-0.5b-h200",
-        title="Live probe's 0.5 B decoder on an H200",
-        model=ModelConfig(
-            name="probe-0.5b",
-            n_layers=32,
-            hidden=1024,
-            n_heads=16,
-            n_kv_heads=16,
-            ffn=2816,
-            vocab=32000,
-            bytes_per_el=2,
-            context_len=512,
-            **_PROBE_KERNELS,
-        ),
-        hardware=HardwareConfig(
-            name="H200 (measured rates)",
-            hbm_GBps=4200.0,
-            matrix_TFLOPs=790.0,
-            **_PROBE_HOST,
-        ),
-        note=_PROBE_NOTE,
-    ),
+    )
 }
 DEFAULT_PRESET = "chapter"

@@ -267,16 +267,20 @@ class KernelGroup:
     def __len__(self) -> int:
         return len(self.names)
 
-    def us(self, hw: HardwareConfig, allreduce: AllReduceCost | None, rows, padded=0) -> np.ndarray:
+    def us(
+        self, hw: HardwareConfig, allreduce: AllReduceCost | None, rows, padded=0, latency_us=None
+    ) -> np.ndarray:
         """[n_batches, n_kernels] GPU time of each kernel, `rows` per batch (`padded` of them dummies).
 
-        `sim.timing.kernel_us`, the one kernel cost: the GPU's latency + max(bytes / bandwidth,
-        FLOPs / matrix rate), where a padded dummy row costs its matmul rows but reads no KV
-        cache (engines point it at a scratch slot); an all-reduce, α + bytes / β."""
+        `sim.timing.kernel_us`, the one kernel cost: the GPU's latency (`latency_us`, a kernel's by
+        default: `HardwareConfig.boundary_us` gives a mode's) + max(bytes / bandwidth, FLOPs / matrix
+        rate), where a padded dummy row costs its matmul rows but reads no KV cache (engines point it at
+        a scratch slot); an all-reduce, α + bytes / β."""
         rows = np.asarray(rows, dtype=np.float64).reshape(-1, 1)
         dummy = np.asarray(padded, dtype=np.float64).reshape(-1, 1)
         moved = self.weight + rows * self.per_row - dummy * self.kv
-        out = kernel_us(moved, rows * self.flops, hw.min_kernel_us, hw.hbm_GBps, hw.matrix_TFLOPs)
+        latency = hw.min_kernel_us if latency_us is None else latency_us
+        out = kernel_us(moved, rows * self.flops, latency, hw.hbm_GBps, hw.matrix_TFLOPs)
         if self.comm.any():
             out = np.where(self.comm, allreduce.us(rows * self.per_row), out)
         return out
@@ -309,10 +313,10 @@ class StepKernels:
         return _step_names(self.before.names, self.layer.names, self.after.names, self.n_layers)
 
     def us(
-        self, hw: HardwareConfig, allreduce: AllReduceCost | None, rows: int, padded: int = 0
+        self, hw: HardwareConfig, allreduce: AllReduceCost | None, rows: int, padded: int = 0, latency_us=None
     ) -> np.ndarray:
         """Every kernel's GPU time over the whole step, in launch order (one step of `rows` rows)."""
-        before, layer, after = (g.us(hw, allreduce, [rows], [padded])[0] for g in self.groups)
+        before, layer, after = (g.us(hw, allreduce, [rows], [padded], latency_us)[0] for g in self.groups)
         return np.concatenate((before, np.tile(layer, self.n_layers), after))
 
     def busy_us(self, group_us) -> np.ndarray:

@@ -17,11 +17,21 @@ kernels per layer] of work instead of [n_batches, kernels per step].
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from core.step_plan import CHAPTER_BUCKETS, Mode, StepPlan, bucket_rows, check_buckets, check_tp, mode, modes
+from core.step_plan import (
+    CHAPTER_BUCKETS,
+    Mode,
+    StepPlan,
+    bucket_rows,
+    check_buckets,
+    check_tp,
+    mode,
+    modes,
+    without_graphs,
+)
 from core.timeline import CPU_BOUND, GPU_BOUND, StepMetrics, Timeline
 from sim.config import MAX_SIM_BATCH, HardwareConfig, ModelConfig
 from sim.kernels import step_kernels
@@ -44,12 +54,17 @@ class SimulatedStep:
 
 
 def _timeline(model: ModelConfig, hw: HardwareConfig, plan: StepPlan, allreduce: AllReduceCost) -> Timeline:
-    kernels = step_kernels(model, plan.mode, plan.tp)
-    dur = kernels.us(hw, allreduce, plan.rows, plan.padded_rows)
+    runs_as = plan.runs_as
+    kernels = step_kernels(model, runs_as, plan.tp)
+    dur = kernels.us(hw, allreduce, plan.rows, plan.padded_rows, hw.boundary_us(runs_as))
     label = plan.label(model.name)
     if not plan.replays:
-        launch = hw.eager_launch_us * plan.runs_as.launch_scale
+        launch = hw.eager_launch_us * runs_as.launch_scale
         return eager_timeline(dur, kernels.names, launch, hw.graph_node_gap_us, label=label)
+    if runs_as.one_kernel:  # one node: its phases run back to back, each paying a barrier
+        host = f"cudaGraphLaunch (bucket {plan.bucket}, one persistent kernel)"
+        cost = replace(hw.replay_cost, node_gap_us=0.0)
+        return graph_replay_timeline(dur, kernels.names, cost, label=label, host_name=host, nodes=1)
     host = f"cudaGraphLaunch (bucket {plan.bucket}, {len(kernels)} nodes)"
     return graph_replay_timeline(dur, kernels.names, hw.replay_cost, label=label, host_name=host)
 
@@ -147,6 +162,7 @@ class Sweep:
 def _sweep_series(model, hw, batches: np.ndarray, m: Mode, buckets, tp: int, allreduce) -> SweepSeries:
     """The steps' metrics per batch row: each kernel's time as in `simulate_step`, the end by
     `sim.timing.stream_end_us` over (the kernels before the layers, one layer × n_layers, after)."""
+    eager_mode = without_graphs(m)  # above the largest bucket: its kernels, launched eagerly
     kernels = step_kernels(model, m, tp)
     n = len(kernels)
     if m.graphs:
@@ -154,24 +170,30 @@ def _sweep_series(model, hw, batches: np.ndarray, m: Mode, buckets, tp: int, all
     else:
         rows, use_graph = batches, np.zeros(len(batches), bool)
     padded = rows - batches  # dummy rows: matmul rows, but no KV-cache reads
-    durs = [g.us(hw, allreduce, rows, padded) for g in kernels.groups]
-    busy = kernels.busy_us(durs)
-    gap, replay = hw.graph_node_gap_us, hw.replay_cost
 
-    def end(first_ready, host_per_kernel):
+    def durations(as_mode):
+        return [g.us(hw, allreduce, rows, padded, hw.boundary_us(as_mode)) for g in kernels.groups]
+
+    def end(durs, first_ready, host_per_kernel, gap):
         segments = zip([host_per_kernel] * 3, durs, [gap] * 3, kernels.repeats)
         return stream_end_us(first_ready, list(segments))
 
-    launch = hw.eager_launch_us * m.launch_scale  # above the largest bucket, eager: same kernels, same scale
+    eager_durs = durations(eager_mode)
+    launch = hw.eager_launch_us * eager_mode.launch_scale
     eager_host = eager_host_us(launch, n)
-    graph_host = replay.host_us(n)
-    eager_step = np.maximum(end(0.0, launch), eager_host)
+    eager_step = np.maximum(end(eager_durs, 0.0, launch, hw.graph_node_gap_us), eager_host)
+    busy = kernels.busy_us(eager_durs)
+    graph_host = hw.replay_cost.host_us(1 if m.one_kernel else n)
     if use_graph.any():
-        graph_step = np.maximum(end(graph_host, 0.0), graph_host)  # the nodes start once the call returns
+        graph_durs = durations(m) if m.one_kernel else eager_durs
+        gap = 0.0 if m.one_kernel else hw.graph_node_gap_us
+        # The nodes start once the call returns.
+        graph_step = np.maximum(end(graph_durs, graph_host, 0.0, gap), graph_host)
         step = np.where(use_graph, graph_step, eager_step)
+        busy = np.where(use_graph, kernels.busy_us(graph_durs), busy)
     else:
         step = eager_step
-    cpu_launch = np.where(use_graph, graph_host, eager_host)
+    cpu_launch = np.where(use_graph, graph_host, eager_host)  # one launch when replayed
     return SweepSeries(
         step_us=step,
         cpu_launch_us=cpu_launch,

@@ -14,9 +14,15 @@ what-ifs on an uploaded trace.
   one against the other).
 - A CUDA graph replay is one host call, fixed plus a little per node, after the step's
   inputs are copied into the graph's static buffers; the nodes start once the call has
-  returned, and run back to back, `node_gap_us` apart (fill and drain between dependent kernels, which
+  returned (a graph holding memset nodes is submitted in pieces instead: its nodes start as
+  the call reaches them, and the call grows with the batch), and run back to back, `node_gap_us`
+  apart (fill and drain between dependent kernels, which
   programmatic dependent launch partly hides, so it may be negative: the next kernel's
   prologue overlaps the previous one's tail): `GraphReplayCost`, `graph_replay_timeline`.
+- A profiled step pays `torch.profiler`'s own host cost for every event it records (an op, an API call, a
+  Python call, an op's shapes): `ProfilerCost`. Taking it out of each host interval, the step's own kernels
+  rescheduled by `schedule_starts`, gives the step as it runs without the profiler
+  (`sim.trace_whatif.untraced`).
 
 numpy only.
 """
@@ -142,53 +148,84 @@ def eager_timeline(kernel_dur_us, kernel_names, launch_us, gap_us=0.0, label: st
 # -- a graph replay --------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class GraphReplayCost:
-    """What replaying a captured step costs beyond its kernels."""
+    """What replaying a captured step costs beyond its kernels.
+
+    `in_pieces`: the graph holds memset nodes (cuBLAS's split-K GEMMs zero their workspace with one),
+    and the driver submits it in pieces. In all 10 such profiled replays of the shipped probe runs (the
+    unfused graph above batch 1, and at every batch in the 1b preset) the first kernel starts 0.2-0.5 ms
+    into a 1.3-2.6 ms call, and 37-594 kernels have started by its end; in 15 of the 16 without one (every
+    fused graph, the small preset's unfused graph at batch 1) the first kernel starts 0.7-5.4 µs after
+    the call returns (the exception: that unfused graph in h200-small-b1.json, 1.0 ms before). Such a call
+    also lasts longer the larger the batch (`per_row_host_us`: unprofiled, 0.45-0.75 ms more at batch
+    256 than at 1 in every run), which a graph without memset nodes does not (the fused graphs: 89-104
+    µs at every batch of both small-preset runs but one)."""
 
     launch_us: float  # host: one cudaGraphLaunch, fixed
     per_node_host_us: float = 0.0  # host: added per node of the graph
     node_gap_us: float = 0.0  # GPU: between dependent replayed kernels (PDL hides part; may be < 0)
     input_copy_us: float = 0.0  # host: copying a step's inputs into the static buffers
+    per_row_host_us: float = 0.0  # host: added per row of the bucket to a call made in pieces
 
-    def call_us(self, n_nodes) -> np.ndarray | float:
-        """Host time of the cudaGraphLaunch call alone for a graph of n nodes."""
-        return self.launch_us + self.per_node_host_us * np.asarray(n_nodes, np.float64)
+    def call_us(self, n_nodes, rows=1, in_pieces=False) -> np.ndarray | float:
+        """Host time of the cudaGraphLaunch call alone for a graph of n nodes (`rows` rows; arrays broadcast)."""
+        per_row = self.per_row_host_us * np.asarray(rows, np.float64) * np.asarray(in_pieces, bool)
+        return self.launch_us + self.per_node_host_us * np.asarray(n_nodes, np.float64) + per_row
 
-    def host_us(self, n_nodes) -> np.ndarray | float:
+    def host_us(self, n_nodes, rows=1, in_pieces=False) -> np.ndarray | float:
         """Host time of one replay of a graph of n nodes, input copies included."""
-        return self.input_copy_us + self.call_us(n_nodes)
+        return self.input_copy_us + self.call_us(n_nodes, rows, in_pieces)
 
-    def ready_us(self, n_nodes: int) -> np.ndarray:
-        """When each node can start on the GPU: once the replay call has returned, input copies included.
+    def ready_us(self, n_nodes: int, rows=1, in_pieces=False) -> np.ndarray:
+        """When each node can start on the GPU: once the replay call has returned, input copies included;
+        in pieces, node i once the call has reached it (the fixed cost, then i + 1 nodes' cost).
 
-        The nodes do not trickle out while cudaGraphLaunch runs. In every profiled replay here the first
-        node starts in the last 2 % of the call (the probe's; Hugging Face's torch.cuda.graph steps, 5-30 µs
-        before a 1-2.4 ms call returns), and unprofiled, a replayed step takes the host's enqueue time plus
-        the GPU's own span: HF Llama 3,496 µs against 576 + 2,944, HF Qwen2 3,978 against 865 + 3,146
-        (tools/hf_traces.py, tests/data/hf)."""
-        return np.full(n_nodes, float(self.host_us(n_nodes)))
+        A graph without memset nodes does not trickle out while cudaGraphLaunch runs. In every profiled
+        replay of one here but one (above) the first node starts as the call returns (the probe's; Hugging Face's
+        torch.cuda.graph steps, 5-30 µs before a 1-2.4 ms call returns), and unprofiled, a replayed step
+        takes the host's enqueue time plus the GPU's own span: HF Llama 3,496 µs against 576 + 2,944, HF
+        Qwen2 3,978 against 865 + 3,146 (tools/hf_traces.py, tests/data/hf)."""
+        if in_pieces:
+            return self.input_copy_us + self.launch_us + self.per_node_host_us * np.arange(1.0, n_nodes + 1)
+        return np.full(n_nodes, float(self.host_us(n_nodes, rows, in_pieces)))
 
-    def step_us(self, kernel_dur_us) -> np.ndarray | float:
+    def step_us(self, kernel_dur_us, rows=1, in_pieces=False) -> np.ndarray | float:
         """Step time of one replay (no Timeline built): the last node's end, or the host call's.
 
         Leading axes of `kernel_dur_us` broadcast (one step per row)."""
         dur = np.asarray(kernel_dur_us, np.float64)
         n = dur.shape[-1]
+        host = self.host_us(n, rows, in_pieces)
         if n == 0:
-            return float(self.host_us(0))
-        end = stream_end_us(self.host_us(n), [(0.0, dur, self.node_gap_us, 1)])
-        step = np.maximum(end, self.host_us(n))
+            return float(host)
+        if in_pieces:
+            first = self.input_copy_us + self.launch_us
+            end = stream_end_us(first, [(self.per_node_host_us, dur, self.node_gap_us, 1)])
+        else:
+            end = stream_end_us(host, [(0.0, dur, self.node_gap_us, 1)])
+        step = np.maximum(end, host)
         return float(step) if step.ndim == 0 else step
 
 
 def graph_replay_timeline(
-    kernel_dur_us, kernel_names, cost: GraphReplayCost, label: str = "", host_name: str | None = None
+    kernel_dur_us,
+    kernel_names,
+    cost: GraphReplayCost,
+    label: str = "",
+    host_name: str | None = None,
+    nodes: int | None = None,
+    rows: int = 1,
+    in_pieces: bool = False,
 ) -> Timeline:
-    """One graph launch on the CPU lane (`host_name`); the kernels back to back on the GPU, `node_gap_us` apart."""
+    """One graph launch on the CPU lane (`host_name`); the kernels back to back on the GPU, `node_gap_us` apart.
+
+    `nodes`: the graph's nodes when fewer than the intervals drawn (one persistent kernel's phases);
+    `rows`, `in_pieces`: as `GraphReplayCost.host_us`."""
     dur = np.asarray(kernel_dur_us, np.float64)
     names = tuple(kernel_names)
     n = len(dur)
-    host = float(cost.host_us(n))
-    start = schedule_starts(cost.ready_us(n), dur, cost.node_gap_us)
+    host = float(cost.host_us(n if nodes is None else nodes, rows, in_pieces))
+    ready = cost.ready_us(n, rows, in_pieces) if in_pieces else np.full(n, host)
+    start = schedule_starts(ready, dur, cost.node_gap_us)
     start = np.maximum(start, 0.0)  # a negative gap never starts a kernel before the step
     return Timeline(
         cpu_start=np.zeros(1),
@@ -201,3 +238,68 @@ def graph_replay_timeline(
         source="simulated",
         label=label,
     )
+
+
+# -- the profiler's own cost ----------------------------------------------------------------
+MIN_SPEED_CALLS = 32  # kernel launch calls a step needs for its host speed to be read off them
+_PRICE = {"runtime": "api_us", "driver": "api_us"}  # event kinds priced by a field not named after them
+
+
+@dataclass(frozen=True, slots=True)
+class ProfilerCost:
+    """What `torch.profiler` adds to the host per event it records (µs), by the kinds `core.trace` counts.
+
+    The host time of a recorded interval without the profiler is its traced time less its events' cost,
+    never below `keep` of it (`untraced_us`): a cost larger than the interval means the costs do not fit
+    this host, and the interval keeps a share of its time rather than vanishing."""
+
+    op_us: float  # an aten op or record_function range: RecordFunction's callbacks at its start and end
+    triton_us: float  # Inductor's range around a Triton launch, made (in Python) only while a profiler runs
+    api_us: float  # a CUDA runtime or driver call: CUPTI's callbacks on entry and exit
+    python_us: float = 0.0  # a Python call, recorded with with_stack=True
+    shapes_us: float = 0.0  # an op's input shapes and types, recorded with record_shapes=True
+    line_scale: float = 1.0  # × the measured growth of the host time before Python calls (core.trace)
+    # The costs hold on a host whose kernel launch calls take this long traced (median, µs); a step whose
+    # launch calls take longer ran on a slower host (the VM's speed drifts), and each event costs that much more.
+    launch_ref_us: float = float("nan")  # NaN: the costs as they are, whatever the host
+    keep: float = 0.1  # an interval keeps at least this share of its traced time
+    source: str = ""  # where the figures come from
+
+    def per_event_us(self, kinds) -> np.ndarray:
+        """The cost of one event of each kind named in `kinds` (core.trace.EVENT_KINDS)."""
+        return np.array([getattr(self, _PRICE.get(k, f"{k}_us")) for k in kinds], np.float64)
+
+    def speed(self, launch_call_us: float, launch_calls: int) -> float:
+        """How much slower than the fitted host a step's host ran, from its kernel launch calls' median traced
+        duration (1: as fitted, or too few calls to tell: a graph replay's one copy launch is no measure)."""
+        ratio = launch_call_us / self.launch_ref_us
+        if launch_calls < MIN_SPEED_CALLS or not np.isfinite(ratio) or ratio <= 0:
+            return 1.0
+        return float(np.clip(ratio, 0.25, 4.0))
+
+    def host_us(self, counts, line_us, kinds, speed: float = 1.0) -> np.ndarray:
+        """The profiler's cost of each interval: counts (intervals × kinds) priced at the step's host `speed`,
+        plus the line lookups (measured on the step itself, so at its speed already)."""
+        counts = np.asarray(counts, np.float64).reshape(-1, len(kinds))
+        priced = counts @ self.per_event_us(kinds) * speed
+        return priced + self.line_scale * np.asarray(line_us, np.float64)
+
+    def untraced_us(self, traced_us, cost_us) -> np.ndarray:
+        """Host time of intervals without the profiler: traced less cost, at least `keep` of traced."""
+        traced = np.asarray(traced_us, np.float64)
+        return np.maximum(traced - np.asarray(cost_us, np.float64), self.keep * traced)
+
+
+# Fitted by `python tools/profiler_cost_fit.py` on the H200 run in tests/data/profiler/h200 (torch 2.11.0+cu130,
+# 2026-12-03): its reliable host-bound pairs (Llama, Qwen2 and TinyLlama shapes, eager and torch.compile without
+# graphs, batch 1-16, three profiler settings) and its one-event loops. tests/test_profiler_cost_fit.py fits again.
+PROFILER_COST = ProfilerCost(
+    op_us=1.037,
+    triton_us=8.898,
+    api_us=3.93,
+    python_us=0.356,
+    shapes_us=0.69,
+    line_scale=1.035,
+    launch_ref_us=5.64,
+    source="fitted on paired traced/untraced H200 steps (torch 2.11): tools/profiler_cost_fit.py",
+)

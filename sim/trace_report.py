@@ -1,17 +1,25 @@
 """`python -m sim trace FILE [FILE ...] [--step-range NAME] [--json]`: a profiler trace's steps and what-ifs.
 
+`python -m sim trace BEFORE AFTER --diff [--json]`: two traces before and after a change, kernel families
+compared (`sim.trace_diff`).
+
 Each FILE is one rank (a `.json`, `.json.gz` or `.pt.trace.json(.gz)` written by torch.profiler:
 vLLM, SGLang, Hugging Face, torch.compile, your own code). The text report gives the rule that
 found the steps, every step's readouts, their median and spread, the kernels that take the GPU's
-time, and what CUDA graphs and fusion would make of the median step (an estimate, from the one
-timing model). `--json` prints one object:
+time, the step as it runs without the profiler (the recorder's measured figure where the trace
+carries one, else an estimate: `sim.trace_whatif.untraced`), and what CUDA graphs and fusion would make
+of that step (an estimate, from the one timing model). `--json` prints one object:
 
-    {"rule", "steps": [{index, step_us, gpu_busy_us, kernels, launches, graph_launches, gpu_streams,
-      utilisation, bound_by, cpu_launch_us, ...}], "median", "spread",
-     "whatif": {"graphs": {step_us, ...}, "fusion": {...}, "fusion + graphs": {...}},
+    {"rule", "steps": [{index, step_us, step_us_untraced, untraced_source, profiler_us, gpu_busy_us,
+      kernels, launches, graph_launches, gpu_streams, utilisation, bound_by, cpu_launch_us, ...}],
+     "median", "spread", "untraced": {source, median_us, notes},
+     "whatif": {"graphs": {step_us, speedup, vs_trace, ...}, "fusion": {...}, "fusion + graphs": {...}},
      "ranks": [the same for every FILE]}
 
 with the top-level fields those of the first FILE and the what-ifs as the median over its steps.
+`step_us` is the step as traced; `step_us_untraced` the step without the profiler, `untraced_source`
+"metadata" (measured by gpu_probe/recorder.py, carried by the trace) or "estimate"; a what-if's
+`speedup` is against the step without the profiler, `vs_trace` against the traced step.
 Bad input exits with code 2 and one sentence.
 """
 
@@ -24,21 +32,27 @@ import sys
 import numpy as np
 
 from core.step_plan import FUSED
-from core.trace import TraceError, TraceReport, analyse, short_kernel_name
-from sim.trace_whatif import default_replay_cost, whatifs
+from core.trace import TraceError, TraceReport, analyse
+from sim.trace_kernels import kernel_lines, kernel_table
+from sim.trace_whatif import SOURCES, default_replay_cost, untraced_steps, whatifs
 
+_NOTES = 6  # notes on dropped records the text report prints; --json has every one
 WHATIF_KEYS = ("step_us", "gpu_busy_us", "cpu_launch_us", "kernels", "launches", "utilisation")
 
 
 def median_whatifs(report: TraceReport, cost) -> dict:
-    """Each what-if's readouts as the median over the steps (the bound-by of the median step)."""
-    per_step = [whatifs(step, cost) for step in report.steps]
+    """Each what-if's readouts as the median over the steps (the bound-by of the median step), made from each
+    step without the profiler; `speedup` against that step, `vs_trace` against the traced one."""
+    untraced = untraced_steps(report)
+    per_step = [whatifs(u.step, cost) for u in untraced]
+    untraced_us = float(np.median([u.step_us for u in untraced]))
     out = {}
     for name in per_step[0]:
         rows = [w[name].summary() for w in per_step if name in w]
         median = {k: float(np.median([r[k] for r in rows])) for k in WHATIF_KEYS}
         middle = rows[int(np.argsort([r["step_us"] for r in rows])[len(rows) // 2])]
         median.update(bound_by=middle["bound_by"], bytes_saved=middle["bytes_saved"], kind=middle["kind"])
+        median["speedup"] = untraced_us / median["step_us"]
         median["vs_trace"] = report.median("step_us") / median["step_us"]
         out[name] = median
     folded = per_step[len(per_step) // 2][FUSED.title].folded
@@ -55,41 +69,35 @@ def median_whatifs(report: TraceReport, cost) -> dict:
     return out
 
 
-def kernel_table(report: TraceReport, step_index: int | None = None, limit: int | None = None) -> list[dict]:
-    """Per kernel name over one step (or all steps): calls, GPU time, share, launch delay, host per launch."""
-    steps = report.steps if step_index is None else [s for s in report.steps if s.index == step_index]
-    names, dur, delay, host = [], [], [], []
-    for s in steps:
-        names += [short_kernel_name(n, 90) for n in s.timeline.gpu_names]
-        dur.append(s.timeline.gpu_dur)
-        delay.append(s.launch_delay_us)
-        host.append(s.host_per_launch_us)
-    dur, delay, host = np.concatenate(dur), np.concatenate(delay), np.concatenate(host)
-    keys, inverse = np.unique(np.array(names, dtype=object), return_inverse=True)
-    calls = np.bincount(inverse, minlength=len(keys))
-    total = np.bincount(inverse, weights=dur, minlength=len(keys))
-    delay_sum = np.bincount(inverse, weights=delay, minlength=len(keys))
-    host_sum = np.bincount(inverse, weights=host, minlength=len(keys))
-    busy = float(dur.sum()) or 1.0
-    rows = [
-        {
-            "kernel": str(keys[i]),
-            "calls": int(calls[i]) // max(len(steps), 1) if step_index is None else int(calls[i]),
-            "total_us": float(total[i]) / (len(steps) if step_index is None else 1),
-            "mean_us": float(total[i] / calls[i]),
-            "share": float(total[i]) / busy,
-            "launch_delay_us": float(delay_sum[i] / calls[i]),
-            "host_per_launch_us": float(host_sum[i] / calls[i]),
-        }
-        for i in np.argsort(-total)
-    ]
-    return rows[:limit] if limit else rows
+def untraced_summary(report: TraceReport) -> dict:
+    """Each step's untraced figures (keyed by step index), their median, source and notes."""
+    untraced = untraced_steps(report)
+    notes = [report.trace.recorded_note] if report.trace.recorded_note else []
+    notes += [f"step {s.index}: {n}" for s, u in zip(report.steps, untraced) for n in u.notes]
+    return {
+        "steps": {
+            s.index: {
+                "step_us_untraced": u.step_us,
+                "untraced_source": u.source,
+                "profiler_us": u.profiler_us,
+            }
+            for s, u in zip(report.steps, untraced)
+        },
+        "source": untraced[0].source if len({u.source for u in untraced}) == 1 else "mixed",
+        "median_us": float(np.median([u.step_us for u in untraced])),
+        "notes": notes,
+    }
 
 
 def to_json(reports: list[TraceReport], cost) -> dict:
     ranks = []
     for r in reports:
         rank = r.summary()
+        untraced = untraced_summary(r)
+        for step in rank["steps"]:
+            step.update(untraced["steps"][step["index"]])
+        rank["median"]["step_us_untraced"] = untraced["median_us"]
+        rank["untraced"] = {k: untraced[k] for k in ("source", "median_us", "notes")}
         rank["whatif"] = median_whatifs(r, cost)
         ranks.append(rank)
     return {**ranks[0], "ranks": ranks}
@@ -103,24 +111,36 @@ def format_report(reports: list[TraceReport], cost, top: int = 12) -> str:
     lines = []
     for r in reports:
         s = r.summary()
+        untraced = untraced_summary(r)
         head = f"{r.trace.name}" + (f" ({r.trace.device})" if r.trace.device else "")
         lines += [head, f"steps: {len(r.steps)}, found by {r.rule}", ""]
         lines.append(
-            f"{'step':>6} {'step µs':>10} {'GPU busy':>10} {'CPU launch':>11} {'kernels':>8} {'launches':>9} "
-            f"{'graphs':>7} {'streams':>8} {'util':>6}  bound by"
+            f"{'step':>6} {'step µs':>10} {'no profiler':>12} {'GPU busy':>10} {'CPU launch':>11} {'kernels':>8} "
+            f"{'launches':>9} {'graphs':>7} {'streams':>8} {'util':>6}  bound by"
         )
         for st in s["steps"]:
             lines.append(
-                f"{st['index']:>6} {_us(st['step_us']):>10} {_us(st['gpu_busy_us']):>10} {_us(st['cpu_launch_us']):>11} "
-                f"{st['kernels']:>8,} {st['launches']:>9,} {st['graph_launches']:>7} {st['gpu_streams']:>8} "
-                f"{100 * st['utilisation']:>5.0f}%  {st['bound_by']}"
+                f"{st['index']:>6} {_us(st['step_us']):>10} "
+                f"{_us(untraced['steps'][st['index']]['step_us_untraced']):>12} {_us(st['gpu_busy_us']):>10} "
+                f"{_us(st['cpu_launch_us']):>11} {st['kernels']:>8,} {st['launches']:>9,} {st['graph_launches']:>7} "
+                f"{st['gpu_streams']:>8} {100 * st['utilisation']:>5.0f}%  {st['bound_by']}"
             )
         lo, hi = s["spread"]["step_us"]
         lines.append(f"median step {_us(s['median']['step_us'])} µs (fastest {_us(lo)}, slowest {_us(hi)})")
-        lines += ["", "what-ifs on the median step (estimates from the timing model):"]
+        source = SOURCES.get(untraced["source"], "partly measured, partly estimated")
+        lines.append(
+            f"without the profiler: median {_us(untraced['median_us'])} µs ({source}; the profiler's own host cost "
+            "per recorded op, API call and Python call slows a traced host-bound step)"
+        )
+        lines += [f"note: {note}" for note in untraced["notes"][:_NOTES]]
+        lines += [f"note: {note}" for note in s["notes"][:_NOTES]]
+        if len(s["notes"]) > _NOTES:
+            lines.append(f"note: and {len(s['notes']) - _NOTES:,} more (--json lists them all)")
+        lines += ["", "what-ifs on the median step without the profiler (estimates from the timing model):"]
         for name, w in median_whatifs(r, cost).items():
             lines.append(
-                f"  {name:<16} {_us(w['step_us']):>9} µs  {w['vs_trace']:.2f}× vs the trace, {w['kernels']:,.0f} kernels, "
+                f"  {name:<16} {_us(w['step_us']):>9} µs  {w['speedup']:.2f}× faster than your step without the "
+                f"profiler, {w['vs_trace']:.2f}× vs the traced step; {w['kernels']:,.0f} kernels, "
                 f"{w['launches']:,.0f} launches, bound by {w['bound_by']}"
             )
             if name == FUSED.title and w["folded"]:
@@ -131,11 +151,7 @@ def format_report(reports: list[TraceReport], cost, top: int = 12) -> str:
                     + (f"; {saved / 1e6:.2f} MB less HBM traffic" if saved is not None else "")
                 )
         lines += ["", f"kernels by GPU time (median step's share), top {top}:"]
-        for row in kernel_table(r, limit=top):
-            lines.append(
-                f"  {100 * row['share']:5.1f}%  {row['calls']:>6,} × {row['mean_us']:8.2f} µs  "
-                f"delay {row['launch_delay_us']:7.1f} µs  host {row['host_per_launch_us']:6.1f} µs  {row['kernel']}"
-            )
+        lines += kernel_lines(kernel_table(r, limit=top))
         lines.append("")
     return "\n".join(lines)
 
@@ -153,12 +169,30 @@ def main(argv=None) -> int:
         help="a CPU range (record_function) that marks each step, e.g. decode_step",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object (see the module's help)")
+    parser.add_argument(
+        "--diff",
+        action="store_true",
+        help="the two files are before and after a change, not ranks: compare their kernels by family "
+        "(sim.trace_diff)",
+    )
     args = parser.parse_args(argv)
+    if args.diff and len(args.files) != 2:
+        print(
+            "python -m sim trace: --diff compares two traces, before and after: give two files",
+            file=sys.stderr,
+        )
+        return 2
     try:
         reports = [analyse(f, step_range=args.step_range) for f in args.files]
     except TraceError as err:
         print(f"python -m sim trace: {err}", file=sys.stderr)
         return 2
+    if args.diff:
+        from sim.trace_diff import diff_reports, format_diff
+
+        found = diff_reports(*reports)
+        print(json.dumps(found.to_dict(), indent=1) if args.json else format_diff(found))
+        return 0
     cost = default_replay_cost()
     if args.json:
         print(json.dumps(to_json(reports, cost), indent=1))

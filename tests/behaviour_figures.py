@@ -28,7 +28,7 @@ from core.trace import analyse  # noqa: E402
 from sim.calibration import calibrate, calibrated_preset  # noqa: E402
 from sim.config import PRESETS  # noqa: E402
 from sim.kernels import fusion_table  # noqa: E402
-from sim.trace_report import median_whatifs  # noqa: E402
+from sim.trace_report import median_whatifs, untraced_summary  # noqa: E402
 from sim.trace_whatif import default_replay_cost  # noqa: E402
 
 COMBOS = ((False, False), (True, False), (False, True), (True, True))  # (fusion, graphs), as the page toggles
@@ -50,6 +50,8 @@ TRACES = (
     "tests/data/hf/hf_llama_two_streams.json.gz",
     "tests/data/hf/hf_qwen2_eager_sync.json.gz",
     "tests/data/hf/hf_qwen2_graph.json.gz",
+    "tests/data/profiler/h200/qwen2_eager_b1_default.json.gz",  # carries the recorder's untraced step
+    "tests/data/profiler/h200/qwen2_compile_b4_stack.json.gz",  # Inductor's ranges, Python calls, line lookups
 )
 
 
@@ -194,6 +196,7 @@ def trace_figures() -> dict:
             "rule": report.rule,
             "steps": [s.summary() for s in report.steps],
             "whatif": median_whatifs(report, cost),
+            "untraced": untraced_summary(report),
         }
     return out
 

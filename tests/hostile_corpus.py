@@ -40,8 +40,8 @@ if str(ROOT) not in sys.path:
 MB = 2**20
 HUGE = 10**400  # json writes a 400-digit literal; float() of it overflows
 # No case may take longer, on the page or in a CLI. A hang check, not a speed goal (those are bench/'s):
-# the hangs this corpus found ran past 180 s; the slowest honest case (a 512 MB gzip bomb of trace
-# events) takes 5-14 s on the 2-core CI machine, depending on what else runs.
+# the hangs this corpus found ran past 180 s; the slowest honest case (the trace event bomb, 5 M events
+# read to the reader's limit) takes 5-14 s on the 2-core CI machine, depending on what else runs.
 MAX_SECONDS = 45.0
 
 
@@ -53,7 +53,18 @@ class Case:
 
     @property
     def data(self) -> bytes:
-        return self.make()
+        return case_bytes(self.kind, self.name)
+
+
+_BUILT: dict[tuple[str, str], bytes] = {}
+
+
+def case_bytes(kind: str, name: str) -> bytes:
+    """A case's file, built once per process (the large ones take a second or more to build)."""
+    key = (kind, name)
+    if key not in _BUILT:
+        _BUILT[key] = {"result": RESULT_CASES, "csv": CSV_CASES, "trace": TRACE_CASES}[kind][name]()
+    return _BUILT[key]
 
 
 # -- probe results -------------------------------------------------------------------------------
@@ -346,7 +357,8 @@ RESULT_CASES: dict[str, Callable[[], bytes]] = {
     "valid.json.gz": lambda: gzip.compress(_dump(small_result())),
     "not_gzip.json.gz": lambda: b"plain text, not gzip",
     "truncated.json.gz": lambda: gzip.compress(_dump(small_result()))[:-20],
-    "bomb_512MB.json.gz": lambda: _gzip_bomb(b"", b" ", 512 * MB),
+    # Just past what the result reader decompresses (MAX_RESULT_BYTES), where it stops.
+    "bomb_21MB.json.gz": lambda: _gzip_bomb(b"", b" ", 21 * MB),
 }
 
 # -- batch-size histograms -----------------------------------------------------------------------------
@@ -417,6 +429,59 @@ def _good_trace_events(steps=3, kernels=4):
             corr += 1
         t += 200.0
     return events
+
+
+def _profiled_steps(steps=3, kernels=60) -> list[dict]:
+    """Eager decode steps as torch.profiler marks them (ProfilerStep#N), long enough that the page's
+    first-launches view (18) sits inside the first step."""
+    events, corr, t = [], 1, 1_000.0
+    for n in range(steps):
+        span = 10.0 * kernels + 30
+        events.append(_x("cpu_op", f"ProfilerStep#{n + 3}", t, span))
+        for k in range(kernels):
+            events.append(_x("cuda_runtime", "cudaLaunchKernel", t + 5 + 10 * k, 4.0, corr=corr))
+            name = ("vectorized_elementwise_kernel", "rms_norm_kernel", "nvjet_gemm")[k % 3]
+            events.append(
+                _x("kernel", name, t + 10 + 10 * k, 3.0, corr=corr, tid=7, pid=0, stream=7, device=0)
+            )
+            corr += 1
+        t += span + 100
+    return events
+
+
+def _first_kernels(count: int, **fields) -> Callable[[], bytes]:
+    """The profiled steps with `fields` set on the first `count` kernel records (None: the field removed)."""
+
+    def make() -> bytes:
+        events, done = _profiled_steps(), 0
+        for e in events:
+            if e["cat"] == "kernel" and done < count:
+                for key, value in fields.items():
+                    target = e["args"] if key == "stream" else e
+                    if value is None:
+                        target.pop(key, None)
+                    else:
+                        target[key] = value
+                done += 1
+        return _trace_bytes(*events)
+
+    return make
+
+
+def _dropped(cat: str, count: int) -> Callable[[], bytes]:
+    """The first `count` records of a category gone, as the profiler drops records under load."""
+
+    def make() -> bytes:
+        events, gone = _profiled_steps(), 0
+        kept = []
+        for e in events:
+            if e["cat"] == cat and gone < count:
+                gone += 1
+                continue
+            kept.append(e)
+        return _trace_bytes(*kept)
+
+    return make
 
 
 def _trace_bytes(*events, **kw) -> bytes:
@@ -502,11 +567,45 @@ TRACE_CASES: dict[str, Callable[[], bytes]] = {
     ),
     "kernels_200k.json": lambda: _kernel_flood(200_000),
     "cpu_ops_1M.json": lambda: _many_events_trace(1_000_000),
-    "bomb_whitespace_512MB.json.gz": lambda: _gzip_bomb(b"", b" ", 512 * MB),
-    "bomb_events_512MB.json.gz": lambda: _gzip_bomb(
-        b'{"traceEvents": [', b'{"ph":"i","name":"x","ts":1},', 512 * MB
+    # dropped records (the profiler drops them under load) and kernel fields the reader cannot use (issue 24)
+    "dropped_first_40_kernels.json": _dropped("kernel", 40),
+    "dropped_first_40_launches.json": _dropped("cuda_runtime", 40),
+    "dropped_first_200_kernels.json": _dropped("kernel", 200),
+    "first_40_kernels_ts_nan.json": _first_kernels(40, ts=float("nan")),
+    "first_40_kernels_ts_minus_infinity.json": _first_kernels(40, ts=float("-inf")),
+    "first_40_kernels_ts_1e300.json": _first_kernels(40, ts=1e300),
+    "first_40_kernels_ts_400_digits.json": _first_kernels(40, ts=HUGE),
+    "first_40_kernels_named_7.json": _first_kernels(40, name=7),
+    "first_40_kernels_no_name.json": _first_kernels(40, name=None),
+    "first_40_kernels_stream_400_digits.json": _first_kernels(40, stream=HUGE),
+    "kernels_stream_negative.json": _first_kernels(10**9, stream=-3),
+    "kernels_ts_zero.json": _first_kernels(10**9, ts=0),
+    "kernels_ts_string.json": _first_kernels(10**9, ts="soon"),
+    "kernels_ts_numeric_string.json": _first_kernels(10**9, ts="0"),
+    "launch_tid_list.json": lambda: _trace_bytes(
+        *[dict(e, tid=[1]) if e["cat"] == "cuda_runtime" else e for e in _profiled_steps()]
     ),
+    "range_pid_object.json": lambda: _trace_bytes(
+        *[dict(e, pid={"a": 1}) if e["cat"] == "cpu_op" else e for e in _profiled_steps()]
+    ),
+    "ts_5000_digits.json": lambda: _trace_bytes(*_good_trace_events()).replace(
+        b'"ts": 5.0', b'"ts": ' + b"9" * 5000, 1
+    ),
+    # 64 MB of blanks streamed through in 4 MB chunks (none held), and just past MAX_EVENTS events.
+    "bomb_whitespace_64MB.json.gz": lambda: _gzip_bomb(b"", b" ", 64 * MB),
+    "bomb_events_past_the_limit.json.gz": lambda: _events_bomb(),
 }
+# Cases that take seconds to read: the suite reads each once and shares what it read between the trace
+# CLI, the page and the reader's test (tests/test_hostile_corpus.py); every other case is read by each.
+SLOW_TO_READ = frozenset({"bomb_events_past_the_limit.json.gz", "kernels_200k.json", "cpu_ops_1M.json"})
+
+
+def _events_bomb() -> bytes:
+    """One event more than the reader reads (core.trace.MAX_EVENTS), gzipped: it must stop at the limit."""
+    from core.trace import MAX_EVENTS
+
+    event = b'{"ph":"i","name":"x","ts":1},'
+    return _gzip_bomb(b'{"traceEvents": [', event, (MAX_EVENTS + 1) * len(event) + MB)
 
 
 def cases() -> Iterator[Case]:
@@ -561,41 +660,43 @@ CLIS = {
 }
 
 
+def run_one(cli: str, path: Path) -> dict:
+    """One file through the CLI's entry point as `python -m` would call it: {"case", "seconds", "rc",
+    "traceback", "tail"}. An exception other than SystemExit is a traceback; the exit code is main's
+    return or SystemExit's."""
+    _, entry, _ = CLIS[cli]
+    # Strict UTF-8, as a real process's stdout: a string no terminal can print fails here too.
+    out, err = (io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="strict") for _ in range(2))
+    start = time.perf_counter()
+    trace_text = ""
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = entry(str(path))
+            out.flush()
+            err.flush()
+        except SystemExit as exit_:
+            rc = exit_.code if isinstance(exit_.code, int) else 1
+        except BaseException:
+            rc, trace_text = 1, traceback.format_exc()
+    seconds = time.perf_counter() - start
+    err.flush()
+    err_text = err.buffer.getvalue().decode("utf-8", "replace")
+    return {
+        "case": path.name,
+        "seconds": seconds,
+        "rc": rc,
+        "traceback": bool(trace_text) or "Traceback" in err_text,
+        "tail": (trace_text or err_text)[-600:],
+    }
+
+
 def run_cli(cli: str, folder: Path) -> None:
-    """Each file of the CLI's kind in `folder`, through its entry point as `python -m` would call it:
-    an exception other than SystemExit is a traceback; the exit code is main's return or SystemExit's."""
-    kind, entry, _ = CLIS[cli]
+    """Each file of the CLI's kind in `folder` through `run_one`, one JSON line each (and a start line
+    before it, so that a case that hangs is named by the last line)."""
+    kind = CLIS[cli][0]
     for path in sorted((folder / kind).iterdir()):
         print(json.dumps({"case": path.name, "start": True}), flush=True)
-        # Strict UTF-8, as a real process's stdout: a string no terminal can print fails here too.
-        out, err = (io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="strict") for _ in range(2))
-        start = time.perf_counter()
-        trace_text = ""
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                rc = entry(str(path))
-                out.flush()
-                err.flush()
-            except SystemExit as exit_:
-                rc = exit_.code if isinstance(exit_.code, int) else 1
-            except BaseException:
-                rc, trace_text = 1, traceback.format_exc()
-        seconds = time.perf_counter() - start
-        err.flush()
-        err_text = err.buffer.getvalue().decode("utf-8", "replace")
-        tail = (trace_text or err_text)[-600:]
-        print(
-            json.dumps(
-                {
-                    "case": path.name,
-                    "seconds": seconds,
-                    "rc": rc,
-                    "traceback": bool(trace_text) or "Traceback" in err_text,
-                    "tail": tail,
-                }
-            ),
-            flush=True,
-        )
+        print(json.dumps(run_one(cli, path)), flush=True)
 
 
 if __name__ == "__main__":

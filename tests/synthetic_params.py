@@ -15,8 +15,9 @@ KNOWN_PARAMS = dict(
     cublas_gemv_latency_us=3.4, cublas_gemv_GBps=1600.0, cublas_gemv_TFLOPs=70.0,
     cublas_latency_us=4.2, cublas_GBps=2200.0, cublas_TFLOPs=450.0,
     aten_latency_us=1.3, aten_GBps=600.0,
+    persistent_latency_us=140.0, persistent_GBps=3300.0, persistent_TFLOPs=60.0,
     pdl_hidden_us=1.1,
     aten_launch_us=7.0, triton_launch_us=18.0,
-    replay_us=25.0, replay_per_node_us=0.05,
-    node_gap_us=0.8, input_copy_share=0.3,
+    replay_us=25.0, replay_per_node_us=0.05, replay_per_row_us=0.6,
+    node_gap_us=0.8, input_copy_share=0.3, merge_launch_share=0.5,
 )  # fmt: skip

@@ -84,9 +84,9 @@ def test_the_page_offers_it(toy):
     at = AppTest.from_file(APP, default_timeout=60)
     at.run()
     assert not at.exception, at.exception
-    choice = at.radio(key="mode")
+    choice = at.selectbox(key="mode")
     assert TOY.label in choice.options  # shown by its label
-    choice.set_value("toy").run()
+    choice.set_value(TOY.label).run()
     assert not at.exception, at.exception
     expected = simulate_step(CHAPTER.model, CHAPTER.hardware, StepPlan(toy, 1)).metrics
     shown = {m.label: m.value for m in at.metric}

@@ -20,6 +20,12 @@ def calibration_page(**params):
     return open_tab("Calibration", timeout=180, **params)
 
 
+@pytest.fixture(scope="module")
+def shipped_fit():
+    """The shipped run's leave-one-out fit, the expected figures of two tests (fitted once: ~2 s)."""
+    return calibrate(probe_result.recorded_result())
+
+
 def test_page_shows_fit_table_chart_and_the_loo_figure(recorded):
     at = calibration_page()
     assert not at.exception
@@ -92,7 +98,7 @@ def test_calibrated_preset_for_the_simulator_tab(recorded):
 @pytest.mark.skipif(
     not probe_result.RECORDED_PATH.is_file(), reason="the recorded H200 run is not shipped yet"
 )
-def test_on_the_recorded_run_cli_and_page_agree():
+def test_on_the_recorded_run_cli_and_page_agree(shipped_fit):
     st.cache_resource.clear()
     out = io.StringIO()
     with redirect_stdout(out):
@@ -101,7 +107,7 @@ def test_on_the_recorded_run_cli_and_page_agree():
     assert last.startswith("Leave-one-out: median error ") and "worst point" in last
     at = calibration_page()
     assert not at.exception
-    expected = loo_summary(calibrate(probe_result.recorded_result()))
+    expected = loo_summary(shipped_fit)
     assert shown(at)[LOO_LABEL] == f"{100 * expected['median']:.1f}%"
     assert any(last in v.body for v in [*at.success, *at.warning])
 
@@ -194,7 +200,7 @@ def test_scatter_labels_never_cover_each_other(source):
     assert _label_overlaps(fig)
 
 
-def test_the_shipped_runs_fit_starts_with_the_server_and_serves_that_content_only(monkeypatch):
+def test_the_shipped_runs_fit_starts_with_the_server_and_serves_that_content_only(monkeypatch, shipped_fit):
     """ui/warmup.py starts the shipped run's fit in a background process; the page uses it for that
     content only, a preset reuses the leave-one-out fit, and nothing is fitted twice."""
     from ui import calibration_cache
@@ -221,7 +227,7 @@ def test_the_shipped_runs_fit_starts_with_the_server_and_serves_that_content_onl
         cal = calibration_cache.calibration_of(shipped)
         assert calls == [True]  # the shipped run's fit came from the background process
         assert cal.params == calibrate(shipped, loo=False).params
-        assert cal.median_loo_error == calibrate(shipped).median_loo_error
+        assert cal.median_loo_error == shipped_fit.median_loo_error
         calibration_cache.preset_for(shipped)
         calibration_cache.preset_for(other)
         calibration_cache.probe_sim_step(other, "eager", 1)

@@ -62,6 +62,7 @@ def test_the_what_if_is_drawn_beside_the_trace_and_the_aliases_work():
     table = at.dataframe[0].value
     assert list(table["the step"]) == [
         "as traced",
+        "without the profiler (estimated)",
         "with fusion (estimate)",
         "with CUDA graphs (estimate)",
         "with fusion + graphs (estimate)",
@@ -167,11 +168,119 @@ def test_an_upload_over_the_limit_is_refused_unread(monkeypatch):
     assert any("larger than 1 MB" in as_read(e.value) for e in at.error)
 
 
-def test_the_server_holds_a_bounded_number_of_uploaded_traces():
+def test_the_server_holds_uploaded_traces_within_a_byte_budget(monkeypatch):
+    """Issue 24: the parsed uploads of all sessions, with the analyses drawn from them, are bounded by bytes
+    (the cap of 8 traces let 16 large ones take 5.7 GB). The newest stays even alone over budget."""
+    import core.trace as reader
     import ui.trace_tab as tab
+    from ui.uploads import ByteBudget, deep_nbytes
 
-    tab._RESIDENT.clear()
-    for i in range(tab.MAX_RESIDENT + 3):
-        tab._keep_resident(f"upload-{i}", (object(),))
-    assert len(tab._RESIDENT) == tab.MAX_RESIDENT
-    assert tab._resident("upload-0") is None and tab._resident(f"upload-{tab.MAX_RESIDENT + 2}") is not None
+    def upload():
+        return (reader.read_trace(HF / "hf_llama_eager_sync.json.gz"),)
+
+    one = deep_nbytes(upload())
+    monkeypatch.setattr(tab, "_RESIDENT", ByteBudget(int(2.5 * one), tab.MAX_RESIDENT))
+    for i in range(5):
+        tab._keep_resident(f"upload-{i}", upload())
+    assert len(tab._RESIDENT) == 2 and tab._RESIDENT.total <= 2.5 * one
+    assert tab._resident("upload-2") is None and tab._resident("upload-4") is not None
+    # Drawing the newest caches its steps and what-ifs on it: counted again, the older one goes.
+    ranks = tab._resident("upload-4")
+    report = tab._report(ranks[0], None)
+    tab._whatifs(report, report.steps[0])
+    tab._recount("upload-4")
+    assert len(tab._RESIDENT) == 1 and tab._RESIDENT.total > 1.5 * one
+
+
+def test_an_upload_pushed_out_of_the_budget_asks_to_be_uploaded_again(monkeypatch):
+    import ui.trace_tab as tab
+    from ui.uploads import ByteBudget
+
+    monkeypatch.setattr(tab, "_RESIDENT", ByteBudget(1, tab.MAX_RESIDENT))  # room for the newest only
+    data = (HF / "hf_llama_graph.json.gz").read_bytes()
+    at = open_tab(TAB)
+    at = _upload(at, ("first.json.gz", data))
+    at = _upload(at, ("second.json.gz", data))
+    _no_traceback(at)
+    assert metrics(at)["Graph launches"] == "1"
+    at.selectbox(key="tr_trace").set_value("uploaded: first.json.gz").run()
+    _no_traceback(at)
+    assert any("no longer held on this server" in w.value for w in at.warning)
+
+
+EVIL = "https://evil.example/x www.evil.example me@evil.example"
+
+
+def _bare_links(at) -> list[str]:
+    """Markdown sources on the page (and widget help) that Streamlit would show with a live link in them."""
+    from test_hostile_markdown import BARE_LINK
+
+    kinds = ("markdown", "caption", "info", "warning", "error", "success", "subheader")
+    sources = [el.value for kind in kinds for el in at.get(kind)]
+    sources += [w.proto.help for w in (*at.radio, *at.selectbox, *at.text_input) if w.proto.help]
+    return [s for s in sources if "evil" in s and BARE_LINK.search(as_read(s))]
+
+
+def test_bare_urls_from_the_file_the_name_and_the_link_render_as_text():
+    """Issue 24: the device in the trace, the upload's name, a URL naming a trace and a step range."""
+    events = json.loads(gzip.decompress((HF / "hf_llama_eager_sync.json.gz").read_bytes()))
+    events["deviceProperties"] = [{"id": 0, "name": EVIL}]
+    at = open_tab(TAB, tr_trace=EVIL, tr_range="www.evil.example")
+    _no_traceback(at)
+    assert any("evil" in w.value for w in at.warning)  # the link's trace is named, as text
+    at = _upload(at, ("www.evil.example.json", json.dumps(events).encode()))
+    _no_traceback(at)
+    assert at.selectbox(key="tr_trace").value == "uploaded: www.evil.example.json"
+    at.text_input(key="tr_range").set_value("").run()
+    assert any("evil" in i.value for i in at.info)  # the device and the name are shown
+    assert not _bare_links(at)
+
+
+def test_the_step_without_the_profiler_beside_the_traced_one_estimated():
+    from sim.trace_whatif import untraced_steps
+    from ui.charts import format_us
+
+    at = open_tab(TAB)
+    _no_traceback(at)
+    report = analyse(HF / "hf_llama_eager_profilerstep.json.gz")
+    step, u = report.steps[0], untraced_steps(report)[0]
+    shown = metrics(at)
+    assert shown["As traced"] == format_us(step.metrics.step_us)
+    assert shown["Without the profiler"] == format_us(u.step_us) != shown["As traced"]
+    assert shown["Traced / without"] == f"{step.metrics.step_us / u.step_us:.2f}×"
+    assert any("as traced, and without the profiler" in h.value for h in at.subheader)
+    both = _lanes_spec(at, 1)  # after the step's own lanes: the two steps on one time axis
+    assert _lanes_of(both) == {
+        "CPU · as traced",
+        "GPU · as traced",
+        "CPU · without the profiler",
+        "GPU · without the profiler",
+    }
+
+    def last_launch(which: str) -> float:  # where the host lane's last drawn interval starts
+        (cpu,) = [t for t in both["data"] if t["name"] == f"CPU launch · {which}"]
+        return max(cpu["base"])
+
+    # The profiler's cost came out of the host lane.
+    assert last_launch("without the profiler") < 0.9 * last_launch("as traced")
+    captions = " ".join(c.value for c in at.caption)
+    assert "is estimated" in captions and "Why a traced host-bound step runs slow" in captions
+    table = at.dataframe[0].value
+    assert list(table["the step"])[:2] == ["as traced", "without the profiler (estimated)"]
+    graphs = table[table["the step"] == "with CUDA graphs (estimate)"].iloc[0]
+    assert float(graphs["vs the traced step"].rstrip("×")) > float(
+        graphs["vs your step without the profiler"].rstrip("×")
+    )
+    assert "faster than your step without the profiler" in captions and "vs the traced step" in captions
+
+
+def test_a_trace_with_the_recorders_timing_quotes_it_as_measured():
+    from ui.charts import format_us
+
+    at = open_tab(TAB, tr_trace="HF Qwen2-0.5B eager, with the recorder's timing")
+    _no_traceback(at)
+    report = analyse(ROOT / "tests/data/profiler/h200/qwen2_eager_b1_default.json.gz")
+    assert metrics(at)["Without the profiler"] == format_us(report.trace.recorded_untraced["median_us"])
+    captions = " ".join(c.value for c in at.caption)
+    assert "measured by the recorder" in captions
+    assert list(at.dataframe[0].value["the step"])[1] == "without the profiler (measured by the recorder)"

@@ -8,13 +8,23 @@ from __future__ import annotations
 import json
 import re
 
-from app_pages import fake_run
+from app_pages import as_read, fake_run
 from test_hostile_uploads import good_result, page_on
 
 from ui.common import code, plain
 
-HOSTILE = "![x](http://127.0.0.1:9/pixel.png) [click me](https://example.com) <b>bold</b> :red[red] # head"
+HOSTILE = (
+    "![x](http://127.0.0.1:9/pixel.png) [click me](https://example.com) <b>bold</b> :red[red] # head "
+    "https://evil.example/x www.evil.example me@evil.example"  # bare: GitHub's autolinks (issue 24)
+)
 LIVE = re.compile(r"(?<!\\)(\]\(|!\[|<http|:red\[|:material/)")  # unescaped link, image, autolink, directive
+# What Streamlit's markdown links when bare, backslash escapes or not: read with the escapes removed.
+BARE_LINK = re.compile(r"(?i)\b(https?|ftp)://|\bwww\.|[\w.+-]@[\w-]")
+
+
+def live_markdown(text: str) -> bool:
+    """Would this markdown source show a link, an image, HTML or a directive?"""
+    return bool(LIVE.search(text) or BARE_LINK.search(re.sub(r"\\(.)", r"\1", text)))
 
 
 def page_text(at) -> list[str]:
@@ -28,16 +38,26 @@ def assert_inert(at, where: str) -> None:
     texts = page_text(at)
     assert any("click me" in t for t in texts), f"{where}: the hostile string is not shown at all"
     as_text = [el.value for el in at.get("text")]  # st.text: never parsed as markdown
-    live = [t for t in texts if LIVE.search(t) and "click me" in t and t not in as_text]
+    live = [t for t in texts if live_markdown(t) and "click me" in t and t not in as_text]
     assert not live, f"{where}: rendered as markdown: {live}"
 
 
 def test_plain_escapes_every_markdown_construct():
-    assert LIVE.search(HOSTILE)
-    assert not LIVE.search(plain(HOSTILE))
+    assert live_markdown(HOSTILE) and BARE_LINK.search("see www.example.com or https://e.com/x")
+    assert not live_markdown(plain(HOSTILE))
+    for bare in (
+        "https://evil.example/x",
+        "HTTP://E.COM",
+        "www.evil.example",
+        "WWW.E.COM",
+        "a@b.c",
+        "mailto:a@b.c",
+    ):
+        assert not live_markdown(plain(bare)), bare
+        assert as_read(plain(bare)).replace("\u2060", "") == bare  # reads the same: only a word joiner added
     assert plain("a\nb\r\n# c") == "a b \\# c"  # no new block from a line break
     assert code("python -m gpu_probe") == "`python -m gpu_probe`"
-    assert not LIVE.search(code("`x` " + HOSTILE))
+    assert not live_markdown(code("`x` " + HOSTILE))
 
 
 def test_probe_tab_shows_file_strings_as_text():

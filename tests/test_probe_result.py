@@ -87,7 +87,7 @@ def test_valid_result_loads_with_all_fields():
     # read_bytes / (GB/s * 1e3) gives microseconds.
     assert res.weight_floor_us == pytest.approx(888_000_000 / 4.2e6)
     assert res.all_checks_passed and res.modes == ("eager", "fused+graph") and res.batches == (1, 3)
-    assert tuple(MODES) == ("eager", "fused", "graph", "fused+graph", "compile")
+    assert tuple(MODES) == ("eager", "fused", "graph", "fused+graph", "compile", "persistent")
 
 
 def test_round_trip_through_json_file(tmp_path):

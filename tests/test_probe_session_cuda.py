@@ -13,7 +13,7 @@ def test_a_session_measures_twice_without_recapturing():
 
     session = live.open_session("tiny", rows=8, buckets=[1, 2, 4, 8])
     runners = dict(session.runners)
-    assert set(runners) == {"graph", "fused+graph"} and not session.errors
+    assert set(runners) == {"graph", "fused+graph", "persistent"} and not session.errors
     first = load_result(
         live.run_probe(
             "tiny", [1, 4], ["eager", "fused+graph"], buckets=[1, 2, 4, 8], steps=5, warmup=1, session=session
@@ -31,6 +31,9 @@ def test_a_session_measures_twice_without_recapturing():
     ):
         assert {(r.mode, r.batch) for r in result.runs} == expected
         assert result.all_checks_passed and not result.errors
-        assert len(result.captures) == 8  # reported with every result, captured once
+        assert (
+            len(result.captures) == 12
+        )  # three variants at four buckets, reported with every result, captured once
+        assert result.checks["persistent_barriers"]["passed"]
     with pytest.raises(ValueError, match="built for"):
         live.run_probe("tiny", [16], ["graph"], buckets=[1, 2, 4, 8], steps=5, warmup=1, session=session)

@@ -1,143 +1,204 @@
-"""tools/profiler_cost_fit.py: the event counts, the re-timed step and the fit, on recorded and synthetic steps."""
+"""The profiler's own cost: events counted per host row by the reader, the step re-timed without it, the fit.
+
+On the recorded H200 traces (tests/data/profiler/h200, tests/data/hf, gpu_probe/recorded) and the fit tool
+(tools/profiler_cost_fit.py), which reads them with the same reader and re-times them with the same model."""
 
 import gzip
 import json
-import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from core.trace import EVENT_KINDS, analyse, read_trace
+from sim.timing import PROFILER_COST, ProfilerCost
+from sim.trace_whatif import _untraced_step, untraced
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 
 import profiler_cost_fit as pcf  # noqa: E402
 
-from gpu_probe.recorder import METADATA_KEY, read_untraced  # noqa: E402
-
-DATA = ROOT / "tests" / "data" / "profiler"
+H200 = ROOT / "tests" / "data" / "profiler" / "h200"
 HF = ROOT / "tests" / "data" / "hf"
-COST = np.array([1.2, 0.9, 0.33, 0.32, 0.0])  # op, api, python, shapes, graph_node (µs)
+RECORDED = ROOT / "gpu_probe" / "recorded"
+ZERO = ProfilerCost(0.0, 0.0, 0.0, 0.0, 0.0, line_scale=0.0)
+TRACES = (
+    (H200 / "qwen2_eager_b1_default.json.gz", None),
+    (H200 / "llama_compile_b4_stack.json.gz", None),
+    (H200 / "tinyllama_graph_b16_default.json.gz", None),
+    (H200 / "micro_add_shapes.json.gz", None),
+    (HF / "hf_llama_eager_sync.json.gz", None),
+    (HF / "hf_llama_two_streams.json.gz", None),
+    (HF / "hf_llama_graph.json.gz", None),
+    (RECORDED / "trace_fused_graph_b1.json", "decode_step"),
+)
 
 
-def _steps(path, **kw):
-    return pcf.trace_steps(pcf.load(path), **kw)
+def _steps(path, step_range=None):
+    return analyse(path, step_range=step_range).steps
 
 
-def _synthetic(n=100, gap=10.0, kernel=2.0, sync=True, ops=1) -> pcf.Step:
-    """n launches, each after `ops` ops, `gap` µs apart on the host; each kernel runs `kernel` µs once
-    launched; then a host wait for the GPU (a stream synchronise) when `sync`."""
-    host_ts, host_end, kinds, wait = [], [], [], []
-    gpu_ts, gpu_dur, launch = [], [], []
-    t, gpu_free = 0.0, 0.0
-    for _ in range(n):
-        host_ts.append(t)
-        host_end.append(t + 1.0)
-        kinds.append([ops, 0, 0, 0, 0, 0])  # the ops (one event standing for `ops` of them)
-        wait.append(-math.inf)
-        host_ts.append(t + 2.0)
-        host_end.append(t + 4.0)
-        kinds.append([0, 1, 0, 0, 0, 0])  # its launch call
-        wait.append(-math.inf)
-        start = max(t + 4.0 + 3.0, gpu_free)
-        gpu_ts.append(start)
-        gpu_dur.append(kernel)
-        launch.append(len(host_ts) - 1)
-        gpu_free = start + kernel
-        t += gap
-    launch_ends = np.array(host_end)[launch]
-    if sync:
-        host_ts.append(t)
-        host_end.append(max(t, gpu_free) + 5.0)
-        kinds.append([0, 1, 0, 0, 0, 0])
-        wait.append(gpu_free)
-    return pcf.Step(
-        t0=0.0,
-        host_ts=np.array(host_ts),
-        host_end=np.array(host_end),
-        host_kind=np.array(kinds, dtype=float),
-        wait_target=np.array(wait),
-        gpu_ts=np.array(gpu_ts),
-        gpu_dur=np.array(gpu_dur),
-        gpu_stream=np.zeros(n, dtype=int),
-        gpu_launch=np.array(launch),
-        launch_ends=launch_ends,
-    )
+@pytest.mark.parametrize("path, step_range", TRACES, ids=lambda v: getattr(v, "name", str(v)))
+def test_no_cost_leaves_every_recorded_step_exactly_as_traced(path, step_range):
+    for step in _steps(path, step_range):
+        same, taken = _untraced_step(step, ZERO, 1.0)
+        assert taken == 0.0
+        assert same.timeline.cpu_start == pytest.approx(step.timeline.cpu_start, abs=1e-6)
+        assert same.timeline.cpu_dur == pytest.approx(step.timeline.cpu_dur, abs=1e-6)
+        assert same.timeline.gpu_start == pytest.approx(step.timeline.gpu_start, abs=1e-6)
 
 
-def test_no_cost_leaves_every_recorded_step_as_traced():
-    for path, kw in (
-        (DATA / "micro_add_default.json.gz", {}),
-        (DATA / "llama_eager_b1_default.json.gz", {}),
-        (HF / "hf_llama_graph.json.gz", {}),
-        (HF / "hf_llama_eager_sync.json.gz", {}),
-        (ROOT / "gpu_probe/recorded/trace_fused_graph_b1.json", {"step_range": "decode_step"}),
-    ):
-        steps = _steps(path, **kw)
-        assert steps, path.name
-        for step in steps:
-            assert pcf.estimate(step, np.zeros(len(pcf.PARAMS))) == pytest.approx(step.traced_us, abs=0.05)
+@pytest.mark.parametrize("path, step_range", TRACES, ids=lambda v: getattr(v, "name", str(v)))
+def test_the_rows_tile_each_host_thread(path, step_range):
+    for step in _steps(path, step_range):
+        host = step.host
+        assert sorted(host.interval[host.interval >= 0].tolist()) == list(range(len(step.timeline.cpu_start)))
+        for th in np.unique(host.thread):
+            rows = np.flatnonzero(host.thread == th)
+            assert host.start[rows[1:]] == pytest.approx(host.end[rows[:-1]])
+            assert np.all(host.start[rows] <= host.call_start[rows] + 1e-9)
+            assert np.all(host.call_start[rows] <= host.end[rows])
 
 
-def test_events_are_counted_by_kind_per_step():
-    (view,) = {tuple(s.counts) for s in _steps(DATA / "micro_view_shapes.json.gz")}
-    assert dict(zip(pcf.KINDS, view)) == {
-        "op": 400,
-        "runtime": 2,  # the recorder's synchronise after the loop
-        "driver": 0,
-        "python": 0,
-        "shapes": 400,  # record_shapes: every op carries "Input Dims"
-        "graph_node": 0,
+def _independent_counts(path) -> dict:
+    """The step's events on its thread from its start to its last launch call's end, counted from the JSON."""
+    trace = json.loads(gzip.decompress(path.read_bytes()))
+    events = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+    (rng,) = [
+        e for e in events if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")
+    ]
+    (step,) = _steps(path)
+    end = rng["ts"] + step.host.end.max()
+    mine = [e for e in events if e.get("tid") == rng["tid"] and rng["ts"] <= e["ts"] < end and e is not rng]
+    cats = [e.get("cat") for e in mine]
+    ops = [e for e in mine if e.get("cat") in ("cpu_op", "user_annotation")]
+    return {
+        "op": sum(not e["name"].startswith("triton_") for e in ops),
+        "triton": sum(e["name"].startswith("triton_") for e in ops),
+        "runtime": cats.count("cuda_runtime"),
+        "driver": cats.count("cuda_driver"),
+        "python": cats.count("python_function"),
+        "shapes": sum("Input Dims" in (e.get("args") or {}) for e in ops),
     }
-    frames = _steps(DATA / "micro_frames_stack.json.gz")[1]
-    assert frames.counts[3] > 2000  # with_stack: four Python frames a call, and the loop's own
-    llama = _steps(DATA / "llama_eager_b1_default.json.gz")
-    assert [tuple(s.counts[:3]) for s in llama] == [(3122, 804, 146)] * 4
-    graph = _steps(HF / "hf_llama_graph.json.gz")
-    assert [s.counts[5] for s in graph] == [829] * 3  # one graph launch: its 828 kernels and a memset
 
 
-def test_a_host_bound_step_shrinks_by_its_cost():
-    step = _synthetic(gap=10.0, kernel=2.0)
-    est = pcf.estimate(step, COST)
-    saved = step.traced_us - est
-    per_launch = COST[0] + COST[1]  # one op and one launch call
-    assert saved == pytest.approx(100 * per_launch, rel=0.05)
+@pytest.mark.parametrize(
+    "name",
+    [
+        "qwen2_eager_b1_shapes",
+        "llama_compile_b1_default",
+        "tinyllama_eager_b4_stack",
+        "qwen2_compile_b4_stack",
+    ],
+)
+def test_events_are_counted_by_kind_as_the_json_holds_them(name):
+    path = H200 / f"{name}.json.gz"
+    (step,) = _steps(path)
+    counts = step.host.totals()
+    assert set(counts) == set(EVENT_KINDS)
+    assert counts == _independent_counts(path)
+    assert counts["op"] > 0 and counts["runtime"] > 0
 
 
-def test_a_gpu_bound_step_is_unchanged():
-    step = _synthetic(gap=10.0, kernel=50.0)
-    assert pcf.estimate(step, COST) == pytest.approx(step.traced_us, rel=0.002)
+def test_inductor_ranges_shapes_and_python_calls_are_told_apart():
+    (compile_default,) = _steps(H200 / "qwen2_compile_b4_default.json.gz")
+    (eager_shapes,) = _steps(H200 / "qwen2_eager_b4_shapes.json.gz")
+    (eager_stack,) = _steps(H200 / "qwen2_eager_b4_stack.json.gz")
+    assert (
+        compile_default.host.totals()["triton"] == 244
+    )  # one range per Triton launch, only under torch.compile
+    assert eager_shapes.host.totals()["triton"] == 0
+    assert eager_shapes.host.totals()["shapes"] == eager_shapes.host.totals()["op"]  # every op has shapes
+    assert compile_default.host.totals()["shapes"] == eager_stack.host.totals()["shapes"] == 0
+    assert eager_stack.host.totals()["python"] > 4000 and eager_shapes.host.totals()["python"] == 0
 
 
-def test_a_graph_replay_keeps_its_timing_and_only_moves_with_its_launch():
-    (step, *_) = _steps(HF / "hf_llama_graph.json.gz")
-    assert pcf.estimate(step, COST) / step.traced_us - 1 == pytest.approx(0.0, abs=0.01)
-    with_nodes = COST.copy()
-    with_nodes[4] = 1.0
-    # a cost per node takes 829 µs off the graph launch: every kernel starts that much earlier
-    assert step.traced_us - pcf.estimate(step, with_nodes) == pytest.approx(829.0, rel=0.05)
+def test_the_line_lookups_grow_in_inductors_long_function_and_not_in_a_loop():
+    """with_stack: the host time before each call of Inductor's generated `call` grows with its place in it;
+    measured from the gaps, it is what those gaps add up to. A loop's calls show no growth."""
+    path = H200 / "tinyllama_compile_b4_stack.json.gz"
+    trace = json.loads(gzip.decompress(path.read_bytes()))
+    py = [e for e in trace["traceEvents"] if e.get("cat") == "python_function"]
+    by_parent = {}
+    for e in py:
+        by_parent.setdefault(e["args"]["Python parent id"], []).append(e)
+    calls = sorted(max(by_parent.values(), key=len), key=lambda e: e["ts"])
+    gaps = sum(b["ts"] - (a["ts"] + a["dur"]) for a, b in zip(calls, calls[1:]))
+    (step,) = _steps(path)
+    assert step.host.line_us.sum() == pytest.approx(gaps, rel=0.1)
+    loop = read_trace(H200 / "micro_frames_stack.json.gz", host_only=True)
+    assert len(loop.host_ts) > 2000 and loop.host_line_us.sum() == 0.0
+    (eager,) = _steps(H200 / "qwen2_eager_b1_stack.json.gz")  # Hugging Face's forward: no long function
+    assert eager.host.line_us.sum() == 0.0
 
 
-def test_the_fit_recovers_costs_that_made_the_pairs():
-    truth = np.array([1.0, 2.0, 0.0, 0.0, 0.0])
-    cases = []
-    for n, gap, ops in ((50, 20.0, 1), (100, 15.0, 3), (200, 30.0, 2)):
-        step = _synthetic(n=n, gap=gap, ops=ops)
-        untraced = pcf.estimate(step, truth)
-        cases.append(pcf.Case(f"s{n}", "synthetic", "eager", "default", "test", untraced, [step]))
-    cost = pcf.fit(cases)
-    assert cost[:2] == pytest.approx(truth[:2], rel=0.05)
+def test_a_host_bound_step_loses_the_cost_of_its_events():
+    (step,) = _steps(H200 / "qwen2_eager_b1_default.json.gz")
+    speed = PROFILER_COST.speed(step.host.launch_call_us, step.host.launch_calls)
+    cost = float(PROFILER_COST.host_us(step.host.counts, step.host.line_us, EVENT_KINDS, speed).sum())
+    u = untraced(step, PROFILER_COST)
+    # All of it, but where an interval would keep less than 10 % of itself (a few short ones).
+    assert 0.9 * cost < u.profiler_us <= cost
+    assert step.metrics.step_us - u.step_us == pytest.approx(u.profiler_us, rel=0.01)  # the GPU waited for it
+    assert u.source == "estimate" and u.scale == 1.0
 
 
-def test_the_device_trace_carries_the_recorded_untraced_time():
-    """The recorder's block landed in the H200 trace (torch 2.11) as a top-level key, before the events."""
-    with gzip.open(DATA / "llama_eager_b1_default.json.gz", "rb") as f:
-        text = f.read()
-    trace = json.loads(text)
-    run = json.loads((DATA / "profiler_cost.json").read_text())
-    (entry,) = [t for t in run["traces"] if t["label"] == "llama_eager_b1"]
-    assert read_untraced(trace) == entry["untraced"]
-    assert trace[METADATA_KEY]["torch"].startswith("2.11") and trace[METADATA_KEY]["timer"] == "cuda_events"
-    assert text.index(f'"{METADATA_KEY}"'.encode()) < text.index(b'"traceEvents"')
+def test_a_slower_host_pays_more_for_each_event():
+    (step,) = _steps(H200 / "qwen2_eager_b1_default.json.gz")
+    slow = replace(step, host=replace(step.host, launch_call_us=2 * PROFILER_COST.launch_ref_us))
+    fast = replace(step, host=replace(step.host, launch_call_us=PROFILER_COST.launch_ref_us))
+    taken = [untraced(s, PROFILER_COST).profiler_us for s in (fast, slow)]
+    assert taken[1] == pytest.approx(2 * taken[0], rel=0.03)  # short intervals keep 10 % of themselves
+    few = replace(
+        slow, host=replace(slow.host, launch_calls=3)
+    )  # three launch calls tell nothing of the host
+    assert untraced(few, PROFILER_COST).profiler_us == pytest.approx(taken[0], rel=0.01)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [*sorted(H200.glob("*_graph_*.json.gz")), HF / "hf_llama_graph.json.gz", HF / "hf_qwen2_graph.json.gz"],
+    ids=lambda p: p.name,
+)
+def test_graph_replays_change_by_at_most_3_percent(path):
+    for step in _steps(path):
+        assert untraced(step, PROFILER_COST).step_us / step.metrics.step_us - 1 == pytest.approx(
+            0.0, abs=0.03
+        )
+
+
+# -- the fit and its validation (the tool reads every pair: seconds) ------------------------------------
+@pytest.fixture(scope="module")
+def fitted():
+    args = pcf.argparse.Namespace(
+        profiler_dir=H200, first_run_dir=ROOT / "tests/data/profiler", hf_dir=HF, probe_dir=RECORDED
+    )
+    return pcf.report(args)
+
+
+def test_the_fit_gives_the_shipped_costs(fitted):
+    assert fitted["cost"] == fitted["shipped"]
+    assert PROFILER_COST.source.startswith("fitted on paired traced/untraced H200 steps")
+
+
+def test_leave_one_model_out_on_the_reliable_host_bound_pairs(fitted):
+    """The figures docs/trace-reader.md quotes: the estimate on each model's pairs, fitted without them."""
+    s = fitted["summary"]["lomo_host_bound_reliable"]
+    assert s["n"] == 41 and s["median"] < 0.08 and s["within_15"] >= 34
+    assert fitted["summary"]["gpu_bound_change"]["median"] < 0.01
+
+
+def test_an_unreliable_pair_is_flagged_and_not_fitted_on(fitted):
+    rows = {r["case"]: r for r in fitted["cases"]}
+    shaky = rows["llama_eager_b4_default"]  # untraced 35,065 µs before the profile, 20,382 after
+    assert not shaky["reliable"] and not shaky["fitted_on"]
+    assert rows["qwen2_eager_b1_default"]["reliable"] and rows["qwen2_eager_b1_default"]["fitted_on"]
+    assert not rows["llama_graph_b1_default"]["fitted_on"]  # GPU-bound: nothing to fit on
+
+
+def test_the_graphs_what_if_speedup_against_the_measured_one(fitted):
+    s = fitted["summary"]["speedup_reliable"]
+    assert s["n"] >= 20 and s["median"] < 0.08

@@ -60,6 +60,36 @@ def test_the_block_is_a_top_level_key_written_before_the_events(recorded):
     assert text.index(f'"{METADATA_KEY}"'.encode()) < text.index(b'"traceEvents"')
 
 
+def test_the_trace_reader_picks_up_the_block(recorded):
+    """core.trace reads the recorder's block from the trace it wrote (a CPU profile: no steps to draw)."""
+    from core.trace import read_trace
+
+    trace = read_trace(recorded.trace_path, host_only=True)
+    assert trace.recorded_untraced == recorded.untraced and trace.recorded_note == ""
+    assert trace.recorded_untraced["median_us"] == round(percentile(recorded.step_us, 50), 3)
+
+
+def test_the_recorder_and_the_reader_agree_on_which_blocks_are_sound():
+    from core.trace import untraced_block
+
+    good = {"schema": 1, "steps": 3, "median_us": 5.0, "p10_us": 4.0, "p90_us": 6.0, "timer": "host_clock"}
+    blocks = [
+        good,
+        {**good, "schema": True},
+        {**good, "median_us": 7.0},  # above its p90
+        {**good, "median_us": 2e9, "p90_us": 3e9},  # absurd for a step
+        {**good, "median_us": 0},
+        {**good, "steps": 0},
+        {**good, "timer": "sundial"},
+        {**good, "p10_us": None},
+        "5.0",
+    ]
+    for block in blocks:
+        assert (read_untraced({METADATA_KEY: block}) is not None) == (untraced_block(block)[0] is not None), (
+            block
+        )
+
+
 def test_the_profiled_steps_are_marked(recorded):
     names = [
         e.get("name", "")

@@ -210,13 +210,15 @@ def test_kernel_counts_are_validated(field, value):
 def test_the_calibrations_family_work_is_the_simulators_work():
     # sim.calibration.families adds up sim.kernels' ops by the probe family that runs them: the same
     # bytes and FLOPs, written once.
+    from core.step_plan import PERSISTENT
     from sim.calibration.families import INDEX, UNPIPELINED_BEFORE_2026_12_02, family_work
 
     model = PRESETS["probe-0.5b-h200"].model
     b = model.bytes_per_el
     for fused in (False, True):
+        mode = toggled(fused, False)
         at = {
-            rows: family_work(model, [rows], [fused], unpipelined=UNPIPELINED_BEFORE_2026_12_02)
+            rows: family_work(model, [rows], [mode], unpipelined=UNPIPELINED_BEFORE_2026_12_02)
             for rows in (0, 1)
         }
         weights = at[0][0][0]
@@ -225,15 +227,21 @@ def test_the_calibrations_family_work_is_the_simulators_work():
         # too, fused); the wider kernels' family none.
         expected = model.read_params - (0 if fused else 2 * model.hidden * model.n_layers + model.hidden)
         assert weights[INDEX[gemm[0]]] == pytest.approx(expected * b) and weights[INDEX[gemm[1]]] == 0
-        wide = family_work(model, [64], [fused], unpipelined=UNPIPELINED_BEFORE_2026_12_02)[0][0]
+        wide = family_work(model, [64], [mode], unpipelined=UNPIPELINED_BEFORE_2026_12_02)[0][0]
         assert wide[INDEX["tile_gemm_wide" if fused else "cublas"]] > expected * b
         # FLOPs: the simulator's unfused step's, less sampling (the probe stops at the logits).
         sim_flops = sum(k.flops_per_row for k in step_kernels(model, False) if k.op != "sampling")
         families = ["attention", gemm[0], "aten"] if fused else [gemm[0], "aten"]
         assert sum(at[1][1][0][INDEX[f]] for f in families) == pytest.approx(sim_flops)
     kv = sum(k.kv_bytes_per_row for k in step_kernels(model, True))
+    fused = toggled(True, False)
     per_row = (
-        family_work(model, [1], [True], unpipelined=UNPIPELINED_BEFORE_2026_12_02)[0][0]
-        - family_work(model, [0], [True], unpipelined=UNPIPELINED_BEFORE_2026_12_02)[0][0]
+        family_work(model, [1], [fused], unpipelined=UNPIPELINED_BEFORE_2026_12_02)[0][0]
+        - family_work(model, [0], [fused], unpipelined=UNPIPELINED_BEFORE_2026_12_02)[0][0]
     )
     assert per_row[INDEX["attention"]] > kv  # the KV cache, plus q, k, v in and the output out
+    # The persistent kernel does the fused step's whole work in its one family.
+    fused_work, fused_flops = family_work(model, [3], [fused], unpipelined=UNPIPELINED_BEFORE_2026_12_02)
+    one, one_flops = family_work(model, [3], [PERSISTENT], unpipelined=UNPIPELINED_BEFORE_2026_12_02)
+    assert one[0][INDEX["persistent"]] == pytest.approx(fused_work[0].sum()) and one[0].sum() == one[0][-1]
+    assert one_flops[0][INDEX["persistent"]] == pytest.approx(fused_flops[0].sum())

@@ -16,6 +16,7 @@ from core.step_plan import (
     FUSED_GRAPH,
     GRAPH,
     MODES,
+    PERSISTENT,
     StepPlan,
     bucket_array,
     bucket_for,
@@ -31,17 +32,19 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_modes_say_what_they_mean():
-    assert tuple(MODES) == ("eager", "fused", "graph", "fused+graph", "compile")
-    assert names(modes(modelled=True)) == ("eager", "fused", "graph", "fused+graph")  # compile: Inductor's
-    assert names(modes(fused=True)) == ("fused", "fused+graph", "compile")
-    assert names(modes(graphs=True)) == ("graph", "fused+graph", "compile")
+    assert tuple(MODES) == ("eager", "fused", "graph", "fused+graph", "compile", "persistent")
+    # compile is Inductor's kernels: not modelled
+    assert names(modes(modelled=True)) == ("eager", "fused", "graph", "fused+graph", "persistent")
+    assert names(modes(fused=True)) == ("fused", "fused+graph", "compile", "persistent")
+    assert names(modes(graphs=True)) == ("graph", "fused+graph", "compile", "persistent")
+    assert names(modes(one_kernel=True)) == ("persistent",) and without_graphs(PERSISTENT) is FUSED
     for fused in (False, True):
         for graphs in (False, True):
             m = toggled(fused, graphs)
             assert (m.fused, m.graphs, m.modelled, m.toggles) == (fused, graphs, True, True)
     assert [m.short for m in modes(toggles=True)] == ["eager", "fusion", "graphs", "fusion+graphs"]
     assert [m.title for m in modes(toggles=True)] == ["unoptimised", "fusion", "graphs", "fusion + graphs"]
-    assert (BASELINE, FUSED, GRAPH, FUSED_GRAPH, COMPILE) == tuple(MODES.values())
+    assert (BASELINE, FUSED, GRAPH, FUSED_GRAPH, COMPILE, PERSISTENT) == tuple(MODES.values())
     assert without_graphs(FUSED_GRAPH) is FUSED and without_graphs(GRAPH) is BASELINE
     with pytest.raises(ValueError, match="mode: must be one of eager, fused"):
         mode("fused-graph")

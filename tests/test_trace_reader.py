@@ -325,3 +325,64 @@ def test_short_kernel_name():
         == "at::native::vectorized_elementwise_kernel"
     )
     assert T.short_kernel_name("triton_poi_fused_add_0") == "triton_poi_fused_add_0"
+
+
+# -- dropped records (issue 24): the profiler drops records under load; the step is still read and drawn --------
+def _dropped(kind: str, count: int, n: int = 30):
+    """One decode_step of n eager launches with the first `count` records of `kind` gone."""
+    events = eager_step(1000.0, 1, n=n)
+    gone = [i for i, e in enumerate(events) if e["cat"] == kind][:count]
+    kept = [e for i, e in enumerate(events) if i not in gone]
+    return as_bytes(trace(step_range("decode_step", 995.0, 10.0 * n + 20), *kept))
+
+
+def test_launches_whose_kernels_were_dropped_stay_on_the_cpu_lane_and_are_noted():
+    (step,) = T.analyse(_dropped("kernel", 20)).steps
+    tl = step.timeline
+    assert len(tl.cpu_start) == 30 and step.kernels == 10 and tl.launched_by.tolist() == list(range(20, 30))
+    assert step.notes and step.notes[0].startswith("20 launch calls in this step have no GPU event")
+    # The first-launches view: the empty launches, then the first 18 that submitted a kernel, with theirs.
+    first = tl.first_launches(18)
+    assert len(first.cpu_start) == 30 and first.launched_by.tolist() == list(range(20, 30))
+
+
+def test_kernels_whose_launches_were_dropped_join_the_step_launched_by_nothing():
+    (step,) = T.analyse(_dropped("cuda_runtime", 20)).steps
+    tl = step.timeline
+    assert len(tl.cpu_start) == 10 and step.kernels == 30
+    assert tl.launched_by.tolist() == [-1] * 20 + list(range(10))
+    assert np.isnan(step.launch_delay_us[:20]).all() and (step.host_per_launch_us[:20] == 0).all()
+    assert np.isfinite(list(step.launch_delay().values())).all()
+    assert any("no launch call in the trace" in note for note in step.notes)
+    # Drawn where they ran: the first-launches view keeps those that ran before its last launch's kernel.
+    first = tl.first_launches(5)
+    assert (first.launched_by == -1).sum() == 20 and first.launched_by.max() == 4
+
+
+def test_a_kernel_stamped_before_its_launch_call_is_drawn_at_the_call():
+    events = eager_step(1000.0, 1, n=3)
+    events[1]["ts"] = 0.0  # the first kernel, long before the step and its launch
+    (step,) = T.analyse(as_bytes(trace(step_range("decode_step", 995.0, 50.0), *events))).steps
+    tl = step.timeline
+    call_start = 1000.0 + 10.0 - 4.0 - 995.0
+    assert tl.gpu_start[0] == call_start and step.launch_delay_us[0] == -4.0
+    assert any("before the call that launched it" in note for note in step.notes)
+
+
+def test_unusable_kernel_fields_are_named():
+    events = eager_step(1000.0, 1, n=3)
+    for e in events:
+        if e["cat"] == "kernel":
+            e["ts"] = "soon"
+    with pytest.raises(T.TraceError, match="none of its 3 GPU events has a name and a usable time stamp"):
+        T.analyse(as_bytes(trace(*events)))
+
+
+def test_rows_spilled_to_columns_while_reading_read_the_same(monkeypatch):
+    """The reader turns rows into numpy columns every _SPILL_ROWS events (memory): any boundary reads alike."""
+    data = as_bytes(trace(*eager_step(1000.0, 1, n=20), *eager_step(2000.0, 50, n=7)))
+    whole = T.read_trace(data)
+    monkeypatch.setattr(T, "_SPILL_ROWS", 3)
+    spilled = T.read_trace(data)
+    for name in ("call_ts", "call_corr", "gpu_ts", "gpu_corr", "gpu_name", "call_thread"):
+        assert np.array_equal(getattr(whole, name), getattr(spilled, name)), name

@@ -18,7 +18,7 @@ from sim import bucket_report as br
 from sim import buckets as bk
 from sim import workloads as wl
 from sim.config import DEFAULT_PRESET, PRESETS
-from ui import padding_demo
+from ui import padding_demo, uploads
 from ui.bucket_charts import padding_figure, tradeoff_figure
 from ui.common import plain
 
@@ -217,8 +217,10 @@ def _workload(max_batch: int) -> wl.Workload:
                 "Upload a CSV such as `batch,count` / `1,120` / `8,40` … Until then: uniform 1–max batch."
             )
             return wl.uniform(max_batch)
+        uploads.files_go_with_the_session(st.session_state)
         try:
             if upload.size > wl.MAX_CSV_BYTES:  # refused unread: a client need not honour the browser's limit
+                uploads.release_upload(upload)  # and its bytes leave the server now
                 raise ValueError(
                     f"the file is too large ({upload.size:,} bytes; at most {wl.MAX_CSV_BYTES:,})"
                 )

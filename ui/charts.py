@@ -70,7 +70,10 @@ def _step_lanes(step: Timeline, tag: str) -> tuple[dict, dict]:
     cpu = {
         t: ("CPU" if len(threads) == 1 else f"CPU · thread {k + 1}") + suffix for k, t in enumerate(threads)
     }
-    gpu = {s: ("GPU" if len(streams) == 1 else f"GPU · stream {s}") + suffix for s in streams}
+    named = dict(step.stream_names)
+    gpu = {
+        s: (named.get(s) or ("GPU" if len(streams) == 1 else f"GPU · stream {s}")) + suffix for s in streams
+    }
     return cpu, gpu
 
 

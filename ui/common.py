@@ -6,6 +6,10 @@ they live here once and every tab shows a step with the same five metrics.
 
 from __future__ import annotations
 
+import json
+import re
+import weakref
+
 import streamlit as st
 
 from core.timeline import GPU_BOUND, StepMetrics, regime
@@ -19,12 +23,18 @@ UTILISATION_LABEL = "GPU utilisation"
 READOUT_LABELS = (KERNELS_LABEL, STEP_LABEL, BOUND_LABEL, SPEEDUP_LABEL, UTILISATION_LABEL)
 
 _MARKDOWN_SPECIALS = "\\`*_{}[]()<>#+-.!|~$:="
+# Streamlit's markdown links bare `https://…`, `www.…` and `name@host` text (GitHub's autolink extension),
+# backslash escapes or not. A word joiner (U+2060: zero width, no break) inside each pattern stops that
+# and reads the same.
+_WORD_JOINER = "\u2060"
+_BARE_LINK = re.compile(r"(?i)(?<=[a-z])(?=://)|(?<=\bwww)(?=\.)|(?=@)")
 
 
 def plain(text) -> str:
-    """A string from a file or URL, escaped for st.markdown/info/warning/error: it never becomes a link,
-    an image, a heading or a colour/icon directive. Line breaks become spaces (no new blocks)."""
-    flat = " ".join(str(text).splitlines())
+    """A string from a file or URL, escaped for st.markdown/caption/info/warning/error and widget help: it
+    never becomes a link (bare URLs included), an image, a heading, HTML or a colour/icon directive. Line
+    breaks become spaces (no new blocks)."""
+    flat = _BARE_LINK.sub(_WORD_JOINER, " ".join(str(text).splitlines()))
     return "".join("\\" + ch if ch in _MARKDOWN_SPECIALS else ch for ch in flat)
 
 
@@ -45,12 +55,28 @@ def format_utilisation(utilisation: float) -> str:
     return f"{utilisation * 100:.0f}%"
 
 
-def show_readouts(metrics: StepMetrics, speedup: float | None, *, speedup_help: str | None = None) -> None:
-    """The five headline numbers of one step, in one row of `st.metric`s."""
+def show_readouts(
+    metrics: StepMetrics,
+    speedup: float | None,
+    *,
+    speedup_help: str | None = None,
+    phases: bool = False,
+) -> None:
+    """The five headline numbers of one step, in one row of `st.metric`s (`phases`: the GPU intervals are
+    the phases of one persistent kernel)."""
     kernels, step, bound, versus, util = st.columns(5)
-    kernels.metric(
-        KERNELS_LABEL, f"{metrics.kernels:,}", help=f"{metrics.launches:,} CPU launch call(s) submit them."
-    )
+    if phases:
+        kernels.metric(
+            KERNELS_LABEL,
+            f"1 · {metrics.kernels:,} phases",
+            help="One persistent kernel runs the whole step; its phases are separated by grid barriers.",
+        )
+    else:
+        kernels.metric(
+            KERNELS_LABEL,
+            f"{metrics.kernels:,}",
+            help=f"{metrics.launches:,} CPU launch call(s) submit them.",
+        )
     step.metric(
         STEP_LABEL,
         format_us(metrics.step_us),
@@ -162,13 +188,30 @@ def show_time_split(metrics: StepMetrics) -> None:
     st.caption(OVERLAP_SENTENCE)
 
 
-def chrome_trace_download(timeline, label: str, file_name: str, key: str) -> None:
-    """A button that downloads a drawn step as Chrome trace JSON (Perfetto opens it), built only when clicked."""
+def chrome_trace_download(timeline, label: str, file_name: str, key: str, *, weak: bool = False) -> None:
+    """A button that downloads a drawn step as Chrome trace JSON (Perfetto opens it), built only when clicked.
+
+    Streamlit keeps the button's callable for as long as the session lasts: with `weak`, it does not keep
+    the timeline alive (an upload's step, which the server may let go of to stay within its memory budget)."""
     from sim.chrome_trace import to_chrome_trace_json
+
+    if weak:
+        held = weakref.ref(timeline)
+
+        def data():
+            alive = held()
+            if alive is None:
+                return json.dumps({"error": "this trace is no longer held on the server: upload it again"})
+            return to_chrome_trace_json(alive)
+
+    else:
+
+        def data():
+            return to_chrome_trace_json(timeline)
 
     st.download_button(
         label,
-        data=lambda: to_chrome_trace_json(timeline),
+        data=data,
         on_click="ignore",
         file_name=file_name,
         mime="application/json",

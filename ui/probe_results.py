@@ -13,6 +13,7 @@ import streamlit as st
 
 from core import probe_result, tp_result
 from ui.common import plain
+from ui.uploads import files_go_with_the_session, release_upload
 
 RESULTS_KEY = "probe_results"  # session: label -> ProbeResult (uploaded and live runs)
 TP_RESULTS_KEY = "probe_tp_results"  # session: label -> TPResult (uploaded TP runs; probe tab only)
@@ -122,9 +123,11 @@ def upload_widget(key: str, select_key: str, accepts_tp: bool = False) -> None:
             st.error(why, icon=":material/error:")
         return
     why = None
+    files_go_with_the_session(st.session_state)
     try:
         big = too_large(file.size, probe_result.MAX_RESULT_BYTES, "result")
         if big:  # refused unread and unhashed: the browser's limit binds only a browser
+            release_upload(file)  # and its bytes leave the server now
             raise ValueError(big)
         result = _parse_upload(file.getvalue())
         is_tp = isinstance(result, tp_result.TPResult)

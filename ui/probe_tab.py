@@ -190,6 +190,49 @@ def _host_share_source(run, split) -> str:
     return "its median enqueue time: each timed step starts on an idle GPU, which waits through it"
 
 
+def _inside_the_kernel(result, run) -> None:
+    """The persistent kernel's phases per group of SMs (its in-kernel stamps), above fused+graph's step at the
+    same batch on one time axis, and where its time goes beyond the read floor."""
+    st.subheader("Inside the persistent kernel")
+    inside = run.phase_timeline()
+    peer = result.run(FUSED_GRAPH.name, run.batch)
+    figure = lanes_figure(inside, overlay=peer.timeline if peer else None, whole_step=True)
+    st.plotly_chart(figure, width="stretch", key="pr_phases", theme=None, config={"displaylogo": False})
+    ph = run.phases
+    st.caption(
+        f"One launch, {len(ph.names)} phases, {ph.programs} programs (one per SM) in {len(ph.lane_programs)} "
+        "lanes of consecutive SMs, each lane its programs' median stamps (%globaltimer, written by the kernel "
+        "itself in a traced step). A gap in a lane is its SMs waiting at a grid barrier for the slowest "
+        "program of the phase before. "
+        + (f"Below: fused + graph at batch {run.batch}, the same step as 100-odd kernels." if peer else "")
+    )
+    rows = [
+        {
+            "phase": kind,
+            "phases": int(v.get("phases", 0)),
+            "on the critical path (µs)": v.get("critical_us", 0.0),
+            "barrier release, median (µs)": v.get("release_us", 0.0),
+            "work, median (µs)": v.get("work_us", 0.0),
+            "imbalance, median (µs)": v.get("imbalance_us", 0.0),
+        }
+        for kind, v in ph.by_kind.items()
+        if isinstance(v, dict)
+    ]
+    if rows:
+        st.dataframe(rows, hide_index=True, width="stretch")
+    split = result.step_split(run)
+    barriers = sum(r["phases"] * r["barrier release, median (µs)"] for r in rows)
+    imbalance = sum(r["phases"] * r["imbalance, median (µs)"] for r in rows)
+    rest = max(run.step_us_median - split["floor_us"] - split["host_us"] - barriers - imbalance, 0.0)
+    st.markdown(
+        f"**Where its {format_us(run.step_us_median)} go** (median step at batch {run.batch}): the read floor "
+        f"{format_us(split['floor_us'])}, the host's input copies and graph launch {format_us(split['host_us'])}, "
+        f"the barriers' release after the last arrival {format_us(barriers)}, the programs' imbalance "
+        f"{format_us(imbalance)}, and {format_us(rest)} more (the attention chain, and phases whose work runs "
+        "slower than the copy bandwidth)."
+    )
+
+
 def _what_graphs_leave(result, run) -> None:
     split = result.step_split(run)
     st.subheader("What CUDA graphs leave on the table")
@@ -269,6 +312,8 @@ def render() -> None:
         "The whole step" if whole else f"First {FIRST_LAUNCHES} {'kernels' if run.replays else 'launches'}"
     )
     _lanes(result, run, source, whole)
+    if run.phases is not None:
+        _inside_the_kernel(result, run)
     if run.mode == FUSED_GRAPH.name:
         _what_graphs_leave(result, run)
     st.subheader(f"All modes at batch {run.batch}")

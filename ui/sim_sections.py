@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from core.step_plan import BASELINE, CHAPTER_BUCKETS, FUSED, Mode, mode
+from core.step_plan import BASELINE, CHAPTER_BUCKETS, FUSED, Mode, mode, modes
 from sim.config import BATCH_RANGE, HardwareConfig, ModelConfig
 from sim.kernels import MODEL_LEVEL, fusion_table, step_kernels
 from sim.schedule import Sweep, sweep
@@ -19,22 +19,23 @@ SWEEP_BATCHES = np.arange(BATCH_RANGE[0], BATCH_RANGE[1] + 1)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def swept(model: ModelConfig, hw: HardwareConfig) -> Sweep:
-    return sweep(model, hw, SWEEP_BATCHES)
+def swept(model: ModelConfig, hw: HardwareConfig, among: tuple[Mode, ...]) -> Sweep:
+    """The sweep of `among` (the modes table's modelled modes, passed in so the cache is keyed by them)."""
+    return sweep(model, hw, SWEEP_BATCHES, among=among)
 
 
 @st.cache_resource(max_entries=64, show_spinner=False)
-def sweep_chart(model: ModelConfig, hw: HardwareConfig, current: str):
+def sweep_chart(model: ModelConfig, hw: HardwareConfig, among: tuple[Mode, ...], current: str):
     """The sweep figure, built once per setting: Plotly's validation costs ~50 ms a rerun.
 
     Shared, not copied, between sessions: nothing mutates a figure after it is built.
     """
-    return sweep_figure(swept(model, hw), current=current)
+    return sweep_figure(swept(model, hw, among), current=current)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def sweep_csv(model: ModelConfig, hw: HardwareConfig) -> str:
-    result = swept(model, hw)
+def sweep_csv(model: ModelConfig, hw: HardwareConfig, among: tuple[Mode, ...]) -> str:
+    result = swept(model, hw, among)
     header = ["batch"]
     columns = [result.batches]
     for name, series in result.series.items():
@@ -66,9 +67,10 @@ def fusion_rows(model: ModelConfig) -> list[dict]:
 
 def sweep_view(model: ModelConfig, hw: HardwareConfig, current: Mode) -> None:
     st.subheader("Batch sweep: where launches stop mattering")
-    result = swept(model, hw)
+    among = modes(modelled=True)
+    result = swept(model, hw, among)
     st.plotly_chart(
-        sweep_chart(model, hw, current.name),
+        sweep_chart(model, hw, among, current.name),
         width="stretch",
         key="sim_sweep",
         config={"displaylogo": False},
@@ -94,7 +96,7 @@ def sweep_view(model: ModelConfig, hw: HardwareConfig, current: Mode) -> None:
     )
     st.download_button(
         "Download the sweep as CSV",
-        data=lambda: sweep_csv(model, hw),
+        data=lambda: sweep_csv(model, hw, among),
         file_name=f"launch-bound-sweep-{model.name}-{model.n_layers}L.csv",
         mime="text/csv",
         on_click="ignore",

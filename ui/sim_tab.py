@@ -253,7 +253,7 @@ def _as_custom(
 
 def _controls() -> tuple:
     """Draw the controls but the batch slider; return (model, hardware, mode, notices, batch column)."""
-    preset_col, tp_col = st.columns([5, 1], vertical_alignment="bottom")
+    preset_col, beyond_col, tp_col = st.columns([4, 1.6, 1], vertical_alignment="bottom")
     preset_key = preset_col.selectbox(
         "Preset",
         tuple(PRESET_TITLES),
@@ -312,7 +312,7 @@ def _controls() -> tuple:
         "up to the nearest captured size.",
     )
     notices = [preset_notice] if preset_notice else []
-    mode = _mode_beyond_toggles(toggled(fusion, graphs), notices)
+    mode = _mode_beyond_toggles(beyond_col, toggled(fusion, graphs), notices)
     values, model_values = {}, {}
     with st.expander("Advanced"):
         # On the first screen the inputs come with the charts (ui/first_paint.py): unset, each would only
@@ -389,35 +389,32 @@ def _advanced_asked() -> bool:
     return any(key in st.query_params or key in st.session_state for key in keys)
 
 
-TOGGLES = "toggles"  # the "Beyond the toggles" choice that leaves the step to the two toggles
+TOGGLES = "the toggles say"  # the "Run the step as" choice that leaves the step to the two toggles
 
 
-def _mode_beyond_toggles(toggles_mode: Mode, notices: list[str]) -> Mode:
-    """The modes the simulator models beyond the two toggles, as one choice (drawn only when there are any).
-
-    The list is read from the modes table on every run, so a mode added to it is offered here."""
-    beyond = {m.name: m for m in modes(modelled=True, toggles=False)}
-    asked = st.session_state.get("mode", TOGGLES)
+def _mode_beyond_toggles(column, toggles_mode: Mode, notices: list[str]) -> Mode:
+    """The modes the simulator models beyond the two toggles, as one choice in `column` (drawn only when
+    there are any). The list is read from the modes table on every run, so a mode added to it is offered.
+    The choice shows, and the URL holds, a mode's label; a link may name the mode instead."""
+    beyond = {m.label: m for m in modes(modelled=True, toggles=False)}
+    asked = st.session_state.get("mode", st.query_params.get("mode", TOGGLES))
+    named = {m.name: label for label, m in beyond.items()}
+    if asked in named:  # ?mode=persistent: the option it names
+        asked = st.session_state["mode"] = named[asked]
     if asked not in (TOGGLES, *beyond):
         notices.append(f"mode: {asked!r} is not a mode the simulator has; using the toggles.")
         st.session_state["mode"] = TOGGLES
     if not beyond:
         return toggles_mode
-    chosen = st.radio(
-        "Beyond the toggles",
+    chosen = column.selectbox(
+        "Run the step as",
         (TOGGLES, *beyond),
         key="mode",
         bind="query-params",
-        horizontal=True,
-        format_func=lambda name: "fusion and graphs as toggled" if name == TOGGLES else beyond[name].label,
-        help="Ways to run the step that the two toggles do not describe. Picking one sets the toggles aside.",
+        help="Ways to run the step that the two toggles do not describe (the persistent kernel: the whole "
+        "step as one launch, its phases separated by grid barriers). Picking one sets the toggles aside.",
     )
-    if chosen in beyond:
-        st.caption(
-            f"The step runs as {beyond[chosen].label}; the Kernel fusion and CUDA graphs toggles are set aside."
-        )
-        return beyond[chosen]
-    return toggles_mode
+    return beyond.get(chosen, toggles_mode)
 
 
 def note_paragraphs(note: str) -> list[str]:
@@ -621,9 +618,11 @@ def _tp_note(step: SimulatedStep) -> None:
 
 def _step_view(step: SimulatedStep) -> None:
     metrics = step.metrics
-    show_readouts(metrics, step.speedup)
-
-    shown = "kernels" if step.plan.replays else "kernel launches"
+    show_readouts(metrics, step.speedup, phases=step.plan.replays and step.plan.runs_as.one_kernel)
+    one_kernel = step.plan.replays and step.plan.runs_as.one_kernel
+    shown = (
+        "phases of the one kernel" if one_kernel else "kernels" if step.plan.replays else "kernel launches"
+    )
     title_col, toggle_col = st.columns([4, 1.4], vertical_alignment="bottom")
     # The toggle is created first so the title follows it (also on a first load from the URL).
     whole = toggle_col.toggle(

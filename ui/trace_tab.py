@@ -4,28 +4,34 @@ Upload a trace (vLLM, SGLang, Hugging Face, torch.compile or your own code; seve
 ranks) or pick one of the traces recorded on an H200 that ship with the app. The reader is
 `core.trace` (the probe's own), the what-ifs `sim.trace_whatif` (the simulator's timing model).
 
-Memory: a trace is read one event at a time from the upload and kept as compact columns; the upload
-itself is then released (the uploader is replaced by a fresh one). One trace is read at a time on the
-server, and the server keeps at most `MAX_RESIDENT` uploaded traces in all (the oldest goes first).
+Memory (ui/uploads.py): a trace is read one event at a time from the upload and kept as compact columns;
+the upload's bytes are dropped from the server as soon as they are read or refused. One trace is read at a
+time on the server. The parsed traces of all sessions, with the steps, what-ifs and tables drawn from them,
+share one budget of `RESIDENT_MB`, least recently shown first out; a session's uploads go when it ends.
 """
 
 from __future__ import annotations
 
 import hashlib
 import threading
-from collections import OrderedDict
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import streamlit as st
 
 from core import trace as reader
+from ui import uploads
 from ui.charts import FIRST_LAUNCHES, format_us, lanes_figure
 from ui.common import chrome_trace_download, plain, show_readouts, show_time_split
 
 ROOT = Path(__file__).resolve().parents[1]
 UPLOAD_MB = 500  # the uploader's limit, stated on the page (server.maxUploadSize, 512, allows it)
 MAX_SESSION_TRACES = 3  # uploads a session keeps (the oldest goes first)
-MAX_RESIDENT = 8  # uploaded traces the whole server keeps in memory
+# Parsed uploads with what the page drew from them, all sessions together: a 1.4 M-kernel trace fully drawn
+# is ~0.7 GB. The newest upload stays even alone over budget while it is shown.
+RESIDENT_MB = 500
+MAX_RESIDENT = 8  # and at most this many uploads
 
 # What to draw beside the trace: the option (what the URL holds) -> sim.trace_whatif's name for it.
 WHATIFS = {
@@ -62,6 +68,13 @@ EXAMPLES = {
         "the same eager loop with a second CUDA stream running matmuls during each step",
         None,
     ),
+    "HF Qwen2-0.5B eager, with the recorder's timing": (
+        "tests/data/profiler/h200/qwen2_eager_b1_default.json.gz",
+        "Hugging Face transformers: a Qwen2.5-0.5B-shaped Qwen2ForCausalLM (random weights, static cache) decoding "
+        "at batch 1, eager, one ProfilerStep#N, written by gpu_probe/recorder.py: the trace carries the step "
+        "timed without the profiler",
+        None,
+    ),
     "Probe 0.5B eager": (
         "gpu_probe/recorded/trace_eager_b1.json.gz",
         "this app's probe decoder (small preset), eager PyTorch at batch 1, from the recorded H200 run",
@@ -88,9 +101,15 @@ TRACE_PARAMS: dict[str, tuple] = {
     "tr_rank": ("int", 0, 1023),
 }
 
+LIMITS = (
+    f"Limits: {UPLOAD_MB} MB per file, {reader.MAX_GPU_EVENTS:,} GPU events and "
+    f"{reader.MAX_TEXT_CHARS / 1e9:.0f} GB of decompressed JSON per trace. The file leaves the server once "
+    f"read; what was read from all visitors' uploads shares {RESIDENT_MB} MB ({MAX_RESIDENT} traces) on this server (the least "
+    "recently shown goes first: upload it again) and goes when your session ends."
+)
+
 _READ_LOCK = threading.Lock()  # one trace read at a time: the server's memory stays bounded
-_RESIDENT: OrderedDict[str, tuple] = OrderedDict()  # upload id -> ranks; server-wide, oldest first
-_RESIDENT_LOCK = threading.Lock()
+_RESIDENT = uploads.ByteBudget(RESIDENT_MB * 2**20, MAX_RESIDENT)  # upload id -> ranks, server-wide
 
 
 # -- where traces come from -----------------------------------------------------------------------------
@@ -110,19 +129,44 @@ def _session_uploads() -> dict:
     return st.session_state.setdefault("tr_uploads", {})  # title -> upload id
 
 
-def _resident(upload_id: str):
-    with _RESIDENT_LOCK:
-        found = _RESIDENT.get(upload_id)
-        if found is not None:
-            _RESIDENT.move_to_end(upload_id)
-        return found
+def _drawn(ranks: tuple) -> int:
+    """How many analyses the page has cached on an upload (reports, untraced steps, what-ifs, kernel tables)."""
+    count = 0
+    for trace in ranks:
+        for report in trace.__dict__.get("_reports", {}).values():
+            count += 1 + sum(
+                ("_whatifs" in s.__dict__)
+                + ("_kernel_rows" in s.__dict__)
+                + len(s.__dict__.get("_untraced", ()))
+                for s in report.steps
+            )
+    return count
 
 
 def _keep_resident(upload_id: str, ranks: tuple) -> None:
-    with _RESIDENT_LOCK:
-        _RESIDENT[upload_id] = ranks
-        while len(_RESIDENT) > MAX_RESIDENT:
-            _RESIDENT.popitem(last=False)
+    """Hold an upload (or count it again): its bytes are its columns and every analysis cached on them."""
+    _RESIDENT.put(upload_id, (ranks, _drawn(ranks)), uploads.deep_nbytes(ranks))
+
+
+def _recount(upload_id: str | None) -> None:
+    """After a run drew an upload: count its bytes again where new analyses were cached on it."""
+    found = _RESIDENT.get(upload_id) if upload_id else None
+    if found is not None and _drawn(found[0]) != found[1]:
+        _keep_resident(upload_id, found[0])
+
+
+def _resident(upload_id: str):
+    found = _RESIDENT.get(upload_id)
+    return found[0] if found is not None else None
+
+
+def _expected_bytes(f) -> int:
+    """About what a trace file becomes in memory, read and drawn: a gzipped one ~40 times its size (16 MB held
+    1.4 M kernels, ~0.7 GB drawn), plain JSON about half its size."""
+    f.seek(0)
+    gzipped = f.read(2) == b"\x1f\x8b"
+    f.seek(0)
+    return f.size * 40 if gzipped else f.size // 2
 
 
 def _read_upload(files) -> tuple:
@@ -131,6 +175,7 @@ def _read_upload(files) -> tuple:
         if f.size > UPLOAD_MB * 2**20:  # the browser checks this too, a hand-made request need not
             raise reader.TraceError(f"{f.name[:120]} is larger than {UPLOAD_MB} MB")
     with _READ_LOCK:
+        _RESIDENT.make_room(sum(_expected_bytes(f) for f in files))  # the peak: what is held plus this read
         ranks = []
         for f in files:
             trace = reader.read_trace(f, name=f.name[:200])
@@ -154,10 +199,7 @@ def _upload_widget() -> None:
         help=f"Read on this server and kept in your session only (its {MAX_SESSION_TRACES} latest uploads); "
         "the file itself is released once it has been read.",
     )
-    st.caption(
-        f"Limits: {UPLOAD_MB} MB per file, {reader.MAX_GPU_EVENTS:,} GPU events and "
-        f"{reader.MAX_TEXT_CHARS / 1e9:.0f} GB of decompressed JSON per trace."
-    )
+    st.caption(LIMITS)
     problem = st.session_state.pop("tr_upload_problem", None)
     if problem:
         st.error(problem, icon=":material/error:")
@@ -177,16 +219,34 @@ def _upload_widget() -> None:
         label = ", ".join(n[:60] for n in names[:3]) + (
             f" and {len(names) - 3} more" if len(names) > 3 else ""
         )
-        uploads = _session_uploads()
+        held = _session_uploads()
         title = f"uploaded: {label}"
-        uploads.pop(title, None)  # the same name again: the newest upload wins
-        uploads[title] = upload_id
-        for old in list(uploads)[:-MAX_SESSION_TRACES]:
-            del uploads[old]
+        _forget([held.pop(title, None)])  # the same name again: the newest upload wins
+        held[title] = upload_id
+        _forget([held.pop(old) for old in list(held)[:-MAX_SESSION_TRACES]])
+        _session_upload_ids().add(upload_id)
         st.session_state["tr_trace"] = title
-    # A fresh uploader on the next run lets Streamlit drop the file's bytes: only the columns stay.
+    finally:
+        # The file's bytes leave the server now, read or refused; a fresh uploader takes the next file.
+        uploads.release_upload(*files)
+        del files
+        uploads.return_freed_memory()  # what reading it took (rows, decompression) goes back to the OS
     st.session_state["tr_upload_generation"] = generation + 1
     st.rerun()
+
+
+def _session_upload_ids() -> set:
+    """The ids of this session's uploads in the server-wide budget: dropped from it when the session ends."""
+    ids = st.session_state.setdefault("tr_upload_ids", set())
+    uploads.when_session_ends(st.session_state, "tr_uploads", partial(_RESIDENT.drop, ids))
+    return ids
+
+
+def _forget(upload_ids) -> None:
+    """Uploads this session no longer lists: out of the server's memory too."""
+    gone = [i for i in upload_ids if i]
+    _session_upload_ids().difference_update(gone)
+    _RESIDENT.drop(gone)
 
 
 def _options() -> list[str]:
@@ -210,12 +270,20 @@ def _report(trace: reader.Trace, step_range: str | None) -> reader.TraceReport:
     return cache[step_range]
 
 
-def _whatifs(step: reader.TraceStep) -> dict:
+def _untraced(report: reader.TraceReport, step: reader.TraceStep):
+    """The step without the profiler (sim.trace_whatif.Untraced): the trace's recorded figure, else an estimate."""
+    from sim.trace_whatif import untraced_of
+
+    return untraced_of(step, report.trace.recorded_untraced)
+
+
+def _whatifs(report: reader.TraceReport, step: reader.TraceStep) -> dict:
+    """The what-ifs of the step without the profiler (what graphs and fusion would make of the step as it runs)."""
     cached = step.__dict__.get("_whatifs")
     if cached is None:
         from sim.trace_whatif import default_replay_cost, whatifs
 
-        cached = whatifs(step, default_replay_cost())
+        cached = whatifs(_untraced(report, step).step, default_replay_cost())
         object.__setattr__(step, "_whatifs", cached)
     return cached
 
@@ -253,7 +321,7 @@ def _step_picker(report: reader.TraceReport, key: str) -> reader.TraceStep:
         st.session_state[key] = report.steps[0].index
     if len(steps) == 1:
         return report.steps[0]
-    help_text = f"{len(steps)} steps, found by {report.rule}."
+    help_text = f"{len(steps)} steps, found by {plain(report.rule)}."  # the rule names a range from the URL
     if len(steps) <= 12:
         index = st.radio("Step", list(steps), key=key, bind="query-params", horizontal=True, help=help_text)
     else:
@@ -301,37 +369,44 @@ def _gpu_time_by_kind(step: reader.TraceStep) -> None:
         )
 
 
-def _whatif_table(step: reader.TraceStep) -> None:
-    outs = _whatifs(step)
-    base = step.metrics.step_us
+def _whatif_table(report: reader.TraceReport, step: reader.TraceStep) -> None:
+    outs = _whatifs(report, step)
+    untraced = _untraced(report, step)
+    base, real = step.metrics.step_us, untraced.step_us
     labels = {v: k for k, v in WHATIFS.items()}
-    rows = [
-        {
-            "the step": "as traced",
-            "step time": format_us(base),
-            "vs the trace": "1.00×",
-            "kernels": step.kernels,
-            "launches": step.launches,
-            "bound by": step.metrics.bound_by,
+
+    def row(name: str, us: float, kernels: int, launches: int, bound: str) -> dict:
+        return {
+            "the step": name,
+            "step time": format_us(us),
+            "vs your step without the profiler": f"{real / us:.2f}×",
+            "vs the traced step": f"{base / us:.2f}×",
+            "kernels": kernels,
+            "launches": launches,
+            "bound by": bound,
         }
+
+    m = step.metrics
+    rows = [
+        row("as traced", base, step.kernels, step.launches, m.bound_by),
+        row(f"without the profiler ({untraced.source_label})", real, step.kernels, step.launches, m.bound_by),
     ]
     for name, w in outs.items():
         rows.append(
-            {
-                "the step": f"{labels[name]} (estimate)",
-                "step time": format_us(w.metrics.step_us),
-                "vs the trace": f"{base / w.metrics.step_us:.2f}×",
-                "kernels": w.kernels,
-                "launches": w.launches,
-                "bound by": w.metrics.bound_by,
-            }
+            row(f"{labels[name]} (estimate)", w.metrics.step_us, w.kernels, w.launches, w.metrics.bound_by)
         )
     st.dataframe(rows, hide_index=True, width="stretch")
     if step.graph_launches:
         st.caption("This step already replays a CUDA graph, so only fusion is estimated.")
+    quoted = [
+        f"{labels[name]}: {real / w.metrics.step_us:.1f}× faster than your step without the profiler; "
+        f"{base / w.metrics.step_us:.1f}× vs the traced step"
+        for name, w in outs.items()
+    ]
     notes = " ".join(dict.fromkeys(note for w in outs.values() for note in w.notes))
     st.caption(
-        "Estimates: the trace's own kernel times rescheduled by the simulator's timing model. " + notes
+        "; ".join(quoted).capitalize() + ". Estimates: the step without the profiler, its own kernel times "
+        "rescheduled by the simulator's timing model. " + notes
     )
     folded = outs["fusion"].folded
     if not folded:
@@ -364,9 +439,14 @@ def _whatif_table(step: reader.TraceStep) -> None:
 
 
 def _lanes(
-    step: reader.TraceStep, whatif: str | None, whole: bool, key: str, x_max: float | None = None
+    report: reader.TraceReport,
+    step: reader.TraceStep,
+    whatif: str | None,
+    whole: bool,
+    key: str,
+    x_max: float | None = None,
 ) -> None:
-    overlay = _whatifs(step).get(whatif) if whatif else None
+    overlay = _whatifs(report, step).get(whatif) if whatif else None
     fig = lanes_figure(step.timeline, overlay.timeline if overlay is not None else None, whole_step=whole)
     if x_max is not None:
         fig.update_xaxes(range=[0, x_max * 1.02], autorange=False)
@@ -377,18 +457,82 @@ def _lanes(
         st.caption("This step already replays a CUDA graph: there is no graphs what-if to draw.")
 
 
+def _why_slow() -> str:
+    from sim.timing import PROFILER_COST as c
+
+    return (
+        f"Why a traced host-bound step runs slow: torch.profiler spends host time on every event it records, about "
+        f"{c.op_us:.1f} µs an aten op, {c.api_us:.1f} µs a CUDA runtime or driver call and {c.triton_us:.0f} µs the "
+        f"range Inductor opens around each Triton launch, with {c.shapes_us:.1f} µs more an op under record_shapes "
+        "and Python calls under with_stack (fitted on H200 traces, scaled by how fast this trace's host launched "
+        "kernels). A host-bound step pays all of it, since its GPU waits for the host; a GPU-bound step hides it "
+        "behind kernels that were queued anyway. The what-ifs start from the step without the profiler."
+    )
+
+
+def _without_profiler(report: reader.TraceReport, step: reader.TraceStep, whole: bool) -> None:
+    """The step as traced beside the step without the profiler: both sets of lanes on one time axis."""
+    untraced = _untraced(report, step)
+    traced = step.metrics.step_us
+    st.subheader("The step as traced, and without the profiler")
+    as_traced, without, ratio = st.columns(3)
+    as_traced.metric("As traced", format_us(traced), help="The step as the profiler recorded it.")
+    without.metric(
+        "Without the profiler",
+        format_us(untraced.step_us),
+        help=(
+            "Measured by the recorder (gpu_probe/recorder.py: untraced steps timed before profiling), carried in the "
+            "trace's metadata."
+            if untraced.source == "metadata"
+            else "Estimated: each host interval less the profiler's cost of the events recorded in it, the kernels "
+            "rescheduled. Record with gpu_probe/recorder.py to carry the measured figure in the trace."
+        ),
+    )
+    ratio.metric(
+        "Traced / without",
+        f"{traced / untraced.step_us:.2f}×",
+        help="How much slower the profiler made this step.",
+    )
+    # One chart, the two steps' lanes one above the other on one time axis: a second chart would cost every step
+    # change another ~30 ms of drawing in the browser (bench/trace_speed.py).
+    both = (
+        replace(step.timeline, label="as traced"),
+        replace(untraced.step.timeline, source=step.timeline.source, label="without the profiler"),
+    )
+    st.plotly_chart(
+        lanes_figure(*both, whole_step=whole),
+        width="stretch",
+        key="tr_untraced_lanes",
+        theme=None,
+        config={"displaylogo": False, "scrollZoom": True},
+    )
+    source = (
+        f"The step without the profiler is measured by the recorder ({untraced.step_us:,.0f} µs); its lanes are "
+        "this step with the profiler's cost taken out of each host interval, scaled to match it."
+        if untraced.source == "metadata"
+        else f"The step without the profiler is estimated: {untraced.profiler_us:,.0f} µs of the profiler's own cost "
+        "taken out of the host lane, the kernels rescheduled by the simulator's timing model."
+    )
+    st.caption(f"{source} {_why_slow()}")
+    notes = [report.trace.recorded_note, *untraced.notes]
+    for note in filter(None, notes):
+        st.caption(plain(note))
+
+
 def _kernels_table(report: reader.TraceReport, step: reader.TraceStep) -> None:
     rows = _kernel_rows(report, step)
+    replays = any(r["replayed"] for r in rows)
     st.dataframe(
         [
             {
                 "kernel": r["kernel"],
                 "calls": r["calls"],
-                "total µs": round(r["total_us"], 1),
-                "mean µs": round(r["mean_us"], 2),
-                "share": f"{100 * r['share']:.1f}%",
-                "launch delay µs": round(r["launch_delay_us"], 1),
-                "host µs / launch": round(r["host_per_launch_us"], 1),
+                "total µs": None if r["graph_launch"] else round(r["total_us"], 1),
+                "mean µs": None if r["graph_launch"] else round(r["mean_us"], 2),
+                "share": "" if r["graph_launch"] else f"{100 * r['share']:.1f}%",
+                "launch delay µs": _rounded(r["launch_delay_us"], 1),
+                **({"gap µs (replayed)": _rounded(r["gap_us"], 1)} if replays else {}),
+                "host µs / launch": _rounded(r["host_per_launch_us"], 1),
             }
             for r in rows
         ],
@@ -398,9 +542,20 @@ def _kernels_table(report: reader.TraceReport, step: reader.TraceStep) -> None:
     )
     st.caption(
         "Per kernel name in this step: calls, GPU time, its share of the kernels' time, the mean delay from the "
-        "end of its launch call to its start, and the host time of its launch (for a replayed graph, the whole "
-        "graph launch)."
+        "end of its launch call to its start, and the host time of its launch."
+        + (
+            " Kernels replayed by a CUDA graph have no launch of their own: the graph launch's host time is its "
+            "own first row, and each replayed kernel shows instead the gap from the end of the previous kernel "
+            "on its stream to its start (negative: it began before that one ended, as with programmatic "
+            "dependent launch)."
+            if replays
+            else ""
+        )
     )
+
+
+def _rounded(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
 
 
 def _side_title(title: str, step: reader.TraceStep) -> None:
@@ -503,6 +658,8 @@ def render() -> None:
         icon=":material/timeline:",
     )
     step = _step_picker(report, "tr_step")
+    if step.notes:  # dropped records or clocks that disagree: drawn as the reader left them, and said so
+        st.warning(" ".join(step.notes), icon=":material/warning:")
     _readouts(report, step)
     other = _compared(compare, report.steps.index(step)) if compare != NOTHING else None
     replay = step.timeline.metrics().launches == 1
@@ -510,26 +667,32 @@ def render() -> None:
         "The whole step" if whole else f"First {FIRST_LAUNCHES} {'kernels' if replay else 'launches'}"
     )
     if other is None:
-        _lanes(step, whatif, whole, "tr_lanes")
+        _lanes(report, step, whatif, whole, "tr_lanes")
     else:
         shown = [s.timeline if whole else s.timeline.first_launches(FIRST_LAUNCHES) for s in (step, other[1])]
         x_max = max(t.step_us for t in shown)
         left, right = st.columns(2, gap="medium")
         with left:
             _side_title(title, step)
-            _lanes(step, whatif, whole, "tr_lanes", x_max)
+            _lanes(report, step, whatif, whole, "tr_lanes", x_max)
         with right:
             _side_title(compare, other[1])
-            _lanes(other[1], None, whole, "tr_compare_lanes", x_max)
+            _lanes(other[0], other[1], None, whole, "tr_compare_lanes", x_max)
         st.caption("Both on one time axis, so a step twice as long looks twice as long.")
+        from ui.trace_diff_view import show_diff  # before/after by kernel family (sim.trace_diff)
+
+        show_diff(title, report, compare, other[0])
     _gpu_time_by_kind(step)
+    _without_profiler(report, step, whole)
     st.markdown("**Where the time goes**")
     show_time_split(step.metrics)
     st.subheader("What CUDA graphs and fusion would save")
-    _whatif_table(step)
+    _whatif_table(report, step)
     st.subheader("Kernels")
     _kernels_table(report, step)
     _download(step)
+    for shown in (title, compare):  # what this run cached on an upload counts against the server's budget
+        _recount(_session_uploads().get(shown))
 
 
 def _download(step: reader.TraceStep) -> None:
@@ -538,4 +701,5 @@ def _download(step: reader.TraceStep) -> None:
         "Download this step as drawn (Chrome trace, opens in Perfetto)",
         f"trace-step-{step.index}.json",
         "tr_download",
+        weak=True,  # an upload's step must not outlive its place in the server's budget
     )

@@ -177,24 +177,8 @@ def _gemv_kernel(
         acc, acc_up, sum_sq = _gemv_accumulate(
             a_ptr, stride_am, offs_m, mask_m, k0 + offs_k, K, w, up, acc, acc_up, sum_sq, NORM, SWIGLU
         )
-    _epilogue(
-        acc,
-        acc_up,
-        sum_sq,
-        offs_m,
-        offs_n,
-        mask_m,
-        mask_n,
-        K,
-        eps,
-        out_ptr,
-        res_ptr,
-        stride_om,
-        stride_rm,
-        NORM,
-        SWIGLU,
-        RESIDUAL,
-    )
+    _epilogue(acc, acc_up, sum_sq, offs_m, offs_n, mask_m, mask_n, K, eps,
+              out_ptr, res_ptr, stride_om, stride_rm, NORM, SWIGLU, RESIDUAL)  # fmt: skip
 
 
 @triton.jit
@@ -259,24 +243,8 @@ def _fused_linear_kernel(
                 acc_up = tl.dot(a, up_tile, acc_up, input_precision="ieee")
             else:
                 acc_up = tl.dot(a, up_tile, acc_up)
-    _epilogue(
-        acc,
-        acc_up,
-        sum_sq,
-        offs_m,
-        offs_n,
-        mask_m,
-        mask_n,
-        K,
-        eps,
-        out_ptr,
-        res_ptr,
-        stride_om,
-        stride_rm,
-        NORM,
-        SWIGLU,
-        RESIDUAL,
-    )
+    _epilogue(acc, acc_up, sum_sq, offs_m, offs_n, mask_m, mask_n, K, eps,
+              out_ptr, res_ptr, stride_om, stride_rm, NORM, SWIGLU, RESIDUAL)  # fmt: skip
 
 
 @functools.cache  # host time matters in eager mode: one launch is already ~50 us of Python
@@ -389,6 +357,10 @@ def fused_linear(
     cfg = dict(
         config or _tile_config(m, n_out, k, swiglu, _num_sms(weight.device))
     )  # a copy: the cache is shared
+    if config is None and weight.device.type != "cuda" and cfg["kernel"] == "gemv":
+        # Triton's CPU interpreter runs one program after another: fewer, wider GEMV programs keep the CPU
+        # tests fast. The GPU's tiles are the ones the tests marked cuda run, where they run.
+        cfg["BLOCK_N"] = max(cfg["BLOCK_N"], min(32, triton.next_power_of_2(n_out)))
     kernel = cfg.pop("kernel")
     res = residual if residual is not None else out
     args = (

@@ -67,7 +67,11 @@ def unpipelined_gemms(result) -> frozenset[tuple[int, int, bool]]:
 @dataclass(frozen=True, slots=True)
 class Family:
     name: str
-    host: str  # "aten" (PyTorch dispatch) or "triton" (Triton's launcher): what one eager launch costs
+    # What one eager launch costs the host: "aten" (PyTorch's dispatch), "triton" (a Triton kernel behind
+    # its Python wrapper, which allocates its outputs and passes 13-17 arguments) or "merge" (the split
+    # merge's bare Triton launch, of three tensors and a count: in every profiled fused step it takes
+    # 0.5-0.6 × a GEMM's).
+    host: str
     pdl: bool  # launched with programmatic dependent launch inside the probe's graphs
     what: str
 
@@ -83,12 +87,20 @@ FAMILIES: tuple[Family, ...] = (
     ),
     Family("unpiped_gemm_wide", "triton", False, "the tensor-core GEMM unpipelined, above 16 rows"),
     Family("attention", "triton", False, "Triton paged attention: each row's K and V over the context"),
-    Family("split_merge", "triton", False, "Triton merge of the attention's context splits (small batch)"),
+    Family("split_merge", "merge", False, "Triton merge of the attention's context splits (small batch)"),
     Family("cublas_gemv", "aten", False, "cuBLAS matmuls at batch up to 4 (projections and attention)"),
     Family("cublas", "aten", False, "cuBLAS matmuls above batch 4 (projections and attention)"),
     Family("aten", "aten", False, "every other PyTorch kernel: norms, RoPE, KV gathers, casts, copies"),
+    Family(
+        "persistent",
+        "triton",
+        False,
+        "the persistent kernel: the whole fused step in one launch, its phases separated by grid barriers "
+        "(its latency is the step's barriers and imbalance)",
+    ),
 )
 NAMES = tuple(f.name for f in FAMILIES)
+HOSTS = ("aten", "triton", "merge")  # the eager launch kinds, each at its own cost (calibration.model)
 INDEX = {f.name: i for i, f in enumerate(FAMILIES)}
 MATMUL = (  # may be limited by the matrix rate
     "gemv",
@@ -99,6 +111,7 @@ MATMUL = (  # may be limited by the matrix rate
     "cublas_gemv",
     "cublas",
     "attention",
+    "persistent",
 )
 
 _CUBLAS = re.compile(r"nvjet|gemm|gemv|cutlass|splitKreduce|cublas|sm90_xmma|sm80_xmma", re.IGNORECASE)
@@ -161,6 +174,8 @@ def classify_step(model: ModelConfig, kernel_names, rows: int, *, unpipelined: f
 def classify(kernel_name: str, rows: int) -> str:
     """The family of a measured kernel (its profiler name) in a step of `rows` rows."""
     name = str(kernel_name)
+    if "_decode_step_kernel" in name:
+        return "persistent"
     if "_gemv_kernel" in name:
         return "gemv"
     if "_fused_linear_kernel" in name:
@@ -209,32 +224,37 @@ def _family_of(model: ModelConfig, path_family: str, op: str, rows: int, unpipel
     return path_family
 
 
-def family_work(model: ModelConfig, rows, fused, *, unpipelined: frozenset) -> tuple[np.ndarray, np.ndarray]:
+def family_work(model: ModelConfig, rows, modes, *, unpipelined: frozenset) -> tuple[np.ndarray, np.ndarray]:
     """(bytes, FLOPs) each family moves and computes in one step: two [n_rows, n_families] arrays.
 
-    `rows` and `fused` (the step runs the fused kernels) are one entry per step. The work is the
-    simulator's, op by op (`sim.kernels.ops_keeping`: the fused path without the intermediates its
-    kernels keep on chip), summed over the family that runs each op in that path at those rows.
-    A family's work is the same whatever its kernel count; how many kernels it takes is the
-    measured (or assumed) count, each paying the family's latency. `unpipelined`: `unpipelined_gemms`.
+    `rows` and `modes` (`core.step_plan.Mode`: which kernels the step runs) are one entry per step. The
+    work is the simulator's, op by op (`sim.kernels.ops_keeping`: the fused path without the
+    intermediates its kernels keep on chip), summed over the family that runs each op in that path at
+    those rows; a persistent kernel does the fused path's work in its one family. A family's work is the
+    same whatever its kernel count; how many kernels it takes is the measured (or assumed) count, each
+    paying the family's latency. `unpipelined`: `unpipelined_gemms`.
     """
     r = np.asarray(rows, np.float64).reshape(-1)
-    fused = np.broadcast_to(np.asarray(fused, bool).reshape(-1), r.shape)
+    modes = list(modes)
+    fused = np.array([m.fused for m in modes], bool)
+    one_kernel = np.array([m.one_kernel for m in modes], bool)
     b, layers = model.bytes_per_el, model.n_layers
     layer_names = {op.name for op in layer_ops(model)}
     ops = {False: ops_keeping(model, ()), True: ops_keeping(model, PROBE_KEPT)}
     out_bytes, out_flops = np.zeros((len(r), len(FAMILIES))), np.zeros((len(r), len(FAMILIES)))
-    for k, (rows_k, fused_k) in enumerate(zip(r, fused)):
+    for k, (rows_k, fused_k, one_k) in enumerate(zip(r, fused, one_kernel)):
         path = FUSED_PATH if fused_k else UNFUSED_PATH
         for name, op in ops[bool(fused_k)].items():
             if name not in path:
                 continue  # sampling: the probe stops at the logits
             times = layers if name in layer_names else 1
-            col = INDEX[_family_of(model, path[name], name, int(rows_k), unpipelined)]
+            family = "persistent" if one_k else _family_of(model, path[name], name, int(rows_k), unpipelined)
+            col = INDEX[family]
             out_bytes[k, col] += times * (op.weight + rows_k * (op.act + op.kv)) * b
             out_flops[k, col] += times * rows_k * op.flops
             if name == "attention" and not fused_k:
                 out_bytes[k, INDEX[EAGER_KV_COPIES]] += times * rows_k * op.kv * b
         if fused_k:
-            out_bytes[k, INDEX["split_merge"]] += rows_k * layers * model.q_dim * SPLIT_PARTIAL_BYTES
+            merge = "persistent" if one_k else "split_merge"
+            out_bytes[k, INDEX[merge]] += rows_k * layers * model.q_dim * SPLIT_PARTIAL_BYTES
     return out_bytes, out_flops

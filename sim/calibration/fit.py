@@ -1,15 +1,16 @@
 """Fit the timing model to a probe run, and say how well it then predicts.
 
-The fit works on what the profiled steps measured, in three parts that do not depend on
-each other:
+The fit works on what the profiled steps measured, in three parts (the host's takes the
+split merge's share from the third):
 
 - GPU: every kernel family's latency and bandwidth (and one matrix rate) by bounded
   least squares on the logarithm of each family's exclusive GPU time in each step,
   weighted by its share of the step's busy time;
-- host: the cost of an eager PyTorch and an eager Triton launch, and a replay's fixed
-  and per-node cost, by linear least squares on the unprofiled host times (relative);
-- the gaps between queued kernels and the input copies' share of a replay: read off
-  the profiled graph steps directly.
+- host: the cost of an eager PyTorch and an eager Triton launch, and a replay's fixed,
+  per-node and (made in pieces) per-row cost, by least absolute deviations on the
+  unprofiled host times (relative);
+- read off the profiled steps directly: the gaps between queued kernels, the input
+  copies' share of a replay, a split merge's launch cost as a share of a Triton launch's.
 
 The step time is never fitted: it is predicted, by the schedule, from those. Each point is
 predicted again by a fit that never saw it (leave-one-out: the honest number), and
@@ -25,13 +26,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from core import step_plan
-from core.step_plan import MODES, modes
+from core.step_plan import modes
 from core.timeline import Timeline
 from sim.calibration.families import FAMILIES, unpipelined_gemms
 from sim.calibration.least_squares import bounded_least_squares
 from sim.calibration.model import (
     GPU_PARAMS,
-    INPUT_COPY,
     NAMES,
     PARAMS,
     Point,
@@ -90,24 +90,32 @@ def _fit_gpu(sim: ProbeModel, use: np.ndarray, theta: np.ndarray) -> tuple[np.nd
 
 
 def _fit_host(points: list[Point], use: np.ndarray, theta: np.ndarray) -> tuple[np.ndarray, dict]:
-    """Host parameters by relative linear least squares: (theta, name -> constrained)."""
+    """Host parameters by relative least absolute deviations: (theta, name -> constrained).
+
+    Eager: ATen launches × their cost + Triton launches × theirs, a split merge counting as
+    `merge_launch_share` of one (read off the profiled steps, `_fit_reads`). A replay: fixed + per
+    node, + per row when made in pieces. A term no point has is held; when the points cannot tell the
+    rest apart, the last terms are held until they can (with two graph points, the fixed cost alone).
+    """
     out, fitted = theta.copy(), {}
-    triton = np.array([f.host == "triton" for f in FAMILIES])
+    share = out[NAMES.index("merge_launch_share")]
     eager = [p for p, u in zip(points, use) if u and not p.replays]
     graph = [p for p, u in zip(points, use) if u and p.replays]
     systems = (
         (eager, ("aten_launch_us", "triton_launch_us"),
-         lambda p: [(p.counts * ~triton).sum() * p.mode.launch_scale,
-                    (p.counts * triton).sum() * p.mode.launch_scale]),
-        (graph, ("replay_us", "replay_per_node_us"), lambda p: [1.0, p.kernels]),
+         lambda p: [p.launch_counts[0], p.launch_counts[1] + share * p.launch_counts[2]]),
+        (graph, ("replay_us", "replay_per_node_us", "replay_per_row_us"),
+         lambda p: [1.0, p.kernels, p.rows * p.in_pieces]),
     )  # fmt: skip
     for pts, names, columns in systems:
         if not pts:
             continue
         a = np.array([columns(p) for p in pts], float) / np.array([[p.host_us] for p in pts])
         present = np.abs(a).max(axis=0) > 0
-        if len(pts) < present.sum() or np.linalg.matrix_rank(a[:, present]) < present.sum():
-            present &= np.arange(len(names)) == 0  # too few distinct points: the first term alone
+        while present.sum() > 1 and (
+            len(pts) < present.sum() or np.linalg.matrix_rank(a[:, present]) < present.sum()
+        ):
+            present[np.flatnonzero(present)[-1]] = False  # too few distinct points: hold the last term
         rhs = np.ones(len(pts))
         for k, name in enumerate(names):
             if not present[k]:
@@ -134,43 +142,37 @@ def _least_absolute(a: np.ndarray, b: np.ndarray, iterations: int = 50) -> np.nd
     return x
 
 
-def _fit_gaps(points: list[Point], use: np.ndarray, theta: np.ndarray, result_copy_share) -> tuple:
+def _fit_reads(points: list[Point], use: np.ndarray, theta: np.ndarray) -> tuple[np.ndarray, dict]:
+    """What the used points' profiled steps show directly: the gap between queued replayed kernels, the
+    input copies' share of a replay's fixed cost and a split merge's launch cost as a share of a Triton
+    launch's (medians; a figure no used point shows is held)."""
     out, fitted = theta.copy(), {}
-    gaps = [p.node_gaps for p, u in zip(points, use) if u and p.replays and not p.pdl_chain]
+    used = [p for p, u in zip(points, use) if u]
+    gaps = [p.node_gaps for p in used if p.replays and not p.pdl_chain]
     gaps = np.concatenate(gaps) if gaps else np.zeros(0)
-    if len(gaps):
-        out[NAMES.index("node_gap_us")] = float(np.median(gaps))
-        fitted["node_gap_us"] = True
-    if result_copy_share is not None:
-        out[NAMES.index("input_copy_share")] = result_copy_share
-        fitted["input_copy_share"] = True
+    reads = {
+        "node_gap_us": gaps,
+        "input_copy_share": np.array([p.copy_share for p in used]),
+        "merge_launch_share": np.array([p.merge_ratio for p in used]),
+    }
+    for name, values in reads.items():
+        values = values[np.isfinite(values)]
+        if len(values):
+            param = PARAMS[NAMES.index(name)]
+            out[NAMES.index(name)] = float(np.clip(np.median(values), param.low, param.high))
+            fitted[name] = True
     return out, fitted
 
 
-def copy_share(result) -> float | None:
-    """Share of a graph step's profiled host interval spent before both input copies were submitted."""
-    shares = []
-    for run in result.runs:
-        mode = MODES.get(run.mode)
-        if mode is None or not (mode.modelled and mode.graphs) or run.eager_fallback:
-            continue
-        tl = run.timeline
-        copies = [s for s, n in zip(tl.gpu_start, tl.gpu_names) if INPUT_COPY in n]
-        host = float(tl.cpu_dur.sum())
-        if len(copies) >= 2 and host > 0:
-            shares.append(min(copies[-1] / host, 1.0))
-    return float(np.median(shares)) if shares else None
-
-
-def fit(sim: ProbeModel, use: np.ndarray, share: float | None = None) -> tuple[np.ndarray, dict]:
+def fit(sim: ProbeModel, use: np.ndarray) -> tuple[np.ndarray, dict]:
     """Fit on the points where `use` is True: (parameter vector, name -> constrained by the data)."""
     theta, moved = _fit_gpu(sim, use, _START.copy())
     fitted = {n: False for n in NAMES}
     fitted.update({n: bool(m) for n, m in zip(GPU_PARAMS, moved)})
+    theta, read_fitted = _fit_reads(sim.points, use, theta)  # before the host: the merge's share
     theta, host_fitted = _fit_host(sim.points, use, theta)
-    theta, gap_fitted = _fit_gaps(sim.points, use, theta, share)
+    fitted.update(read_fitted)
     fitted.update(host_fitted)
-    fitted.update(gap_fitted)
     return theta, fitted
 
 
@@ -185,6 +187,7 @@ class Calibration:
     predicted: np.ndarray  # [n_points, 3] step, host, busy from the fit on all points
     loo_step_us: np.ndarray  # step time predicted by a fit without that point (nan: not computed)
     simulator: ProbeModel
+    loo_host_us: np.ndarray | None = None  # host time predicted by that fit (nan: not computed)
 
     @property
     def theta(self) -> np.ndarray:
@@ -201,7 +204,11 @@ class Calibration:
         """[n_points, 3] relative error of the fit's prediction (predicted / measured - 1)."""
         return self.predicted / self.measured() - 1
 
-    def loo_errors(self) -> np.ndarray:
+    def loo_errors(self, of: str = "step") -> np.ndarray:
+        """Relative error of each point left out of its fit: its step time, or (`of="host"`) its host time."""
+        if of == "host":
+            loo = self.loo_host_us if self.loo_host_us is not None else np.full(len(self.points), np.nan)
+            return loo / np.array([p.host_us for p in self.points]) - 1
         return self.loo_step_us / np.array([p.step_us for p in self.points]) - 1
 
     @property
@@ -247,7 +254,8 @@ class Calibration:
         return out
 
     def check(self, other) -> list[dict]:
-        """Another run's points predicted by this fit: [{mode, batch, measured, predicted, unfitted}].
+        """Another run's points predicted by this fit: [{mode, batch, step_us_ and host_us_ measured and
+        predicted, unfitted}].
 
         `unfitted` names the kernel families a point runs that this fit had no data for (e.g. a run
         made after a kernel change that another run predates): their figures are the held defaults.
@@ -256,14 +264,16 @@ class Calibration:
         points = points_from_result(other)
         if not points:
             raise ValueError(f"runs: the other run has no run of {_modelled_names()}")
-        predicted = ProbeModel(model, points, unpipelined_gemms(other)).predict(self.theta)[:, 0]
+        predicted = ProbeModel(model, points, unpipelined_gemms(other)).predict(self.theta)
         names = [f.name for f in FAMILIES]
         return [
             {
                 "mode": p.mode.name,
                 "batch": p.batch,
                 "step_us_measured": p.step_us,
-                "step_us_predicted": float(s),
+                "step_us_predicted": float(s[0]),
+                "host_us_measured": p.host_us,
+                "host_us_predicted": float(s[1]),
                 "unfitted": [
                     n for n, c in zip(names, p.counts) if c and not self.fitted.get(f"{n}_latency_us", True)
                 ],
@@ -279,15 +289,14 @@ def calibrate(result, loo: bool = True) -> Calibration:
     if len(points) < 2:
         raise ValueError(f"runs: calibration needs at least two runs of {_modelled_names()}")
     sim = ProbeModel(model, points, unpipelined_gemms(result))
-    share = copy_share(result)
     use = np.ones(len(points), bool)
-    theta, fitted = fit(sim, use, share)
-    loo_step = np.full(len(points), np.nan)
+    theta, fitted = fit(sim, use)
+    loo_step, loo_host = np.full(len(points), np.nan), np.full(len(points), np.nan)
     if loo:
         for i in range(len(points)):
             without = use.copy()
             without[i] = False
-            loo_step[i] = sim.predict(fit(sim, without, share)[0])[i, 0]
+            loo_step[i], loo_host[i] = sim.predict(fit(sim, without)[0])[i, :2]
     return Calibration(
         device=result.device,
         model=model,
@@ -297,4 +306,5 @@ def calibrate(result, loo: bool = True) -> Calibration:
         predicted=sim.predict(theta),
         loo_step_us=loo_step,
         simulator=sim,
+        loo_host_us=loo_host,
     )

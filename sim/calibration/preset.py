@@ -7,8 +7,8 @@ GEMV's latency (less what PDL hides in a graph) and bandwidth, its matrix rate f
 tensor-core GEMM, and folds the rest into the simulator's figures so that its fused
 steps take the calibrated times:
 
-- host cost per launch: the probe's host time for a fused step spread over the
-  simulator's launches (fitted Triton launch × probe kernels / simulator kernels);
+- host cost per launch: the probe's host time for a fused step (as the fit predicts it:
+  its Triton launches, the split merges' cheaper ones) spread over the simulator's launches;
 - graph replay: the fitted cost at the probe's node count;
 - attention: an effective context (context × GEMV bandwidth / attention bandwidth).
 
@@ -41,11 +41,12 @@ def calibrated_preset(result, cal: Calibration | None = None) -> Preset:
     per_layer = round(measured.kernels_per_layer) if measured is not None else cal.model.fused_per_layer
     counted = replace(cal.model, fused_per_layer=min(max(per_layer, 1), cal.model.unfused_per_layer))
     sim_kernels = len(step_kernels(counted, FUSED_GRAPH))
-    eager_kernels = float(
-        np.median([pt.kernels for pt in fused if not pt.replays] or [pt.kernels for pt in fused])
-    )
+    eager = [i for i, pt in enumerate(cal.points) if pt.fused and not pt.replays]
+    eager_kernels = float(np.median([cal.points[i].kernels for i in eager] or [pt.kernels for pt in fused]))
     nodes = float(np.median([pt.kernels for pt in fused if pt.replays] or [pt.kernels for pt in fused]))
-    launch_us = p["triton_launch_us"] * eager_kernels / sim_kernels
+    # The fused step's host time as fitted (Triton launches, split merges at their share of one).
+    eager_host = float(np.median(cal.predicted[eager, 1])) if eager else p["triton_launch_us"] * eager_kernels
+    launch_us = eager_host / sim_kernels
     replay_us = float(cal.graph_cost.host_us(nodes))
     tflops = p["tile_gemm_wide_TFLOPs"] if cal.fitted.get("tile_gemm_wide_TFLOPs") else 700.0
     context = max(1, round(cal.model.context_len * p["gemv_GBps"] / p["attention_GBps"]))
@@ -66,13 +67,16 @@ def calibrated_preset(result, cal: Calibration | None = None) -> Preset:
     bare = simulate_step(model, hw, StepPlan(FUSED_GRAPH, smallest.batch)).metrics
     latency = max((target_busy - bare.gpu_busy_us) / sim_kernels, 0.0)
     hw = replace(hw, min_kernel_us=latency)
+    if cal.fitted.get("persistent_latency_us"):  # the run has a persistent kernel: its barriers, per phase
+        hw = replace(hw, barrier_us=p["persistent_latency_us"] / sim_kernels)
     note = "\n".join([
         f"Fitted to a probe run on {cal.device}, following its fused (Triton) kernels at batch 1: "
         + "; ".join(format_param(n, p[n]) for n in ("gemv_latency_us", "pdl_hidden_us", "gemv_GBps",
                                                      "attention_GBps", "triton_launch_us", "replay_us",
                                                      "replay_per_node_us", "node_gap_us")) + ".",
-        (f"- {launch_us:.1f} µs per launch: {p['triton_launch_us']:.1f} µs per Triton launch × the probe's "
-         f"{eager_kernels:.0f} fused kernels a step / the simulator's {sim_kernels}."),
+        (f"- {launch_us:.1f} µs per launch: the probe's fused step's host time, {eager_host:.0f} µs for "
+         f"{eager_kernels:.0f} kernels ({p['triton_launch_us']:.1f} µs a Triton launch, a split merge "
+         f"{p['merge_launch_share']:.2f} of one), over the simulator's {sim_kernels}."),
         (f"- {replay_us:.1f} µs per graph replay: the fitted replay cost at the probe's {nodes:.0f} nodes; no "
          f"node gap (the probe's PDL chain overlaps its kernels; between plain kernels it is "
          f"{p['node_gap_us']:.2f} µs)."),

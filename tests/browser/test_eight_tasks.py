@@ -20,8 +20,8 @@ from harness import (
     eventually,
     lanes,
     metric_value,
-    new_context,
     open_app,
+    query_params,
     query_params_when,
     rerun_after,
     slider_input,
@@ -98,11 +98,13 @@ def chart_index(page, key: str) -> int:
 
 # -- (a) ---------------------------------------------------------------------------------------------
 def test_a_idle_gpu_at_batch_1(page, app_url):
-    """The Simulator's defaults: bound by CPU launch, half the step idle, bubbles between the kernels."""
+    """The Simulator's defaults: bound by CPU launch, half the step idle, bubbles between the kernels.
+    (It is also test_simulator_page.py's first look at the tab: the defaults keep the link clean.)"""
     assert page.viewport_size == VIEWPORT
     open_app(page, app_url, wait_for=CHART)
     assert slider_value(page, "Batch size") == 1
     assert not toggle_state(page, "Kernel fusion") and not toggle_state(page, "CUDA graphs")
+    assert query_params(page) == {}  # defaults keep the link clean
     step = simulated()
     assert step.metrics.bound_by == "CPU launch" and step.metrics.utilisation < 0.6
     assert_readouts(page, step)
@@ -110,7 +112,7 @@ def test_a_idle_gpu_at_batch_1(page, app_url):
     first = step.timeline.first_launches(FIRST_LAUNCHES)
     drawn = eventually(lambda: lanes(page))
     idle_us = float(first.step_us - first.metrics().gpu_busy_us)
-    assert drawn["GPU kernel"][0] == FIRST_LAUNCHES
+    assert drawn["CPU launch"][0] == drawn["GPU kernel"][0] == FIRST_LAUNCHES  # a launch per kernel
     assert drawn["GPU kernel"][1] == pytest.approx(float(first.gpu_dur.sum()), rel=1e-6)
     # A bubble before every kernel but the first, and more idle than busy time in the lanes.
     assert drawn["idle"][0] >= FIRST_LAUNCHES - 1
@@ -280,63 +282,71 @@ def optimum(budget_mib: int):
     return next(s for s in stats if s.is_optimum), binding
 
 
-def test_f_bucket_list_under_a_budget(browser, app_url):
+def test_f_bucket_list_under_a_budget(new_page, app_url):
     """At the default 256 MiB the graph count binds, and the page says so; at 64 MiB the budget binds. The
     optimal bucket list is the copyable block, and its copy button copies exactly that list."""
     from sim.bucket_report import MIB
 
-    context = new_context(browser, permissions=["clipboard-read", "clipboard-write"])
-    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=app_url.rstrip("/"))
-    try:
-        page = context.new_page()
-        open_app(page, app_url, "tab=Bucketing", wait_for="[data-testid=stCode]")
-        for budget, binds in ((256, "the most graphs the optimiser may use (64)"), (64, "the memory budget")):
-            if budget != 256:
-                slider_input(page, "Graph memory budget (MiB)").focus()
-                rerun_after(page, lambda: page.keyboard.press("Home"))
-                for _ in range(budget // 16):  # 16 MiB a step
-                    rerun_after(page, lambda: page.keyboard.press("ArrowRight"))
-                query_params_when(page, lambda q, b=budget: q.get("bk_budget") == str(b))
-            best, binding = optimum(budget)
-            listed = ", ".join(map(str, best.buckets))
-            block = page.locator("[data-testid=stCode]").first
-            eventually(lambda listed=listed: block.inner_text().strip() == listed)
-            assert max(best.buckets) == 256 and len(best.buckets) == best.graphs
-            assert page.get_by_text(f"The optimal layout's {best.graphs} buckets", exact=False).is_visible()
-            assert metric_value(page, "Optimal layout") == f"{best.graphs} graphs"
-            assert metric_value(page, "Pinned graph memory") == f"{best.memory_bytes / MIB:,.1f} MiB"
-            sentence = binding.sentence(64, best, budget * MIB)
-            assert sentence.startswith(f"The limit that binds is {binds}"), sentence
-            assert page.locator("[data-testid=stAlert]", has_text=sentence).count() == 1
-            page.evaluate("() => navigator.clipboard.writeText('nothing copied yet')")
-            block.hover()
-            block.get_by_role("button", name="Copy to clipboard").click()
-            eventually(lambda listed=listed: page.evaluate("() => navigator.clipboard.readText()") == listed)
-        assert best.graphs < 64  # the smaller budget gave a different, shorter list
-    finally:
-        context.close()
+    page = new_page(clipboard=True)
+    open_app(page, app_url, "tab=Bucketing", wait_for="[data-testid=stCode]")
+    for budget, binds in ((256, "the most graphs the optimiser may use (64)"), (64, "the memory budget")):
+        if budget != 256:
+            slider_input(page, "Graph memory budget (MiB)").focus()
+            rerun_after(page, lambda: page.keyboard.press("Home"))
+            for _ in range(budget // 16):  # 16 MiB a step
+                rerun_after(page, lambda: page.keyboard.press("ArrowRight"))
+            query_params_when(page, lambda q, b=budget: q.get("bk_budget") == str(b))
+        best, binding = optimum(budget)
+        listed = ", ".join(map(str, best.buckets))
+        block = page.locator("[data-testid=stCode]").first
+        eventually(lambda listed=listed: block.inner_text().strip() == listed)
+        assert max(best.buckets) == 256 and len(best.buckets) == best.graphs
+        assert page.get_by_text(f"The optimal layout's {best.graphs} buckets", exact=False).is_visible()
+        assert metric_value(page, "Optimal layout") == f"{best.graphs} graphs"
+        assert metric_value(page, "Pinned graph memory") == f"{best.memory_bytes / MIB:,.1f} MiB"
+        sentence = binding.sentence(64, best, budget * MIB)
+        assert sentence.startswith(f"The limit that binds is {binds}"), sentence
+        assert page.locator("[data-testid=stAlert]", has_text=sentence).count() == 1
+        page.evaluate("() => navigator.clipboard.writeText('nothing copied yet')")
+        block.hover()
+        block.get_by_role("button", name="Copy to clipboard").click()
+        eventually(lambda listed=listed: page.evaluate("() => navigator.clipboard.readText()") == listed)
+    assert best.graphs < 64  # the smaller budget gave a different, shorter list
 
 
 # -- (g) ---------------------------------------------------------------------------------------------
-def test_g_the_quiz(page, app_url):
-    """Answer question 2 wrongly and question 1 rightly: a verdict each, marks drawn without an emoji font."""
+def assert_score(page, want: str) -> None:
+    """The quiz's Score reads `want` (once the rerun's elements have arrived), or fail showing it."""
+    try:
+        eventually(lambda: metric_value(page, "Score") == want)
+    except AssertionError:
+        assert metric_value(page, "Score") == want
+
+
+def test_g_the_quiz(new_page, app_url):
+    """Answer question 2 wrongly and question 1 rightly: a verdict each, marks drawn without an emoji font.
+    The score survives switching tabs (session state) and never enters the link: someone opening the
+    same link starts from zero."""
     from ui.quiz import QUESTIONS
 
+    page = new_page()
     open_app(page, app_url, "tab=Check+yourself")
     assert metric_value(page, "Score") == f"0/{len(QUESTIONS)}"
     q2 = QUESTIONS[1]
     wrong = next(i for i in range(len(q2.options)) if i != q2.answer)
     rerun_after(page, lambda: page.get_by_text(q2.options[wrong], exact=True).click())
     verdict = page.locator("[data-testid=stAlert]", has_text="Not quite.")
+    verdict.wait_for()
     assert verdict.count() == 1 and q2.explanation[:60] in verdict.inner_text()
     assert "piecewise" in q2.explanation  # vLLM V1's piecewise graphs by token count (issue 14, item 3)
     assert page.get_by_text("(your answer)").count() == 1 and page.get_by_text("(right answer)").count() == 1
-    assert metric_value(page, "Score") == f"0/{len(QUESTIONS)}"
+    assert_score(page, f"0/{len(QUESTIONS)}")
     q1 = QUESTIONS[0]
     rerun_after(page, lambda: page.get_by_text(q1.options[q1.answer], exact=True).click())
+    assert_score(page, f"1/{len(QUESTIONS)}")
     assert page.locator("[data-testid=stAlert]", has_text="Right.").count() == 1
     assert page.get_by_text("(right answer, yours)").count() == 1
-    assert metric_value(page, "Score") == f"1/{len(QUESTIONS)}"
+    assert page.get_by_text("See it on this page:").first.is_visible()
     # The marks are Material Symbols (a font Streamlit ships), not emoji that need a font Debian lacks.
     icons = page.locator("[data-testid=stMarkdownContainer] span[role=img][aria-label$=' icon']")
     assert icons.count() >= len(q1.options) + len(q2.options)
@@ -347,33 +357,39 @@ def test_g_the_quiz(page, app_url):
     body = page.locator("[data-testid=stApp]").inner_text()
     assert not any(ch in body for ch in "✅❌✔✖⭕")
 
+    # Away to the simulator and back: the lazy tab re-renders, the answers are still there.
+    rerun_after(page, lambda: page.locator("[data-testid=stTab]", has_text="Simulator").click())
+    rerun_after(page, lambda: page.locator("[data-testid=stTab]", has_text="Check yourself").click())
+    assert_score(page, f"1/{len(QUESTIONS)}")
+    assert page.get_by_text("(right answer, yours)").count() == 1
+    assert set(query_params(page)) <= {"tab"}
+    # Someone opening the same link starts from zero.
+    other = new_page()
+    open_app(other, page.url)
+    assert metric_value(other, "Score") == f"0/{len(QUESTIONS)}"
+
 
 # -- (h) ---------------------------------------------------------------------------------------------
-def test_h_share_a_view(browser, new_page, app_url):
+def test_h_share_a_view(new_page, app_url):
     """Set up a view, press Copy link, open what was copied in another browser: the same view."""
     preset = PRESETS["llama3-8b-h100"]
-    context = new_context(browser, permissions=["clipboard-read", "clipboard-write"])
-    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=app_url.rstrip("/"))
-    try:
-        page = context.new_page()
-        open_app(page, app_url, wait_for=CHART)
-        pick(page, "preset", preset.title)
-        box = page.locator(".st-key-batch input")
-        box.fill("24")
-        rerun_after(page, lambda: box.press("Enter"))
-        rerun_after(page, lambda: click_toggle(page, "CUDA graphs"))
-        want = {"preset": preset.title, "batch": "24", "graphs": "true"}
-        query_params_when(page, lambda q: q == want)
-        step = simulated("llama3-8b-h100", batch=24, graphs=True)
-        assert_readouts(page, step)
-        page.evaluate("() => navigator.clipboard.writeText('nothing copied yet')")
-        frame = page.frame_locator("[data-testid=stIFrame]").first
-        frame.locator("button#copy").click()
-        eventually(lambda: frame.locator("#label").inner_text() == "Link copied")
-        copied = page.evaluate("() => navigator.clipboard.readText()")
-        assert copied == page.url
-    finally:
-        context.close()
+    page = new_page(clipboard=True)
+    open_app(page, app_url, wait_for=CHART)
+    pick(page, "preset", preset.title)
+    box = page.locator(".st-key-batch input")
+    box.fill("24")
+    rerun_after(page, lambda: box.press("Enter"))
+    rerun_after(page, lambda: click_toggle(page, "CUDA graphs"))
+    want = {"preset": preset.title, "batch": "24", "graphs": "true"}
+    query_params_when(page, lambda q: q == want)
+    step = simulated("llama3-8b-h100", batch=24, graphs=True)
+    assert_readouts(page, step)
+    page.evaluate("() => navigator.clipboard.writeText('nothing copied yet')")
+    frame = page.frame_locator("[data-testid=stIFrame]").first
+    frame.locator("button#copy").click()
+    eventually(lambda: frame.locator("#label").inner_text() == "Link copied")
+    copied = page.evaluate("() => navigator.clipboard.readText()")
+    assert copied == page.url
     other = new_page()
     open_app(other, copied, wait_for=CHART)
     assert query_params_when(other, lambda q: q == want)

@@ -34,25 +34,6 @@ def readouts(page) -> dict[str, str]:
     return {label: metric_value(page, label) for label in labels}
 
 
-def test_a_copied_link_opens_the_same_view(new_page, app_url):
-    first = new_page()
-    open_app(first, app_url, wait_for=CHART)
-    slider_input(first, "Batch size").focus()
-    for _ in range(3):
-        rerun_after(first, lambda: first.keyboard.press("PageUp"))  # big steps along the slider
-    rerun_after(first, lambda: click_toggle(first, "Kernel fusion"))
-    batch, shown = slider_value(first, "Batch size"), readouts(first)
-    assert batch > 3
-    query_params_when(first, lambda q: q == {"batch": str(batch), "fusion": "true"})
-
-    second = new_page()  # another browser context: a different visitor with the copied link
-    open_app(second, first.url, wait_for=CHART)
-    assert slider_value(second, "Batch size") == batch
-    assert toggle_state(second, "Kernel fusion") and not toggle_state(second, "CUDA graphs")
-    assert eventually(lambda: readouts(second) == shown)
-    assert not second.locator(NOTICE).count()
-
-
 def test_the_link_carries_the_open_tab(new_page, app_url):
     first = new_page()
     open_app(first, app_url, wait_for=CHART)
@@ -125,38 +106,34 @@ def test_two_sessions_never_share_settings(new_page, app_url):
     assert selected_tab(sim) == "Simulator"
 
 
-def test_copy_link_copies_the_current_view(browser, new_page, app_url):
-    """Click "Copy link" (in its iframe) and read what reached the clipboard: the address with every
-    control in it, which reopens the same view in another visitor's browser."""
-    from harness import new_context
+def test_copy_link_copies_the_current_view_and_it_opens_the_same_view(new_page, app_url):
+    """Set up a view, click "Copy link" (in its iframe) and read what reached the clipboard: the address
+    with every control in it, which reopens the same view, without a notice, in another visitor's
+    browser. (The graphs toggle's trip through a copied link is test_eight_tasks.py's test_h.)"""
+    first = new_page(clipboard=True)
+    open_app(first, app_url, wait_for=CHART)
+    slider_input(first, "Batch size").focus()
+    for _ in range(3):
+        rerun_after(first, lambda: first.keyboard.press("PageUp"))  # big steps along the slider
+    rerun_after(first, lambda: click_toggle(first, "Kernel fusion"))
+    batch = slider_value(first, "Batch size")
+    assert batch > 3
+    query_params_when(first, lambda q: q == {"batch": str(batch), "fusion": "true"})
+    shown = readouts(first)
+    first.evaluate("() => navigator.clipboard.writeText('nothing copied yet')")
+    assert first.evaluate("() => navigator.clipboard.readText()") == "nothing copied yet"
 
-    origin = app_url.rstrip("/")
-    context = new_context(browser, permissions=["clipboard-read", "clipboard-write"])
-    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=origin)
-    try:
-        page = context.new_page()
-        open_app(page, app_url, wait_for=CHART)
-        slider_input(page, "Batch size").focus()
-        rerun_after(page, lambda: page.keyboard.press("PageUp"))
-        rerun_after(page, lambda: click_toggle(page, "CUDA graphs"))
-        batch = slider_value(page, "Batch size")
-        query_params_when(page, lambda q: q == {"batch": str(batch), "graphs": "true"})
-        page.evaluate("() => navigator.clipboard.writeText('nothing copied yet')")
-        assert page.evaluate("() => navigator.clipboard.readText()") == "nothing copied yet"
+    frame = first.frame_locator("[data-testid=stIFrame]").first
+    frame.locator("button#copy").click()
+    assert eventually(lambda: frame.locator("#label").inner_text() == "Link copied")
+    copied = first.evaluate("() => navigator.clipboard.readText()")
+    assert copied == first.url
+    assert frame.locator("body").get_attribute("data-copied") == copied
+    assert query_params(first) == {"batch": str(batch), "fusion": "true"}
 
-        frame = page.frame_locator("[data-testid=stIFrame]").first
-        frame.locator("button#copy").click()
-        assert eventually(lambda: frame.locator("#label").inner_text() == "Link copied")
-        copied = page.evaluate("() => navigator.clipboard.readText()")
-        assert copied == page.url
-        assert frame.locator("body").get_attribute("data-copied") == copied
-        assert query_params(page) == {"batch": str(batch), "graphs": "true"}
-        shown = readouts(page)
-    finally:
-        context.close()
-
-    other = new_page()  # another visitor, opening the pasted link
-    open_app(other, copied, wait_for=CHART)
-    assert slider_value(other, "Batch size") == batch
-    assert toggle_state(other, "CUDA graphs") and not toggle_state(other, "Kernel fusion")
-    assert eventually(lambda: readouts(other) == shown)
+    second = new_page()  # another browser context: a different visitor with the copied link
+    open_app(second, copied, wait_for=CHART)
+    assert slider_value(second, "Batch size") == batch
+    assert toggle_state(second, "Kernel fusion") and not toggle_state(second, "CUDA graphs")
+    assert eventually(lambda: readouts(second) == shown)
+    assert not second.locator(NOTICE).count()

@@ -1,4 +1,7 @@
-"""The Simulator tab in Chromium: slider by mouse and keyboard, both toggles, readouts and lanes."""
+"""The Simulator tab in Chromium: slider by mouse and keyboard, both toggles, readouts and lanes.
+
+The tab as it opens (batch 1, both toggles off: launch-bound, a bubble before every kernel, a clean
+link) is test_eight_tasks.py's test_a_idle_gpu_at_batch_1, which checks all this file did there."""
 
 from __future__ import annotations
 
@@ -12,7 +15,6 @@ from harness import (
     lanes,
     metric_value,
     open_app,
-    query_params,
     query_params_when,
     rerun_after,
     slider_input,
@@ -51,19 +53,6 @@ def assert_readouts_match(page, step) -> None:
             }
         )
     )
-
-
-def test_batch_1_both_off_is_launch_bound_with_bubbles(page, app_url):
-    open_app(page, app_url, wait_for=CHART)
-    assert slider_value(page, "Batch size") == 1
-    assert not toggle_state(page, "Kernel fusion") and not toggle_state(page, "CUDA graphs")
-    assert metric_value(page, "Bound by") == "CPU launch"
-    assert_readouts_match(page, expected(1))
-    drawn = eventually(lambda: lanes(page))
-    # First 18 launches: 18 CPU bars, 18 kernels, and a bubble before each kernel.
-    assert drawn["CPU launch"][0] == 18 and drawn["GPU kernel"][0] == 18
-    assert drawn["idle"][0] >= 17 and drawn["idle"][1] > drawn["GPU kernel"][1]
-    assert query_params(page) == {}  # defaults keep the link clean
 
 
 def test_keyboard_moves_the_batch_slider(page, app_url):

@@ -51,3 +51,70 @@ def test_upload_a_trace_pick_a_step_and_see_lanes_readouts_and_the_what_if(page,
         state="attached"
     )  # a cell of the what-if table
     assert page.locator("[data-testid=stException]").count() == 0
+
+
+EVIL = "https://evil.example/x www.evil.example me@evil.example"
+
+
+def test_bare_urls_in_a_trace_and_its_name_show_as_text_with_no_link(page, app_url):
+    """Issue 24: Streamlit's markdown links bare URLs, escaped or not. The device name from the file, the
+    file's name and a link naming a trace are on the page as text, and the DOM has no link to them."""
+    import gzip
+    import json
+
+    events = json.loads(gzip.decompress((HF / "hf_llama_eager_sync.json.gz").read_bytes()))
+    events["deviceProperties"] = [{"id": 0, "name": EVIL}]
+    open_app(page, app_url, "tab=Your+trace&tr_trace=www.evil.example", wait_for=".st-key-tr_lanes .main-svg")
+    upload = page.locator("[data-testid=stFileUploader] input[type=file]").first
+    rerun_after(
+        page,
+        lambda: upload.set_input_files(
+            files=[
+                {
+                    "name": "www.evil.example.json",
+                    "mimeType": "application/json",
+                    "buffer": json.dumps(events).encode(),
+                }
+            ]
+        ),
+    )
+    info = page.locator("[data-testid=stAlertContentInfo]").filter(has_text="evil.example")
+    info.first.wait_for()
+    shown = info.first.inner_text().replace("\u2060", "")
+    assert "https://evil.example/x www.evil.example me@evil.example" in shown  # the text, as it was
+    assert "www.evil.example.json" in shown
+    # Where each link on the page goes (the page's own heading anchors carry the URL's query: not these).
+    targets = page.locator("a").evaluate_all("links => links.map(a => a.protocol + a.hostname + a.pathname)")
+    assert not [t for t in targets if "evil" in t or t.startswith("mailto")], targets
+    assert page.locator("[data-testid=stException]").count() == 0
+
+
+def test_the_step_without_the_profiler_is_drawn_beside_the_traced_one(page, app_url):
+    """A trace written by gpu_probe/recorder.py: its measured step is quoted as measured, and its lanes are drawn
+    at the corrected host times beside the traced ones, both on one time axis."""
+    from ui.charts import format_us
+
+    trace = (
+        Path(__file__).resolve().parents[1] / "data" / "profiler" / "h200" / "qwen2_eager_b1_default.json.gz"
+    )
+    report = analyse(trace)
+    median = report.trace.recorded_untraced["median_us"]
+    open_app(page, app_url, "tab=Your+trace", wait_for=".st-key-tr_lanes .main-svg")
+    upload = page.locator("[data-testid=stFileUploader] input[type=file]").first
+    rerun_after(
+        page,
+        lambda: upload.set_input_files(
+            files=[{"name": "recorded.json.gz", "mimeType": "application/gzip", "buffer": trace.read_bytes()}]
+        ),
+    )
+    page.get_by_text("uploaded: recorded.json.gz").first.wait_for()
+    page.locator(".st-key-tr_untraced_lanes .main-svg").first.wait_for()
+    assert page.locator("[data-testid=stException]").count() == 0
+    assert metric_value(page, "As traced") == format_us(report.steps[0].metrics.step_us)
+    assert metric_value(page, "Without the profiler") == format_us(median)
+    page.get_by_text("measured by the recorder").first.wait_for()
+    both = lanes(page, 1)  # the step's own lanes come first; then the two steps on one time axis
+    traced, untraced = both["CPU launch · as traced"], both["CPU launch · without the profiler"]
+    assert untraced[0] == traced[0]  # the same launches, drawn shorter
+    assert untraced[1] < 0.9 * traced[1]
+    assert both["GPU kernel · without the profiler"][0] == both["GPU kernel · as traced"][0]
