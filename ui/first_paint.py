@@ -17,6 +17,14 @@ not asked for before the readouts are on screen (tests/browser/test_first_view_o
 
 Without a browser on the other end (AppTest, bare mode) nothing would report: `seen()` is True from
 the start and everything is drawn in one run, as before.
+
+While the first screen is up, the server writes no widget's value (`write` holds it back, `value`
+reads it, `apply_held` writes it in the first run of the whole page). The report reruns the script
+with every widget's value as the browser holds it when it reports; a value the server had written in
+between (the slider following a batch typed a moment earlier, or the number box following the
+slider) would not be in the browser yet, would come back as the old one, look like a move, and undo
+the reader's batch (tests/test_first_screen.py, tests/browser/test_first_view_order.py). With no
+write to miss, every value the report brings is the reader's own.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from __future__ import annotations
 import streamlit as st
 
 SEEN = "_first_screen_seen"  # session key: the browser has reported its first screen
+HELD = "_first_screen_held"  # session key: {widget key: (value to write, the widget's value then)}
 
 # Components v2 run their script in the app's own document (no iframe). This one waits for the first
 # screen's element to be in the page, lets the browser paint it (the next frame), then reports: the
@@ -67,3 +76,39 @@ def report(once_shown: str) -> None:
     Mount it right after the first screen's last element, in the same run: its element then comes in the
     same burst of messages, and the browser asks for its scripts after the first screen's."""
     _REPORTER(key="first_screen", data={"once_shown": once_shown}, on_shown_change=_mark_seen, height=0)
+
+
+def write(key: str, value) -> None:
+    """Set widget `key` to `value`: now once the first screen has been shown, else held for the run that
+    shows the whole page (see the module's doc). Call it where the widget's value may be written: in a
+    callback, or before the widget in the run."""
+    if seen():
+        st.session_state[key] = value
+        return
+    held = st.session_state.setdefault(HELD, {})
+    if st.session_state.get(key) == value:
+        held.pop(key, None)
+    else:
+        held[key] = (value, st.session_state.get(key))
+
+
+def value(key: str, shown):
+    """Widget `key`'s value for this run: a write held back for it, unless the reader has changed the
+    widget since (then `shown`, what the widget returned, and the held write is dropped)."""
+    held = st.session_state.get(HELD) or {}
+    if key in held:
+        wanted, then = held[key]
+        if shown == then:
+            return wanted
+        del held[key]
+    return shown
+
+
+def apply_held() -> None:
+    """Once the first screen has been shown: write what was held back, before any widget of the run is drawn
+    (a held write whose widget the reader has changed since is dropped)."""
+    if not seen() or HELD not in st.session_state:
+        return
+    for key, (wanted, then) in st.session_state.pop(HELD).items():
+        if st.session_state.get(key) == then:
+            st.session_state[key] = wanted

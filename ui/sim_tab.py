@@ -136,10 +136,10 @@ def _apply_preset() -> None:
     """A new preset brings its own model and hardware figures: overwrite the Advanced inputs."""
     preset, _ = preset_of(PRESET_BY_URL_VALUE.get(st.session_state.get("preset"), DEFAULT_PRESET))
     for key, _, field, *_ in HARDWARE_INPUTS:
-        st.session_state[key] = float(getattr(preset.hardware, field))
+        first_paint.write(key, float(getattr(preset.hardware, field)))
     for key, _, field, *_ in MODEL_INPUTS:
-        st.session_state[key] = int(getattr(preset.model, field))
-    st.session_state[BYTES_INPUT[0]] = float(preset.model.bytes_per_el)
+        first_paint.write(key, int(getattr(preset.model, field)))
+    first_paint.write(BYTES_INPUT[0], float(preset.model.bytes_per_el))
 
 
 def _finite_or(value, fallback: float) -> float:
@@ -380,7 +380,11 @@ def _advanced_inputs(preset: Preset) -> tuple[dict, dict]:
     with st.popover("Where the preset's figures come from"):
         for paragraph in note_paragraphs(preset.note):
             st.text(paragraph)  # text, not markdown: a calibrated note quotes the result file
-    return model_values, values
+    # A preset changed on the first screen: its figures, held back from the inputs until the whole page.
+    return (
+        {key: first_paint.value(key, v) for key, v in model_values.items()},
+        {key: first_paint.value(key, v) for key, v in values.items()},
+    )
 
 
 def _advanced_asked() -> bool:
@@ -484,6 +488,7 @@ READOUT = "[data-testid=stMetricValue]"  # on screen: the first screen is shown 
 
 
 def render() -> None:
+    first_paint.apply_held()  # what the reader moved on the first screen, into the widgets (ui/first_paint.py)
     st.markdown(INTRO)
     try:
         model, hw, mode, notices, batch_col = _controls()
@@ -535,7 +540,7 @@ def nearest_stop(batch: int) -> int:
 
 def _batch_from_stops() -> None:
     # on_change of the slider: the number box holds the batch (and the URL key); the slider moves it.
-    st.session_state["batch"] = st.session_state["batch_stops"]
+    first_paint.write("batch", st.session_state["batch_stops"])
 
 
 TYPED_BATCH_NOTICE = "_batch_notice"  # session key: why a typed batch was not taken, shown once
@@ -548,7 +553,7 @@ def _batch_typed() -> None:
     typed = st.session_state.get("batch")
     kept = _clamped_int(typed, BATCH_RANGE, "Batch size", notices)
     if notices:
-        st.session_state["batch"] = kept
+        first_paint.write("batch", kept)
         st.session_state[TYPED_BATCH_NOTICE] = notices[0]
 
 
@@ -560,6 +565,7 @@ def _step_section(batch_cols, model: ModelConfig, hw: HardwareConfig, mode: Mode
     (any other control reruns the whole tab, so they are current).
     """
     stops_col, exact_col = batch_cols
+    first_paint.apply_held()  # a fragment's run may be the first of the whole page
     batch = exact_col.number_input(
         "Exact batch",
         value=DEFAULTS["batch"],
@@ -569,11 +575,12 @@ def _step_section(batch_cols, model: ModelConfig, hw: HardwareConfig, mode: Mode
         on_change=_batch_typed,
         help="Any batch from 1 to 512; the slider beside it stops at 1-8, then four sizes per doubling.",
     )
+    batch = first_paint.value("batch", batch)  # the slider's batch, held back on the first screen
     notices = [st.session_state.pop(TYPED_BATCH_NOTICE)] if TYPED_BATCH_NOTICE in st.session_state else []
     batch = _clamped_int(batch, BATCH_RANGE, "Batch size", notices)
     # The slider follows the number box: a typed 33 puts it on the nearest stop, marked "≈32".
     stop = nearest_stop(batch)
-    st.session_state["batch_stops"] = stop
+    first_paint.write("batch_stops", stop)
     stops_col.select_slider(
         "Batch size",
         BATCH_STOPS,
