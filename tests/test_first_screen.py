@@ -41,6 +41,12 @@ def drawn(at: AppTest) -> dict[str, object]:
     }
 
 
+def report(at: AppTest) -> None:
+    """What the reporter's callback sets (ui/first_paint.py), before the run its report starts."""
+    at.session_state[first_paint.SEEN] = True
+    at.session_state[first_paint.COMPLETING] = True
+
+
 @pytest.fixture
 def browser_attached(monkeypatch):
     monkeypatch.setattr(first_paint, "_browser_attached", lambda: True)
@@ -53,7 +59,7 @@ def test_the_charts_wait_for_the_browsers_report(browser_attached):
     assert len(at.get("skeleton")) == 1  # where the lanes go, so nothing below them moves
     first_screen = readouts(at)
 
-    at.session_state[first_paint.SEEN] = True  # what the reporter's callback sets
+    report(at)
     at.run()
     assert not at.exception, at.exception
     assert drawn(at) == {
@@ -103,7 +109,7 @@ def report_with_the_browsers_view(at: AppTest, **shown) -> None:
     for key, value in shown.items():
         widget = at.select_slider(key=key) if key == "batch_stops" else at.number_input(key=key)
         widget.set_value(value)
-    at.session_state[first_paint.SEEN] = True
+    report(at)
     at.run()
     assert not at.exception, at.exception
 
@@ -135,3 +141,18 @@ def test_a_batch_typed_after_the_slider_on_the_first_screen_wins(browser_attache
     report_with_the_browsers_view(at)
     assert at.number_input(key="batch").value == 40
     assert at.select_slider(key="batch_stops").value == 40
+
+
+def test_a_links_notice_stays_on_the_whole_page(browser_attached):
+    """The first screen's run cleans the link (so the report's run finds nothing to clean); the notice it
+    showed is shown again on the whole page, then goes with the next change as before."""
+    at = first_run(batch="-5", fusion="maybe")
+    notice = [w.value for w in at.warning if "link were changed" in w.value]
+    assert len(notice) == 1 and "fusion" in notice[0]
+    report(at)
+    at.run()
+    assert not at.exception, at.exception
+    assert [w.value for w in at.warning if "link were changed" in w.value] == notice
+    assert drawn(at)["charts"] == ["sim_lanes", "sim_sweep"]
+    at.toggle(key="graphs").set_value(True).run()
+    assert not [w.value for w in at.warning if "link were changed" in w.value]

@@ -33,6 +33,7 @@ import streamlit as st
 
 SEEN = "_first_screen_seen"  # session key: the browser has reported its first screen
 HELD = "_first_screen_held"  # session key: {widget key: (value to write, the widget's value then)}
+COMPLETING = "_first_screen_completing"  # session key: this run is the one the report started
 
 # Components v2 run their script in the app's own document (no iframe). This one waits for the first
 # screen's element to be in the page, lets the browser paint it (the next frame), then reports: the
@@ -57,6 +58,13 @@ _REPORTER = st.components.v2.component("launch_bound.first_screen", js=_JS)
 
 def _mark_seen() -> None:
     st.session_state[SEEN] = True
+    st.session_state[COMPLETING] = True
+
+
+def completing() -> bool:
+    """Whether this run is the one the browser's report started: the first screen becoming the whole page
+    (what the first screen showed once, such as a link's notice, is shown again). True until `apply_held`."""
+    return bool(st.session_state.get(COMPLETING))
 
 
 def _browser_attached() -> bool:
@@ -107,7 +115,10 @@ def value(key: str, shown):
 def apply_held() -> None:
     """Once the first screen has been shown: write what was held back, before any widget of the run is drawn
     (a held write whose widget the reader has changed since is dropped)."""
-    if not seen() or HELD not in st.session_state:
+    if not seen():
+        return
+    st.session_state.pop(COMPLETING, None)
+    if HELD not in st.session_state:
         return
     for key, (wanted, then) in st.session_state.pop(HELD).items():
         if st.session_state.get(key) == then:

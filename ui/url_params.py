@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import streamlit as st
 
-from ui import buckets_tab, calibrate_tab, probe_tab, sim_tab, trace_tab
+from ui import buckets_tab, calibrate_tab, first_paint, probe_tab, sim_tab, trace_tab
 
 # The app's tab labels; app.py binds `st.tabs(..., key="tab")` to these.
 TAB_LABELS = ("Simulator", "Live GPU probe", "Your trace", "Bucketing", "Calibration", "Check yourself")
@@ -46,6 +46,7 @@ RESERVED = frozenset({"embed", "embed_options"})
 MAX_VALUE_CHARS = 100  # no legitimate value is longer; a 10 kB string is dropped, not parsed
 SHOWN_CHARS = 24  # how much of a bad key or value the notice quotes
 MAX_NOTICES = 8
+LAST_NOTICES = "_link_notices"  # session key: the notices of the last run, for the run the report starts
 
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
@@ -254,6 +255,10 @@ def sanitise(specs: dict | None = None) -> list[str]:
             st.query_params.clear()
         except Exception:
             pass
+    if not notices and first_paint.completing():
+        # The link was cleaned in the first screen's run; its notice stays on the whole page.
+        notices = st.session_state.get(LAST_NOTICES, [])
+    st.session_state[LAST_NOTICES] = notices
     if notices:
         shown = notices[:MAX_NOTICES]
         if len(notices) > MAX_NOTICES:
