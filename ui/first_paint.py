@@ -18,13 +18,16 @@ not asked for before the readouts are on screen (tests/browser/test_first_view_o
 Without a browser on the other end (AppTest, bare mode) nothing would report: `seen()` is True from
 the start and everything is drawn in one run, as before.
 
-While the first screen is up, the server writes no widget's value (`write` holds it back, `value`
-reads it, `apply_held` writes it in the first run of the whole page). The report reruns the script
-with every widget's value as the browser holds it when it reports; a value the server had written in
-between (the slider following a batch typed a moment earlier, or the number box following the
-slider) would not be in the browser yet, would come back as the old one, look like a move, and undo
-the reader's batch (tests/test_first_screen.py, tests/browser/test_first_view_order.py). With no
-write to miss, every value the report brings is the reader's own.
+While the first screen is up, a value the server gives a widget in answer to a reader's move (the
+Simulator's batch box and slider following each other, a new preset's Advanced figures) is held
+back: `write` holds it, `value` reads it, `apply_held` writes it in the first run of the whole page.
+(What a link's first run settles needs no holding: the report leaves after that run has come back.)
+The report reruns the script with every widget's value as the browser holds it when it reports; a
+value the server had written in between (the slider following a batch typed a moment earlier, or
+the number box following the slider) would not be in the browser yet, would come back as the old
+one, look like a move, and undo the reader's batch (tests/test_first_screen.py,
+tests/browser/test_first_view_order.py). With no such write to miss, what the report brings is the
+reader's own.
 """
 
 from __future__ import annotations
