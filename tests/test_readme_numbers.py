@@ -428,9 +428,9 @@ QUOTES = [
     Quote(
         "Reading your own trace",
         "with the costs the page ships: {} of {} reliable host-bound traces within 15 % (median {}, worst {})",
-        lambda: (
-            lambda s: (str(s["within_15"]), str(s["n"]), pct(s["median"]), signed(s["worst"]))
-        )(profiler_fit()["summary"]["held_out_host_bound_reliable"]),
+        lambda: (lambda s: (str(s["within_15"]), str(s["n"]), pct(s["median"]), signed(s["worst"])))(
+            profiler_fit()["summary"]["held_out_host_bound_reliable"]
+        ),
     ),
     Quote(
         "Headline measurements",
@@ -516,7 +516,9 @@ def headline_table() -> dict[str, list[str | None]]:
     profiler_day = json.loads((ROOT / "tests/data/profiler/h200/profiler_cost.json").read_text())["created"][
         :10
     ]
-    held_day = json.loads((ROOT / "tests/data/profiler/h200-heldout/profiler_cost.json").read_text())["created"]
+    held_day = json.loads((ROOT / "tests/data/profiler/h200-heldout/profiler_cost.json").read_text())[
+        "created"
+    ]
     assert held_day[:10] == profiler_day  # one date in the rows
     s = fit["summary"]
     held, held_all = s["held_out_host_bound_reliable"], s["held_out_host_bound"]
