@@ -91,7 +91,7 @@ def test_short_end_to_end_run(tmp_path):
     graph = res.run("fused+graph", 3)
     assert graph.bucket == 4 and graph.padded_rows == 1 and graph.timeline.metrics().launches == 1
     assert res.run("eager", 1).launches > res.run("fused", 1).launches
-    assert len(list(traces.glob("*.json"))) == 10
+    assert len(list(traces.glob("*.json"))) == len(res.runs)  # one profiled step per run
     assert res.hbm_copy_GBps > 100 and res.command.startswith("python -m gpu_probe --preset tiny")
     # Back to back, the host's work for a step hides under the GPU's work on the one before.
     assert all(r.step_us_back_to_back for r in res.runs)

@@ -104,3 +104,37 @@ def test_a_link_opens_the_run_it_names_and_an_unknown_one_falls_back():
     )
     stale = open_tab("Live GPU probe", pr_run="uploaded: someone else's run")
     assert not stale.exception and stale.selectbox(key="pr_run").value.startswith("recorded: small preset")
+
+
+PERSISTENT_RUN = probe_result.RECORDED_PATH.with_name("h200-1b-persistent.json")
+
+
+def _open_persistent(tab: str, key: str, **params):
+    st.cache_resource.clear()
+    at = open_tab(tab, **params)
+    picker = at.selectbox(key=key)
+    picker.set_value(next(o for o in picker.options if "03 Dec 2026 08:58" in o))
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def test_the_recorded_persistent_run_shows_inside_its_kernel():
+    """The CLI's own run of the persistent mode (H200): its in-kernel stamps drawn beside fused+graph."""
+    res = probe_result.load_result(PERSISTENT_RUN)
+    assert res.all_checks_passed and "persistent_barriers" in res.checks
+    run = res.run("persistent", 1)
+    assert run.phases is not None and run.phases.programs == 132
+    assert list(run.timeline.gpu_names).count("_decode_step_kernel") == 1  # the step is one kernel
+    at = _open_persistent("Live GPU probe", "pr_run")
+    at.selectbox(key="pr_mode").set_value("persistent")
+    at.selectbox(key="pr_batch").set_value(1)
+    at.run()
+    assert not at.exception, at.exception
+    assert "Inside the persistent kernel" in [h.value for h in at.subheader]
+    assert any(c.key == "pr_phases" for c in at.get("plotly_chart"))
+
+
+def test_the_calibration_tab_reads_a_run_of_two_modes():
+    at = _open_persistent("Calibration", "cal_run")
+    assert at.get("plotly_chart") or at.warning or at.info  # a fit, or why there is none; never a traceback

@@ -174,7 +174,11 @@ def test_graph_replays_change_by_at_most_3_percent(path):
 @pytest.fixture(scope="module")
 def fitted():
     args = pcf.argparse.Namespace(
-        profiler_dir=H200, first_run_dir=ROOT / "tests/data/profiler", hf_dir=HF, probe_dir=RECORDED
+        profiler_dir=H200,
+        first_run_dir=ROOT / "tests/data/profiler",
+        hf_dir=HF,
+        probe_dir=RECORDED,
+        check_dir=H200.with_name("h200-heldout"),
     )
     return pcf.report(args)
 
@@ -202,3 +206,14 @@ def test_an_unreliable_pair_is_flagged_and_not_fitted_on(fitted):
 def test_the_graphs_what_if_speedup_against_the_measured_one(fitted):
     s = fitted["summary"]["speedup_reliable"]
     assert s["n"] >= 20 and s["median"] < 0.08
+
+
+def test_a_run_nothing_was_fitted_on_with_the_shipped_costs(fitted):
+    """Batches 2 and 8, which the fit never saw: what a user's trace gets (docs/trace-reader.md quotes these)."""
+    s = fitted["summary"]
+    assert s["held_out_host_bound_reliable"]["n"] == 15
+    assert s["held_out_host_bound_reliable"]["median"] < 0.08
+    assert abs(s["held_out_host_bound_reliable"]["worst"]) < 0.20
+    assert abs(s["held_out_gpu_bound_change"]["worst"]) <= 0.03
+    assert s["held_out_speedup_reliable"]["median"] < 0.08
+    assert all(r["source"] == "held-out run" and not r["fitted_on"] for r in fitted["held_out"])

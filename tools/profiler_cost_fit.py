@@ -349,20 +349,20 @@ def row(c: Case, cost: ProfilerCost) -> dict:
     }
 
 
-def speedup_rows(cases: list[Case], cost: ProfilerCost, replay=None) -> list[dict]:
-    """The graphs what-if's speed-up on each eager pair of the H200 run (the what-if on the re-timed step against
+def speedup_rows(cases: list[Case], cost: ProfilerCost, replay=None, source: str = "H200 run") -> list[dict]:
+    """The graphs what-if's speed-up on each eager pair of a paired run (the what-if on the re-timed step against
     the re-timed step) against the measured one: untraced eager against the untraced graph replay of the same
     model and batch (default profiler)."""
     replay = replay or default_replay_cost()
     graph = {
         (c.model, c.batch): c
         for c in cases
-        if c.source == "H200 run" and c.mode == "graph" and c.setting == "default"
+        if c.source == source and c.mode == "graph" and c.setting == "default"
     }
     out = []
     for c in cases:
         g = graph.get((c.model, c.batch))
-        if c.source != "H200 run" or c.mode != "eager" or g is None:
+        if c.source != source or c.mode != "eager" or g is None:
             continue
         est, what = [], []
         for s in c.steps:
@@ -424,6 +424,8 @@ def report(args) -> dict:
                 lomo.append(r)
         speed += [r for r in speedup_rows(cases, c_fit) if r["model"] == model]  # fitted without it too
     host = [r for r in lomo if r["host_bound"]]
+    check_dir = getattr(args, "check_dir", None)
+    held_out = held_out_report(check_dir) if check_dir else {}
     return {
         "params": list(PARAMS),
         "cost": _costs(cost),
@@ -450,6 +452,28 @@ def report(args) -> dict:
             "gpu_bound_change": summary([r for r in rows if r["gpu_bound"]], "change"),
             "speedup": summary(speed),
             "speedup_reliable": summary([r for r in speed if r["reliable"]]),
+            **held_out.pop("summary", {}),
+        },
+        **held_out,
+    }
+
+
+def held_out_report(folder: Path) -> dict:
+    """A paired run nothing was fitted on, re-timed with the costs the page ships (`sim.timing.PROFILER_COST`):
+    what a user's trace gets."""
+    cases = cases_profiler_run(folder, "held-out run")
+    rows = [row(c, PROFILER_COST) for c in cases]
+    speed = speedup_rows(cases, PROFILER_COST, source="held-out run")
+    host = [r for r in rows if r["host_bound"]]
+    return {
+        "held_out": rows,
+        "held_out_speedup": speed,
+        "summary": {
+            "held_out_host_bound": summary(host),
+            "held_out_host_bound_reliable": summary([r for r in host if r["reliable"] and r["consistent"]]),
+            "held_out_gpu_bound_change": summary([r for r in rows if r["gpu_bound"]], "change"),
+            "held_out_speedup": summary(speed),
+            "held_out_speedup_reliable": summary([r for r in speed if r["reliable"]]),
         },
     }
 
@@ -484,8 +508,16 @@ def main(argv=None) -> int:
     parser.add_argument("--first-run-dir", type=Path, default=ROOT / "tests/data/profiler")
     parser.add_argument("--hf-dir", type=Path, default=ROOT / "tests/data/hf")
     parser.add_argument("--probe-dir", type=Path, default=ROOT / "gpu_probe/recorded")
+    parser.add_argument(
+        "--check-dir",
+        type=Path,
+        default=ROOT / "tests/data/profiler/h200-heldout",
+        help="a paired run not fitted on, checked with the shipped costs ('-': none)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    if str(args.check_dir) == "-":
+        args.check_dir = None
     out = report(args)
     if args.json:
         print(json.dumps(out, indent=1))
@@ -506,6 +538,13 @@ def main(argv=None) -> int:
             f"{r['speedup']:5.2f}× (true {r['true_speedup']:5.2f}×, {r['vs_trace']:5.2f}× vs the trace) "
             f"{r['error'] * 100:+6.1f}%{'' if r['reliable'] else '  UNRELIABLE'}"
         )
+    if args.check_dir:
+        _print_rows(f"Held out ({args.check_dir.name}: not fitted on), the shipped costs", out["held_out"])
+        for r in out["held_out_speedup"]:
+            print(
+                f"  graphs what-if {r['case'][:34]:34s} {r['speedup']:5.2f}× (true {r['true_speedup']:5.2f}×, "
+                f"{r['vs_trace']:5.2f}× vs the trace) {r['error'] * 100:+6.1f}%{'' if r['reliable'] else '  UNRELIABLE'}"
+            )
     print("\nSummary:")
     for name, s in out["summary"].items():
         print(_line(name, s))

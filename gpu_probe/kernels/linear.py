@@ -132,28 +132,9 @@ def _gemv_accumulate(
 
 
 @triton.jit
-def _gemv_kernel(
-    a_ptr,
-    w_ptr,
-    out_ptr,
-    res_ptr,
-    M,
-    N,
-    K,
-    up_offset,
-    stride_am,
-    stride_wn,
-    stride_om,
-    stride_rm,
-    eps,
-    NORM: tl.constexpr,
-    SWIGLU: tl.constexpr,
-    RESIDUAL: tl.constexpr,
-    PDL: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-):
+def _gemv_kernel(a_ptr, w_ptr, out_ptr, res_ptr, M, N, K, up_offset, stride_am, stride_wn, stride_om, stride_rm, eps,
+                 NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr, PDL: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):  # fmt: skip
     offs_m = tl.arange(0, BLOCK_M)
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
@@ -182,28 +163,9 @@ def _gemv_kernel(
 
 
 @triton.jit
-def _fused_linear_kernel(
-    a_ptr,
-    w_ptr,
-    out_ptr,
-    res_ptr,
-    M,
-    N,
-    K,
-    up_offset,
-    stride_am,
-    stride_wn,
-    stride_om,
-    stride_rm,
-    eps,
-    NORM: tl.constexpr,
-    SWIGLU: tl.constexpr,
-    RESIDUAL: tl.constexpr,
-    IEEE: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-):
+def _fused_linear_kernel(a_ptr, w_ptr, out_ptr, res_ptr, M, N, K, up_offset, stride_am, stride_wn, stride_om,
+                         stride_rm, eps, NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr,
+                         IEEE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):  # fmt: skip
     pid_n = tl.program_id(0)  # N first: neighbouring programs share the same x rows
     pid_m = tl.program_id(1)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
