@@ -64,10 +64,11 @@ def _mark_seen() -> None:
     st.session_state[COMPLETING] = True
 
 
-def completing() -> bool:
+def just_reported() -> bool:
     """Whether this run is the one the browser's report started: the first screen becoming the whole page
-    (what the first screen showed once, such as a link's notice, is shown again). True until `apply_held`."""
-    return bool(st.session_state.get(COMPLETING))
+    (what the first screen showed once, such as a link's notice, is shown again). True once: the caller
+    takes it (ui/url_params.py, at the top of every run)."""
+    return bool(st.session_state.pop(COMPLETING, False))
 
 
 def _browser_attached() -> bool:
@@ -118,10 +119,7 @@ def value(key: str, shown):
 def apply_held() -> None:
     """Once the first screen has been shown: write what was held back, before any widget of the run is drawn
     (a held write whose widget the reader has changed since is dropped)."""
-    if not seen():
-        return
-    st.session_state.pop(COMPLETING, None)
-    if HELD not in st.session_state:
+    if not seen() or HELD not in st.session_state:
         return
     for key, (wanted, then) in st.session_state.pop(HELD).items():
         if st.session_state.get(key) == then:

@@ -255,7 +255,7 @@ def sanitise(specs: dict | None = None) -> list[str]:
             st.query_params.clear()
         except Exception:
             pass
-    if not notices and first_paint.completing():
+    if first_paint.just_reported() and not notices:
         # The link was cleaned in the first screen's run; its notice stays on the whole page.
         notices = st.session_state.get(LAST_NOTICES, [])
     st.session_state[LAST_NOTICES] = notices
