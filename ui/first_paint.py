@@ -25,7 +25,7 @@ back: `write` holds it, `value` reads it, `apply_held` writes it in the first ru
 The report reruns the script with every widget's value as the browser holds it when it reports; a
 value the server had written in between (the slider following a batch typed a moment earlier, or
 the number box following the slider) would not be in the browser yet, would come back as the old
-one, look like a move, and undo the reader's batch (tests/test_first_screen.py,
+one, look like a move, and undo the reader's batch (tests/test_first_paint.py,
 tests/browser/test_first_view_order.py). With no such write to miss, what the report brings is the
 reader's own.
 """
