@@ -424,8 +424,7 @@ def report(args) -> dict:
                 lomo.append(r)
         speed += [r for r in speedup_rows(cases, c_fit) if r["model"] == model]  # fitted without it too
     host = [r for r in lomo if r["host_bound"]]
-    check_dir = getattr(args, "check_dir", None)
-    held_out = held_out_report(check_dir) if check_dir else {}
+    held_out = held_out_report(args.check_dir) if args.check_dir else {}
     return {
         "params": list(PARAMS),
         "cost": _costs(cost),
