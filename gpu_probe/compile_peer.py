@@ -7,30 +7,68 @@ cache is a registered buffer of the model rather than an argument. Whether graph
 really used is read from Inductor's own log and skip counter while compiling, and
 recorded in the result (`checks.compile_cudagraphs`) with the compile time.
 
-The peer runs the model's own `unfused_forward` (same weights, same code) but over a copy
-of the KV cache held as one K and one V buffer per layer, as gpt-fast does. With the
-probe's single all-layer buffer, every layer's cache is a *view* of one base; Inductor's
-functionalization then rebuilds the whole base around each write -- on the H200 that cost
-730 ms per step (17 GB of cache copied again and again) instead of a few hundred µs.
+The peer runs the model's own `unfused_forward` (same weights, same code) with `COMPILE_OPS`: the
+norms, RoPE, KV write and SiLU x up as plain PyTorch, which Inductor fuses as it sees fit, and the
+attention as one opaque custom op around the probe's paged attention kernel (Inductor cannot write a
+paged attention of its own, and a gather of the whole block table would be a different attention,
+not a different compiler). The KV cache is a copy held as one K and one V buffer per layer, as
+gpt-fast does: with the probe's single all-layer buffer, every layer's cache is a *view* of one base,
+and Inductor's functionalization rebuilt the whole base around each write (730 ms per step on the H200).
 
-The write itself matters too. `unfused_forward` writes the new K/V with an index_put_ on
-the layer's cache tensor at (block, offset), not an index_copy_ through a flat view of it:
-Inductor (torch 2.11) did not reinplace the view form and emitted a full copy of the layer
-buffer before and after each write (128 copies, 16 of the 18.4 ms of GPU time at batch 1).
-An index_put_ on a buffer of the module is the pattern Inductor reinplaces into a scatter of
-the batch's rows (tests/test_probe_compile_peer.py checks the CPU output code: no
-cache-sized temporaries).
+The write itself matters too: an index_put_ on the layer's cache tensor at (block, offset)
+(`gpu_probe.model.write_kv`), not an index_copy_ through a flat view of it. Inductor (torch 2.11)
+did not reinplace the view form and copied the whole layer buffer before and after each write;
+an index_put_ on a buffer of the module is the pattern it reinplaces into a scatter of the batch's
+rows (tests/test_probe_compile_peer.py checks the CPU output code: no cache-sized temporaries).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 
 import torch
 from torch import nn
 
+from gpu_probe import model as probe_model
+
 SKIP_MARKER = "skipping cudagraphs"
+
+
+@torch.library.custom_op("launch_bound::paged_attention", mutates_args=())
+def paged_attention_op(
+    q: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    n_heads: int,
+    n_kv_heads: int,
+    splits: int,
+) -> torch.Tensor:
+    """The unfused step's attention as one op Inductor leaves alone: the Triton kernel on a GPU, plain
+    PyTorch on a CPU (the compile tests)."""
+    if q.is_cuda:
+        from gpu_probe.kernels.attention import paged_attention
+
+        return paged_attention(q, block_tables, context_lens, k_cache, v_cache, n_heads, n_kv_heads, splits)
+    return probe_model.paged_attention(q, block_tables, context_lens, k_cache, v_cache, n_heads, n_kv_heads)
+
+
+@paged_attention_op.register_fake
+def _(q, block_tables, context_lens, k_cache, v_cache, n_heads, n_kv_heads, splits):
+    return torch.empty_like(q)
+
+
+COMPILE_OPS = probe_model.UnfusedOps(
+    "compile",
+    probe_model.rms_norm,
+    probe_model.rope,
+    probe_model.write_kv,
+    paged_attention_op,
+    probe_model.silu_mul,
+)
 
 
 class _LogCapture(logging.Handler):
@@ -80,7 +118,10 @@ class CompilePeer:
         self.compile_s: dict[int, float] = {}
         self._log = _LogCapture()
         self._fn = torch.compile(
-            self.model.unfused_forward, mode="reduce-overhead", fullgraph=True, dynamic=dynamic
+            functools.partial(self.model.unfused_forward, ops=COMPILE_OPS),
+            mode="reduce-overhead",
+            fullgraph=True,
+            dynamic=dynamic,
         )
 
     def __call__(self, batch) -> torch.Tensor:

@@ -1,10 +1,15 @@
 """A Llama-style decoder for one decode step over a paged KV cache, in two variants.
 
 Same weights, two forwards (after gpt-fast's model.py and nano-vllm's layers):
-- unfused: plain PyTorch, one logical op at a time (the eager baseline, and what
-  torch.compile(mode="reduce-overhead", fullgraph=True) gets to optimise: no graph breaks,
-  no host syncs, the KV cache a registered buffer);
-- fused: five Triton kernels per layer, six at small batch (see FUSIONS and gpu_probe/kernels/).
+- unfused: the chapter's per-op layer, one kernel per op as an engine's eager path runs it (`UNFUSED_OPS`):
+  two RMSNorms, the Q, K and V projections (cuBLAS), RoPE, the KV-cache write, paged attention, the
+  output projection, gate, up, SiLU x up, down, and the two residual adds. Attention reads the paged
+  cache through the block table, GQA without repeating K/V (`gpu_probe.kernels.attention.paged_attention`);
+  the elementwise ops are single kernels (`gpu_probe.kernels.ops`). Where Triton is not available (the
+  page's CPU demo) the same ops run as plain PyTorch (`TORCH_OPS`), which is also what torch.compile gets
+  to fuse (`gpu_probe.compile_peer`).
+- fused: five Triton kernels per layer, six at small batch (see FUSIONS and gpu_probe/kernels/): each
+  merges neighbouring ops of the unfused layer, so the two differ by fusion alone.
 
 Both forwards are written for tensor parallelism too: o_proj and down_proj produce a partial sum
 on a rank of a sharded model, so each is followed by the communication hook `_reduced` (an
@@ -17,8 +22,11 @@ Randomly initialised from cfg.seed; nothing is downloaded.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -27,74 +35,72 @@ from torch import nn
 from gpu_probe.config import ProbeModelConfig, get_config
 from gpu_probe.kv_cache import PagedKVCache
 
-# One row per fused kernel of a layer: the unfused ops it replaces and the intermediate
-# activations (per token) that no longer make a round trip through HBM.
+# The unfused layer's kernels, in launch order: one per op (the attention adds a merge of its context
+# splits at small batch, as the fused one does).
+UNFUSED_OPS: tuple[str, ...] = (
+    "attn_norm",
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "rope",
+    "kv_write",
+    "attention",
+    "o_proj",
+    "residual_add",
+    "ffn_norm",
+    "gate_proj",
+    "up_proj",
+    "silu_mul",
+    "down_proj",
+    "residual_add",
+)
+
+# One row per fused kernel of a layer: the unfused kernels it replaces and the intermediate activations
+# (per token) that no longer make a round trip through HBM.
 FUSIONS: tuple[dict, ...] = (
     {
         "kernel": "rmsnorm_qkv",
         "where": "kernels/linear.py",
-        "merges": ["RMSNorm (square, mean, rsqrt, scale, weight)", "q_proj", "k_proj", "v_proj"],
+        "merges": ["attn_norm", "q_proj", "k_proj", "v_proj"],
         "how": "norm weight folded into the packed QKV weight; 1/rms from the sum of squares "
         "accumulated while x streams through the GEMM, applied in the epilogue",
-        "intermediates_removed": ["normed x", "fp32 copy of x", "variance", "x * rsqrt"],
+        "intermediates_removed": ["normed x"],
     },
     {
         "kernel": "paged_attention",
         "where": "kernels/attention.py",
-        "merges": [
-            "RoPE(q)",
-            "RoPE(k)",
-            "K/V write into the paged cache",
-            "block-table gather",
-            "QK^T",
-            "mask",
-            "softmax",
-            "PV",
-        ],
+        "merges": ["rope", "kv_write", "attention"],
         "how": "rotates q and the new k in registers, writes k/v at slot_mapping, online softmax over "
         "the blocks the table lists on tensor cores; at small batch the context is split over "
         "several programs and one small extra kernel merges the splits",
-        "intermediates_removed": [
-            "rotated q",
-            "rotated k",
-            "cos/sin gathers",
-            "gathered K",
-            "gathered V",
-            "scores",
-            "probabilities",
-        ],
+        "intermediates_removed": ["rotated q", "rotated k", "new k and v read back from the cache"],
     },
     {
         "kernel": "o_proj_residual",
         "where": "kernels/linear.py",
-        "merges": ["o_proj", "residual add"],
+        "merges": ["o_proj", "residual_add"],
         "how": "residual added in the GEMM epilogue",
         "intermediates_removed": ["o_proj output"],
     },
     {
         "kernel": "rmsnorm_gate_up_swiglu",
         "where": "kernels/linear.py",
-        "merges": ["RMSNorm", "gate_proj", "up_proj", "SiLU", "multiply"],
+        "merges": ["ffn_norm", "gate_proj", "up_proj", "silu_mul"],
         "how": "packed gate/up weight (norm folded in), two accumulators, silu(gate) * up in the epilogue",
-        "intermediates_removed": [
-            "normed x",
-            "fp32 copy of x",
-            "variance",
-            "x * rsqrt",
-            "gate",
-            "up",
-            "silu(gate)",
-        ],
+        "intermediates_removed": ["normed x", "gate", "up"],
     },
     {
         "kernel": "down_residual",
         "where": "kernels/linear.py",
-        "merges": ["down_proj", "residual add"],
+        "merges": ["down_proj", "residual_add"],
         "how": "residual added in the GEMM epilogue",
         "intermediates_removed": ["down output"],
     },
 )
 FUSED_KERNELS_PER_LAYER = len(FUSIONS)  # plus the split-merge kernel at small batch: see kernels_per_layer()
+assert sorted(op for f in FUSIONS for op in f["merges"]) == sorted(UNFUSED_OPS), (
+    "every unfused kernel is merged once"
+)
 
 
 def fusion_report() -> list[dict]:
@@ -157,6 +163,93 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
+def rope(q, k, positions, cos, sin, head_dim: int):
+    """(q, k) [B, heads * head_dim] rotated at each row's position (cos, sin: [max_context, head_dim / 2])."""
+    c = torch.cat([cos, cos], -1)[positions][:, None, :]
+    s = torch.cat([sin, sin], -1)[positions][:, None, :]
+
+    def rotated(x):
+        heads = x.float().view(x.shape[0], -1, head_dim)
+        return (heads * c + rotate_half(heads) * s).reshape(x.shape).to(x.dtype)
+
+    return rotated(q), rotated(k)
+
+
+def write_kv(k, v, slot_mapping, k_cache, v_cache) -> None:
+    """The new K/V at each row's slot, as an index_put_ at (block, offset) of the cache tensors (a padded
+    row's slot -1 becomes slot 0, in the scratch block). Written on the cache tensor itself, not through
+    a flat view: that is the form Inductor reinplaces into a scatter of the batch's rows (compile_peer)."""
+    block_size = k_cache.shape[1]
+    slots = slot_mapping.clamp(min=0)
+    blocks, offsets = slots // block_size, slots % block_size
+    k_cache[blocks, offsets] = k.view(k.shape[0], *k_cache.shape[2:])
+    v_cache[blocks, offsets] = v.view(v.shape[0], *v_cache.shape[2:])
+
+
+def paged_attention(q, block_tables, context_lens, k_cache, v_cache, n_heads: int, n_kv_heads: int, splits=1):
+    """Rotated q [B, n_heads * head_dim] over each row's cached tokens [0, context_len), gathered through
+    its block table (every listed block, positions past the context masked): plain PyTorch for CPUs
+    without Triton. `splits` is the kernel's business and ignored here."""
+    batch, head_dim, block_size = q.shape[0], k_cache.shape[-1], k_cache.shape[1]
+    tables = block_tables.long()
+    width = tables.shape[1] * block_size
+    visible = torch.arange(width, device=q.device)[None, :] < context_lens[:, None]
+    keys = k_cache[tables].reshape(batch, width, n_kv_heads, head_dim).float()
+    values = v_cache[tables].reshape(batch, width, n_kv_heads, head_dim).float()
+    group = n_heads // n_kv_heads
+    grouped = q.float().view(batch, n_kv_heads, group, head_dim)
+    scores = torch.einsum("bkgd,btkd->bkgt", grouped, keys) / math.sqrt(head_dim)
+    scores = scores.masked_fill(~visible[:, None, None, :], float("-inf"))
+    out = torch.einsum("bkgt,btkd->bkgd", torch.softmax(scores, dim=-1), values)
+    return out.reshape(batch, n_heads * head_dim).to(q.dtype)
+
+
+def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    return (F.silu(gate.float()) * up.float()).to(gate.dtype)
+
+
+@dataclass(frozen=True, slots=True)
+class UnfusedOps:
+    """How the unfused layer runs its non-GEMM ops (the GEMMs are torch's, cuBLAS on a GPU)."""
+
+    name: str
+    rms_norm: Callable
+    rope: Callable  # (q, k, positions, cos, sin, head_dim) -> (q, k)
+    write_kv: Callable  # (k, v, slot_mapping, k_cache, v_cache) -> None
+    attention: Callable  # (q, block_tables, context_lens, k_cache, v_cache, n_heads, n_kv_heads, splits)
+    silu_mul: Callable
+
+
+TORCH_OPS = UnfusedOps("torch", rms_norm, rope, write_kv, paged_attention, silu_mul)
+
+
+@functools.cache
+def kernel_ops() -> UnfusedOps:
+    """One kernel per op (Triton): what the probe's unfused modes run on a GPU."""
+    from gpu_probe.kernels import ops
+    from gpu_probe.kernels.attention import paged_attention as paged_kernel
+
+    def rope_in_place(q, k, positions, cos, sin, head_dim):
+        ops.rope_(q, k, positions, cos, sin, head_dim)
+        return q, k
+
+    def attention(q, block_tables, context_lens, k_cache, v_cache, n_heads, n_kv_heads, splits=1):
+        return paged_kernel(q, block_tables, context_lens, k_cache, v_cache, n_heads, n_kv_heads, splits)
+
+    return UnfusedOps("kernels", ops.rms_norm, rope_in_place, ops.write_kv, attention, ops.silu_mul)
+
+
+def triton_runs_on(device: torch.device) -> bool:
+    """Whether Triton kernels run here: on a GPU, or on the CPU through Triton's interpreter."""
+    if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        return False
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 class ProbeModel(nn.Module):
     """model(input_ids[B], positions[B], block_tables[B, W], slot_mapping[B], context_lens[B]) -> logits[B, vocab].
 
@@ -164,6 +257,9 @@ class ProbeModel(nn.Module):
     row through its block table (context_lens counts the new token; positions = context_lens - 1
     for real rows). `self.fused` picks the variant; `unfused_forward` / `fused_forward` are explicit.
     All shapes are static and nothing syncs with the host, so a step can be captured in a CUDA graph.
+    `ops` is how the unfused variant runs its non-GEMM ops: "kernels" (one Triton kernel each; the
+    default on a GPU) or "torch" (plain PyTorch; the default on a CPU, where the kernels would run in
+    Triton's interpreter, which the tests ask for by name).
     """
 
     def __init__(
@@ -172,17 +268,22 @@ class ProbeModel(nn.Module):
         device=None,
         num_blocks: int | None = None,
         fused: bool = False,
+        ops: str | None = None,
     ):
         super().__init__()
         cfg = get_config(cfg) if isinstance(cfg, str) else cfg
         device = torch.device(device) if device is not None else torch.device("cpu")
         dtype = getattr(torch, cfg.dtype)
         self.cfg, self.fused, self.dtype = cfg, fused, dtype
+        if ops not in (None, "kernels", "torch"):
+            raise ValueError(f"ops must be 'kernels' or 'torch', got {ops!r}")
+        self.ops = ops or ("kernels" if device.type == "cuda" else "torch")
+        if self.ops == "kernels" and not triton_runs_on(device):
+            raise RuntimeError("ops='kernels' needs CUDA, or TRITON_INTERPRET=1 set before triton is imported")
         # One GPU: no communication. A tensor-parallel rank (gpu_probe.tensor_parallel) sets these.
         self.rank, self.tp, self.all_reduce = 0, 1, None
-        # At batch <= GEMV_MAX_ROWS the fused kernels launch with programmatic dependent launch where
-        # the GPU has it (Hopper+): each may start, and put its weight loads in flight, while the
-        # previous one drains. Larger batches run tensor-core GEMMs, launched plainly (linear.py).
+        # The fused kernels launch with programmatic dependent launch where the GPU has it (Hopper+):
+        # each may start, and put its weight loads in flight, while the previous one drains (linear.py).
         self.pdl = True
         gen = torch.Generator(device=device).manual_seed(cfg.seed)
         # A tied table is also the LM head, so it gets the LM head's scale.
@@ -208,9 +309,6 @@ class ProbeModel(nn.Module):
         cos, sin = rope_tables(cfg, device)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
-        # Rotate-half tables at full head_dim for the unfused path, in the model dtype like HF's.
-        self.register_buffer("rope_cos_full", torch.cat([cos, cos], -1).to(dtype), persistent=False)
-        self.register_buffer("rope_sin_full", torch.cat([sin, sin], -1).to(dtype), persistent=False)
         if device.type == "cuda":
             self.num_sms = torch.cuda.get_device_properties(device).multi_processor_count
         else:
@@ -257,14 +355,17 @@ class ProbeModel(nn.Module):
         folded = self.lm_head.float() * self.final_norm.float()[None, :]
         self.register_buffer("lm_head_folded", folded.to(self.dtype).contiguous(), persistent=False)
 
-    def kernels_per_layer(self, batch: int, fused: bool = True) -> int | None:
-        """Kernels one layer launches in the fused variant (None: unfused, count it with the profiler)."""
-        if not fused:
-            return None
-        return FUSED_KERNELS_PER_LAYER + (1 if self.attention_splits(batch) > 1 else 0)
+    def kernels_per_layer(self, batch: int, fused: bool = True) -> int:
+        """Kernels one layer launches at this batch: the fused or the unfused (kernel ops) variant's ops,
+        and the attention's split merge where it splits the context."""
+        merge = 1 if self.attention_splits(batch) > 1 else 0
+        return (FUSED_KERNELS_PER_LAYER if fused else len(UNFUSED_OPS)) + merge
+
+    def unfused_ops(self) -> UnfusedOps:
+        return kernel_ops() if self.ops == "kernels" else TORCH_OPS
 
     def attention_splits(self, batch: int) -> int:
-        """How many context splits the fused attention uses at this batch (static per batch size).
+        """How many context splits the attention uses at this batch (static per batch size; both variants).
 
         At small batch one program per (sequence, KV head) would leave most SMs idle, so the
         context is cut into splits, merged by one small extra kernel.
@@ -314,56 +415,29 @@ class ProbeModel(nn.Module):
         slot_mapping,
         context_lens,
         logits_out: torch.Tensor | None = None,
+        ops: UnfusedOps | None = None,
     ) -> torch.Tensor:
-        cfg = self.cfg
-        batch = input_ids.shape[0]
+        """The chapter's per-op step (`UNFUSED_OPS`): `ops` runs the non-GEMM ops (default `unfused_ops()`)."""
+        cfg, op = self.cfg, ops or self.unfused_ops()
+        splits = self.attention_splits(input_ids.shape[0])
         h = F.embedding(input_ids, self.tok_embeddings)
-        cos = self.rope_cos_full[positions][:, None, :]
-        sin = self.rope_sin_full[positions][:, None, :]
-        # PAD_SLOT (-1) becomes slot 0, which lies in the scratch block.
-        slots = slot_mapping.clamp(min=0)
-        # The write goes to (block, offset) of the cache tensor itself, not through a flat view of
-        # it: an index_put_ on the buffer is what Inductor reinplaces into a scatter of B rows,
-        # while index_copy_ through a view made it copy the whole layer buffer twice (H200, 2.11).
-        write_blocks, write_offsets = slots // cfg.block_size, slots % cfg.block_size
-        tables = block_tables.long()
-        width = block_tables.shape[1] * cfg.block_size
-        visible = torch.arange(width, device=h.device)[None, :] < context_lens[:, None]
         for index, layer in enumerate(self.layers):
-            x = rms_norm(h, layer.attn_norm, cfg.norm_eps)
-            q = (x @ layer.wq.t()).view(batch, cfg.n_heads, cfg.head_dim)
-            k = (x @ layer.wk.t()).view(batch, cfg.n_kv_heads, cfg.head_dim)
-            v = (x @ layer.wv.t()).view(batch, cfg.n_kv_heads, cfg.head_dim)
-            q = q * cos + rotate_half(q) * sin
-            k = k * cos + rotate_half(k) * sin
+            x = op.rms_norm(h, layer.attn_norm, cfg.norm_eps)
+            q, k, v = x @ layer.wq.t(), x @ layer.wk.t(), x @ layer.wv.t()  # column-parallel
+            q, k = op.rope(q, k, positions, self.rope_cos, self.rope_sin, cfg.head_dim)
             k_cache, v_cache = self.kv_cache.layer(index)
-            k_cache[write_blocks, write_offsets] = k
-            v_cache[write_blocks, write_offsets] = v
-            attn = self._attention_unfused(q, k_cache, v_cache, tables, visible)
-            h = h + self._reduced(attn.reshape(batch, cfg.q_size) @ layer.wo.t())  # row-parallel
-            x = rms_norm(h, layer.ffn_norm, cfg.norm_eps)
-            gate = x @ layer.w_gate.t()  # column-parallel, like q, k, v and up
-            up = x @ layer.w_up.t()
-            h = h + self._reduced((F.silu(gate) * up) @ layer.w_down.t())  # row-parallel
-        x = rms_norm(h, self.final_norm, cfg.norm_eps)
+            op.write_kv(k, v, slot_mapping, k_cache, v_cache)
+            attn = op.attention(
+                q, block_tables, context_lens, k_cache, v_cache, cfg.n_heads, cfg.n_kv_heads, splits
+            )
+            h = h + self._reduced(attn @ layer.wo.t())  # row-parallel
+            x = op.rms_norm(h, layer.ffn_norm, cfg.norm_eps)
+            act = op.silu_mul(x @ layer.w_gate.t(), x @ layer.w_up.t())
+            h = h + self._reduced(act @ layer.w_down.t())
+        x = op.rms_norm(h, self.final_norm, cfg.norm_eps)
         if logits_out is None:
             return x @ self.lm_head.t()
         return torch.mm(x, self.lm_head.t(), out=logits_out)
-
-    def _attention_unfused(self, q, k_cache, v_cache, tables, visible) -> torch.Tensor:
-        """Gather every block the table lists, mask positions >= context_len, softmax, weight V."""
-        cfg = self.cfg
-        batch, width = tables.shape[0], visible.shape[1]
-        keys = k_cache[tables].reshape(batch, width, cfg.n_kv_heads, cfg.head_dim)
-        values = v_cache[tables].reshape(batch, width, cfg.n_kv_heads, cfg.head_dim)
-        group = cfg.n_heads // cfg.n_kv_heads
-        if group > 1:
-            keys = keys.repeat_interleave(group, dim=2)
-            values = values.repeat_interleave(group, dim=2)
-        scores = torch.einsum("bhd,bthd->bht", q, keys) / math.sqrt(cfg.head_dim)
-        scores = scores.float().masked_fill(~visible[:, None, :], float("-inf"))
-        probs = torch.softmax(scores, dim=-1).to(q.dtype)
-        return torch.einsum("bht,bthd->bhd", probs, values)
 
     def fused_workspace(self, rows: int) -> dict[str, torch.Tensor]:
         """Buffers for the fused step's two widest activations (packed QKV, SwiGLU output), `rows` rows.
@@ -393,12 +467,11 @@ class ProbeModel(nn.Module):
                 "the fused path needs CUDA, or TRITON_INTERPRET=1 set before triton is imported"
             )
         from gpu_probe.kernels import fused_linear, paged_decode_attention
-        from gpu_probe.kernels.linear import GEMV_MAX_ROWS
 
         cfg = self.cfg
         batch = input_ids.shape[0]
         splits = self.attention_splits(batch)
-        pdl = self.pdl and batch <= GEMV_MAX_ROWS
+        pdl = self.pdl
         qkv_out = workspace["qkv"][:batch] if workspace is not None else None
         act_out = workspace["act"][:batch] if workspace is not None else None
         h = F.embedding(input_ids, self.tok_embeddings)

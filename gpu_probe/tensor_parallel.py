@@ -111,6 +111,7 @@ class TensorParallelModel(ProbeModel):
             raise ValueError(f"rank must be an integer in [0, {tp}), got {rank!r}")
         self.full_cfg, self.cfg = full, shard_config(full, tp)
         self.rank, self.tp, self.fused, self.dtype, self.pdl = rank, tp, base.fused, base.dtype, base.pdl
+        self.ops = base.ops
         # ProbeModel's communication hook: after o_proj and down_proj, each rank's partial sum.
         self.all_reduce = (
             all_reduce if all_reduce is not None else (lambda t: dist.all_reduce(t, group=group))
@@ -130,7 +131,7 @@ class TensorParallelModel(ProbeModel):
         device = base.device
         blocks = base.kv_cache.num_blocks if num_blocks is None else num_blocks
         self.kv_cache = PagedKVCache(self.cfg, num_blocks=blocks, device=device, dtype=self.dtype)
-        for name in ("rope_cos", "rope_sin", "rope_cos_full", "rope_sin_full"):
+        for name in ("rope_cos", "rope_sin"):
             self.register_buffer(name, getattr(base, name), persistent=False)
         self.num_sms = base.num_sms
         self.pack_fused_weights()  # folds the (replicated) norm weights into this rank's packed shards

@@ -9,7 +9,7 @@ import re
 
 import torch
 
-from gpu_probe.compile_peer import with_per_layer_cache
+from gpu_probe.compile_peer import COMPILE_OPS, with_per_layer_cache
 from gpu_probe.config import get_config
 from gpu_probe.decode_batch import make_batch
 from gpu_probe.model import ProbeModel
@@ -36,7 +36,7 @@ def test_inductor_writes_the_kv_cache_in_place_and_matches_eager():
         with torch.no_grad():
             eager = model.unfused_forward(**batch.as_dict())
             compiled = torch.compile(twin.unfused_forward, fullgraph=True)
-            out, codes = run_and_get_code(compiled, **batch.as_dict())
+            out, codes = run_and_get_code(compiled, **batch.as_dict(), ops=COMPILE_OPS)
     finally:
         torch.set_num_threads(threads)
     torch.testing.assert_close(out, eager, rtol=1e-5, atol=1e-5)

@@ -7,14 +7,29 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from gpu_probe.compile_peer import COMPILE_OPS
 from gpu_probe.config import PRESETS, ProbeModelConfig, get_config
 from gpu_probe.kv_cache import PAD_SLOT, SCRATCH_BLOCK, PagedKVCache, pad_decode_inputs
-from gpu_probe.model import FUSED_KERNELS_PER_LAYER, ProbeModel, fusion_report, rms_norm, rotate_half
+from gpu_probe.model import (
+    FUSED_KERNELS_PER_LAYER,
+    UNFUSED_OPS,
+    ProbeModel,
+    fusion_report,
+    rms_norm,
+    rotate_half,
+)
 
 
 @pytest.fixture(scope="module")
-def model():
+def shared_model():
     return ProbeModel("tiny")
+
+
+@pytest.fixture
+def model(shared_model):
+    """One tiny model for the module, its unfused ops back to the CPU default after each test."""
+    yield shared_model
+    shared_model.ops = "torch"
 
 
 # ---- config --------------------------------------------------------------------------------------
@@ -147,7 +162,8 @@ def naive_full_sequence_logits(model, tokens):
     n = len(tokens)
     h = F.embedding(torch.tensor(tokens), model.tok_embeddings)
     pos = torch.arange(n)
-    cos, sin = model.rope_cos_full[pos][:, None], model.rope_sin_full[pos][:, None]
+    cos = torch.cat([model.rope_cos, model.rope_cos], -1)[pos][:, None]
+    sin = torch.cat([model.rope_sin, model.rope_sin], -1)[pos][:, None]
     causal = torch.ones(n, n, dtype=torch.bool).tril()
     for layer in model.layers:
         x = rms_norm(h, layer.attn_norm, cfg.norm_eps)
@@ -165,35 +181,49 @@ def naive_full_sequence_logits(model, tokens):
     return rms_norm(h, model.final_norm, cfg.norm_eps) @ model.lm_head.t()
 
 
-@pytest.mark.parametrize("fused", [False, True])
-def test_token_by_token_decode_equals_full_sequence_attention(fused):
+# The three ways one model runs a step: the unfused layer as plain PyTorch (CPUs without Triton) and as
+# one Triton kernel per op (what a GPU runs, here through Triton's interpreter), and the fused kernels.
+PATHS = ["torch", "kernels", "fused"]
+
+
+def forward_of(model, path: str):
+    if path == "fused":
+        return model.fused_forward
+    model.ops = path
+    return model.unfused_forward
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_token_by_token_decode_equals_full_sequence_attention(path):
     model = ProbeModel("tiny", num_blocks=12)
     model.kv_cache.fill_random_(3)  # garbage everywhere: the decode must only read what it wrote
     tokens = [5, 17, 200, 3, 99]  # 5 tokens over 2 blocks of 4 (a block boundary is crossed)
     seq = model.kv_cache.add_sequence(0)
     expected = naive_full_sequence_logits(model, tokens)
-    forward = model.fused_forward if fused else model.unfused_forward
+    forward = forward_of(model, path)
     for step, token in enumerate(tokens):
         inputs = model.kv_cache.decode_inputs([seq])
         logits = forward(torch.tensor([token]), **inputs)
         torch.testing.assert_close(logits[0], expected[step], rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("fused", [False, True])
-def test_tied_gqa_decode_equals_full_sequence_attention(fused):
+@pytest.mark.parametrize("path", PATHS)
+def test_tied_gqa_decode_equals_full_sequence_attention(path):
     model = tied_gqa_model()
     model.kv_cache.fill_random_(7)
     tokens = [11, 2, 250, 40, 8]
     seq = model.kv_cache.add_sequence(0)
     expected = naive_full_sequence_logits(model, tokens)
-    forward = model.fused_forward if fused else model.unfused_forward
+    forward = forward_of(model, path)
     for step, token in enumerate(tokens):
         logits = forward(torch.tensor([token]), **model.kv_cache.decode_inputs([seq]))
         torch.testing.assert_close(logits[0], expected[step], rtol=1e-4, atol=1e-4)
 
 
-def test_tied_gqa_fused_equals_unfused_on_a_ragged_batch():
+@pytest.mark.parametrize("ops", ["torch", "kernels"])
+def test_tied_gqa_fused_equals_unfused_on_a_ragged_batch(ops):
     model = tied_gqa_model(num_blocks=16)
+    model.ops = ops
     cache = model.kv_cache.fill_random_(8)
     inputs = cache.decode_inputs([cache.add_sequence(n) for n in (0, 5, 14)])
     ids = torch.tensor([1, 100, 255])
@@ -214,8 +244,8 @@ def _real_blocks_except(cache, kv_before, written_slots):
     return set(torch.nonzero(changed).flatten().tolist()) <= set(written_slots)
 
 
-@pytest.mark.parametrize("fused", [False, True])
-def test_padded_rows_write_only_the_scratch_block(fused):
+@pytest.mark.parametrize("path", PATHS)
+def test_padded_rows_write_only_the_scratch_block(path):
     model = ProbeModel("tiny")
     cache = model.kv_cache.fill_random_(4)
     seqs = [cache.add_sequence(n) for n in (6, 9)]
@@ -223,7 +253,7 @@ def test_padded_rows_write_only_the_scratch_block(fused):
     padded = pad_decode_inputs(real, 5, torch.tensor([1, 2]), cache.block_size)
     padded["slot_mapping"][-1] = PAD_SLOT  # vLLM's convention is harmless too
     before = cache.kv.clone()
-    forward = model.fused_forward if fused else model.unfused_forward
+    forward = forward_of(model, path)
     logits = forward(**padded)
     assert _real_blocks_except(cache, before, real["slot_mapping"].tolist())
     # The real rows' results are those of the unpadded batch.
@@ -246,7 +276,9 @@ def test_a_padded_row_aimed_at_a_real_block_corrupts_it(model):
     model.kv_cache.free(seq)
 
 
-def test_fused_equals_unfused_on_a_ragged_batch(model):
+@pytest.mark.parametrize("ops", ["torch", "kernels"])
+def test_fused_equals_unfused_on_a_ragged_batch(model, ops):
+    model.ops = ops
     cache = model.kv_cache.fill_random_(6)
     seqs = [cache.add_sequence(n) for n in (0, 3, 13, 8)]
     ids = torch.tensor([9, 8, 7, 6])
@@ -272,10 +304,8 @@ def test_model_forward_follows_the_fused_flag():
     torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
     assert model.attention_splits(1) > 1  # batch 1 on "2 SMs" uses the split path (+1 merge kernel)
     assert model.kernels_per_layer(1) == FUSED_KERNELS_PER_LAYER + 1
-    assert (
-        model.kernels_per_layer(8) == FUSED_KERNELS_PER_LAYER
-        and model.kernels_per_layer(8, fused=False) is None
-    )
+    assert model.kernels_per_layer(8) == FUSED_KERNELS_PER_LAYER
+    assert model.kernels_per_layer(8, fused=False) == len(UNFUSED_OPS) == 15
 
 
 @pytest.mark.parametrize("fused", [False, True], ids=["unfused", "fused"])
@@ -302,10 +332,12 @@ def test_fusion_report_counts_what_each_kernel_merged():
     rows = fusion_report()
     assert len(rows) == FUSED_KERNELS_PER_LAYER == 5
     by_kernel = {row["kernel"]: row for row in rows}
-    assert by_kernel["paged_attention"]["ops_merged"] == 8
-    assert by_kernel["rmsnorm_gate_up_swiglu"]["intermediates_removed"] == 7
-    assert by_kernel["o_proj_residual"]["merges"] == "o_proj + residual add"
+    assert by_kernel["paged_attention"]["merges"] == "rope + kv_write + attention"
+    assert by_kernel["rmsnorm_gate_up_swiglu"]["ops_merged"] == 4
+    assert by_kernel["o_proj_residual"]["merges"] == "o_proj + residual_add"
     assert all(row["intermediates_removed"] >= 1 for row in rows)
+    # Every kernel of the unfused layer is merged into exactly one fused kernel: 15 -> 5.
+    assert sum(row["ops_merged"] for row in rows) == len(UNFUSED_OPS)
 
 
 def test_unfused_forward_traces_without_graph_breaks(model):
@@ -314,6 +346,6 @@ def test_unfused_forward_traces_without_graph_breaks(model):
 
     seq = model.kv_cache.add_sequence(3)
     inputs = model.kv_cache.decode_inputs([seq])
-    explanation = torch._dynamo.explain(model.unfused_forward)(torch.tensor([4]), **inputs)
+    explanation = torch._dynamo.explain(model.unfused_forward)(torch.tensor([4]), **inputs, ops=COMPILE_OPS)
     model.kv_cache.free(seq)
     assert explanation.graph_break_count == 0 and explanation.graph_count == 1

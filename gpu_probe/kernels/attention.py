@@ -14,6 +14,10 @@ QK^T and PV run on tensor cores (tl.dot), the query heads of a group padded to 1
 one split the program writes the attention output directly; with S > 1 splits it writes a
 normalised fp32 partial and its log2-sum-exp, and a tiny second kernel merges the S partials
 (at batch >= ~2 * SMs / kv_heads one split suffices, so that kernel is only launched at small batch).
+
+The unfused step runs the same attention without RoPE and the write (`paged_attention`, the plain
+kernel): its q was rotated and its K/V written by kernels of their own (`gpu_probe.kernels.ops`), as
+in vLLM's eager path, so it reads q from HBM and every one of the context's tokens from the cache.
 """
 
 from __future__ import annotations
@@ -152,18 +156,8 @@ def _paged_attention_kernel(
         )
         run_max, run_sum, acc = _attend_tile(q_dot, keys, values, mask_t, run_max, run_sum, acc, IEEE)
 
-    has_any = run_sum > 0
-    norm = tl.where(has_any, run_sum, 1.0)
-    out_row = out_ptr + (seq * n_splits + split) * (N_HEADS * HEAD_DIM)
-    tl.store(
-        out_row + heads[:, None] * HEAD_DIM + d[None, :],
-        (acc / norm[:, None]).to(out_ptr.dtype.element_ty),
-        mask=mask_g[:, None],
-    )
-    tl.store(
-        lse_ptr + (seq * n_splits + split) * N_HEADS + heads,
-        tl.where(has_any, run_max + tl.log2(norm), NEG_BIG),
-        mask=mask_g,
+    _store_split(
+        out_ptr, lse_ptr, seq, split, n_splits, heads, d, mask_g, acc, run_max, run_sum, N_HEADS, HEAD_DIM
     )
 
 
@@ -199,6 +193,133 @@ def _merge_splits_kernel(
     tl.store(out_ptr + (seq * N_HEADS + head) * HEAD_DIM + d, merged.to(out_ptr.dtype.element_ty))
 
 
+@triton.jit
+def _paged_attention_plain_kernel(
+    q_ptr,
+    table_ptr,
+    ctx_ptr,
+    k_ptr,
+    v_ptr,
+    out_ptr,
+    lse_ptr,
+    stride_q,
+    stride_table,
+    stride_slot,
+    n_splits,
+    qk_scale,
+    N_HEADS: tl.constexpr,
+    GROUP: tl.constexpr,
+    ROWS: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    IEEE: tl.constexpr,
+):
+    """Decode attention of already-rotated q over tokens [0, context_len) of the paged cache: program
+    (sequence, KV head, split), the GQA group's query heads as one tensor-core tile."""
+    seq = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    split = tl.program_id(2)
+    g = tl.arange(0, ROWS)
+    mask_g = g < GROUP
+    heads = kv_head * GROUP + g
+    d = tl.arange(0, HEAD_DIM)
+    table_row = table_ptr + seq * stride_table
+    n_tokens = tl.load(ctx_ptr + seq)
+    share = tl.cdiv(tl.cdiv(n_tokens, n_splits), BLOCK_N) * BLOCK_N
+    lo = split * share
+    hi = tl.minimum(lo + share, n_tokens)
+    q = tl.load(
+        q_ptr + seq * stride_q + heads[:, None] * HEAD_DIM + d[None, :], mask=mask_g[:, None], other=0.0
+    )
+    q_dot = (q.to(tl.float32) * qk_scale).to(k_ptr.dtype.element_ty)
+    run_max = tl.zeros((ROWS,), dtype=tl.float32) + NEG_BIG
+    run_sum = tl.zeros((ROWS,), dtype=tl.float32)
+    acc = tl.zeros((ROWS, HEAD_DIM), dtype=tl.float32)
+    for start in range(lo, hi, BLOCK_N):
+        keys, values, mask_t = _load_kv_tile(
+            table_row,
+            k_ptr,
+            v_ptr,
+            start + tl.arange(0, BLOCK_N),
+            hi,
+            d,
+            kv_head * HEAD_DIM,
+            stride_slot,
+            BLOCK_SIZE,
+        )
+        run_max, run_sum, acc = _attend_tile(q_dot, keys, values, mask_t, run_max, run_sum, acc, IEEE)
+    _store_split(
+        out_ptr, lse_ptr, seq, split, n_splits, heads, d, mask_g, acc, run_max, run_sum, N_HEADS, HEAD_DIM
+    )
+
+
+@triton.jit
+def _store_split(
+    out_ptr,
+    lse_ptr,
+    seq,
+    split,
+    n_splits,
+    heads,
+    d,
+    mask_g,
+    acc,
+    run_max,
+    run_sum,
+    N_HEADS: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+):
+    """A split's normalised output and its log2-sum-exp (NEG_BIG for a split with no tokens)."""
+    has_any = run_sum > 0
+    norm = tl.where(has_any, run_sum, 1.0)
+    out_row = out_ptr + (seq * n_splits + split) * (N_HEADS * HEAD_DIM)
+    tl.store(
+        out_row + heads[:, None] * HEAD_DIM + d[None, :],
+        (acc / norm[:, None]).to(out_ptr.dtype.element_ty),
+        mask=mask_g[:, None],
+    )
+    tl.store(
+        lse_ptr + (seq * n_splits + split) * N_HEADS + heads,
+        tl.where(has_any, run_max + tl.log2(norm), NEG_BIG),
+        mask=mask_g,
+    )
+
+
+def _outputs(batch: int, n_heads: int, head_dim: int, n_splits: int, like: torch.Tensor):
+    """(out, partial, lse): with one split the kernel writes `out` itself; with more, fp32 partials."""
+    out = torch.empty((batch, n_heads * head_dim), dtype=like.dtype, device=like.device)
+    partial = out
+    if n_splits > 1:
+        partial = torch.empty((batch, n_splits, n_heads * head_dim), dtype=torch.float32, device=like.device)
+    lse = torch.empty((batch, n_splits, n_heads), dtype=torch.float32, device=like.device)
+    return out, partial, lse
+
+
+def _merge(out, partial, lse, n_splits: int, n_heads: int, head_dim: int, launch: dict) -> torch.Tensor:
+    if n_splits > 1:
+        _merge_splits_kernel[(out.shape[0], n_heads)](
+            partial,
+            lse,
+            out,
+            n_splits,
+            N_HEADS=n_heads,
+            HEAD_DIM=head_dim,
+            SPLITS_P2=triton.next_power_of_2(n_splits),
+            PDL="launch_pdl" in launch,
+            **launch,
+        )
+    return out
+
+
+def _check_cache(k_cache: torch.Tensor, v_cache: torch.Tensor, n_kv_heads: int, block_tables: torch.Tensor):
+    num_blocks, block_size, kv_heads, head_dim = k_cache.shape
+    assert kv_heads == n_kv_heads and block_tables.stride(1) == 1
+    assert k_cache.stride(0) == block_size * k_cache.stride(1) and k_cache.stride(1) == kv_heads * head_dim
+    assert v_cache.stride() == k_cache.stride()
+    return block_size, head_dim
+
+
 def paged_decode_attention(
     qkv: torch.Tensor,
     positions: torch.Tensor,
@@ -222,16 +343,9 @@ def paged_decode_attention(
     launch (Hopper+; ignored elsewhere), as in linear.py.
     """
     batch = qkv.shape[0]
-    num_blocks, block_size, kv_heads, head_dim = k_cache.shape
-    assert kv_heads == n_kv_heads and qkv.shape[1] == (n_heads + 2 * n_kv_heads) * head_dim
-    assert k_cache.stride(0) == block_size * k_cache.stride(1) and k_cache.stride(1) == kv_heads * head_dim
-    assert v_cache.stride() == k_cache.stride() and qkv.stride(1) == 1 and block_tables.stride(1) == 1
-    out = torch.empty((batch, n_heads * head_dim), dtype=qkv.dtype, device=qkv.device)
-    if n_splits > 1:
-        partial = torch.empty((batch, n_splits, n_heads * head_dim), dtype=torch.float32, device=qkv.device)
-    else:
-        partial = out
-    lse = torch.empty((batch, n_splits, n_heads), dtype=torch.float32, device=qkv.device)
+    block_size, head_dim = _check_cache(k_cache, v_cache, n_kv_heads, block_tables)
+    assert qkv.shape[1] == (n_heads + 2 * n_kv_heads) * head_dim and qkv.stride(1) == 1
+    out, partial, lse = _outputs(batch, n_heads, head_dim, n_splits, qkv)
     group = n_heads // n_kv_heads
     if block_n is None:
         block_n = 32 if n_splits > 1 else 64
@@ -269,19 +383,50 @@ def paged_decode_attention(
         num_warps=4,
         **launch,
     )
-    if n_splits > 1:
-        _merge_splits_kernel[(batch, n_heads)](
-            partial,
-            lse,
-            out,
-            n_splits,
-            N_HEADS=n_heads,
-            HEAD_DIM=head_dim,
-            SPLITS_P2=triton.next_power_of_2(n_splits),
-            PDL=pdl,
-            **launch,
-        )
-    return out
+    return _merge(out, partial, lse, n_splits, n_heads, head_dim, launch)
+
+
+def paged_attention(
+    q: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    n_heads: int,
+    n_kv_heads: int,
+    n_splits: int = 1,
+    block_n: int | None = None,
+) -> torch.Tensor:
+    """Decode attention of rotated q[B, n_heads * head_dim] over each row's [0, context_len) cached tokens
+    (the new token already written); returns [B, n_heads * head_dim] in q's dtype. The unfused step's."""
+    batch = q.shape[0]
+    block_size, head_dim = _check_cache(k_cache, v_cache, n_kv_heads, block_tables)
+    assert q.shape[1] == n_heads * head_dim and q.stride(1) == 1
+    out, partial, lse = _outputs(batch, n_heads, head_dim, n_splits, q)
+    group = n_heads // n_kv_heads
+    _paged_attention_plain_kernel[(batch, n_kv_heads, n_splits)](
+        q,
+        block_tables,
+        context_lens,
+        k_cache,
+        v_cache,
+        partial,
+        lse,
+        q.stride(0),
+        block_tables.stride(0),
+        k_cache.stride(1),
+        n_splits,
+        LOG2E / math.sqrt(head_dim),
+        N_HEADS=n_heads,
+        GROUP=group,
+        ROWS=max(16, triton.next_power_of_2(group)),
+        HEAD_DIM=head_dim,
+        BLOCK_SIZE=block_size,
+        BLOCK_N=block_n or (32 if n_splits > 1 else 64),
+        IEEE=q.dtype == torch.float32,
+        num_warps=4,
+    )
+    return _merge(out, partial, lse, n_splits, n_heads, head_dim, {})
 
 
 def paged_decode_attention_reference(
