@@ -1,4 +1,4 @@
-"""Each fused Triton kernel against its plain-PyTorch reference.
+"""Each Triton kernel (the fused step's and the unfused step's one-op kernels) against its plain-PyTorch reference.
 
 CPU: tiny fp32 shapes through Triton's interpreter (conftest sets TRITON_INTERPRET=1).
 CUDA (marked): bf16 at the small preset's shapes, fresh random inputs, ||out - ref|| / ||ref|| < 1e-2,
@@ -10,13 +10,16 @@ import math
 import pytest
 import torch
 
+from gpu_probe import model as torch_ops
 from gpu_probe.kernels import (
     fused_linear,
     fused_linear_reference,
     linear,
+    ops,
     paged_decode_attention,
     paged_decode_attention_reference,
 )
+from gpu_probe.kernels.attention import paged_attention
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -187,12 +190,67 @@ def test_paged_attention_skips_the_write_for_pad_slot_on_cpu():
     assert torch.equal(before, case["k_cache"])
 
 
+def check_unfused_ops(device, dtype, hidden, n_heads, n_kv_heads, ffn, batch, tol):
+    """The unfused step's one-op kernels against the model's plain-PyTorch ops, on fresh random inputs."""
+    gen = torch.Generator(device=device).manual_seed(batch + hidden)
+    head_dim = hidden // n_heads
+
+    def rand(*shape, scale=1.0):
+        return (scale * torch.randn(*shape, generator=gen, device=device)).to(dtype)
+
+    x, w = rand(batch, hidden, scale=3), rand(hidden)
+    assert rel_err(ops.rms_norm(x, w, 1e-5), torch_ops.rms_norm(x, w, 1e-5)) < tol
+    gate, up = rand(batch, ffn), rand(batch, ffn)
+    assert rel_err(ops.silu_mul(gate, up), torch_ops.silu_mul(gate, up)) < tol
+    angles = torch.arange(700, device=device, dtype=torch.float32)[:, None] / (
+        10000 ** (torch.arange(head_dim // 2, device=device) / (head_dim // 2))
+    )
+    cos, sin = angles.cos(), angles.sin()
+    positions = torch.randint(0, 700, (batch,), generator=gen, device=device)
+    q, k = rand(batch, n_heads * head_dim), rand(batch, n_kv_heads * head_dim)
+    want_q, want_k = torch_ops.rope(q, k, positions, cos, sin, head_dim)
+    ops.rope_(q, k, positions, cos, sin, head_dim)
+    assert rel_err(q, want_q) < tol and rel_err(k, want_k) < tol
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_unfused_one_op_kernels_match_the_torch_ops_on_cpu(batch):
+    check_unfused_ops("cpu", torch.float32, 64, 4, 2, 172, batch, 1e-5)
+
+
+def test_kv_write_kernel_writes_each_row_at_its_slot_and_skips_padding_on_cpu():
+    case = make_attention_case(3, 4, 2, 16, 4, [5, 13, 2], torch.float32, "cpu", seed=3)
+    k, v = torch.randn(3, 32), torch.randn(3, 32)
+    slots = case["slot_mapping"].clone()
+    slots[1] = -1  # a padded row
+    kernel_k, kernel_v = case["k_cache"].clone(), case["v_cache"].clone()
+    ops.write_kv(k, v, slots, kernel_k, kernel_v)
+    flat_k, flat_v = kernel_k.view(-1, 32), kernel_v.view(-1, 32)
+    for row in (0, 2):
+        assert torch.equal(flat_k[slots[row]], k[row]) and torch.equal(flat_v[slots[row]], v[row])
+    untouched = torch.ones(flat_k.shape[0], dtype=torch.bool)
+    untouched[slots[[0, 2]]] = False
+    assert torch.equal(flat_k[untouched], case["k_cache"].view(-1, 32)[untouched])
+    assert torch.equal(flat_v[untouched], case["v_cache"].view(-1, 32)[untouched])
+
+
+@pytest.mark.parametrize("n_splits", [1, 3])
+def test_plain_paged_attention_matches_the_torch_attention_on_cpu(n_splits):
+    """The unfused step's attention (q already rotated, the new token already in the cache): GQA, a
+    one-token context and one over several blocks and tiles."""
+    case = make_attention_case(3, 4, 2, 16, 4, [1, 45, 13], torch.float32, "cpu", seed=n_splits)
+    q = torch.randn(3, 64)
+    args = (q, case["block_tables"], case["context_lens"], case["k_cache"], case["v_cache"], 4, 2)
+    out = paged_attention(*args, n_splits=n_splits, block_n=16)
+    assert rel_err(out, torch_ops.paged_attention(*args)) < 1e-5
+
+
 # ---- CUDA, bf16 at the small and 1b presets' shapes -------------------------------------------------
 cuda = pytest.mark.cuda
 
 
 @cuda
-@pytest.mark.parametrize("m", [1, 2, 4, 7, 64, 256])
+@pytest.mark.parametrize("m", [1, 2, 4, 7, 16, 33, 64, 256])
 @pytest.mark.parametrize(
     "variant, n, k",
     [
@@ -222,7 +280,37 @@ def test_fused_linear_matches_reference_on_cuda(m, variant, n, k):
 
 
 @cuda
-@pytest.mark.parametrize("m", [65, 96, 256])
+@pytest.mark.parametrize("preset", ["small", "1b"])
+@pytest.mark.parametrize("batch", [1, 8, 256])
+def test_unfused_one_op_kernels_match_the_torch_ops_on_cuda(preset, batch):
+    from gpu_probe.config import get_config
+
+    cfg = get_config(preset)
+    check_unfused_ops("cuda", torch.bfloat16, cfg.hidden, cfg.n_heads, cfg.n_kv_heads, cfg.ffn, batch, 1e-2)
+
+
+@cuda
+@pytest.mark.parametrize(
+    "batch, n_heads, n_kv_heads, n_splits", [(1, 32, 8, 16), (64, 16, 16, 1), (256, 32, 8, 1)]
+)
+def test_plain_paged_attention_matches_the_torch_attention_on_cuda(batch, n_heads, n_kv_heads, n_splits):
+    lens = torch.randint(1, 600, (batch,), generator=torch.Generator().manual_seed(batch)).tolist()
+    case = make_attention_case(batch, n_heads, n_kv_heads, 64, 16, lens, torch.bfloat16, "cuda", seed=batch)
+    q = torch.randn(batch, n_heads * 64, device="cuda").to(torch.bfloat16)
+    args = (
+        q,
+        case["block_tables"],
+        case["context_lens"],
+        case["k_cache"],
+        case["v_cache"],
+        n_heads,
+        n_kv_heads,
+    )
+    assert rel_err(paged_attention(*args, n_splits=n_splits), torch_ops.paged_attention(*args)) < 1e-2
+
+
+@cuda
+@pytest.mark.parametrize("m", [5, 8, 16, 33, 65, 96, 256])
 @pytest.mark.parametrize(
     "variant, n, k",
     [
@@ -327,7 +415,7 @@ def test_captured_fused_step_replays_like_eager_on_cuda(preset):
 
 
 @cuda
-@pytest.mark.parametrize("batch", [1, 2, 4])  # PDL is used up to GEMV_MAX_ROWS
+@pytest.mark.parametrize("batch", [1, 2, 4, 8, 64])  # the GEMV and the tensor-core tile
 @pytest.mark.parametrize("preset", ["small", "1b"])
 def test_pdl_changes_timing_not_results_on_cuda(batch, preset):
     """The fused step launched with programmatic dependent launch, captured as a graph, is

@@ -7,16 +7,16 @@
   same F-columns of gate and up with two accumulators and stores silu(gate) * up.
 - residual: the epilogue adds a residual tensor (the o_proj and down_proj residual adds).
 
-Two kernels share those epilogues. At batch <= GEMV_MAX_ROWS the step only streams W, so a
-GEMV on CUDA cores with a few output rows per program (hundreds of programs, all resident)
-beats a tensor-core tile, which would need 16 output columns per program and leave SMs idle.
-Larger batches use tl.dot tiles. Accumulation is fp32 in both.
+Two kernels share those epilogues. At batch <= GEMV_MAX_ROWS a GEMV on CUDA cores with a few
+output rows per program (hundreds of programs, all resident) streams W. Above it a tensor-core
+tile computes W_tile @ x_tile^T ("swap AB", as decode GEMM kernels do): the weight rows fill the
+MMA's wide side and the batch rows, padded to 16, its narrow side, so a batch of 5 costs the same
+weight stream as a batch of 16, and the tile can be as narrow in weight rows as keeps every SM
+streaming (`_tile_config`). Accumulation is fp32 in both.
 
-pdl (programmatic dependent launch, Hopper+; the GEMV only): the kernel may start while the
-previous kernel in the stream is still finishing. Everything it reads before `gdc_wait` must not
-depend on that kernel -- here only W, so the GEMV has its first weight tile in flight before it
-waits. The tensor-core kernel launches plainly: with PDL its graph replays stopped being
-bit-identical to eager steps at >= 33 rows on the H200 (cause not pinned down; see NOTES.md).
+pdl (programmatic dependent launch, Hopper+): the kernel may start while the previous kernel in
+the stream is still finishing. Everything it reads before `gdc_wait` must not depend on that
+kernel -- here only W: both kernels load their first weight tile, then wait for x.
 """
 
 from __future__ import annotations
@@ -34,17 +34,21 @@ GEMV_MAX_ROWS = 4  # above this the 3-D broadcast of the GEMV costs more registe
 # batch 2; at batch 4 these lost, 1435 -> 1590, so the rule below keeps batches 3-4). The small preset's
 # shapes have other K and never match.
 GEMV_TILES_1B = {(3072, 2048, False): (2, 1), (8192, 2048, True): (2, 1), (2048, 8192, False): (4, 4)}
-# The tensor-core kernel, software-pipelined (num_stages 2-4), gave different results for the same inputs
-# on the H200 (Triton 3.6; `tools/tc_determinism.py`): every SwiGLU shape at some batch and depth (the 1b
-# gate/up at 65-256 rows, the small preset's at 256 rows and 3 stages, 1 time in 6 runs), and the 1b LM head
-# at 2 stages. Unpipelined (num_stages=1) it was deterministic in every shape and batch tried, so SwiGLU
-# always runs unpipelined, and so do the (n_out, k, swiglu) shapes below; see kernels/NOTES.md, run 6.
-UNPIPELINED = {(128256, 2048, False)}
+# Shapes the tensor-core kernel runs unpipelined (num_stages=1), each (n_out, k, swiglu). The previous
+# tile (x rows on the MMA's wide side, W loaded K-major into a transposed tile) gave different bits from
+# call to call when software-pipelined, for every SwiGLU shape and the 1b LM head (kernels/NOTES.md, run 6);
+# `tools/kernel_sweep.py` checks each candidate tile of this kernel for that before it is chosen.
+UNPIPELINED: frozenset[tuple[int, int, bool]] = frozenset()
+# (n_out, k, swiglu, batch tile) -> (weight rows per program, BLOCK_K, warps, stages) where the H200 sweep
+# (`tools/kernel_sweep.py`) found a faster deterministic tile than `_tile_config`'s rule.
+TILES: dict[tuple[int, int, bool, int], tuple[int, int, int, int]] = {}
+# The tensor-core tile loads its first W tile before its PDL wait, as the GEMV does.
+TILE_PDL = True
 
 
 def runs_unpipelined(n_out: int, k: int, swiglu: bool) -> bool:
     """Whether the tensor-core kernel runs this shape unpipelined (a result file records it per shape)."""
-    return swiglu or (n_out, k, swiglu) in UNPIPELINED
+    return (n_out, k, swiglu) in UNPIPELINED
 
 
 def unpipelined_gemms(cfg) -> list[list]:
@@ -132,9 +136,28 @@ def _gemv_accumulate(
 
 
 @triton.jit
-def _gemv_kernel(a_ptr, w_ptr, out_ptr, res_ptr, M, N, K, up_offset, stride_am, stride_wn, stride_om, stride_rm, eps,
-                 NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr, PDL: tl.constexpr,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):  # fmt: skip
+def _gemv_kernel(
+    a_ptr,
+    w_ptr,
+    out_ptr,
+    res_ptr,
+    M,
+    N,
+    K,
+    up_offset,
+    stride_am,
+    stride_wn,
+    stride_om,
+    stride_rm,
+    eps,
+    NORM: tl.constexpr,
+    SWIGLU: tl.constexpr,
+    RESIDUAL: tl.constexpr,
+    PDL: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
     offs_m = tl.arange(0, BLOCK_M)
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
@@ -158,55 +181,139 @@ def _gemv_kernel(a_ptr, w_ptr, out_ptr, res_ptr, M, N, K, up_offset, stride_am, 
         acc, acc_up, sum_sq = _gemv_accumulate(
             a_ptr, stride_am, offs_m, mask_m, k0 + offs_k, K, w, up, acc, acc_up, sum_sq, NORM, SWIGLU
         )
-    _epilogue(acc, acc_up, sum_sq, offs_m, offs_n, mask_m, mask_n, K, eps,
-              out_ptr, res_ptr, stride_om, stride_rm, NORM, SWIGLU, RESIDUAL)  # fmt: skip
+    _epilogue(
+        acc,
+        acc_up,
+        sum_sq,
+        offs_m,
+        offs_n,
+        mask_m,
+        mask_n,
+        K,
+        eps,
+        out_ptr,
+        res_ptr,
+        stride_om,
+        stride_rm,
+        NORM,
+        SWIGLU,
+        RESIDUAL,
+    )
 
 
 @triton.jit
-def _fused_linear_kernel(a_ptr, w_ptr, out_ptr, res_ptr, M, N, K, up_offset, stride_am, stride_wn, stride_om,
-                         stride_rm, eps, NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr,
-                         IEEE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):  # fmt: skip
+def _tile_weights(w_rows, up_shift, offs_k, mask_n, K, SWIGLU: tl.constexpr):
+    """One [BLOCK_N, BLOCK_K] tile of W, K-contiguous (and of the up half when SWIGLU; else W again, unused)."""
+    mask = mask_n[:, None] & (offs_k < K)[None, :]
+    w = tl.load(w_rows + offs_k[None, :], mask=mask, other=0.0)
+    up = w
+    if SWIGLU:
+        up = tl.load(w_rows + up_shift + offs_k[None, :], mask=mask, other=0.0)
+    return w, up
+
+
+@triton.jit
+def _tile_accumulate(
+    a_rows,
+    offs_k,
+    mask_m,
+    K,
+    w,
+    up,
+    acc,
+    acc_up,
+    sum_sq,
+    NORM: tl.constexpr,
+    SWIGLU: tl.constexpr,
+    IEEE: tl.constexpr,
+):
+    """acc[BLOCK_N, BLOCK_M] += W_tile @ x_tile^T (and the up half), and each x row's sum of squares."""
+    x = tl.load(a_rows + offs_k[None, :], mask=mask_m[:, None] & (offs_k < K)[None, :], other=0.0)
+    if NORM:
+        x32 = x.to(tl.float32)
+        sum_sq += tl.sum(x32 * x32, axis=1)
+    x_t = tl.trans(x)
+    if IEEE:
+        acc = tl.dot(w, x_t, acc, input_precision="ieee")
+    else:
+        acc = tl.dot(w, x_t, acc)
+    if SWIGLU:
+        if IEEE:
+            acc_up = tl.dot(up, x_t, acc_up, input_precision="ieee")
+        else:
+            acc_up = tl.dot(up, x_t, acc_up)
+    return acc, acc_up, sum_sq
+
+
+@triton.jit
+def _fused_linear_kernel(
+    a_ptr,
+    w_ptr,
+    out_ptr,
+    res_ptr,
+    M,
+    N,
+    K,
+    up_offset,
+    stride_am,
+    stride_wn,
+    stride_om,
+    stride_rm,
+    eps,
+    NORM: tl.constexpr,
+    SWIGLU: tl.constexpr,
+    RESIDUAL: tl.constexpr,
+    IEEE: tl.constexpr,
+    PDL: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    """Program (weight-row block, batch-row block): out[rows, cols] for BLOCK_N output columns."""
     pid_n = tl.program_id(0)  # N first: neighbouring programs share the same x rows
     pid_m = tl.program_id(1)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
     mask_m = offs_m < M
     mask_n = offs_n < N
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    w_rows = w_ptr + offs_n[:, None] * stride_wn
+    a_rows = a_ptr + offs_m[:, None] * stride_am
+    up_shift = up_offset * stride_wn
+    if PDL:
+        gdc_launch_dependents()
+    w, up = _tile_weights(w_rows, up_shift, offs_k, mask_n, K, SWIGLU)  # before the wait: W is not an input
+    if PDL:
+        gdc_wait()
+    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    acc_up = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     sum_sq = tl.zeros((BLOCK_M,), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        offs_k = k0 + tl.arange(0, BLOCK_K)
-        mask_k = offs_k < K
-        a = tl.load(
-            a_ptr + offs_m[:, None] * stride_am + offs_k[None, :],
-            mask=mask_m[:, None] & mask_k[None, :],
-            other=0.0,
+    acc, acc_up, sum_sq = _tile_accumulate(
+        a_rows, offs_k, mask_m, K, w, up, acc, acc_up, sum_sq, NORM, SWIGLU, IEEE
+    )
+    for k0 in range(BLOCK_K, K, BLOCK_K):
+        w, up = _tile_weights(w_rows, up_shift, k0 + offs_k, mask_n, K, SWIGLU)
+        acc, acc_up, sum_sq = _tile_accumulate(
+            a_rows, k0 + offs_k, mask_m, K, w, up, acc, acc_up, sum_sq, NORM, SWIGLU, IEEE
         )
-        if NORM:
-            a32 = a.to(tl.float32)
-            sum_sq += tl.sum(a32 * a32, axis=1)
-        w_tile = tl.load(
-            w_ptr + offs_n[None, :] * stride_wn + offs_k[:, None],
-            mask=mask_n[None, :] & mask_k[:, None],
-            other=0.0,
-        )
-        if IEEE:
-            acc = tl.dot(a, w_tile, acc, input_precision="ieee")
-        else:
-            acc = tl.dot(a, w_tile, acc)
-        if SWIGLU:
-            up_tile = tl.load(
-                w_ptr + (offs_n[None, :] + up_offset) * stride_wn + offs_k[:, None],
-                mask=mask_n[None, :] & mask_k[:, None],
-                other=0.0,
-            )
-            if IEEE:
-                acc_up = tl.dot(a, up_tile, acc_up, input_precision="ieee")
-            else:
-                acc_up = tl.dot(a, up_tile, acc_up)
-    _epilogue(acc, acc_up, sum_sq, offs_m, offs_n, mask_m, mask_n, K, eps,
-              out_ptr, res_ptr, stride_om, stride_rm, NORM, SWIGLU, RESIDUAL)  # fmt: skip
+    _epilogue(
+        tl.trans(acc),
+        tl.trans(acc_up),
+        sum_sq,
+        offs_m,
+        offs_n,
+        mask_m,
+        mask_n,
+        K,
+        eps,
+        out_ptr,
+        res_ptr,
+        stride_om,
+        stride_rm,
+        NORM,
+        SWIGLU,
+        RESIDUAL,
+    )
 
 
 @functools.cache  # host time matters in eager mode: one launch is already ~50 us of Python
@@ -217,51 +324,47 @@ def _tile_config(m: int, n: int, k: int, swiglu: bool, num_sms: int) -> dict:
     with PDL): small programs win -- 2 weight rows each for 1024-row matrices, 4 for 3-6k rows, 8
     for the LM head -- with one warp per 4k weight elements, and BLOCK_K covering all of K so the
     whole tile is requested before the wait (down_proj: 2 x 2816 in one go).
-    Up to 16 rows: one 16-row tensor-core tile, output tiles as wide as still gives most SMs a
-    program. Larger batches take 64-row tiles, narrowed until there are enough programs.
+    Above it, the swap-AB tensor-core tile: batch rows padded to a power of two (at least 16, at most
+    128 a program); weight rows per program as many as still gives every SM a program (the step streams
+    W, so an idle SM is bandwidth lost), K tiles of 128 while the batch tile is narrow. `TILES` holds
+    what the H200 sweep chose where it beat this rule.
     """
     if m <= GEMV_MAX_ROWS:
-        rows = n * (2 if swiglu else 1)  # weight rows; a SwiGLU program reads its gate and up rows
-        rows_per_program = 2 if rows <= 16 * num_sms else 4 if rows <= 64 * num_sms else 8
-        tuned = GEMV_TILES_1B.get((n, k, swiglu)) if m <= 2 else None
-        if tuned:
-            rows_per_program = tuned[0]
-        block_n = max(1, rows_per_program // (2 if swiglu else 1))
-        block_m, block_k = triton.next_power_of_2(m), min(triton.next_power_of_2(k), 4096)
-        while block_m * rows_per_program * block_k > 32768 and block_k > 64:
-            block_k //= 2
-        warps = tuned[1] if tuned else min(8, max(1, rows_per_program * block_k // 4096))
-        return {
-            "kernel": "gemv",
-            "BLOCK_M": block_m,
-            "BLOCK_N": block_n,
-            "BLOCK_K": block_k,
-            "num_warps": warps,
-        }
-    if m <= 16:
-        block_m, block_k = 16, 128
-        if -(-n // 128) >= num_sms:
-            block_n = 128
-        elif -(-n // 32) >= num_sms // 2:
-            block_n = 32
-        else:
-            block_n = 16
+        return _gemv_config(m, n, k, swiglu, num_sms)
+    block_m = max(16, min(128, triton.next_power_of_2(m)))
+    tuned = TILES.get((n, k, swiglu, block_m))
+    if tuned:
+        block_n, block_k, warps, stages = tuned
     else:
-        block_m, block_n = min(64, triton.next_power_of_2(m)), 64
-        while -(-m // block_m) * -(-n // block_n) < num_sms // 2 and block_m > 16:
-            block_m //= 2
-        while -(-m // block_m) * -(-n // block_n) < num_sms // 2 and block_n > 32:
+        programs_m = -(-m // block_m)
+        block_n = 64 if swiglu else 128
+        while block_n > 16 and -(-n // block_n) * programs_m < num_sms:
             block_n //= 2
-        block_k = 64 if block_m == 64 else 128
-    stages = 1 if runs_unpipelined(n, k, swiglu) else 4
+        block_k = 128 if block_m <= 32 else 64
+        warps = 8 if block_n * block_m >= 128 * 64 else 4
+        stages = 3
     return {
         "kernel": "dot",
         "BLOCK_M": block_m,
         "BLOCK_N": block_n,
         "BLOCK_K": block_k,
-        "num_warps": 4,
-        "num_stages": stages,
+        "num_warps": warps,
+        "num_stages": 1 if runs_unpipelined(n, k, swiglu) else stages,
     }
+
+
+def _gemv_config(m: int, n: int, k: int, swiglu: bool, num_sms: int) -> dict:
+    rows = n * (2 if swiglu else 1)  # weight rows; a SwiGLU program reads its gate and up rows
+    rows_per_program = 2 if rows <= 16 * num_sms else 4 if rows <= 64 * num_sms else 8
+    tuned = GEMV_TILES_1B.get((n, k, swiglu)) if m <= 2 else None
+    if tuned:
+        rows_per_program = tuned[0]
+    block_n = max(1, rows_per_program // (2 if swiglu else 1))
+    block_m, block_k = triton.next_power_of_2(m), min(triton.next_power_of_2(k), 4096)
+    while block_m * rows_per_program * block_k > 32768 and block_k > 64:
+        block_k //= 2
+    warps = tuned[1] if tuned else min(8, max(1, rows_per_program * block_k // 4096))
+    return {"kernel": "gemv", "BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "num_warps": warps}
 
 
 _SMS: dict[int, int] = {}
@@ -298,8 +401,8 @@ def fused_linear(
     out: write the result there (shape [M, N or F], weight's dtype, rows contiguous) instead of a new
     tensor -- e.g. a graph runner's static logits buffer, which lives outside the graph's pool.
     config: a `_tile_config`-shaped dict to override the choice of kernel and tiles (sweeps, tests).
-    pdl: launch the GEMV with programmatic dependent launch (ignored for the tensor-core kernel and
-    where `pdl_supported` is False).
+    pdl: launch with programmatic dependent launch (ignored where `pdl_supported` is False, and for the
+    tensor-core kernel unless TILE_PDL).
     """
     m, k = x.shape
     n_out = weight.shape[0] // 2 if swiglu else weight.shape[0]
@@ -341,14 +444,14 @@ def fused_linear(
         rms_eps if rms_eps is not None else 0.0,
     )
     flags = dict(NORM=rms_eps is not None, SWIGLU=swiglu, RESIDUAL=residual is not None)
+    pdl = pdl and pdl_supported(weight.device) and (kernel == "gemv" or TILE_PDL)
+    if pdl:
+        cfg["launch_pdl"] = True  # only named when set: the CPU interpreter knows no such option
     if kernel == "gemv":
-        pdl = pdl and pdl_supported(weight.device)
-        if pdl:
-            cfg["launch_pdl"] = True  # only named when set: the CPU interpreter knows no such option
         _gemv_kernel[(triton.cdiv(n_out, cfg["BLOCK_N"]),)](*args, **flags, PDL=pdl, **cfg)
     else:
         grid = (triton.cdiv(n_out, cfg["BLOCK_N"]), triton.cdiv(m, cfg["BLOCK_M"]))
-        _fused_linear_kernel[grid](*args, **flags, IEEE=weight.dtype == torch.float32, **cfg)
+        _fused_linear_kernel[grid](*args, **flags, IEEE=weight.dtype == torch.float32, PDL=pdl, **cfg)
     return out
 
 
