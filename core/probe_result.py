@@ -10,6 +10,7 @@ Layout of the JSON (times in microseconds, sizes in bytes):
     device, torch, cuda, created (ISO 8601), command      strings
     model: {config: {...}, n_params, weight_bytes, read_bytes?}
     hbm_copy_GBps        device-to-device copy, bytes read + bytes written per second
+    matmul_TFLOPs        one large bf16 matrix product (optional): with the copy bandwidth, the roofline floor
     runs: [{mode, batch, bucket, padded_rows, eager_fallback,
             step_us_median, step_us_p10, step_us_p90   CUDA-event step time over many steps
             enqueue_us_median                          host time to enqueue one step, unprofiled
@@ -21,6 +22,9 @@ Layout of the JSON (times in microseconds, sizes in bytes):
     checks: {name: {passed: bool, detail: str, ...}}         correctness checks of the run
     errors: [str]        what failed (e.g. out of memory during capture); the rest still holds
     settings: {...}      buckets, steps, warm-up, context length used
+    reference: {...}     optional: Hugging Face transformers' Llama of the same shape in the same run
+                         (name, transformers, attention, cache, runs: [{mode: eager|graph, batch, the
+                         timing and profiled-step figures of a run, no timeline}], errors), or {skipped}
 
 `cpu_launch_us`, `gpu_busy_us`, `utilisation` and `bound_by` come from the profiled
 step's timeline through `Timeline.metrics()`, exactly as the simulator computes them,
@@ -49,6 +53,7 @@ SCHEMA_VERSION = 1
 _MAX_US = 1e7  # 10 s for one decode step
 _MAX_BATCH = 65536
 _MAX_GBPS = 1e5  # 100 TB/s: beyond any memory system today
+_MAX_TFLOPS = 1e5  # 100 PFLOP/s on one device: beyond any today
 
 # Bounds on the work one file can cause (the page fits, draws and keeps every upload). The
 # calibration's leave-one-out refits grow with the square of the runs: 64 take about 5 s on
@@ -185,6 +190,63 @@ class ProbeRun:
         )
 
 
+REFERENCE_KINDS = ("eager", "graph")
+
+
+@dataclass(frozen=True, slots=True)
+class ReferenceRun:
+    """One step of the Hugging Face reference: eager, or one CUDA graph of its eager step."""
+
+    mode: str  # "eager" or "graph"
+    batch: int
+    step_us_median: float
+    step_us_p10: float
+    step_us_p90: float
+    kernels_per_step: int
+    kernels_per_layer: float
+    cpu_launch_us: float
+    gpu_busy_us: float
+    launches: int = 0
+    enqueue_us_median: float | None = None
+    step_us_back_to_back: float | None = None
+
+    @property
+    def host_us_per_launch(self) -> float | None:
+        """The profiled step's host time per launch call (None where no launch was recorded)."""
+        return self.cpu_launch_us / self.launches if self.launches else None
+
+    def to_dict(self) -> dict:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
+@dataclass(frozen=True, slots=True)
+class Reference:
+    """Hugging Face transformers' decoder of the run's shape, measured in the same run (`gpu_probe.hf_reference`)."""
+
+    name: str = ""
+    transformers: str = ""
+    attention: str = ""
+    cache: str = ""
+    runs: tuple[ReferenceRun, ...] = ()
+    errors: tuple[str, ...] = ()
+    skipped: str | None = None  # why there is none (transformers not installed)
+
+    def run(self, mode: str, batch: int) -> ReferenceRun | None:
+        return next((r for r in self.runs if r.mode == mode and r.batch == batch), None)
+
+    def to_dict(self) -> dict:
+        if self.skipped is not None:
+            return {"skipped": self.skipped}
+        return {
+            "name": self.name,
+            "transformers": self.transformers,
+            "attention": self.attention,
+            "cache": self.cache,
+            "runs": [r.to_dict() for r in self.runs],
+            "errors": list(self.errors),
+        }
+
+
 @dataclass(frozen=True, slots=True)
 class ProbeResult:
     device: str
@@ -199,6 +261,8 @@ class ProbeResult:
     checks: dict
     errors: tuple[str, ...] = ()
     settings: dict = field(default_factory=dict)
+    matmul_TFLOPs: float | None = None  # the bf16 matrix rate measured in the run (older files: None)
+    reference: Reference | None = None
 
     @property
     def weight_floor_us(self) -> float:
@@ -234,15 +298,47 @@ class ProbeResult:
         return int(self._weight_read_bytes) + self.kv_read_bytes(batch)
 
     def read_floor_us(self, batch: int) -> float:
-        """The read floor: `read_bytes(batch)` over the copy bandwidth, in µs. No step can be faster."""
+        """The memory side of the floor: `read_bytes(batch)` over the copy bandwidth, in µs."""
         return self.read_bytes(batch) / (self.hbm_copy_GBps * 1e3)
+
+    def step_flops(self, batch: int) -> float:
+        """FLOPs one step at this batch must do: 2 per weight it multiplies, per row (the weights it reads:
+        the projections, the LM head and the tiny norms), plus the attention's q.K and p.V over the run's
+        context, every layer. 0 where the file does not say enough."""
+        cfg = self.model.get("config") or {}
+        element = 4 if cfg.get("dtype") == "float32" else 2
+        try:
+            layers, hidden, context = (
+                int(cfg["n_layers"]),
+                int(cfg["hidden"]),
+                int(self.settings["context_len"]),
+            )
+        except (KeyError, TypeError, ValueError):
+            return 2.0 * self._weight_read_bytes / element * batch
+        return 2.0 * self._weight_read_bytes / element * batch + 4.0 * hidden * context * layers * batch
+
+    def compute_floor_us(self, batch: int) -> float | None:
+        """The compute side of the floor: `step_flops(batch)` over the run's measured matrix rate (None
+        for a file without one)."""
+        if not self.matmul_TFLOPs:
+            return None
+        return self.step_flops(batch) / (self.matmul_TFLOPs * 1e6)
+
+    def floor_us(self, batch: int) -> float:
+        """The roofline floor of one step: the larger of its bytes over the copy bandwidth and its FLOPs over
+        the matrix rate (the bytes alone for a file without the rate). No step can be faster."""
+        return max(self.read_floor_us(batch), self.compute_floor_us(batch) or 0.0)
+
+    def floor_bound(self, batch: int) -> str:
+        """Which ceiling sets the floor at this batch: "memory" or "compute"."""
+        return "compute" if (self.compute_floor_us(batch) or 0.0) > self.read_floor_us(batch) else "memory"
 
     def hbm_used_GBps(self, run: ProbeRun) -> float:
         """Bandwidth the step's median time implies for the bytes it must read."""
         return self.read_bytes(run.batch) / (run.step_us_median * 1e3)
 
     def step_split(self, run: ProbeRun) -> dict:
-        """A step's median time cut into the read floor, the host's launch and input copies, and the
+        """A step's median time cut into the floor (`floor_us`), the host's launch and input copies, and the
         rest, spread over the step's kernels: kernel boundaries.
 
         Each timed step starts on an idle GPU, which waits through the host's copies and launch.
@@ -254,7 +350,7 @@ class ProbeResult:
         host share. The boundaries include the GPU's side of the input copies and, back to back,
         the gap between two graph launches.
         """
-        floor = min(self.read_floor_us(run.batch), run.step_us_median)
+        floor = min(self.floor_us(run.batch), run.step_us_median)
         if run.step_us_back_to_back is not None:
             raw, host_from = run.step_us_median - run.step_us_back_to_back, "back to back"
         else:
@@ -305,6 +401,8 @@ class ProbeResult:
             "checks": self.checks,
             "errors": list(self.errors),
             "settings": self.settings,
+            **({"matmul_TFLOPs": self.matmul_TFLOPs} if self.matmul_TFLOPs is not None else {}),
+            **({"reference": self.reference.to_dict()} if self.reference is not None else {}),
         }
 
 
@@ -392,6 +490,9 @@ def _parse(d: dict, timeline_source: str | None) -> ProbeResult:
     if model.get("read_bytes") is not None:
         number_field(model, "read_bytes", 1, 1e14, "model.read_bytes", integer=True)
     hbm = number_field(d, "hbm_copy_GBps", 1e-3, _MAX_GBPS)
+    matmul = None
+    if d.get("matmul_TFLOPs") is not None:
+        matmul = number_field(d, "matmul_TFLOPs", 1e-3, _MAX_TFLOPS)
     max_kernels = MAX_KERNELS_PER_LAYER * n_layers + MAX_KERNELS_OUTSIDE_LAYERS
     raw_runs = _list(d, "runs", MAX_RUNS)
     runs = tuple(parse_run(r, f"runs[{i}]", timeline_source, max_kernels) for i, r in enumerate(raw_runs))
@@ -425,6 +526,7 @@ def _parse(d: dict, timeline_source: str | None) -> ProbeResult:
     for key, (lo, hi) in _SETTINGS_INTS.items():
         if key in settings:
             number_field(settings, key, lo, hi, f"settings.{key}", integer=True)
+    reference = parse_reference(d["reference"], max_kernels) if d.get("reference") is not None else None
     return ProbeResult(
         model=model,
         hbm_copy_GBps=hbm,
@@ -433,8 +535,66 @@ def _parse(d: dict, timeline_source: str | None) -> ProbeResult:
         checks=checks,
         errors=tuple(errors),
         settings=settings,
+        matmul_TFLOPs=matmul,
+        reference=reference,
         **strings,
     )
+
+
+def parse_reference(v, max_kernels: int) -> Reference:
+    """The `reference` block; ValueError names the bad field (`reference.runs[2].batch: ...`)."""
+    if not isinstance(v, dict):
+        raise ValueError("reference: expected an object")
+    bounded_block(v, "reference", 64_000)
+    if "skipped" in v:
+        return Reference(skipped=_text(v, "skipped", MAX_HEADER_STRING))
+    texts = {
+        k: _text(v, k, MAX_HEADER_STRING) if k in v else ""
+        for k in ("name", "transformers", "attention", "cache")
+    }
+    raw_runs = _list(v, "runs", MAX_RUNS)
+    runs = []
+    for i, r in enumerate(raw_runs):
+        where = f"reference.runs[{i}]"
+        if not isinstance(r, dict):
+            raise ValueError(f"{where}: expected an object")
+        if r.get("mode") not in REFERENCE_KINDS:
+            raise ValueError(f"{where}.mode: must be one of {REFERENCE_KINDS}, got {r.get('mode')!r}")
+        times = {
+            k: number_field(r, k, 0, _MAX_US, f"{where}.{k}")
+            for k in ("step_us_median", "step_us_p10", "step_us_p90", "cpu_launch_us", "gpu_busy_us")
+        }
+        if times["step_us_median"] <= 0:
+            raise ValueError(f"{where}.step_us_median: must be positive")
+        optional = {
+            k: number_field(r, k, 0, _MAX_US, f"{where}.{k}") if r.get(k) is not None else None
+            for k in ("enqueue_us_median", "step_us_back_to_back")
+        }
+        runs.append(
+            ReferenceRun(
+                mode=r["mode"],
+                batch=int(number_field(r, "batch", 1, _MAX_BATCH, f"{where}.batch", integer=True)),
+                kernels_per_step=int(
+                    number_field(
+                        r, "kernels_per_step", 1, max_kernels, f"{where}.kernels_per_step", integer=True
+                    )
+                ),
+                kernels_per_layer=number_field(r, "kernels_per_layer", 0, 1e4, f"{where}.kernels_per_layer"),
+                launches=int(number_field(r, "launches", 0, max_kernels, f"{where}.launches", integer=True))
+                if "launches" in r
+                else 0,
+                **times,
+                **optional,
+            )
+        )
+    errors = v.get("errors", [])
+    if (
+        not isinstance(errors, list)
+        or len(errors) > MAX_ERRORS
+        or not all(isinstance(e, str) and len(e) <= MAX_STRING for e in errors)
+    ):
+        raise ValueError(f"reference.errors: expected a list of at most {MAX_ERRORS} strings")
+    return Reference(runs=tuple(runs), errors=tuple(errors), **texts)
 
 
 def parse_config(config: dict) -> int:

@@ -43,6 +43,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="results.json", help="result JSON to write")
     p.add_argument("--trace-dir", default=None, help="keep each profiled step's Chrome trace here (Perfetto)")
     p.add_argument(
+        "--reference",
+        choices=["hf"],
+        default=None,
+        help="also measure Hugging Face transformers' Llama of the same shape, eager and as one CUDA graph "
+        "(needs transformers; skipped with a note without it)",
+    )
+    p.add_argument(
         "--tp",
         type=int,
         default=1,
@@ -87,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         progress=main_progress,
         command=command,
         checkpoint=lambda partial: dump_result(partial, args.out),
+        reference=args.reference,
     )  # survives a kill mid-run
     try:
         result = load_result(data)
@@ -106,18 +114,34 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def summary(result) -> list[str]:
+    rate = f" · bf16 matmul {result.matmul_TFLOPs:,.0f} TFLOP/s" if result.matmul_TFLOPs else ""
     lines = [
-        f"{result.device} · torch {result.torch} · CUDA {result.cuda} · HBM copy {result.hbm_copy_GBps:,.0f} GB/s"
-        f" · weight-read floor {result.weight_floor_us:,.1f} µs",
-        f"{'mode':<12}{'batch':>6}{'median µs':>11}{'p10':>9}{'p90':>9}{'kernels':>9}{'/layer':>8}"
+        f"{result.device} · torch {result.torch} · CUDA {result.cuda} · HBM copy {result.hbm_copy_GBps:,.0f} GB/s{rate}",
+        f"{'mode':<12}{'batch':>6}{'median µs':>11}{'b2b µs':>9}{'× floor':>8}{'kernels':>9}{'/layer':>8}"
         f"{'cpu µs':>9}{'gpu µs':>9}{'util':>6}  bound by",
     ]
     for r in result.runs:
+        b2b = f"{r.step_us_back_to_back:>9.1f}" if r.step_us_back_to_back is not None else f"{'':>9}"
         lines.append(
-            f"{r.mode:<12}{r.batch:>6}{r.step_us_median:>11.1f}{r.step_us_p10:>9.1f}{r.step_us_p90:>9.1f}"
+            f"{r.mode:<12}{r.batch:>6}{r.step_us_median:>11.1f}{b2b}{r.step_us_median / result.floor_us(r.batch):>8.2f}"
             f"{r.kernels_per_step:>9}{r.kernels_per_layer:>8g}{r.cpu_launch_us:>9.1f}{r.gpu_busy_us:>9.1f}"
             f"{r.utilisation:>6.0%}  {r.bound_by}{' (eager fallback)' if r.eager_fallback else ''}"
         )
+    for batch in result.batches:
+        lines.append(
+            f"floor at batch {batch}: {result.floor_us(batch):,.1f} µs ({result.floor_bound(batch)}-bound; "
+            f"bytes {result.read_floor_us(batch):,.1f} µs, FLOPs {result.compute_floor_us(batch) or 0:,.1f} µs)"
+        )
+    ref = result.reference
+    if ref is not None and ref.skipped:
+        lines.append(f"reference: {ref.skipped}")
+    elif ref is not None:
+        for r in ref.runs:
+            lines.append(
+                f"reference HF {r.mode:<6}{r.batch:>6}{r.step_us_median:>11.1f} µs, GPU busy {r.gpu_busy_us:,.1f} µs, "
+                f"{r.kernels_per_layer:g} kernels/layer, {r.launches} launches"
+            )
+        lines += [f"reference error: {e}" for e in ref.errors]
     for name, check in result.checks.items():
         lines.append(f"check {name}: {'passed' if check['passed'] else 'FAILED'} - {check.get('detail', '')}")
     lines += [f"error: {e}" for e in result.errors]

@@ -118,8 +118,12 @@ def run_probe(
     command: str = "",
     checkpoint=None,
     session=None,
+    reference: str | None = None,
 ) -> dict:
-    """The whole probe as a result dict (see core.probe_result); `checkpoint(out)` after each run."""
+    """The whole probe as a result dict (see core.probe_result); `checkpoint(out)` after each run.
+
+    reference: "hf" also measures Hugging Face transformers' Llama of the same shape at the same batches
+    (`gpu_probe.hf_reference`), after the probe's own modes; None leaves it out."""
     import torch
 
     from gpu_probe import measure as m
@@ -147,8 +151,9 @@ def run_probe(
         "errors": [],
         "settings": {**req},
     }
-    say("measuring HBM copy bandwidth")
+    say("measuring HBM copy bandwidth and the bf16 matrix rate")
     out["hbm_copy_GBps"] = m.hbm_copy_GBps()
+    out["matmul_TFLOPs"] = m.matmul_TFLOPs()
     if session is None:
         session = ProbeSession(req["preset"], rows, req["buckets"], graph_modes, say)
     elif not session.serves(req["preset"], rows, req["buckets"], graph_modes):
@@ -156,6 +161,12 @@ def run_probe(
     else:
         say(f"reusing the {session.cfg.name} model and its captured graphs")
     session.measure_into(out, req, say, trace_dir, checkpoint)
+    if reference == "hf":
+        from gpu_probe.hf_reference import measure_reference
+
+        out["reference"] = measure_reference(session.cfg, req["batches"], req["steps"], req["warmup"], say)
+        if "skipped" in out["reference"]:
+            say(out["reference"]["skipped"])
     return out
 
 

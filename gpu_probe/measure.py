@@ -9,7 +9,8 @@
   does), so the page can say what the idle start of each step costs.
 - `profile_step`: one step under torch.profiler (after one profiled warm-up step), exported
   as a Chrome trace and read by `core.trace` (the page's trace reader too) into a Timeline.
-- `hbm_copy_GBps`: a large device-to-device copy, bytes read plus bytes written.
+- `hbm_copy_GBps`: a large device-to-device copy, bytes read plus bytes written; `matmul_TFLOPs`: one
+  large bf16 matrix product. The two ceilings of the roofline floor.
 - checks: graph == eager per bucket, the KV canary, the padding assertion with the bug on
   and off, fused == unfused.
 """
@@ -45,6 +46,26 @@ def hbm_copy_GBps(nbytes: int = 2 * 2**30, iters: int = 20) -> float:
     del src, dst
     torch.cuda.empty_cache()
     return 2 * nbytes / float(np.median(times)) / 1e9
+
+
+def matmul_TFLOPs(size: int = 8192, iters: int = 20) -> float:
+    """The bf16 matrix rate: one size x size x size product on random data, median over `iters` (the
+    compute side of the roofline floor, measured in the run that uses it)."""
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    a = torch.randn(size, size, device="cuda", generator=gen).to(torch.bfloat16)
+    b = torch.randn(size, size, device="cuda", generator=gen).to(torch.bfloat16)
+    times = []
+    for i in range(iters + 3):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        a @ b
+        end.record()
+        end.synchronize()
+        if i >= 3:
+            times.append(start.elapsed_time(end) / 1e3)
+    del a, b
+    torch.cuda.empty_cache()
+    return 2 * size**3 / float(np.median(times)) / 1e12
 
 
 def time_steps(step, steps: int = 100, warmup: int = 10) -> dict:

@@ -19,7 +19,7 @@ from gpu_probe.compile_peer import CompilePeer
 from gpu_probe.config import get_config
 from gpu_probe.decode_batch import make_batch
 from gpu_probe.graph_runner import GraphRunner
-from gpu_probe.model import ProbeModel
+from gpu_probe.model import UNFUSED_OPS, ProbeModel
 
 
 def record_failure(errors: list[str], where: str, err: Exception, say) -> None:
@@ -97,6 +97,7 @@ class ProbeSession:
             "weight_bytes": sum(p.numel() * p.element_size() for p in params),
             "read_bytes": model.weight_bytes,
             "fusions": model.fusion_report(),
+            "unfused_kernels": list(UNFUSED_OPS),
         }
         self._check("fused_vs_unfused", say, m.check_fused_vs_unfused, model, self.batch)
         for name in self.graph_modes:

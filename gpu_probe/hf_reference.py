@@ -1,0 +1,282 @@
+"""What naive eager code of the probe's shape costs: Hugging Face transformers' own Llama, measured beside it.
+
+This is the one harness that builds Hugging Face decoders in the repository: the probe's reference
+(`python -m gpu_probe ... --reference hf`, `measure_reference`) and the tools that trace Hugging Face
+steps (`tools/hf_traces.py`, `tools/profiler_cost.py`) all build them here.
+
+- `HFShape` is a decoder's shape in transformers' terms; `SHAPES` holds the published ones the tools
+  trace, and `shape_of` turns a probe preset into one (same layers, widths, heads, vocabulary, RoPE
+  base and tied embeddings).
+- `build_model` makes the model with random weights (seeded), in bf16 on a GPU, with SDPA attention.
+- `Decoder` is `batch` sequences decoding in lockstep against a `StaticCache` after a prefill of
+  `context` tokens: `forward` is one decode step on device inputs, `loop_step` the step as a server's
+  loop sees it (token ids in from the host, the sampled tokens back). `GraphDecoder` captures
+  `forward` once with `torch.cuda.graph` and replays it; `CompiledDecoder` runs it under
+  `torch.compile` (Inductor's kernels, no CUDA graphs).
+
+The reference is context to show, not a target: transformers' static cache has fixed shapes, so its
+attention reads every one of the cache's positions (masked past the context), and its layer is
+whatever its modules launch (about 52 kernels a layer for Llama in eager mode). transformers is not a
+dependency of the app or the probe: without it `available()` is None and the reference is skipped
+with a one-line note.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+
+# Cache positions past the prompt. transformers 5's StaticCache writes each step at its own counter
+# (`cumulative_length`), whatever `cache_position` says, so a decoder runs at most this many steps before
+# `rewind` puts the counters back at the prompt's end.
+DEFAULT_SLACK = 128
+
+
+@dataclass(frozen=True, slots=True)
+class HFShape:
+    """A decoder's shape as transformers' configs name it."""
+
+    arch: str  # "llama" or "qwen2": the config and model classes
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    vocab_size: int
+    rope_theta: float
+    tie_word_embeddings: bool
+    head_dim: int | None = None
+
+
+SHAPES = {
+    "llama": HFShape("llama", 2048, 8192, 16, 32, 8, 128256, 500000.0, True, 64),  # Llama-3.2-1B
+    "qwen2": HFShape("qwen2", 896, 4864, 24, 14, 2, 151936, 1000000.0, True),  # Qwen2.5-0.5B
+    "tinyllama": HFShape("llama", 2048, 5632, 22, 32, 4, 32000, 10000.0, False, 64),  # TinyLlama-1.1B
+}
+TINY = dict(  # a 2-layer toy of any shape, for CPU runs of the tools
+    hidden_size=128,
+    intermediate_size=256,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=32,
+    vocab_size=512,
+)
+_CLASSES = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "qwen2": ("Qwen2Config", "Qwen2ForCausalLM")}
+
+
+def available() -> str | None:
+    """transformers' version where it can be imported, else None."""
+    try:
+        import transformers
+    except ImportError:
+        return None
+    return str(transformers.__version__)
+
+
+def shape_of(cfg) -> HFShape:
+    """The probe preset `cfg` (gpu_probe.config.ProbeModelConfig) as a transformers Llama."""
+    return HFShape(
+        "llama",
+        cfg.hidden,
+        cfg.ffn,
+        cfg.n_layers,
+        cfg.n_heads,
+        cfg.n_kv_heads,
+        cfg.vocab,
+        float(cfg.rope_theta),
+        bool(cfg.tie_embeddings),
+        cfg.head_dim,
+    )
+
+
+def build_model(shape: HFShape, device, dtype=None, seed: int = 0):
+    """The model of `shape` with random weights, SDPA attention, in eval mode (bf16 on a GPU, else fp32)."""
+    import transformers
+
+    config_name, model_name = _CLASSES[shape.arch]
+    fields = {k: v for k, v in asdict(shape).items() if k != "arch" and v is not None}
+    config = getattr(transformers, config_name)(
+        max_position_embeddings=4096, attn_implementation="sdpa", **fields
+    )
+    device = torch.device(device)
+    dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
+    torch.manual_seed(seed)
+    with torch.device(device):
+        return getattr(transformers, model_name)(config).to(dtype).eval()
+
+
+class Decoder:
+    """`batch` sequences decoding in lockstep against a static cache of `context + slack` positions."""
+
+    def __init__(self, model, batch: int, context: int, device, slack: int = DEFAULT_SLACK):
+        from transformers import StaticCache
+
+        self.model, self.device, self.batch, self.slack = model, torch.device(device), batch, slack
+        self.cache = StaticCache(config=model.config, max_cache_len=context + slack)
+        pin = self.device.type == "cuda"
+        self.host_ids = torch.zeros((batch, 1), dtype=torch.long, pin_memory=pin)
+        self.host_pos = torch.zeros((1,), dtype=torch.long, pin_memory=pin)
+        prompt = torch.randint(0, model.config.vocab_size, (batch, context), device=self.device)
+        with torch.no_grad():
+            out = model(
+                input_ids=prompt,
+                past_key_values=self.cache,
+                use_cache=True,
+                cache_position=torch.arange(context, device=self.device),
+                logits_to_keep=1,  # the prompt's last logits only: a [batch, context, vocab] tensor is GBs
+            )
+        self.tokens = out.logits[:, -1].argmax(-1).cpu()
+        self.context = self.position = context
+        self.steps_since_rewind = 0
+        # Device inputs of a step that re-decodes the same token at the same position, as the probe does.
+        self.ids = self.tokens.view(batch, 1).to(self.device)
+        self.pos = torch.full((1,), context, dtype=torch.long, device=self.device)
+
+    def forward(self, ids, pos):
+        """One decode step: the model on device inputs, the sampled tokens (greedy) on the device."""
+        out = self.model(
+            input_ids=ids,
+            position_ids=pos.view(1, 1).expand(ids.shape[0], 1),
+            cache_position=pos,
+            past_key_values=self.cache,
+            use_cache=True,
+        )
+        return out.logits[:, -1].argmax(-1)
+
+    def run(self, ids, pos):
+        return self.forward(ids, pos)
+
+    def step(self):
+        """One decode step on the device inputs (no host round trip), rewinding the cache's counters
+        between steps when its spare positions run out."""
+        self.steps_since_rewind += 1
+        if self.steps_since_rewind >= self.slack - 4:
+            self.rewind()
+        return self.run(self.ids, self.pos)
+
+    def _host_inputs(self):
+        self.host_ids[:, 0].copy_(self.tokens)
+        self.host_pos.fill_(self.position)
+        return (
+            self.host_ids.to(self.device, non_blocking=True),
+            self.host_pos.to(self.device, non_blocking=True),
+        )
+
+    def loop_step(self):
+        """One step as a server's loop sees it: inputs built and copied, the model, the tokens back."""
+        with torch.no_grad():
+            out = self.run(*self._host_inputs())
+        self.tokens = out.cpu() % self.model.config.vocab_size  # .cpu(): waits for the step
+        self.position += 1
+        if self.position >= self.context + self.slack - 8:
+            self.rewind()
+
+    def rewind(self):
+        """Back to the prompt's end: the position and every layer's write counter."""
+        self.position, self.steps_since_rewind = self.context, 0
+        for layer in getattr(self.cache, "layers", ()):
+            counter = getattr(layer, "cumulative_length", None)
+            if isinstance(counter, torch.Tensor):
+                counter.fill_(self.context)
+            elif isinstance(counter, int):
+                layer.cumulative_length = self.context
+
+
+class GraphDecoder(Decoder):
+    """The same step captured once with torch.cuda.graph; a step copies its inputs in and replays."""
+
+    def __init__(self, model, batch, context, device, slack: int = DEFAULT_SLACK):
+        super().__init__(model, batch, context, device, slack)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side), torch.no_grad():
+            for _ in range(3):
+                self.forward(self.ids, self.pos)
+        torch.cuda.current_stream().wait_stream(side)
+        self.rewind()
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph), torch.no_grad():
+            self.out = self.forward(self.ids, self.pos)
+        self.rewind()
+
+    def _host_inputs(self):  # straight into the graph's static buffers
+        self.host_ids[:, 0].copy_(self.tokens)
+        self.host_pos.fill_(self.position)
+        self.ids.copy_(self.host_ids, non_blocking=True)
+        self.pos.copy_(self.host_pos, non_blocking=True)
+        return self.ids, self.pos
+
+    def run(self, ids, pos):
+        self.graph.replay()
+        return self.out
+
+
+class CompiledDecoder(Decoder):
+    """torch.compile in its default mode: Inductor's kernels, launched one by one (no CUDA graphs)."""
+
+    def __init__(self, model, batch, context, device, slack: int = DEFAULT_SLACK):
+        super().__init__(model, batch, context, device, slack)
+        self.compiled = torch.compile(self.forward, dynamic=False, fullgraph=False)
+        for _ in range(3):
+            self.loop_step()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def run(self, ids, pos):
+        return self.compiled(ids, pos)
+
+
+MAKERS = {"eager": Decoder, "graph": GraphDecoder, "compile": CompiledDecoder}
+REFERENCE_KINDS = ("eager", "graph")  # what the probe's reference measures at each batch
+
+
+def measure_reference(cfg, batches, steps: int, warmup: int, progress=print) -> dict:
+    """The `reference` block of a probe result: Hugging Face's Llama of `cfg`'s shape, eager and one CUDA
+    graph of its eager step, at each batch, timed and profiled as the probe's own modes are.
+
+    Never raises: without transformers the block says so (`skipped`); a batch that fails (out of
+    memory, an API change) is recorded under `errors` and the rest goes on."""
+    version = available()
+    if version is None:
+        return {"skipped": "transformers is not installed: no Hugging Face reference in this run"}
+    from gpu_probe import measure
+
+    block = {
+        "name": "Hugging Face transformers LlamaForCausalLM",
+        "transformers": version,
+        "attention": "sdpa",
+        "cache": f"StaticCache of {cfg.prefill_len + DEFAULT_SLACK} positions after a {cfg.prefill_len}-token prefill",
+        "runs": [],
+        "errors": [],
+    }
+    started = time.perf_counter()
+    try:
+        model = build_model(shape_of(cfg), "cuda", seed=cfg.seed)
+    except Exception as err:  # an API change or out of memory: the probe's own results still stand
+        block["errors"].append(f"building the model: {type(err).__name__}: {str(err)[:200]}")
+        return block
+    for kind in REFERENCE_KINDS:
+        for batch in batches:
+            progress(f"reference: Hugging Face {kind} at batch {batch}")
+            try:
+                with torch.no_grad():
+                    decoder = MAKERS[kind](model, batch, cfg.prefill_len, "cuda")
+                    timing = measure.time_steps(decoder.step, steps=steps, warmup=warmup)
+                    decoder.rewind()
+                    traced = measure.profile_step(decoder.step, label=f"Hugging Face {kind} · batch {batch}")
+                record = measure.run_record(kind, batch, timing, traced, cfg.n_layers)
+                del record["timeline"], record["bucket"], record["padded_rows"], record["eager_fallback"]
+                block["runs"].append(record)
+            except Exception as err:
+                block["errors"].append(f"{kind} at batch {batch}: {type(err).__name__}: {str(err)[:200]}")
+                if isinstance(err, torch.cuda.OutOfMemoryError):
+                    torch.cuda.empty_cache()
+            finally:
+                decoder = None
+    block["seconds"] = round(time.perf_counter() - started, 1)
+    del model
+    torch.cuda.empty_cache()
+    return block
