@@ -1,25 +1,33 @@
-"""GPU sweep of the fused GEMM's tiles at small batch, and of the decode step with and without PDL.
+"""GPU sweep of the fused GEMM's tensor-core tiles across the batch axis, and the step they make.
 
-Usage (on a CUDA machine, from the repo root):
-    python tools/kernel_sweep.py [--out DIR] [--quick]
+Usage (on a CUDA machine, from the repo root; one call of the device tool):
+    python tools/kernel_sweep.py --out $OUT [--presets 1b small] [--deadline-s 480]
 
-1. Each projection shape of the small preset (QKV+norm, o+residual, gate/up+SwiGLU, down+residual,
-   LM head+norm) at batch 1: every GEMV tile in a small grid, the tensor-core kernel, each timed as
-   the per-launch time inside a CUDA graph of back-to-back launches over distinct weight copies
-   (more bytes than the L2 holds, as in a real step). PDL on for the grid, off for the best tile.
-2. The whole fused step captured as a CUDA graph at batch 1, 2, 4, 8 with: the tensor-core kernel
-   everywhere without PDL (the previous design), the GEMV without PDL, the GEMV with PDL, and the
-   GEMV with PDL and each shape's best tile from part 1.
-Prints tables; writes kernel_sweep.json to --out.
+1. The two ceilings: HBM copy bandwidth and the bf16 matrix rate.
+2. Every fused GEMM shape of each preset (QKV+norm, O+residual, gate/up+SwiGLU, down+residual, LM
+   head+norm) at batch 8, 32, 64, 128 and 256: each candidate tile of the swap-AB kernel, compiled in
+   worker processes first, then timed one after another as the per-launch time inside a CUDA graph of
+   back-to-back launches over distinct weight copies (more bytes than the L2 holds, as in a real step),
+   checked against the reference and for bit-identical results over five calls (a software-pipelined
+   tile once raced). At batch 2 and 4: the GEMV against the best 16-row tile.
+3. The whole step with the chosen tiles (`linear.TILES`, set for this process only), at batch 1 to 256:
+   the fused step as a bare graph replay back to back, against its floor; graph == eager bit-exact with
+   PDL on; the unfused step's graph replay and its kernels per layer.
+4. The Hugging Face reference and the compile peer, once each at batch 1, so the CLI run that records
+   them has been seen to work.
+Prints tables and a `TILES = {...}` literal for gpu_probe/kernels/linear.py; writes kernel_sweep.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing as mp
 import os
 import statistics
 import sys
+import time
+import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -27,26 +35,99 @@ import torch
 
 from gpu_probe.config import get_config
 from gpu_probe.kernels import linear
-from gpu_probe.model import ProbeModel
-from tools.probe_model_check import capture, gpu_warm, kernel_breakdown, make_inputs
 
-SHAPES = {
-    "qkv+norm": (3072, 1024, "norm"),
-    "o+res": (1024, 1024, "res"),
-    "gate_up+swiglu": (2816, 1024, "swiglu"),
-    "down+res": (1024, 2816, "res"),
-    "lm_head+norm": (32000, 1024, "norm"),
-}
-OLD_DOT = {
-    "kernel": "dot",
-    "BLOCK_M": 16,
-    "BLOCK_K": 128,
-    "num_warps": 4,
-    "num_stages": 4,
-}  # + BLOCK_N by shape
+START = time.monotonic()
+SWEEP_ROWS = (8, 32, 64, 128, 256)
 
 
-def replay_us(graph, launches: int, reps: int = 30) -> float:
+def say(*parts) -> None:
+    print(f"[{time.monotonic() - START:6.1f} s]", *parts, flush=True)
+
+
+def shapes(preset: str) -> dict:
+    """name -> (n_out, k, kind) of the preset's fused GEMMs."""
+    c = get_config(preset)
+    h, q, kv, f = c.hidden, c.q_dim, c.kv_dim, c.ffn
+    return {
+        "qkv+norm": (q + 2 * kv, h, "norm"),
+        "o+res": (h, q, "res"),
+        "gate_up+swiglu": (f, h, "swiglu"),
+        "down+res": (h, f, "res"),
+        "lm_head+norm": (c.vocab, h, "norm"),
+    }
+
+
+def candidates(m: int, swiglu: bool) -> list[dict]:
+    block_m = max(16, min(128, 1 << (m - 1).bit_length()))
+    out = []
+    if block_m <= 32:
+        grid = [(bn, bk, 4, st) for bn in (16, 32, 64, 128) for bk in (128, 256) for st in (1, 3)]
+    elif block_m == 64:
+        grid = [(bn, bk, w, st) for bn in (32, 64, 128) for bk in (64, 128) for w in (4, 8) for st in (1, 3)]
+    else:
+        grid = [(bn, 64, w, st) for bn in (32, 64, 128) for w in (4, 8) for st in (1, 3)]
+    for bn, bk, warps, stages in grid:
+        if swiglu and bn * block_m > 64 * 128:
+            continue  # two fp32 accumulators of that size do not fit in registers
+        out.append(
+            dict(kernel="dot", BLOCK_M=block_m, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages)
+        )
+    return out
+
+
+def case(n: int, k: int, kind: str, m: int, copies: int | None = None):
+    rows = 2 * n if kind == "swiglu" else n
+    launches = copies or max(4, min(64, -(-384 * 2**20 // (rows * k * 2))))
+    gen = torch.Generator(device="cuda").manual_seed(m + n)
+    weights = [
+        (torch.randn(rows, k, device="cuda", generator=gen) / k**0.5).to(torch.bfloat16)
+        for _ in range(launches)
+    ]
+    x = (3 * torch.randn(m, k, device="cuda", generator=gen)).to(torch.bfloat16)
+    kwargs = {
+        "norm": dict(rms_eps=1e-5),
+        "swiglu": dict(rms_eps=1e-5, swiglu=True),
+        "res": dict(residual=torch.randn(m, n, device="cuda", generator=gen).to(torch.bfloat16)),
+    }[kind]
+    out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    return weights, x, kwargs, out
+
+
+def _compile_worker(tasks) -> int:
+    """Compile each (n, k, kind, m, config) by running it once on small real-shaped inputs (the disk cache
+    keeps the binaries for the timing process)."""
+    failures = 0
+    for n, k, kind, m, cfg in tasks:
+        try:
+            weights, x, kwargs, out = case(n, k, kind, m, copies=1)
+            linear.fused_linear(x, weights[0], config=cfg, out=out, pdl=True, **kwargs)
+            torch.cuda.synchronize()
+        except Exception:
+            failures += 1
+    return failures
+
+
+def precompile(tasks: list, workers: int) -> None:
+    chunks = [tasks[i::workers] for i in range(workers)]
+    with mp.get_context("spawn").Pool(workers) as pool:
+        failures = sum(pool.map(_compile_worker, chunks))
+    say(f"compiled {len(tasks)} tile variants in {workers} workers ({failures} failed to compile or run)")
+
+
+def capture(fn):
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph
+
+
+def replay_us(graph, launches: int, reps: int = 25) -> float:
     times = []
     for _ in range(reps + 3):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -58,204 +139,248 @@ def replay_us(graph, launches: int, reps: int = 30) -> float:
     return statistics.median(times[3:])
 
 
-def old_block_n(n: int, sms: int) -> int:
-    return 128 if -(-n // 128) >= sms else 32 if -(-n // 32) >= sms // 2 else 16
-
-
-def shape_case(name: str, m: int):
-    n, k, kind = SHAPES[name]
-    rows = 2 * n if kind == "swiglu" else n
-    launches = max(6, min(128, -(-384 * 2**20 // (rows * k * 2))))
-    weights = [(torch.randn(rows, k, device="cuda") / k**0.5).to(torch.bfloat16) for _ in range(launches)]
-    x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
-    kwargs = {
-        "norm": dict(rms_eps=1e-5),
-        "swiglu": dict(rms_eps=1e-5, swiglu=True),
-        "res": dict(residual=torch.randn(m, n, device="cuda").to(torch.bfloat16)),
-    }[kind]
-    out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-    return weights, x, kwargs, out
-
-
-def time_config(case, cfg: dict | None, pdl: bool) -> tuple[float, float]:
-    """(µs per launch inside a graph, max relative error vs the reference on the first weight)."""
-    weights, x, kwargs, out = case
+def time_tile(data, cfg: dict | None) -> dict:
+    weights, x, kwargs, out = data
     ref = linear.fused_linear_reference(x, weights[0], **kwargs).float()
-    got = linear.fused_linear(x, weights[0], config=cfg, out=out, pdl=pdl, **kwargs).float()
-    err = float((got - ref).norm() / ref.norm())
-    graph = capture(
-        lambda: [linear.fused_linear(x, w, config=cfg, out=out, pdl=pdl, **kwargs) for w in weights]
+    first = linear.fused_linear(x, weights[0], config=cfg, out=out, pdl=True, **kwargs).clone()
+    err = float((first.float() - ref).norm() / ref.norm())
+    same = all(
+        torch.equal(linear.fused_linear(x, weights[0], config=cfg, out=out, pdl=True, **kwargs), first)
+        for _ in range(4)
     )
-    return replay_us(graph, len(weights)), err
+    graph = capture(
+        lambda: [linear.fused_linear(x, w, config=cfg, out=out, pdl=True, **kwargs) for w in weights]
+    )
+    us = replay_us(graph, len(weights))
+    return {"us": us, "rel_err": err, "deterministic": same, "GBps": weights[0].numel() * 2 / us / 1e3}
 
 
-def sweep_shapes(quick: bool) -> tuple[list[str], dict]:
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    lines, best = [], {}
-    for name, (n, k, _kind) in SHAPES.items():
-        full_k = 1 << (k - 1).bit_length()
-        grid = [(bn, bk, w) for bn in (2, 4, 8) for bk in sorted({1024, full_k}) for w in (4, 8)]
-        if quick:
-            grid = [(bn, full_k, w) for bn in (2, 4, 8) for w in (1, 2, 4)]
-        case = shape_case(name, 1)
-        bytes_ = case[0][0].numel() * 2
-        results = []
-        old = dict(OLD_DOT, BLOCK_N=old_block_n(n, sms))
-        for label, cfg, pdl in [
-            ("dot (before)", old, False),
-            ("default, no pdl", None, False),
-            ("default, pdl", None, True),
-        ] + [
-            (
-                f"gemv n{bn} k{bk} w{w}",
-                {"kernel": "gemv", "BLOCK_M": 1, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": w},
-                True,
+def sweep_tiles(presets, deadline: float, workers: int) -> tuple[list, dict]:
+    tasks, plan = [], []
+    for preset in presets:
+        for name, (n, k, kind) in shapes(preset).items():
+            for m in SWEEP_ROWS:
+                for cfg in candidates(m, kind == "swiglu"):
+                    tasks.append((n, k, kind, m, cfg))
+                plan.append((preset, name, n, k, kind, m))
+    precompile(tasks, workers)
+    rows, tiles = [], {}
+    for preset, name, n, k, kind, m in plan:
+        if time.monotonic() - START > deadline:
+            say(f"deadline: tile sweep stopped before {preset} {name} m={m}")
+            break
+        data = case(n, k, kind, m)
+        default = dict(
+            linear._tile_config(
+                m, n, k, kind == "swiglu", torch.cuda.get_device_properties(0).multi_processor_count
             )
-            for bn, bk, w in grid
-        ]:
+        )
+        results = []
+        for cfg in [None] + candidates(m, kind == "swiglu"):
             try:
-                us, err = time_config(case, cfg, pdl)
-            except Exception as exc:  # a tile that does not compile is a result, not a crash
-                lines.append(f"  {name} {label}: {type(exc).__name__}: {str(exc)[:80]}")
-                continue
-            results.append((us, label, cfg, pdl, err))
-        gpu_warm(50)  # time again with warm clocks, in the same order, and keep the second reading
-        results = [
-            (time_config(case, cfg, pdl)[0], label, cfg, pdl, err) for _, label, cfg, pdl, err in results
+                r = time_tile(data, cfg)
+            except Exception as err:
+                r = {"error": f"{type(err).__name__}: {str(err)[:80]}"}
+            r["config"] = cfg or dict(default, default=True)
+            results.append(r)
+        good = [r for r in results if "us" in r and r["deterministic"] and r["rel_err"] < 1e-2]
+        best = min(good, key=lambda r: r["us"]) if good else None
+        base = results[0]
+        rows.append(
+            {
+                "preset": preset,
+                "shape": name,
+                "m": m,
+                "default": base,
+                "best": best,
+                "n_tried": len(results),
+                "racy": sum(1 for r in results if "us" in r and not r["deterministic"]),
+            }
+        )
+        if best is not None and "default" not in best["config"]:
+            c = best["config"]
+            tiles[(n, k, kind == "swiglu", c["BLOCK_M"])] = (
+                c["BLOCK_N"],
+                c["BLOCK_K"],
+                c["num_warps"],
+                c["num_stages"],
+            )
+        say(
+            f"{preset:>5} {name:<15} m={m:<4} default {base.get('us', float('nan')):7.2f} us "
+            f"({base.get('GBps', 0):5.0f} GB/s, det {base.get('deterministic')}) | best "
+            + (f"{best['us']:7.2f} us ({best['GBps']:5.0f} GB/s) {best['config']}" if best else "none")
+            + f" | racy tiles {rows[-1]['racy']}"
+        )
+        del data
+    return rows, tiles
+
+
+def step_sweep(presets, batches, deadline: float) -> list:
+    from gpu_probe.model import ProbeModel
+    from tools.probe_model_check import count_kernels, make_inputs
+
+    out = []
+    for preset in presets:
+        cfg = get_config(preset)
+        model = ProbeModel(cfg, device="cuda", num_blocks=1 + (max(batches) + 2) * cfg.max_blocks_per_seq)
+        model.kv_cache.fill_random_(1)
+        floor_bytes = model.weight_bytes
+        every = make_inputs(model, max(batches))
+        for batch in batches:
+            if time.monotonic() - START > deadline:
+                say(f"deadline: step sweep stopped before {preset} batch {batch}")
+                return out
+            inputs = {name: value[:batch] for name, value in every.items()}
+            before = model.kv_cache.kv.clone()
+            row = {"preset": preset, "batch": batch}
+            try:
+                model.fused = True
+                eager = model(**inputs).clone()
+                held = {}
+
+                def fused_step():
+                    held["logits"] = model(**inputs)
+
+                model.kv_cache.kv.copy_(before)
+                graph = capture(fused_step)
+                model.kv_cache.kv.copy_(before)
+                for _ in range(3):  # back to back, PDL on: each replay rewrites the same new slot
+                    graph.replay()
+                torch.cuda.synchronize()
+                row["fused_graph_bit_exact"] = bool(torch.equal(held["logits"], eager))
+                row["fused_graph_us"] = replay_us(graph, 1, reps=60)
+                del graph
+                model.fused = False
+                graph = capture(lambda: model(**inputs))
+                row["unfused_graph_us"] = replay_us(graph, 1, reps=30)
+                del graph
+                if batch in (1, 64, 256):
+                    row["unfused_kernels"] = count_kernels(lambda: model(**inputs))
+                    model.fused = True
+                    row["fused_kernels"] = count_kernels(lambda: model(**inputs))
+                model.fused = True
+                if 1 < batch <= linear.GEMV_MAX_ROWS:  # the tensor-core tile in the GEMV's place
+                    saved, linear.GEMV_MAX_ROWS = linear.GEMV_MAX_ROWS, 1
+                    linear._tile_config.cache_clear()
+                    try:
+                        graph = capture(lambda: model(**inputs))
+                        row["fused_graph_us_tile_not_gemv"] = replay_us(graph, 1, reps=60)
+                        del graph
+                    finally:
+                        linear.GEMV_MAX_ROWS = saved
+                        linear._tile_config.cache_clear()
+            except Exception as err:
+                row["error"] = f"{type(err).__name__}: {str(err)[:200]}"
+            kv = 2 * cfg.n_layers * cfg.kv_dim * cfg.prefill_len * batch * 2
+            row["read_floor_us"] = (floor_bytes + kv) / (BW * 1e3)
+            row["flop_floor_us"] = 2 * (floor_bytes / 2) * batch / (TFLOPS * 1e6)
+            if "fused_graph_us" in row:
+                row["x_floor"] = row["fused_graph_us"] / max(row["read_floor_us"], row["flop_floor_us"])
+            say(json.dumps(row))
+            out.append(row)
+        model = None
+        torch.cuda.empty_cache()
+    return out
+
+
+def reference_and_compile(preset: str) -> dict:
+    from gpu_probe import hf_reference
+    from gpu_probe.compile_peer import CompilePeer
+    from gpu_probe.decode_batch import make_batch
+    from gpu_probe.model import ProbeModel
+
+    out = {"transformers": hf_reference.available()}
+    cfg = get_config(preset)
+    try:
+        block = hf_reference.measure_reference(cfg, [1], steps=20, warmup=3, progress=say)
+        out["reference"] = {k: v for k, v in block.items() if k != "runs"}
+        out["reference_runs"] = [
+            {
+                k: r[k]
+                for k in (
+                    "mode",
+                    "batch",
+                    "step_us_median",
+                    "gpu_busy_us",
+                    "kernels_per_layer",
+                    "launches",
+                    "cpu_launch_us",
+                )
+            }
+            for r in block.get("runs", [])
         ]
-        fixed = [r for r in results if not r[1].startswith("gemv")]
-        tiles = sorted(r for r in results if r[1].startswith("gemv"))
-        best[name] = tiles[0][2] if tiles else None
-        worst_err = max(r[4] for r in results)
-        lines.append(
-            f"{name:<15} {bytes_ / 1e6:5.1f} MB | "
-            + " | ".join(f"{label} {us:5.2f} us ({bytes_ / us / 1e3:4.0f} GB/s)" for us, label, *_ in fixed)
-            + " | best: "
-            + ", ".join(f"{label} {us:5.2f}" for us, label, *_ in tiles[:3])
-            + f" | max rel err {worst_err:.1e}"
-        )
-        print(lines[-1], flush=True)
-    return lines, best
+    except Exception:
+        out["reference_error"] = traceback.format_exc()[-800:]
+    say("reference:", json.dumps(out))
+    try:
+        model = ProbeModel(cfg, device="cuda", num_blocks=1 + 2 * cfg.max_blocks_per_seq)
+        model.kv_cache.fill_random_(1)
+        batch = make_batch(model, 1)
+        peer = CompilePeer(model)
+        out["compile_s"] = peer.warm(batch)
+        out["compile_check"] = peer.check()["compile_cudagraphs"]["passed"]
+        ref = model.unfused_forward(**batch.as_dict())
+        got = peer(batch)
+        out["compile_rel_err"] = float((got.float() - ref.float()).norm() / ref.float().norm())
+    except Exception:
+        out["compile_error"] = traceback.format_exc()[-800:]
+    say("compile:", json.dumps({k: v for k, v in out.items() if "compile" in k}))
+    return out
 
 
-def step_variants(best: dict, batches: list[int]) -> tuple[list[str], list[dict]]:
-    cfg = get_config("small")
-    # Every make_inputs call adds sequences: room for all of them.
-    model = ProbeModel(cfg, device="cuda", num_blocks=1 + (sum(batches) + 8) * cfg.max_blocks_per_seq)
-    model.kv_cache.fill_random_(1)
-    default_config = linear._tile_config
-    by_shape = {(n, k, kind == "swiglu"): name for name, (n, k, kind) in SHAPES.items()}
-
-    def old_config(m, n, k, swiglu, num_sms):
-        return (
-            dict(OLD_DOT, BLOCK_N=old_block_n(n, num_sms))
-            if m <= 16
-            else default_config(m, n, k, swiglu, num_sms)
-        )
-
-    def best_config(m, n, k, swiglu, num_sms):
-        chosen = best.get(by_shape.get((n, k, swiglu)))
-        if m <= linear.GEMV_MAX_ROWS and chosen is not None:
-            return dict(chosen, BLOCK_M=triton_pow2(m))
-        return default_config(m, n, k, swiglu, num_sms)
-
-    def warps(count):
-        def config(m, n, k, swiglu, num_sms):
-            chosen = default_config(m, n, k, swiglu, num_sms)
-            return dict(chosen, num_warps=count) if chosen["kernel"] == "gemv" else chosen
-
-        return config
-
-    gemv_rows = linear.GEMV_MAX_ROWS
-    variants = [
-        ("gemv, pdl, 1 warp", warps(1), True, gemv_rows),
-        ("gemv, pdl, 2 warps", warps(2), True, gemv_rows),
-        ("dot, no pdl (before)", old_config, False, gemv_rows),
-        ("gemv, no pdl", default_config, False, gemv_rows),
-        ("gemv, pdl", default_config, True, gemv_rows),
-        ("gemv best tiles, pdl", best_config, True, gemv_rows),
-        ("gemv to 8 rows, pdl", default_config, True, 8),
-    ]
-    lines, records = [], []
-    default_splits = model.attention_splits
-    for splits in (1, 4, 8):  # batch 1: fewer context splits, fewer programs, no merge kernel at 1
-        inputs = make_inputs(model, 1)
-        model.attention_splits = lambda batch, s=splits: s
-        graph = capture(lambda: model.fused_forward(**inputs))
-        gpu_warm(50)
-        us = replay_us(graph, 1, reps=100)
-        model.attention_splits = default_splits
-        records.append(dict(batch=1, variant=f"gemv, pdl, {splits} attention splits", step_us=us))
-        lines.append(
-            f"step B=1  gemv, pdl, {splits:>2} attention splits {us:7.1f} us (default {default_splits(1)})"
-        )
-        print(lines[-1], flush=True)
-        del graph
-    import gpu_probe.kernels as kernels  # ablation: the step's GEMVs alone, attention skipped
-
-    attention = kernels.paged_decode_attention
-    kernels.paged_decode_attention = lambda qkv, *args, **kw: qkv[:, : model.cfg.q_size]
-    inputs = make_inputs(model, 1)
-    graph = capture(lambda: model.fused_forward(**inputs))
-    kernels.paged_decode_attention = attention
-    gpu_warm(50)
-    us = replay_us(graph, 1, reps=100)
-    del graph
-    records.append(dict(batch=1, variant="gemv, pdl, attention skipped", step_us=us))
-    lines.append(f"step B=1  gemv, pdl, attention skipped (GEMVs only) {us:7.1f} us")
-    print(lines[-1], flush=True)
-    for batch in batches:
-        inputs = make_inputs(model, batch)
-        reference = None
-        for label, chooser, pdl, rows in variants:
-            if batch > 4 and rows == gemv_rows and label.startswith("gemv") and "no pdl" not in label:
-                continue  # same kernels as "gemv, no pdl" apart from PDL
-            linear._tile_config, linear.GEMV_MAX_ROWS = chooser, rows
-            default_config.cache_clear()
-            model.pdl = pdl
-            try:
-                step = lambda: model.fused_forward(**inputs)  # noqa: E731
-                logits = step().float()
-                reference = logits if reference is None else reference
-                err = float((logits - reference).norm() / reference.norm())
-                graph = capture(step)
-                gpu_warm(50)
-                us = replay_us(graph, 1, reps=100)
-                if batch == 1:
-                    kernel_breakdown(graph.replay, f"B=1 {label}", lines)
-            finally:
-                linear._tile_config, linear.GEMV_MAX_ROWS = default_config, gemv_rows
-                default_config.cache_clear()
-            records.append(dict(batch=batch, variant=label, step_us=us, rel_err_vs_first=err))
-            lines.append(f"step B={batch:<2} {label:<22} {us:7.1f} us (vs first variant rel err {err:.1e})")
-            print(lines[-1], flush=True)
-            del graph
-    return lines, records
-
-
-def triton_pow2(m: int) -> int:
-    return 1 << (m - 1).bit_length()
+BW, TFLOPS = 4000.0, 700.0
 
 
 def main(argv=None) -> int:
+    global BW, TFLOPS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
-    parser.add_argument("--quick", action="store_true", help="3 tiles per shape instead of 24")
-    parser.add_argument("--batches", type=int, nargs="+", default=[1, 2, 4, 8])
+    parser.add_argument("--presets", nargs="+", default=["1b", "small"])
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64, 128, 256])
+    parser.add_argument("--deadline-s", type=float, default=480)
+    parser.add_argument("--workers", type=int, default=14)
+    parser.add_argument("--skip", nargs="*", default=[], choices=["tiles", "steps", "reference"])
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("needs CUDA", file=sys.stderr)
         return 2
-    torch.manual_seed(0)
-    print(f"device {torch.cuda.get_device_name()} torch {torch.__version__}", flush=True)
-    shape_lines, best = sweep_shapes(args.quick)
-    step_lines, records = step_variants(best, args.batches)
-    print("\n==== kernel sweep summary ====")
-    for line in shape_lines + step_lines:
-        print(line)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "kernel_sweep.json"), "w") as fh:
-        json.dump({"shapes": shape_lines, "best_tiles": best, "steps": records}, fh, indent=1)
+    from gpu_probe import measure
+
+    BW, TFLOPS = measure.hbm_copy_GBps(), measure.matmul_TFLOPs()
+    say(
+        f"device {torch.cuda.get_device_name()} torch {torch.__version__} copy {BW:,.0f} GB/s matmul {TFLOPS:,.0f} TFLOP/s"
+    )
+    record = {"device": torch.cuda.get_device_name(), "hbm_copy_GBps": BW, "matmul_TFLOPs": TFLOPS}
+
+    def save():
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "kernel_sweep.json"), "w") as fh:
+            json.dump(record, fh, indent=1, default=str)
+
+    if "tiles" not in args.skip:
+        rows, tiles = sweep_tiles(args.presets, args.deadline_s * 0.6, args.workers)
+        record["tiles"], record["chosen"] = rows, {str(k): v for k, v in tiles.items()}
+        save()
+        linear.TILES.update(tiles)
+        linear._tile_config.cache_clear()
+        print("TILES = {")
+        for key, value in sorted(tiles.items()):
+            print(f"    {key}: {value},")
+        print("}")
+    if "reference" not in args.skip:
+        record["reference"] = reference_and_compile(args.presets[0])
+        save()
+    if "steps" not in args.skip:
+        record["steps"] = step_sweep(args.presets, args.batches, args.deadline_s)
+        save()
+    print("\n==== step summary (bare graph replay, µs) ====")
+    for r in record.get("steps", []):
+        print(
+            f"{r['preset']:>5} b{r['batch']:<4} fused {r.get('fused_graph_us', float('nan')):8.1f} "
+            f"(x floor {r.get('x_floor', float('nan')):.2f}, bit-exact {r.get('fused_graph_bit_exact')}) "
+            f"unfused {r.get('unfused_graph_us', float('nan')):9.1f}  kernels {r.get('unfused_kernels', '')}/{r.get('fused_kernels', '')} "
+            f"{r.get('error', '')}"
+        )
     return 0
 
 
