@@ -279,7 +279,9 @@ class ProbeModel(nn.Module):
             raise ValueError(f"ops must be 'kernels' or 'torch', got {ops!r}")
         self.ops = ops or ("kernels" if device.type == "cuda" else "torch")
         if self.ops == "kernels" and not triton_runs_on(device):
-            raise RuntimeError("ops='kernels' needs CUDA, or TRITON_INTERPRET=1 set before triton is imported")
+            raise RuntimeError(
+                "ops='kernels' needs CUDA, or TRITON_INTERPRET=1 set before triton is imported"
+            )
         # One GPU: no communication. A tensor-parallel rank (gpu_probe.tensor_parallel) sets these.
         self.rank, self.tp, self.all_reduce = 0, 1, None
         # The fused kernels launch with programmatic dependent launch where the GPU has it (Hopper+):
@@ -467,9 +469,14 @@ class ProbeModel(nn.Module):
                 "the fused path needs CUDA, or TRITON_INTERPRET=1 set before triton is imported"
             )
         from gpu_probe.kernels import fused_linear, paged_decode_attention
+        from gpu_probe.kernels.linear import TILE_MAX_ROWS
 
         cfg = self.cfg
         batch = input_ids.shape[0]
+        if batch > TILE_MAX_ROWS:
+            return self._wide_fused_forward(
+                input_ids, positions, block_tables, slot_mapping, context_lens, logits_out, workspace
+            )
         splits = self.attention_splits(batch)
         pdl = self.pdl
         qkv_out = workspace["qkv"][:batch] if workspace is not None else None
@@ -501,3 +508,49 @@ class ProbeModel(nn.Module):
             residual = h if self.adds_residual else None
             h = self._reduced(fused_linear(act, layer.w_down, residual=residual, pdl=pdl))
         return fused_linear(h, self.lm_head_folded, rms_eps=cfg.norm_eps, out=logits_out, pdl=pdl)
+
+    def _wide_fused_forward(
+        self, input_ids, positions, block_tables, slot_mapping, context_lens, logits_out=None, workspace=None
+    ) -> torch.Tensor:
+        """The fused step above TILE_MAX_ROWS rows, where a GEMM has enough rows to be cuBLAS's business: the
+        same merges around cuBLAS's GEMMs, six kernels a layer. QKV and gate/up are one packed GEMM each with
+        the norm weight folded in; the attention applies the norm's 1/rms to q, k and v (with RoPE and the
+        KV write, as at small batch); one kernel applies it to gate and up with SiLU x up; o and down add
+        the residual in cuBLAS's own epilogue (beta = 1, into the residual stream)."""
+        from gpu_probe.kernels import ops, paged_decode_attention
+        from gpu_probe.kernels.linear import rms_swiglu
+
+        cfg = self.cfg
+        batch = input_ids.shape[0]
+        splits = self.attention_splits(batch)
+        qkv_out = workspace["qkv"][:batch] if workspace is not None else None
+        act_out = workspace["act"][:batch] if workspace is not None else None
+        h = F.embedding(input_ids, self.tok_embeddings)
+        for index, layer in enumerate(self.layers):
+            qkv = torch.mm(h, layer.w_qkv_folded.t(), out=qkv_out)
+            k_cache, v_cache = self.kv_cache.layer(index)
+            attn = paged_decode_attention(
+                qkv,
+                positions,
+                block_tables,
+                slot_mapping,
+                context_lens,
+                k_cache,
+                v_cache,
+                self.rope_cos,
+                self.rope_sin,
+                cfg.n_heads,
+                cfg.n_kv_heads,
+                splits,
+                norm_input=h,
+                norm_eps=cfg.norm_eps,
+            )
+            h = self._reduced(h.addmm_(attn, layer.wo.t()) if self.adds_residual else attn @ layer.wo.t())
+            act = rms_swiglu(h @ layer.w_gate_up_folded.t(), h, cfg.norm_eps, out=act_out)
+            h = self._reduced(
+                h.addmm_(act, layer.w_down.t()) if self.adds_residual else act @ layer.w_down.t()
+            )
+        x = ops.rms_norm(h, self.final_norm, cfg.norm_eps)
+        if logits_out is None:
+            return x @ self.lm_head.t()
+        return torch.mm(x, self.lm_head.t(), out=logits_out)

@@ -349,3 +349,22 @@ def test_unfused_forward_traces_without_graph_breaks(model):
     explanation = torch._dynamo.explain(model.unfused_forward)(torch.tensor([4]), **inputs, ops=COMPILE_OPS)
     model.kv_cache.free(seq)
     assert explanation.graph_break_count == 0 and explanation.graph_count == 1
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_wide_fused_step_equals_unfused(monkeypatch, tied):
+    """Above TILE_MAX_ROWS the fused step runs cuBLAS's GEMMs with the norm folded into the attention and the
+    SwiGLU kernel, the residual added by the GEMM: the same function, on a GQA model tied or not."""
+    from gpu_probe.kernels import linear
+
+    monkeypatch.setattr(linear, "TILE_MAX_ROWS", 1)
+    model = tied_gqa_model(num_blocks=16) if tied else ProbeModel("tiny", num_blocks=16)
+    cache = model.kv_cache.fill_random_(9)
+    inputs = cache.decode_inputs([cache.add_sequence(n) for n in (0, 5, 14)])
+    ids = torch.tensor([1, 100, 255])
+    before = cache.kv.clone()
+    unfused = model.unfused_forward(ids, **inputs)
+    after_unfused = cache.kv.clone()
+    cache.kv.copy_(before)
+    torch.testing.assert_close(model.fused_forward(ids, **inputs), unfused, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(cache.kv, after_unfused, rtol=1e-5, atol=1e-5)

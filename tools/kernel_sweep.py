@@ -254,10 +254,12 @@ def step_sweep(presets, batches, deadline: float) -> list:
                 graph = capture(lambda: model(**inputs))
                 row["unfused_graph_us"] = replay_us(graph, 1, reps=30)
                 del graph
-                if batch in (1, 64, 256):
+                if batch in (1, 64, 128, 256):
                     row["unfused_kernels"] = count_kernels(lambda: model(**inputs))
+                    row["unfused_names"] = kernel_names(lambda: model(**inputs))[:40]
                     model.fused = True
                     row["fused_kernels"] = count_kernels(lambda: model(**inputs))
+                    row["fused_names"] = kernel_names(lambda: model(**inputs))[:16]
                 model.fused = True
                 if 1 < batch <= linear.GEMV_MAX_ROWS:  # the tensor-core tile in the GEMV's place
                     saved, linear.GEMV_MAX_ROWS = linear.GEMV_MAX_ROWS, 1
@@ -281,6 +283,19 @@ def step_sweep(presets, batches, deadline: float) -> list:
         model = None
         torch.cuda.empty_cache()
     return out
+
+
+def kernel_names(fn) -> list[str]:
+    """The CUDA kernels one call of fn runs, in order, names cut to 60 characters."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    return [e.name[:60] for e in sorted(kernels, key=lambda e: e.time_range.start)]
 
 
 def reference_and_compile(preset: str) -> dict:

@@ -84,6 +84,10 @@ def _paged_attention_kernel(
     max_pos,
     n_splits,
     qk_scale,
+    x_ptr,
+    stride_x,
+    hidden,
+    eps,
     N_HEADS: tl.constexpr,
     N_KV_HEADS: tl.constexpr,
     GROUP: tl.constexpr,
@@ -93,6 +97,8 @@ def _paged_attention_kernel(
     BLOCK_N: tl.constexpr,
     IEEE: tl.constexpr,
     PDL: tl.constexpr,
+    NORM: tl.constexpr,
+    BLOCK_H: tl.constexpr,
 ):
     if PDL:
         gdc_launch_dependents()  # the next kernel may start streaming its weights now
@@ -126,17 +132,24 @@ def _paged_attention_kernel(
     if PDL:
         gdc_wait()
 
+    # NORM: qkv is x @ W^T of the un-normalised row x (the norm weight folded into W); its 1/rms is
+    # applied here, to q, k and v, so the normalised x never exists (the wide path: the GEMM is cuBLAS's).
+    inv_rms = 1.0
+    if NORM:
+        cols = tl.arange(0, BLOCK_H)
+        x = tl.load(x_ptr + seq * stride_x + cols, mask=cols < hidden, other=0.0).to(tl.float32)
+        inv_rms = tl.rsqrt(tl.sum(x * x, axis=0) / hidden + eps)
     row = qkv_ptr + seq * stride_qkv
     q = tl.load(row + heads[:, None] * HEAD_DIM + d[None, :], mask=mask_g[:, None], other=0.0).to(tl.float32)
     q_sw = tl.load(row + heads[:, None] * HEAD_DIM + d_swap[None, :], mask=mask_g[:, None], other=0.0).to(
         tl.float32
     )
-    # Rotate, and fold the softmax scale (in log2 units) into q once.
-    q_rot = (q * cos[None, :] + q_sw * sin[None, :]) * qk_scale
+    # Rotate, and fold the softmax scale (in log2 units) and the norm's 1/rms into q once.
+    q_rot = (q * cos[None, :] + q_sw * sin[None, :]) * (qk_scale * inv_rms)
     k_row = row + (N_HEADS + kv_head) * HEAD_DIM
     v_row = row + (N_HEADS + N_KV_HEADS + kv_head) * HEAD_DIM
-    k_new = tl.load(k_row + d).to(tl.float32) * cos + tl.load(k_row + d_swap).to(tl.float32) * sin
-    v_new = tl.load(v_row + d).to(tl.float32)
+    k_new = (tl.load(k_row + d).to(tl.float32) * cos + tl.load(k_row + d_swap).to(tl.float32) * sin) * inv_rms
+    v_new = tl.load(v_row + d).to(tl.float32) * inv_rms
 
     # The new token belongs to the last split: written to the cache, and scored from registers.
     is_last = split == n_splits - 1
@@ -335,12 +348,16 @@ def paged_decode_attention(
     n_splits: int = 1,
     block_n: int | None = None,
     pdl: bool = False,
+    norm_input: torch.Tensor | None = None,
+    norm_eps: float = 1e-5,
 ) -> torch.Tensor:
     """RoPE + paged K/V write + decode attention; returns [B, n_heads * head_dim] in qkv's dtype.
 
     n_splits > 1 splits each sequence's context over that many programs (one extra, small
     kernel merges them); n_splits = 1 writes the output directly. pdl: programmatic dependent
-    launch (Hopper+; ignored elsewhere), as in linear.py.
+    launch (Hopper+; ignored elsewhere), as in linear.py. norm_input: the un-normalised rows x
+    that qkv was computed from with the RMSNorm weight folded in: q, k and v are scaled by each
+    row's 1/rms(x) here (the wide path, whose QKV GEMM is cuBLAS's).
     """
     batch = qkv.shape[0]
     block_size, head_dim = _check_cache(k_cache, v_cache, n_kv_heads, block_tables)
@@ -371,6 +388,10 @@ def paged_decode_attention(
         cos.shape[0] - 1,
         n_splits,
         LOG2E / math.sqrt(head_dim),
+        norm_input if norm_input is not None else qkv,
+        norm_input.stride(0) if norm_input is not None else 0,
+        norm_input.shape[1] if norm_input is not None else 1,
+        norm_eps,
         N_HEADS=n_heads,
         N_KV_HEADS=n_kv_heads,
         GROUP=group,
@@ -380,6 +401,8 @@ def paged_decode_attention(
         BLOCK_N=block_n,
         IEEE=qkv.dtype == torch.float32,
         PDL=pdl,
+        NORM=norm_input is not None,
+        BLOCK_H=triton.next_power_of_2(norm_input.shape[1]) if norm_input is not None else 1,
         num_warps=4,
         **launch,
     )
@@ -441,8 +464,13 @@ def paged_decode_attention_reference(
     sin,
     n_heads: int,
     n_kv_heads: int,
+    norm_input=None,
+    norm_eps: float = 1e-5,
 ) -> torch.Tensor:
     """Plain PyTorch, fp32, one sequence at a time: rotate, write the cache, attend. Returns [B, H*D]."""
+    if norm_input is not None:
+        x = norm_input.float()
+        qkv = qkv.float() * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + norm_eps)
     batch = qkv.shape[0]
     head_dim = k_cache.shape[-1]
     half = head_dim // 2

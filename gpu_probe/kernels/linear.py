@@ -29,6 +29,10 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 GEMV_MAX_ROWS = 4  # above this the 3-D broadcast of the GEMV costs more registers than it saves
+# Above this the fused step's GEMMs are cuBLAS's (`wide_step` in gpu_probe.model): at 128 and 256 rows the
+# tile lost to cuBLAS by 1.3-2.5x per GEMM on the H200 (the 1b LM head 435 against ~190 µs of FLOPs), and
+# graph replays stopped being bit-identical to eager steps (tools/kernel_sweep.py, 2026-12-06).
+TILE_MAX_ROWS = 64
 # (n_out, k, swiglu) -> (weight rows per program, warps) for the 1b preset's projections at batch <= 2,
 # from `tools/step_sweep.py --preset 1b` on the H200 (whole step 883 -> 805 µs at batch 1, 1041 -> 990 at
 # batch 2; at batch 4 these lost, 1435 -> 1590, so the rule below keeps batches 3-4). The small preset's
@@ -39,9 +43,41 @@ GEMV_TILES_1B = {(3072, 2048, False): (2, 1), (8192, 2048, True): (2, 1), (2048,
 # call to call when software-pipelined, for every SwiGLU shape and the 1b LM head (kernels/NOTES.md, run 6);
 # `tools/kernel_sweep.py` checks each candidate tile of this kernel for that before it is chosen.
 UNPIPELINED: frozenset[tuple[int, int, bool]] = frozenset()
-# (n_out, k, swiglu, batch tile) -> (weight rows per program, BLOCK_K, warps, stages) where the H200 sweep
-# (`tools/kernel_sweep.py`) found a faster deterministic tile than `_tile_config`'s rule.
-TILES: dict[tuple[int, int, bool, int], tuple[int, int, int, int]] = {}
+# (n_out, k, swiglu, batch tile) -> (weight rows per program, BLOCK_K, warps, stages): the fastest tile of
+# `tools/kernel_sweep.py` on the H200 (2026-12-06) that gave the same bits five times over, for both presets'
+# GEMMs at 16, 32 and 64 rows. 64 weight rows with K tiles of 256 streamed W 2-4x faster than the narrow tiles
+# the rule picks to give every SM a program (1b QKV at 8 rows: 7.3 against 32.6 µs).
+TILES: dict[tuple[int, int, bool, int], tuple[int, int, int, int]] = {
+    (1024, 1024, False, 16): (64, 256, 4, 3),
+    (1024, 1024, False, 32): (64, 256, 4, 3),
+    (1024, 1024, False, 64): (64, 128, 4, 3),
+    (1024, 2816, False, 16): (64, 256, 4, 3),
+    (1024, 2816, False, 32): (64, 256, 4, 3),
+    (1024, 2816, False, 64): (64, 128, 4, 3),
+    (2048, 2048, False, 16): (64, 256, 4, 3),
+    (2048, 2048, False, 32): (64, 256, 4, 3),
+    (2048, 2048, False, 64): (64, 128, 4, 3),
+    (2048, 8192, False, 16): (32, 256, 4, 3),
+    (2048, 8192, False, 32): (32, 256, 4, 3),
+    (2048, 8192, False, 64): (64, 128, 4, 3),
+    (2816, 1024, True, 16): (64, 128, 4, 3),
+    (2816, 1024, True, 32): (64, 128, 4, 3),
+    (2816, 1024, True, 64): (64, 128, 4, 3),
+    (3072, 1024, False, 16): (64, 256, 4, 3),
+    (3072, 1024, False, 32): (64, 256, 4, 3),
+    (3072, 1024, False, 64): (64, 64, 4, 3),
+    (3072, 2048, False, 16): (64, 256, 4, 3),
+    (3072, 2048, False, 32): (64, 256, 4, 3),
+    (3072, 2048, False, 64): (64, 128, 4, 3),
+    (8192, 2048, True, 16): (64, 128, 4, 3),
+    (8192, 2048, True, 32): (64, 128, 4, 3),
+    (8192, 2048, True, 64): (64, 128, 4, 3),
+    (32000, 1024, False, 16): (64, 128, 4, 1),
+    (32000, 1024, False, 32): (64, 128, 4, 3),
+    (32000, 1024, False, 64): (128, 64, 8, 3),
+    (128256, 2048, False, 16): (64, 128, 4, 3),
+    (128256, 2048, False, 32): (64, 128, 4, 3),
+}
 # The tensor-core tile loads its first W tile before its PDL wait, as the GEMV does.
 TILE_PDL = True
 
@@ -324,25 +360,16 @@ def _tile_config(m: int, n: int, k: int, swiglu: bool, num_sms: int) -> dict:
     with PDL): small programs win -- 2 weight rows each for 1024-row matrices, 4 for 3-6k rows, 8
     for the LM head -- with one warp per 4k weight elements, and BLOCK_K covering all of K so the
     whole tile is requested before the wait (down_proj: 2 x 2816 in one go).
-    Above it, the swap-AB tensor-core tile: batch rows padded to a power of two (at least 16, at most
-    128 a program); weight rows per program as many as still gives every SM a program (the step streams
-    W, so an idle SM is bandwidth lost), K tiles of 128 while the batch tile is narrow. `TILES` holds
-    what the H200 sweep chose where it beat this rule.
+    Above it (to TILE_MAX_ROWS), the swap-AB tensor-core tile: batch rows padded to a power of two (16 to
+    64), with `TILES`' measured tile for the shape, else the sweep's usual winner.
     """
     if m <= GEMV_MAX_ROWS:
         return _gemv_config(m, n, k, swiglu, num_sms)
-    block_m = max(16, min(128, triton.next_power_of_2(m)))
+    block_m = max(16, min(64, triton.next_power_of_2(m)))
     tuned = TILES.get((n, k, swiglu, block_m))
-    if tuned:
-        block_n, block_k, warps, stages = tuned
-    else:
-        programs_m = -(-m // block_m)
-        block_n = 64 if swiglu else 128
-        while block_n > 16 and -(-n // block_n) * programs_m < num_sms:
-            block_n //= 2
-        block_k = 128 if block_m <= 32 else 64
-        warps = 8 if block_n * block_m >= 128 * 64 else 4
-        stages = 3
+    # The sweep's winner for most shapes: 64 weight rows a program, K tiles of 256 while the batch tile is
+    # narrow, 128 at 64 rows, three pipeline stages (`TILES` holds each measured shape's own).
+    block_n, block_k, warps, stages = tuned or (64, 256 if block_m <= 32 else 128, 4, 3)
     return {
         "kernel": "dot",
         "BLOCK_M": block_m,
@@ -452,6 +479,62 @@ def fused_linear(
     else:
         grid = (triton.cdiv(n_out, cfg["BLOCK_N"]), triton.cdiv(m, cfg["BLOCK_M"]))
         _fused_linear_kernel[grid](*args, **flags, IEEE=weight.dtype == torch.float32, PDL=pdl, **cfg)
+    return out
+
+
+@triton.jit
+def _rms_swiglu_kernel(
+    gu_ptr,
+    x_ptr,
+    out_ptr,
+    F,
+    H,
+    stride_gu,
+    stride_x,
+    stride_o,
+    eps,
+    BLOCK_H: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """silu(gate / rms(x)) * (up / rms(x)) for one block of one row of gu = x @ [gate; up]^T (norm weight folded
+    in): the epilogue of the wide path's gate/up GEMM as a kernel of its own."""
+    row = tl.program_id(0)
+    h = tl.arange(0, BLOCK_H)
+    x = tl.load(x_ptr + row * stride_x + h, mask=h < H, other=0.0).to(tl.float32)
+    inv_rms = tl.rsqrt(tl.sum(x * x, axis=0) / H + eps)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < F
+    gate = tl.load(gu_ptr + row * stride_gu + cols, mask=mask, other=0.0).to(tl.float32) * inv_rms
+    up = tl.load(gu_ptr + row * stride_gu + F + cols, mask=mask, other=0.0).to(tl.float32) * inv_rms
+    tl.store(
+        out_ptr + row * stride_o + cols,
+        (gate * tl.sigmoid(gate) * up).to(out_ptr.dtype.element_ty),
+        mask=mask,
+    )
+
+
+def rms_swiglu(
+    gate_up: torch.Tensor, x: torch.Tensor, eps: float, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """gate_up [M, 2F] (from x [M, H] with the norm weight folded into the weights) -> silu(gate) * up, [M, F]."""
+    m, two_f = gate_up.shape
+    f = two_f // 2
+    if out is None:
+        out = torch.empty((m, f), dtype=gate_up.dtype, device=gate_up.device)
+    block = min(1024, triton.next_power_of_2(f))
+    _rms_swiglu_kernel[(m, triton.cdiv(f, block))](
+        gate_up,
+        x,
+        out,
+        f,
+        x.shape[1],
+        gate_up.stride(0),
+        x.stride(0),
+        out.stride(0),
+        eps,
+        BLOCK_H=triton.next_power_of_2(x.shape[1]),
+        BLOCK=block,
+    )
     return out
 
 
