@@ -63,6 +63,7 @@ def _(q, block_tables, context_lens, k_cache, v_cache, n_heads, n_kv_heads, spli
 
 COMPILE_OPS = probe_model.UnfusedOps(
     "compile",
+    probe_model.linear,
     probe_model.rms_norm,
     probe_model.rope,
     probe_model.write_kv,

@@ -2,10 +2,11 @@
 
 Same weights, two forwards (after gpt-fast's model.py and nano-vllm's layers):
 - unfused: the chapter's per-op layer, one kernel per op as an engine's eager path runs it (`UNFUSED_OPS`):
-  two RMSNorms, the Q, K and V projections (cuBLAS), RoPE, the KV-cache write, paged attention, the
-  output projection, gate, up, SiLU x up, down, and the two residual adds. Attention reads the paged
-  cache through the block table, GQA without repeating K/V (`gpu_probe.kernels.attention.paged_attention`);
-  the elementwise ops are single kernels (`gpu_probe.kernels.ops`). Where Triton is not available (the
+  two RMSNorms, the Q, K and V projections, RoPE, the KV-cache write, paged attention, the output
+  projection, gate, up, SiLU x up, down, and the two residual adds. The projections run the fused
+  step's GEMM kernels without their epilogues; attention reads the paged cache through the block table,
+  GQA without repeating K/V (`gpu_probe.kernels.attention.paged_attention`); the elementwise ops are
+  single kernels (`gpu_probe.kernels.ops`). So the two variants differ by the merges alone. Where Triton is not available (the
   page's CPU demo) the same ops run as plain PyTorch (`TORCH_OPS`), which is also what torch.compile gets
   to fuse (`gpu_probe.compile_peer`).
 - fused: five Triton kernels per layer, six at small batch (see FUSIONS and gpu_probe/kernels/): each
@@ -208,11 +209,16 @@ def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     return (F.silu(gate.float()) * up.float()).to(gate.dtype)
 
 
+def linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    return x @ weight.t() if out is None else torch.mm(x, weight.t(), out=out)
+
+
 @dataclass(frozen=True, slots=True)
 class UnfusedOps:
-    """How the unfused layer runs its non-GEMM ops (the GEMMs are torch's, cuBLAS on a GPU)."""
+    """How the unfused layer runs each of its ops."""
 
     name: str
+    linear: Callable  # (x, weight, out=None) -> x @ weight^T
     rms_norm: Callable
     rope: Callable  # (q, k, positions, cos, sin, head_dim) -> (q, k)
     write_kv: Callable  # (k, v, slot_mapping, k_cache, v_cache) -> None
@@ -220,14 +226,20 @@ class UnfusedOps:
     silu_mul: Callable
 
 
-TORCH_OPS = UnfusedOps("torch", rms_norm, rope, write_kv, paged_attention, silu_mul)
+TORCH_OPS = UnfusedOps("torch", linear, rms_norm, rope, write_kv, paged_attention, silu_mul)
 
 
 @functools.cache
 def kernel_ops() -> UnfusedOps:
-    """One kernel per op (Triton): what the probe's unfused modes run on a GPU."""
+    """One kernel per op: what the probe's unfused modes run on a GPU. The projections run the fused step's
+    own GEMM kernels without their epilogues (GEMV or swap-AB tile to TILE_MAX_ROWS rows, cuBLAS above, as
+    the fused step does), so the two steps differ by the merges alone; the other ops are Triton kernels."""
     from gpu_probe.kernels import ops
     from gpu_probe.kernels.attention import paged_attention as paged_kernel
+    from gpu_probe.kernels.linear import TILE_MAX_ROWS, fused_linear
+
+    def gemm(x, weight, out=None):
+        return linear(x, weight, out) if x.shape[0] > TILE_MAX_ROWS else fused_linear(x, weight, out=out)
 
     def rope_in_place(q, k, positions, cos, sin, head_dim):
         ops.rope_(q, k, positions, cos, sin, head_dim)
@@ -236,7 +248,7 @@ def kernel_ops() -> UnfusedOps:
     def attention(q, block_tables, context_lens, k_cache, v_cache, n_heads, n_kv_heads, splits=1):
         return paged_kernel(q, block_tables, context_lens, k_cache, v_cache, n_heads, n_kv_heads, splits)
 
-    return UnfusedOps("kernels", ops.rms_norm, rope_in_place, ops.write_kv, attention, ops.silu_mul)
+    return UnfusedOps("kernels", gemm, ops.rms_norm, rope_in_place, ops.write_kv, attention, ops.silu_mul)
 
 
 def triton_runs_on(device: torch.device) -> bool:
@@ -425,21 +437,22 @@ class ProbeModel(nn.Module):
         h = F.embedding(input_ids, self.tok_embeddings)
         for index, layer in enumerate(self.layers):
             x = op.rms_norm(h, layer.attn_norm, cfg.norm_eps)
-            q, k, v = x @ layer.wq.t(), x @ layer.wk.t(), x @ layer.wv.t()  # column-parallel
+            q, k, v = (
+                op.linear(x, layer.wq),
+                op.linear(x, layer.wk),
+                op.linear(x, layer.wv),
+            )  # column-parallel
             q, k = op.rope(q, k, positions, self.rope_cos, self.rope_sin, cfg.head_dim)
             k_cache, v_cache = self.kv_cache.layer(index)
             op.write_kv(k, v, slot_mapping, k_cache, v_cache)
             attn = op.attention(
                 q, block_tables, context_lens, k_cache, v_cache, cfg.n_heads, cfg.n_kv_heads, splits
             )
-            h = h + self._reduced(attn @ layer.wo.t())  # row-parallel
+            h = h + self._reduced(op.linear(attn, layer.wo))  # row-parallel
             x = op.rms_norm(h, layer.ffn_norm, cfg.norm_eps)
-            act = op.silu_mul(x @ layer.w_gate.t(), x @ layer.w_up.t())
-            h = h + self._reduced(act @ layer.w_down.t())
-        x = op.rms_norm(h, self.final_norm, cfg.norm_eps)
-        if logits_out is None:
-            return x @ self.lm_head.t()
-        return torch.mm(x, self.lm_head.t(), out=logits_out)
+            act = op.silu_mul(op.linear(x, layer.w_gate), op.linear(x, layer.w_up))
+            h = h + self._reduced(op.linear(act, layer.w_down))
+        return op.linear(op.rms_norm(h, self.final_norm, cfg.norm_eps), self.lm_head, logits_out)
 
     def fused_workspace(self, rows: int) -> dict[str, torch.Tensor]:
         """Buffers for the fused step's two widest activations (packed QKV, SwiGLU output), `rows` rows.
