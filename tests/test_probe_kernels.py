@@ -424,7 +424,7 @@ def test_pdl_changes_timing_not_results_on_cuda(batch, preset):
 
     model = ProbeModel(preset, device="cuda", num_blocks=1 + batch * 40, fused=True)
     cache = model.kv_cache.fill_random_(3)
-    inputs = cache.decode_inputs([cache.add_sequence(300 + 40 * i) for i in range(batch)])
+    inputs = cache.decode_inputs([cache.add_sequence(300 + 40 * (i % 8)) for i in range(batch)])
     inputs["input_ids"] = torch.arange(batch, device="cuda") + 7
     before = cache.kv.clone()
     model.pdl = False

@@ -80,6 +80,7 @@ TILES: dict[tuple[int, int, bool, int], tuple[int, int, int, int]] = {
 }
 # The tensor-core tile loads its first W tile before its PDL wait, as the GEMV does.
 TILE_PDL = True
+SMEM_BUDGET = 160 * 1024  # bytes of pipelined tiles a tensor-core program may stage (of ~228 KB on Hopper)
 
 
 def runs_unpipelined(n_out: int, k: int, swiglu: bool) -> bool:
@@ -353,7 +354,7 @@ def _fused_linear_kernel(
 
 
 @functools.cache  # host time matters in eager mode: one launch is already ~50 us of Python
-def _tile_config(m: int, n: int, k: int, swiglu: bool, num_sms: int) -> dict:
+def _tile_config(m: int, n: int, k: int, swiglu: bool, num_sms: int, element_size: int = 2) -> dict:
     """Kernel and tiles by shape (no autotuning: deterministic, and nothing to tune inside a capture).
 
     GEMV (m <= GEMV_MAX_ROWS), from an H200 sweep (tools/kernel_sweep.py, per launch inside a graph,
@@ -370,6 +371,13 @@ def _tile_config(m: int, n: int, k: int, swiglu: bool, num_sms: int) -> dict:
     # The sweep's winner for most shapes: 64 weight rows a program, K tiles of 256 while the batch tile is
     # narrow, 128 at 64 rows, three pipeline stages (`TILES` holds each measured shape's own).
     block_n, block_k, warps, stages = tuned or (64, 256 if block_m <= 32 else 128, 4, 3)
+    # Shared memory holds `stages` copies of the W tile(s) and the x tile: narrower K tiles for wide elements
+    # (the fp32 test preset) or shapes the sweep never saw, so a tile always fits the SM (228 KB on Hopper).
+    while (
+        stages * (block_n * (2 if swiglu else 1) + block_m) * block_k * element_size > SMEM_BUDGET
+        and block_k > 32
+    ):
+        block_k //= 2
     return {
         "kernel": "dot",
         "BLOCK_M": block_m,
@@ -447,7 +455,7 @@ def fused_linear(
             f"rows, got {list(out.shape)} {out.dtype} on {out.device} with strides {out.stride()}"
         )
     cfg = dict(
-        config or _tile_config(m, n_out, k, swiglu, _num_sms(weight.device))
+        config or _tile_config(m, n_out, k, swiglu, _num_sms(weight.device), weight.element_size())
     )  # a copy: the cache is shared
     if config is None and weight.device.type != "cuda" and cfg["kernel"] == "gemv":
         # Triton's CPU interpreter runs one program after another: fewer, wider GEMV programs keep the CPU
