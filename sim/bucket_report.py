@@ -371,7 +371,7 @@ def format_layout_comparison(
     stats = compare(model, hw, layouts, workload, mode=mode, budget_bytes=budget)
     head = (
         f"Bucket layouts for {model.name} on {hw.name}, workload {workload.name} "
-        f"({mode.label}; graph memory modelled per graph)"
+        f"({mode.title}; graph memory modelled per graph)"
     )
     if budget is not None:
         head += f"\nMemory budget {budget_mib:g} MiB"

@@ -84,11 +84,6 @@ class HardwareConfig:
         _check_float(owner, "graph_node_host_us", self.graph_node_host_us, 0, 100)
         _check_float(owner, "barrier_us", self.barrier_us, 0, 1_000)
 
-    def boundary_us(self, mode) -> float:
-        """What a kernel boundary costs the GPU in `mode`: a kernel's latency, or one persistent kernel's
-        barrier between two of its phases."""
-        return self.barrier_us if mode.one_kernel else self.min_kernel_us
-
     @property
     def replay_cost(self) -> GraphReplayCost:
         """A graph replay on this hardware, in the one timing model's terms: one host call of

@@ -36,7 +36,7 @@ def format_sweep_table(
     n_unfused = dense[BASELINE].kernels
     n_fused = dense[FUSED].kernels
     shown_modes = dense.modes
-    head = f"{'batch':>6} │" + "".join(f" {m.short:<20} │" for m in shown_modes)
+    head = f"{'batch':>6} │" + "".join(f" {m.title:<20} │" for m in shown_modes)
     sub = f"{'':>6} │" + "".join(f" {'step µs':>9} {'bound':<5} {'util':>4} │" for _ in shown_modes)
     lines = [
         "(1) Batch-size sweep: one decode step per mode",
@@ -80,7 +80,7 @@ def format_sweep_table(
     lines += _wrap(
         "Crossover (smallest batch from which the step stays GPU-bound, dense sweep 1.."
         f"{shown[-1]}; graph modes up to their largest bucket): "
-        + ", ".join(f"{m.short} {_fmt_x(crossover[m.name])}" for m in shown_modes)
+        + ", ".join(f"{m.title} {_fmt_x(crossover[m.name])}" for m in shown_modes)
         + "."
     )
     lines += _wrap(_batch1_line(model, hw))

@@ -63,18 +63,22 @@ def _step(model, hw, batch: int, fusion: bool, graphs: bool, tp: int = 1):
     return simulate_step(model, hw, StepPlan(toggled(fusion, graphs), batch, tp))
 
 
+# The snapshot's key for each toggled mode's sweep: what the page titled them when it was written.
+SWEEP_KEYS = {"eager": "unoptimised", "fused": "fusion", "graph": "graphs", "fused+graph": "fusion + graphs"}
+
+
 def _sweep(model, hw):
-    """{mode title: (step_us, cpu_launch_us, gpu_busy_us)} and {mode title: crossover}."""
+    """{mode's key: (step_us, cpu_launch_us, gpu_busy_us)} and {mode's key: crossover}."""
     from core.step_plan import toggled
     from sim.schedule import sweep
 
     sw = sweep(model, hw, SWEEP_BATCHES)
-    modes = [toggled(*c) for c in COMBOS]
+    keys = {SWEEP_KEYS[m.name]: m for m in (toggled(*c) for c in COMBOS)}
     series = {
-        m.title: [sw[m].step_us.tolist(), sw[m].cpu_launch_us.tolist(), sw[m].gpu_busy_us.tolist()]
-        for m in modes
+        key: [sw[m].step_us.tolist(), sw[m].cpu_launch_us.tolist(), sw[m].gpu_busy_us.tolist()]
+        for key, m in keys.items()
     }
-    return series, {m.title: sw.crossover[m.name] for m in modes}
+    return series, {key: sw.crossover[m.name] for key, m in keys.items()}
 
 
 # -- the figures -------------------------------------------------------------------------------------

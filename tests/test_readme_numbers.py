@@ -609,7 +609,7 @@ def persistent_row() -> list[str | None]:
     import persistent_speed
 
     data = json.loads(persistent_speed.DEFAULT.read_text())
-    runs = {(r["preset"], r["mode"], r["batch"]): r for r in data["runs"]}
+    runs = persistent_speed.runs_of(data)
     mine, peer = (runs[("1b", m, 1)] for m in (persistent_speed.PERSISTENT, persistent_speed.PEER))
     ratios = {what: value for what, value, _, _ in persistent_speed.goals(data) if "/ fused+graph" in what}
     worst = max(ratios, key=ratios.get)

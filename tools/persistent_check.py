@@ -8,11 +8,11 @@ Per preset: (1) compile every kernel the run needs in parallel worker processes 
 (2) checks -- logits vs the fused path at batch 1..8 (the probe's bf16 tolerance), KV written where the fused
 path writes it, graph replay == eager per bucket 1/2/4/8 with the KV canary (gpu_probe.measure), 25 calls per
 bucket bit-identical, 1,000 graph replays with no error flag; (3) timing at batch 1, 2, 4, 8 of fused+graph and
-persistent+graph, interleaved rounds: back to back (bare graph replays enqueued with no sync, median per step),
-and as the probe times it (GraphRunner.run: input copies + replay, an idle GPU at each step's start); the read
-floor = (weights + KV at the preset's context) / measured device-to-device copy bandwidth; (4) the in-kernel
-phase stamps at batch 1 (persistent_trace.read_trace); (5) layout variants at batch 1 (1b also batch 8), each
-timed back to back against the default in interleaved rounds.
+persistent (both replayed as graphs), interleaved rounds: back to back (bare graph replays enqueued with no
+sync, median per step), and as the probe times it (GraphRunner.run: input copies + replay, an idle GPU at each
+step's start); the read floor = (weights + KV at the preset's context) / measured device-to-device copy
+bandwidth; (4) the in-kernel phase stamps at batch 1 (persistent_trace.read_trace); (5) layout variants at
+batch 1 (1b also batch 8), each timed back to back against the default in interleaved rounds.
 
 Writes DIR/persistent_check.json after every part (a run cut short keeps what it measured) and
 DIR/persistent_trace_<preset>_b1.json; prints a short table last. Stops starting new parts near the budget.
@@ -35,6 +35,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
+
+from core.step_plan import FUSED_GRAPH, PERSISTENT
 
 BATCHES = (1, 2, 4, 8)
 VARIANTS = {  # name -> PersistentConfig overrides; timed at batch 1 (and batch 8 where listed in AT_B8)
@@ -269,7 +271,7 @@ class Preset:
         if self.persistent_runner is None:
             self.persistent_runner = GraphRunner(self.decoder, buckets=BATCHES)
         self.fused_runner = GraphRunner(self.model, buckets=BATCHES)
-        runners = {"fused+graph": self.fused_runner, "persistent+graph": self.persistent_runner}
+        runners = {FUSED_GRAPH.name: self.fused_runner, PERSISTENT.name: self.persistent_runner}
         warm_gpu(self.persistent_runner.graphs[1], 1.0)
         for b in BATCHES:
             rows = self.batch.head(b)
@@ -425,7 +427,7 @@ def summary(run: Run) -> None:
           f"{'fused timed':>11s} {'pers timed':>10s} {'x floor':>7s}")  # fmt: skip
     by = {(r["preset"], r["batch"], r["mode"]): r for r in d["runs"]}
     for preset, b in sorted({(r["preset"], r["batch"]) for r in d["runs"]}):
-        f, p = by.get((preset, b, "fused+graph")), by.get((preset, b, "persistent+graph"))
+        f, p = by.get((preset, b, FUSED_GRAPH.name)), by.get((preset, b, PERSISTENT.name))
         if not (f and p):
             continue
         print(
