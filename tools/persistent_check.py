@@ -1,5 +1,5 @@
-"""On a GPU: the persistent decode-step kernel (gpu_probe/kernels/persistent.py) checked, then timed against
-the fused+graph step in the same run.
+"""On a GPU: the persistent decode-step kernel (gpu_probe/kernels/persistent.py, persistent_kernel.py) checked,
+then timed against the fused+graph step in the same run.
 
     python tools/persistent_check.py --out DIR [--budget-s 270] [--presets 1b small] [--variants NAME ...]
                                      [--no-variants] [--no-checks]
