@@ -6,7 +6,7 @@
   it and whether the simulator and the probe offer it. What follows from a row is derived from it
   once: its title (`Mode.title`), whether it is fused, the mode it runs as above its largest
   bucket (`without_graphs`), and in the simulator its kernel list and how the host submits it
-  (`sim.submission`). Every subset the code needs is read from the table (`modes(...)`), so
+  (`sim.step.submission`). Every subset the code needs is read from the table (`modes(...)`), so
   adding a mode is one row here (a new kernel set also needs its kernels).
 - A **step plan** (`StepPlan`) is one mode at one batch on `tp` GPUs with a bucket list: it
   says which bucket a graph mode replays (the smallest that holds the batch; above the
@@ -29,8 +29,8 @@ import numpy as np
 # fused (its Triton kernels); Inductor's (torch.compile builds its own); or the probe's one persistent
 # kernel (gpu_probe/kernels/persistent/): the fused kernels as phases of one launch, separated by grid
 # barriers instead of kernel boundaries. The simulator builds each modelled set's kernel list
-# (`sim.kernels.step_kernels`) and derives from the set and `graphs` how the host submits it
-# (`sim.submission`).
+# (`sim.step.kernels.step_kernels`) and derives from the set and `graphs` how the host submits it
+# (`sim.step.submission`).
 UNFUSED_KERNELS = "unfused"
 FUSED_KERNELS = "fused"
 INDUCTOR_KERNELS = "inductor"

@@ -1,6 +1,6 @@
 """One decode step as two lanes of intervals: the type both engines produce.
 
-The simulator (`sim.schedule`) and the trace reader (`core.trace`) both return a
+The simulator (`sim.step.schedule`) and the trace reader (`core.trace`) both return a
 `Timeline`, so one chart function draws either and the two can be overlaid. All
 times are microseconds from the start of the step (the first CPU interval starts
 at 0 for a simulated step; a measured step is shifted so that it does too).

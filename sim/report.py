@@ -8,8 +8,8 @@ import numpy as np
 
 from core.step_plan import BASELINE, CHAPTER_BUCKETS, FUSED, StepPlan
 from sim.config import HardwareConfig, ModelConfig
-from sim.kernels import MODEL_LEVEL, fusion_table
-from sim.schedule import simulate_step, sweep
+from sim.step.kernels import MODEL_LEVEL, fusion_table
+from sim.step.schedule import simulate_step, sweep
 
 POWERS_OF_TWO = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
@@ -165,7 +165,7 @@ def format_fusion_table(model: ModelConfig) -> str:
 
 
 def format_bucket_section(model: ModelConfig, hw: HardwareConfig, max_batch: int = 256) -> str:
-    from sim.bucket_report import format_layout_comparison  # only this section needs it
+    from sim.buckets.report import format_layout_comparison  # only this section needs it
 
     return "(3) Bucket layouts: padding waste against pinned graph memory\n\n" + format_layout_comparison(
         model, hw, max_batch=max_batch

@@ -1,14 +1,14 @@
 """The one timing model: what a kernel costs, when it starts, and what a graph replay adds.
 
 Every engine of this project that predicts a step uses these functions: the page's
-simulator (`sim.schedule`), the calibrated probe model (`sim.calibration`) and the
+simulator (`sim.step.schedule`), the calibrated probe model (`sim.calibration`) and the
 what-ifs on an uploaded trace.
 
 - A kernel costs a fixed latency for its family (launch on the GPU, fill and drain of
   its grid) plus the larger of bytes over the family's bandwidth and FLOPs over its
   matrix rate: `kernel_us`. An all-reduce on several GPUs costs its own latency α plus its bytes
-  over its bandwidth β: `AllReduceCost` (the sharded kernels of `sim.kernels` and the fits of
-  `sim.tensor_parallel` both use it).
+  over its bandwidth β: `AllReduceCost` (the sharded kernels of `sim.step.kernels` and the fits of
+  `sim.step.tensor_parallel` both use it).
 - Kernels of one stream run in order: kernel i starts when it is ready (submitted by the
   host) and the one before it has ended, plus the gap between them: `schedule_starts` gives
   every start, `stream_end_us` only the last kernel's end, for a stream of repeated segments
@@ -62,7 +62,7 @@ def family_kernel_us(bytes_moved, flops, family: KernelFamilyCost) -> np.ndarray
 
 @dataclass(frozen=True, slots=True)
 class AllReduceCost:
-    """α + bytes / β for one all-reduce on `tp` GPUs, and where α and β come from (`sim.tensor_parallel`
+    """α + bytes / β for one all-reduce on `tp` GPUs, and where α and β come from (`sim.step.tensor_parallel`
     gives the published figures and fits them to a probe run)."""
 
     tp: int

@@ -27,7 +27,7 @@ from core.probe_result import load_result  # noqa: E402
 from core.trace import analyse  # noqa: E402
 from sim.calibration import calibrate, calibrated_preset  # noqa: E402
 from sim.config import PRESETS  # noqa: E402
-from sim.kernels import fusion_table  # noqa: E402
+from sim.step.kernels import fusion_table  # noqa: E402
 from sim.trace_report import median_whatifs, untraced_summary  # noqa: E402
 from sim.trace_whatif import default_replay_cost  # noqa: E402
 
@@ -58,7 +58,7 @@ TRACES = (
 # -- the adapters: the only calls that know the engines' signatures ------------------------------
 def _step(model, hw, batch: int, fusion: bool, graphs: bool, tp: int = 1):
     from core.step_plan import StepPlan, toggled
-    from sim.schedule import simulate_step
+    from sim.step.schedule import simulate_step
 
     return simulate_step(model, hw, StepPlan(toggled(fusion, graphs), batch, tp))
 
@@ -70,7 +70,7 @@ SWEEP_KEYS = {"eager": "unoptimised", "fused": "fusion", "graph": "graphs", "fus
 def _sweep(model, hw):
     """{mode's key: (step_us, cpu_launch_us, gpu_busy_us)} and {mode's key: crossover}."""
     from core.step_plan import toggled
-    from sim.schedule import sweep
+    from sim.step.schedule import sweep
 
     sw = sweep(model, hw, SWEEP_BATCHES)
     keys = {SWEEP_KEYS[m.name]: m for m in (toggled(*c) for c in COMBOS)}

@@ -5,7 +5,7 @@ Two toy modes are put in `core.step_plan.MODES` and nowhere else:
 - ONE_LAUNCH changes the schedule: the persistent kernel launched once, without a graph. No mode had
   this schedule (one eager launch, then the fused kernels as phases back to back, each paying a
   barrier), and nothing in the simulator names it: both schedulers derive the host's calls, when the
-  phases may start and what separates them from the row (`sim.submission`), and must agree.
+  phases may start and what separates them from the row (`sim.step.submission`), and must agree.
 - HALF_LAUNCH changes a cost: fused, no graphs, half the launch cost. The calibration reads the
   launch scale from the row.
 """
@@ -22,7 +22,7 @@ from core.probe_result import load_result
 from core.step_plan import FUSED, FUSED_KERNELS, PERSISTENT, PERSISTENT_KERNELS, Mode, StepPlan, modes
 from sim.calibration import calibrate, synthetic_result
 from sim.config import PRESETS
-from sim.schedule import simulate_step, sweep
+from sim.step.schedule import simulate_step, sweep
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 CHAPTER = PRESETS["chapter"]

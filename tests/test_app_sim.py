@@ -15,7 +15,7 @@ from core import probe_result
 from core.step_plan import BASELINE, GRAPH, StepPlan, toggled
 from sim.calibration import calibrate, calibrated_preset
 from sim.config import PRESETS
-from sim.schedule import simulate_step
+from sim.step.schedule import simulate_step
 from ui.charts import format_us
 from ui.common import READOUT_LABELS
 from ui.sim_presets import CALIBRATED_KEY, CALIBRATED_TITLE, PRESET_TITLES, preset_of

@@ -18,7 +18,7 @@ from sim.calibration.least_squares import bounded_least_squares
 from sim.calibration.model import model_from_result
 from sim.calibration.report import loo_summary, main
 from sim.config import PRESETS, Preset
-from sim.schedule import simulate_step
+from sim.step.schedule import simulate_step
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = PRESETS["probe-0.5b-h200"].model.with_layers(8)  # fewer layers: same physics, faster tests

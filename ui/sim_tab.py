@@ -27,9 +27,9 @@ from sim.config import (
     ModelConfig,
     Preset,
 )
-from sim.kernels import step_kernels
-from sim.schedule import SimulatedStep, simulate_step
-from sim.tensor_parallel import tp_summary
+from sim.step.kernels import step_kernels
+from sim.step.schedule import SimulatedStep, simulate_step
+from sim.step.tensor_parallel import tp_summary
 from sim.timing import eager_host_us
 from ui import first_paint
 from ui.charts import FIRST_LAUNCHES, lanes_figure, lanes_height

@@ -1,6 +1,6 @@
 """A calibration as a simulator preset ("probe decoder on <GPU>").
 
-The simulator (`sim.schedule`) runs its own kernels (4 a layer fused, 11 unfused) with one
+The simulator (`sim.step.schedule`) runs its own kernels (4 a layer fused, 11 unfused) with one
 latency, one bandwidth, one launch cost and one replay cost. A preset follows the run's
 fused kernels at batch 1 (the fully optimised step, the page's headline): the Triton
 GEMV's latency (less what PDL hides in a graph) and bandwidth, its matrix rate from the
@@ -25,8 +25,8 @@ from core.step_plan import FUSED_GRAPH, StepPlan
 from sim.calibration.fit import Calibration, calibrate
 from sim.calibration.report import format_param
 from sim.config import HardwareConfig, Preset
-from sim.kernels import step_kernels
-from sim.schedule import simulate_step
+from sim.step.kernels import step_kernels
+from sim.step.schedule import simulate_step
 
 
 def calibrated_preset(result, cal: Calibration | None = None) -> Preset:

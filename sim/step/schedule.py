@@ -1,9 +1,9 @@
 """One decode step as a schedule, vectorised over kernels and batch sizes, on the one timing model.
 
 A `core.step_plan.StepPlan` says how the step runs (mode, batch, GPUs, bucket); its kernels are
-`sim.kernels.step_kernels` (the mode's kernel set, sharded with its all-reduces on several GPUs),
+`sim.step.kernels.step_kernels` (the mode's kernel set, sharded with its all-reduces on several GPUs),
 each costed by `sim.timing.kernel_us`. How the host submits them is derived from the mode once,
-`sim.submission`: eager, the host issues launch i over [i·L, (i+1)·L] (L the hardware's launch
+`sim.step.submission`: eager, the host issues launch i over [i·L, (i+1)·L] (L the hardware's launch
 cost times the mode's scale) and kernel i starts once it is submitted and kernel i-1 has
 finished, plus the node gap when it was already queued; a graph replay is one host call
 (`sim.timing.GraphReplayCost`), after which the nodes run back to back with the node gap; a
@@ -36,9 +36,9 @@ from core.step_plan import (
 )
 from core.timeline import CPU_BOUND, GPU_BOUND, StepMetrics, Timeline
 from sim.config import MAX_SIM_BATCH, HardwareConfig, ModelConfig
-from sim.kernels import step_kernels
-from sim.submission import submission
-from sim.tensor_parallel import published_allreduce
+from sim.step.kernels import step_kernels
+from sim.step.submission import submission
+from sim.step.tensor_parallel import published_allreduce
 from sim.timing import AllReduceCost
 
 
@@ -73,7 +73,7 @@ def simulate_step(
     """One decode step as a timeline, its metrics, and the unoptimised step it is compared with.
 
     On several GPUs (`plan.tp`) it is one GPU's lanes, the all-reduces costed by `allreduce`
-    (the published figures by default: `sim.tensor_parallel.published_allreduce`)."""
+    (the published figures by default: `sim.step.tensor_parallel.published_allreduce`)."""
     plan = plan or StepPlan()
     allreduce = allreduce or published_allreduce(plan.tp)
     timeline = _timeline(model, hw, plan, allreduce)

@@ -11,7 +11,7 @@ one hardware that fixes everything the schedule needs besides the kernels' own w
   between the phases of one kernel;
 - each kernel's fixed cost: a kernel's latency, or a grid barrier between phases.
 
-`sim.schedule` draws one step from it (`timeline`) and sweeps many batches with the same figures
+`sim.step.schedule` draws one step from it (`timeline`) and sweeps many batches with the same figures
 (`Submission.step_end_us`), so the two schedulers cannot disagree about a mode.
 """
 

@@ -229,7 +229,7 @@ def fused_layer(model: ModelConfig) -> tuple[Op, ...]:
 
 
 # The layer each kernel set the simulator models runs (`core.step_plan.KERNEL_SETS`): the persistent
-# kernel's phases are the fused kernels, each boundary a grid barrier (`sim.submission`).
+# kernel's phases are the fused kernels, each boundary a grid barrier (`sim.step.submission`).
 LAYERS = {UNFUSED_KERNELS: unfused_layer, FUSED_KERNELS: fused_layer, PERSISTENT_KERNELS: fused_layer}
 
 
@@ -284,7 +284,7 @@ class KernelGroup:
         """[n_batches, n_kernels] GPU time of each kernel, `rows` per batch (`padded` of them dummies).
 
         `sim.timing.kernel_us`, the one kernel cost: the GPU's latency (`latency_us`, a kernel's by
-        default: `sim.submission` gives a mode's) + max(bytes / bandwidth, FLOPs / matrix
+        default: `sim.step.submission` gives a mode's) + max(bytes / bandwidth, FLOPs / matrix
         rate), where a padded dummy row costs its matmul rows but reads no KV cache (engines point it at
         a scratch slot); an all-reduce, α + bytes / β."""
         rows = np.asarray(rows, dtype=np.float64).reshape(-1, 1)

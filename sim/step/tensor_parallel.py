@@ -1,7 +1,7 @@
 """Tensor parallelism in the simulator: what an all-reduce costs, and what one GPU holds.
 
-A `tp`-way step is the one step builder's (`sim.kernels.step_kernels(model, mode, tp)`, drawn by
-`sim.schedule.simulate_step` for a `StepPlan` with `tp` GPUs): the kernels sharded Megatron-style
+A `tp`-way step is the one step builder's (`sim.step.kernels.step_kernels(model, mode, tp)`, drawn by
+`sim.step.schedule.simulate_step` for a `StepPlan` with `tp` GPUs): the kernels sharded Megatron-style
 (as the probe's sharded model does it), an all-reduce of batch × hidden × bytes_per_el after each
 row-parallel kernel, costed like any kernel by the one timing model with the all-reduce's own
 latency α and bandwidth β: α + bytes / β (`sim.timing.AllReduceCost`). Every GPU runs the same
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from core.step_plan import check_tp
-from sim.kernels import ALLREDUCE, kv_share, step_kernels
+from sim.step.kernels import ALLREDUCE, kv_share, step_kernels
 from sim.timing import AllReduceCost
 
 # sgl-project/sglang #2904, custom all-reduce on H100, latency in µs: GPUs -> (at 512 B, at 1 MiB).
@@ -114,7 +114,7 @@ class TPSummary:
 
 
 def tp_summary(step) -> TPSummary:
-    """Per-GPU weights and KV, and the all-reduce share of a simulated step (`sim.schedule.SimulatedStep`)."""
+    """Per-GPU weights and KV, and the all-reduce share of a simulated step (`sim.step.schedule.SimulatedStep`)."""
     model, plan = step.model, step.plan
     kernels = step_kernels(model, plan.mode, plan.tp)
     kv = (
