@@ -55,17 +55,7 @@ def format_sweep_table(
         if base_x is not None and not marked and b >= base_x:
             lines.append(f"{'':>6} ├─ crossover with both toggles off: GPU-bound from batch {base_x} on")
             marked = True
-        cells = []
-        for m in shown_modes:
-            s = dense[m]
-            bound = "CPU" if s.cpu_launch_us[row] > s.gpu_busy_us[row] else "GPU"
-            if m.graphs and s.launches[row] > 1:
-                bound += "*"  # graphs asked for, batch above the largest bucket: ran eagerly
-            cells.append(f" {s.step_us[row]:>9.1f} {bound:<5} {s.utilisation[row] * 100:>3.0f}% │")
-        tag = (
-            " ◀ launch-bound" if dense[BASELINE].cpu_launch_us[row] > dense[BASELINE].gpu_busy_us[row] else ""
-        )
-        lines.append(f"{b:>6} │" + "".join(cells) + tag)
+        lines.append(_sweep_row(dense, row, b))
     lines.append("")
     lines += _wrap(
         "bound: CPU = the host's launches take longer than the kernels, so the GPU waits "
@@ -85,6 +75,20 @@ def format_sweep_table(
     )
     lines += _wrap(_batch1_line(model, hw))
     return "\n".join(lines)
+
+
+def _sweep_row(dense, row: int, batch: int) -> str:
+    """One batch of the sweep table: each mode's step time, bound and utilisation."""
+    cells = []
+    for m in dense.modes:
+        s = dense[m]
+        bound = "CPU" if s.cpu_launch_us[row] > s.gpu_busy_us[row] else "GPU"
+        if m.graphs and not s.replayed[row]:
+            bound += "*"  # graphs asked for, batch above the largest bucket: ran eagerly
+        cells.append(f" {s.step_us[row]:>9.1f} {bound:<5} {s.utilisation[row] * 100:>3.0f}% │")
+    base = dense[BASELINE]
+    tag = " ◀ launch-bound" if base.cpu_launch_us[row] > base.gpu_busy_us[row] else ""
+    return f"{batch:>6} │" + "".join(cells) + tag
 
 
 def _wrap(text: str, indent: str = "    ") -> list[str]:

@@ -433,27 +433,8 @@ class PersistentDecoder:
         trace_buffer = self._trace_buffer(trace)
         lay = self.layout(batch)
         kv = self.kv_cache.kv  # [layer, K|V, block, slot_in_block, kv_head, head_dim]
-        tensors = {
-            "ids_ptr": input_ids,
-            "pos_ptr": positions,
-            "table_ptr": block_tables,
-            "slot_ptr": slot_mapping,
-            "ctx_ptr": context_lens,
-            "emb_ptr": self.model.tok_embeddings,
-            "w_qkv_ptr": self.w_qkv,
-            "w_o_ptr": self.w_o,
-            "w_gate_up_ptr": self.w_gate_up,
-            "w_down_ptr": self.w_down,
-            "w_lm_ptr": self.model.lm_head_folded,
-            "kv_ptr": kv,
-            "cos_ptr": self.model.rope_cos,
-            "sin_ptr": self.model.rope_sin,
-            **{f"{name}_ptr": buf for name, buf in self.workspace.items()},
-            "logits_ptr": logits_out,
-            "xs_ptr": self.scratch,
-            "state_ptr": self.state,
-            "trace_ptr": trace_buffer if trace_buffer is not None else self.state,
-        }
+        inputs = (input_ids, positions, block_tables, slot_mapping, context_lens)
+        tensors = self._tensors(inputs, logits_out, trace_buffer)
         scalars = launch_scalars(
             cfg, self.config, batch, tuple(kv.stride()), block_tables.stride(0), logits_out.stride(0)
         )
@@ -466,6 +447,31 @@ class PersistentDecoder:
                 kwargs["launch_cooperative_grid"] = True
         _decode_step_kernel[grid](*args, **kwargs)
         return logits_out
+
+    def _tensors(self, inputs: tuple, logits_out: torch.Tensor, trace_buffer: torch.Tensor | None) -> dict:
+        """The kernel's tensor arguments by name: the step's inputs, the weights, the KV cache, the buffers."""
+        input_ids, positions, block_tables, slot_mapping, context_lens = inputs
+        return {
+            "ids_ptr": input_ids,
+            "pos_ptr": positions,
+            "table_ptr": block_tables,
+            "slot_ptr": slot_mapping,
+            "ctx_ptr": context_lens,
+            "emb_ptr": self.model.tok_embeddings,
+            "w_qkv_ptr": self.w_qkv,
+            "w_o_ptr": self.w_o,
+            "w_gate_up_ptr": self.w_gate_up,
+            "w_down_ptr": self.w_down,
+            "w_lm_ptr": self.model.lm_head_folded,
+            "kv_ptr": self.kv_cache.kv,
+            "cos_ptr": self.model.rope_cos,
+            "sin_ptr": self.model.rope_sin,
+            **{f"{name}_ptr": buf for name, buf in self.workspace.items()},
+            "logits_ptr": logits_out,
+            "xs_ptr": self.scratch,
+            "state_ptr": self.state,
+            "trace_ptr": trace_buffer if trace_buffer is not None else self.state,
+        }
 
     def _constexprs(self, lay: StepLayout, trace: bool) -> dict:
         hopper = self.on_gpu and torch.cuda.get_device_capability(self.device)[0] >= 9

@@ -19,6 +19,7 @@ import numpy as np
 from core.step_plan import FUSED_GRAPH, GRAPH, Mode, without_graphs
 from sim.buckets import layouts as bk
 from sim.buckets import memory as bm
+from sim.buckets import workloads as wl
 from sim.buckets.workloads import Workload, uniform
 from sim.config import PRESETS, HardwareConfig, ModelConfig
 from sim.step.kernels import step_kernels
@@ -380,7 +381,7 @@ def format_layout_comparison(
     return head + "\n" + format_table(table_rows(stats))
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m sim buckets",
         description="Compare CUDA-graph bucket layouts: padding waste, eager "
@@ -410,10 +411,22 @@ def main(argv=None) -> int:
         default="time",
         help="optimise expected step time or expected padded rows",
     )
-    args = parser.parse_args(argv)
-    try:
-        from sim.buckets import workloads as wl
+    return parser
 
+
+def _workload(args) -> Workload:
+    """The workload the arguments name: an uploaded histogram, uniform, or one around a mean."""
+    if args.csv:
+        with open(args.csv, "rb") as fh:
+            return wl.parse_histogram_csv(fh.read(wl.MAX_CSV_BYTES + 1), name=args.csv)
+    if args.workload == "uniform":
+        return wl.uniform(args.max_batch)
+    return getattr(wl, args.workload)(args.mean, args.max_batch)
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    try:
         if not 1 <= args.max_batch <= wl.MAX_BATCH:
             raise ValueError(f"--max-batch must be from 1 to {wl.MAX_BATCH}")
         if not 1 <= args.max_graphs <= 128:
@@ -424,13 +437,7 @@ def main(argv=None) -> int:
         layouts = {n: bk.layout(n, args.max_batch) for n in names}
         if args.custom:
             layouts["custom"] = bk.parse_layout(args.custom)
-        if args.csv:
-            with open(args.csv, "rb") as fh:
-                workload = wl.parse_histogram_csv(fh.read(wl.MAX_CSV_BYTES + 1), name=args.csv)
-        elif args.workload == "uniform":
-            workload = wl.uniform(args.max_batch)
-        else:
-            workload = getattr(wl, args.workload)(args.mean, args.max_batch)
+        workload = _workload(args)
         preset = PRESETS[args.preset]
         budget = None if args.budget_mib is None else args.budget_mib * MIB
         stats = compare(
