@@ -33,9 +33,17 @@ SOURCES = ("simulated", "measured", "recorded")
 # SGLang's cross_device_reduce, torch's symmetric-memory one_shot/two_shot_all_reduce) and the simulator's.
 GPU_KINDS = ("kernel", "communication", "memcpy", "memset")
 _COMM_MARKERS = (
-    "nccl", "all_reduce", "allreduce", "all_gather", "allgather", "reduce_scatter", "reducescatter",
-    "cross_device_reduce", "alltoall", "all_to_all",
-)  # fmt: skip
+    "nccl",
+    "all_reduce",
+    "allreduce",
+    "all_gather",
+    "allgather",
+    "reduce_scatter",
+    "reducescatter",
+    "cross_device_reduce",
+    "alltoall",
+    "all_to_all",
+)
 
 
 def gpu_kind(name: str) -> str:
