@@ -232,49 +232,31 @@ def _gemv_epilogue(
 
 
 @triton.jit
+def _phase(grid, p):
+    """What phase p of the step needs of the grid: this program, the programs, the state buffer, the
+    barrier count it waits for, the spin limit, its error code and its stamps."""
+    pid, n_programs, state_ptr, base, spin_limit, stamps = grid
+    return pid, n_programs, state_ptr, base + p * n_programs, spin_limit, p + 1, stamps + 3 * p
+
+
+@triton.jit
 def _gemv_phase(
-    w_ptr,
-    x_ptr,
-    stride_x,
-    part_ptr,
-    lse_ptr,
-    out_ptr,
-    stride_out,
-    batch,
-    N,
-    eps,
-    pid,
-    n_programs,
-    state_ptr,
-    target,
-    spin_limit,
-    code,
-    stamps,
-    K: tl.constexpr,
-    NORM: tl.constexpr,
-    SWIGLU: tl.constexpr,
-    RESIDUAL: tl.constexpr,
-    MERGE: tl.constexpr,
-    BM: tl.constexpr,
-    BN: tl.constexpr,
-    KR: tl.constexpr,
-    C: tl.constexpr,
-    MBK: tl.constexpr,
-    PF_BYTES: tl.constexpr,
-    W_BYTES: tl.constexpr,
-    N_SPLITS: tl.constexpr,
-    HEAD_DIM: tl.constexpr,
-    N_HEADS: tl.constexpr,
-    WS_ROWS: tl.constexpr,
-    TRACE: tl.constexpr,
-    USE_PTX: tl.constexpr,
+    w_ptr, x_ptr, stride_x, out_ptr, stride_out, N, p, grid, step, GEMV: tl.constexpr, SHAPE: tl.constexpr
 ):
     """out[:batch, rows] = epilogue(x @ W^T) for this program's row blocks, after waiting for `target`.
 
     N is the output width (SwiGLU: F, with W holding 2F rows). The program's row blocks are a fixed,
     contiguous share of the N / BN blocks; it walks them tile by tile, with the next tile's loads issued
     before the current one is multiplied, and asks the L2 for its weight bytes PF_BYTES ahead.
+
+    Phase `p` of the step (`grid`: see `_phase`); `step`: the split attention's partial outputs and
+    log-sum-exps, the batch, the norm's epsilon; GEMV: this phase's compile-time shape and epilogue
+    (K, NORM, SWIGLU, RESIDUAL, MERGE, BN, KR); SHAPE: the kernel's (`_decode_step_kernel`).
     """
+    pid, n_programs, state_ptr, target, spin_limit, code, stamps = _phase(grid, p)
+    part_ptr, lse_ptr, batch, eps = step
+    K, NORM, SWIGLU, RESIDUAL, MERGE, BN, KR = GEMV
+    BM, C, MBK, PF_BYTES, W_BYTES, N_SPLITS, HEAD_DIM, N_HEADS, WS_ROWS, TRACE, USE_PTX = SHAPE
     BK: tl.constexpr = KR * C
     KT: tl.constexpr = (K + BK - 1) // BK
     TILE_BYTES: tl.constexpr = BN * BK * W_BYTES
@@ -367,11 +349,11 @@ def _item_range(
 
 
 @triton.jit
-def _item_inputs(item, n_items, table_ptr, stride_table, pos_ptr, slot_ptr, ctx_ptr, cos_ptr, sin_ptr, k_ptr,
-                 v_ptr, max_pos, stride_slot, N_KV_HEADS: tl.constexpr, N_SPLITS: tl.constexpr,
-                 HEAD_DIM: tl.constexpr, KV_BLOCK: tl.constexpr, BLOCK_T: tl.constexpr):  # fmt: skip
+def _item_inputs(item, n_items, cache, k_ptr, v_ptr, ATTENTION: tl.constexpr):
     """An attention item's inputs that do not come from this layer's QKV phase: its range, the RoPE factors
     of its position (cos, sign * sin), its slot, and its first tile of cached K/V."""
+    table_ptr, stride_table, pos_ptr, slot_ptr, ctx_ptr, cos_ptr, sin_ptr, max_pos, stride_slot = cache
+    N_SPLITS, N_HEADS, N_KV_HEADS, GROUP, ROWS, HEAD_DIM, KV_BLOCK, BLOCK_T, WS_ROWS, IEEE = ATTENTION
     HALF: tl.constexpr = HEAD_DIM // 2
     seq, kv_head, split, lo, hi = _item_range(item, n_items, ctx_ptr, N_KV_HEADS, N_SPLITS, BLOCK_T)
     valid = item < n_items
@@ -380,54 +362,30 @@ def _item_inputs(item, n_items, table_ptr, stride_table, pos_ptr, slot_ptr, ctx_
     cos = tl.load(cos_ptr + pos * HALF + d % HALF)
     sin = tl.load(sin_ptr + pos * HALF + d % HALF) * tl.where(d < HALF, -1.0, 1.0)
     slot = tl.load(slot_ptr + seq, mask=valid, other=-1).to(tl.int64)
+    table_row = table_ptr + seq * stride_table
+    tokens = lo + tl.arange(0, BLOCK_T)
     keys, values, mask_t = _load_kv_tile(
-        table_ptr + seq * stride_table, k_ptr, v_ptr, lo + tl.arange(0, BLOCK_T), hi, d, kv_head * HEAD_DIM,
-        stride_slot, KV_BLOCK,
-    )  # fmt: skip
+        table_row, k_ptr, v_ptr, tokens, hi, d, kv_head * HEAD_DIM, stride_slot, KV_BLOCK
+    )
     return seq, kv_head, split, lo, hi, cos, sin, slot, keys, values, mask_t
 
 
 @triton.jit
 def _attention_phase(
-    qkv_ptr,
-    k_ptr,
-    v_ptr,
-    table_ptr,
-    stride_table,
-    pos_ptr,
-    slot_ptr,
-    ctx_ptr,
-    cos_ptr,
-    sin_ptr,
-    part_ptr,
-    lse_ptr,
-    batch,
-    max_pos,
-    qk_scale,
-    stride_slot,
-    pid,
-    n_programs,
-    state_ptr,
-    target,
-    spin_limit,
-    code,
-    stamps,
-    N_SPLITS: tl.constexpr,
-    N_HEADS: tl.constexpr,
-    N_KV_HEADS: tl.constexpr,
-    GROUP: tl.constexpr,
-    ROWS: tl.constexpr,
-    HEAD_DIM: tl.constexpr,
-    KV_BLOCK: tl.constexpr,
-    BLOCK_T: tl.constexpr,
-    WS_ROWS: tl.constexpr,
-    IEEE: tl.constexpr,
-    TRACE: tl.constexpr,
-    USE_PTX: tl.constexpr,
+    qkv_ptr, k_ptr, v_ptr, p, grid, step, cache, ATTENTION: tl.constexpr, SHAPE: tl.constexpr
 ):
     """RoPE + the new token's K/V write + decode attention over one layer's paged cache, as in
     attention._paged_attention_kernel, one item (sequence, KV head, context split) at a time: items
-    pid, pid + n_programs, ... Each item writes its normalised output and log2-sum-exp for the O phase."""
+    pid, pid + n_programs, ... Each item writes its normalised output and log2-sum-exp for the O phase.
+
+    Phase `p` of the step (`grid`: see `_phase`); `step`: as `_gemv_phase`'s, and the attention's scale;
+    `cache`: the block table, positions, slots, context lengths, RoPE tables; ATTENTION: its compile-time
+    shape (N_SPLITS, N_HEADS, N_KV_HEADS, GROUP, ROWS, HEAD_DIM, KV_BLOCK, BLOCK_T, WS_ROWS, IEEE)."""
+    pid, n_programs, state_ptr, target, spin_limit, code, stamps = _phase(grid, p)
+    part_ptr, lse_ptr, batch, qk_scale = step
+    table_ptr, stride_table, pos_ptr, slot_ptr, ctx_ptr, cos_ptr, sin_ptr, max_pos, stride_slot = cache
+    N_SPLITS, N_HEADS, N_KV_HEADS, GROUP, ROWS, HEAD_DIM, KV_BLOCK, BLOCK_T, WS_ROWS, IEEE = ATTENTION
+    TRACE, USE_PTX = SHAPE[9], SHAPE[10]
     QKV_N: tl.constexpr = (N_HEADS + 2 * N_KV_HEADS) * HEAD_DIM
     HALF: tl.constexpr = HEAD_DIM // 2
     n_items = batch * N_KV_HEADS * N_SPLITS
@@ -438,9 +396,8 @@ def _attention_phase(
     # Before the wait, everything of the first item that the QKV phase does not write: its range, position,
     # RoPE factors, slot and first tile of cached K/V.
     seq, kv_head, split, lo, hi, cos, sin, slot, keys, values, mask_t = _item_inputs(
-        pid, n_items, table_ptr, stride_table, pos_ptr, slot_ptr, ctx_ptr, cos_ptr, sin_ptr, k_ptr, v_ptr,
-        max_pos, stride_slot, N_KV_HEADS, N_SPLITS, HEAD_DIM, KV_BLOCK, BLOCK_T,
-    )  # fmt: skip
+        pid, n_items, cache, k_ptr, v_ptr, ATTENTION
+    )
     _mark(stamps, state_ptr, TRACE, USE_PTX)
     _wait(state_ptr, target, spin_limit, code)
     _mark(stamps + 1, state_ptr, TRACE, USE_PTX)
@@ -467,10 +424,10 @@ def _attention_phase(
         q_dot = q_rot.to(k_ptr.dtype.element_ty)
         table_row = table_ptr + seq * stride_table
         for start in range(lo, hi, BLOCK_T):  # the tile at `start` is in (keys, values); load the next
+            tokens = start + BLOCK_T + tl.arange(0, BLOCK_T)
             keys_next, values_next, mask_next = _load_kv_tile(
-                table_row, k_ptr, v_ptr, start + BLOCK_T + tl.arange(0, BLOCK_T), hi, d, head_off, stride_slot,
-                KV_BLOCK,
-            )  # fmt: skip
+                table_row, k_ptr, v_ptr, tokens, hi, d, head_off, stride_slot, KV_BLOCK
+            )
             run_max, run_sum, acc = _attend_tile(q_dot, keys, values, mask_t, run_max, run_sum, acc, IEEE)
             keys, values, mask_t = keys_next, values_next, mask_next
         has_any = run_sum > 0
@@ -485,9 +442,8 @@ def _attention_phase(
         tl.store(lse_ptr + out_row * N_HEADS + heads, lse, mask=mask_g)
         # The next item's inputs (none past the end).
         seq, kv_head, split, lo, hi, cos, sin, slot, keys, values, mask_t = _item_inputs(
-            item + n_programs, n_items, table_ptr, stride_table, pos_ptr, slot_ptr, ctx_ptr, cos_ptr, sin_ptr,
-            k_ptr, v_ptr, max_pos, stride_slot, N_KV_HEADS, N_SPLITS, HEAD_DIM, KV_BLOCK, BLOCK_T,
-        )  # fmt: skip
+            item + n_programs, n_items, cache, k_ptr, v_ptr, ATTENTION
+        )
     _mark(stamps + 2, state_ptr, TRACE, USE_PTX)
 
 
@@ -582,49 +538,64 @@ def _decode_step_kernel(
     _mark(stamps + 2, state_ptr, TRACE, USE_PTX)
     _arrive(state_ptr)
 
+    # What every phase shares: the grid and its barrier (`_phase`), the step's buffers and sizes, the cache.
+    grid = (pid, n_programs, state_ptr, base, spin_limit, stamps)
+    gemv_step = (part_ptr, lse_ptr, batch, eps)
+    attention_step = (part_ptr, lse_ptr, batch, qk_scale)
+    cache = (table_ptr, stride_table, pos_ptr, slot_ptr, ctx_ptr, cos_ptr, sin_ptr, max_pos, kv_stride_slot)
+    SHAPE: tl.constexpr = (
+        BM,
+        C,
+        MBK,
+        PF_BYTES,
+        W_BYTES,
+        N_SPLITS,
+        HEAD_DIM,
+        N_HEADS,
+        WS_ROWS,
+        TRACE,
+        USE_PTX,
+    )
+    ATTENTION: tl.constexpr = (
+        N_SPLITS,
+        N_HEADS,
+        N_KV_HEADS,
+        GROUP,
+        ROWS,
+        HEAD_DIM,
+        KV_BLOCK,
+        BLOCK_T,
+        WS_ROWS,
+        IEEE,
+    )
+    # Each GEMV phase's compile-time shape and epilogue: (K, NORM, SWIGLU, RESIDUAL, MERGE, BN, KR).
+    QKV: tl.constexpr = (HIDDEN, True, False, False, False, BN_QKV, KR_QKV)
+    O_PROJ: tl.constexpr = (Q_SIZE, False, False, True, True, BN_O, KR_O)  # the split attention merged first
+    GATE_UP: tl.constexpr = (HIDDEN, True, True, False, False, BN_GU, KR_GU)
+    DOWN: tl.constexpr = (FFN, False, False, True, False, BN_DOWN, KR_DOWN)
+    LM_HEAD: tl.constexpr = (HIDDEN, True, False, False, False, BN_LM, KR_LM)
+
     for layer in range(n_layers):
         p = 1 + 5 * layer
         lw = tl.cast(layer, tl.int64)
         k_ptr = kv_ptr + lw * kv_stride_layer
         v_ptr = k_ptr + kv_stride_kv
-        _gemv_phase(w_qkv_ptr + lw * (QKV_N * HIDDEN), h_ptr, HIDDEN, part_ptr, lse_ptr, qkv_ptr, QKV_N, batch,
-                    QKV_N, eps, pid, n_programs, state_ptr, base + p * n_programs, spin_limit, p + 1, stamps + 3 * p,
-                    K=HIDDEN, NORM=True, SWIGLU=False, RESIDUAL=False, MERGE=False, BN=BN_QKV, KR=KR_QKV,
-                    BM=BM, C=C, MBK=MBK, PF_BYTES=PF_BYTES, W_BYTES=W_BYTES, N_SPLITS=N_SPLITS, HEAD_DIM=HEAD_DIM,
-                    N_HEADS=N_HEADS, WS_ROWS=WS_ROWS, TRACE=TRACE, USE_PTX=USE_PTX)  # fmt: skip
+        w = w_qkv_ptr + lw * (QKV_N * HIDDEN)
+        _gemv_phase(w, h_ptr, HIDDEN, qkv_ptr, QKV_N, QKV_N, p, grid, gemv_step, QKV, SHAPE)
         _arrive(state_ptr)
-        _attention_phase(qkv_ptr, k_ptr, v_ptr, table_ptr, stride_table, pos_ptr, slot_ptr, ctx_ptr, cos_ptr,
-                         sin_ptr, part_ptr, lse_ptr, batch, max_pos, qk_scale, kv_stride_slot, pid, n_programs,
-                         state_ptr, base + (p + 1) * n_programs, spin_limit, p + 2, stamps + 3 * (p + 1),
-                         N_SPLITS=N_SPLITS, N_HEADS=N_HEADS, N_KV_HEADS=N_KV_HEADS, GROUP=GROUP, ROWS=ROWS,
-                         HEAD_DIM=HEAD_DIM, KV_BLOCK=KV_BLOCK, BLOCK_T=BLOCK_T, WS_ROWS=WS_ROWS, IEEE=IEEE,
-                         TRACE=TRACE, USE_PTX=USE_PTX)  # fmt: skip
+        _attention_phase(qkv_ptr, k_ptr, v_ptr, p + 1, grid, attention_step, cache, ATTENTION, SHAPE)
         _arrive(state_ptr)
-        _gemv_phase(w_o_ptr + lw * (HIDDEN * Q_SIZE), xs_ptr + pid * (BM * Q_SIZE), Q_SIZE, part_ptr, lse_ptr, h_ptr,
-                    HIDDEN, batch, HIDDEN, eps, pid, n_programs, state_ptr, base + (p + 2) * n_programs, spin_limit,
-                    p + 3, stamps + 3 * (p + 2), K=Q_SIZE, NORM=False, SWIGLU=False, RESIDUAL=True, MERGE=True,
-                    BN=BN_O, KR=KR_O,
-                    BM=BM, C=C, MBK=MBK, PF_BYTES=PF_BYTES, W_BYTES=W_BYTES, N_SPLITS=N_SPLITS, HEAD_DIM=HEAD_DIM,
-                    N_HEADS=N_HEADS, WS_ROWS=WS_ROWS, TRACE=TRACE, USE_PTX=USE_PTX)  # fmt: skip
+        w, xs = w_o_ptr + lw * (HIDDEN * Q_SIZE), xs_ptr + pid * (BM * Q_SIZE)  # xs: this program's scratch
+        _gemv_phase(w, xs, Q_SIZE, h_ptr, HIDDEN, HIDDEN, p + 2, grid, gemv_step, O_PROJ, SHAPE)
         _arrive(state_ptr)
-        _gemv_phase(w_gate_up_ptr + lw * (2 * FFN * HIDDEN), h_ptr, HIDDEN, part_ptr, lse_ptr, act_ptr, FFN, batch,
-                    FFN, eps, pid, n_programs, state_ptr, base + (p + 3) * n_programs, spin_limit, p + 4,
-                    stamps + 3 * (p + 3), K=HIDDEN, NORM=True, SWIGLU=True, RESIDUAL=False, MERGE=False, BN=BN_GU,
-                    KR=KR_GU,
-                    BM=BM, C=C, MBK=MBK, PF_BYTES=PF_BYTES, W_BYTES=W_BYTES, N_SPLITS=N_SPLITS, HEAD_DIM=HEAD_DIM,
-                    N_HEADS=N_HEADS, WS_ROWS=WS_ROWS, TRACE=TRACE, USE_PTX=USE_PTX)  # fmt: skip
+        w = w_gate_up_ptr + lw * (2 * FFN * HIDDEN)
+        _gemv_phase(w, h_ptr, HIDDEN, act_ptr, FFN, FFN, p + 3, grid, gemv_step, GATE_UP, SHAPE)
         _arrive(state_ptr)
-        _gemv_phase(w_down_ptr + lw * (HIDDEN * FFN), act_ptr, FFN, part_ptr, lse_ptr, h_ptr, HIDDEN, batch, HIDDEN,
-                    eps, pid, n_programs, state_ptr, base + (p + 4) * n_programs, spin_limit, p + 5,
-                    stamps + 3 * (p + 4), K=FFN, NORM=False, SWIGLU=False, RESIDUAL=True, MERGE=False, BN=BN_DOWN,
-                    KR=KR_DOWN,
-                    BM=BM, C=C, MBK=MBK, PF_BYTES=PF_BYTES, W_BYTES=W_BYTES, N_SPLITS=N_SPLITS, HEAD_DIM=HEAD_DIM,
-                    N_HEADS=N_HEADS, WS_ROWS=WS_ROWS, TRACE=TRACE, USE_PTX=USE_PTX)  # fmt: skip
+        w = w_down_ptr + lw * (HIDDEN * FFN)
+        _gemv_phase(w, act_ptr, FFN, h_ptr, HIDDEN, HIDDEN, p + 4, grid, gemv_step, DOWN, SHAPE)
         _arrive(state_ptr)
 
     last = n_phases - 1
-    _gemv_phase(w_lm_ptr, h_ptr, HIDDEN, part_ptr, lse_ptr, logits_ptr, stride_logits, batch, VOCAB, eps, pid,
-                n_programs, state_ptr, base + last * n_programs, spin_limit, last + 1, stamps + 3 * last, K=HIDDEN,
-                NORM=True, SWIGLU=False, RESIDUAL=False, MERGE=False, BN=BN_LM, KR=KR_LM,
-                BM=BM, C=C, MBK=MBK, PF_BYTES=PF_BYTES, W_BYTES=W_BYTES, N_SPLITS=N_SPLITS, HEAD_DIM=HEAD_DIM,
-                N_HEADS=N_HEADS, WS_ROWS=WS_ROWS, TRACE=TRACE, USE_PTX=USE_PTX)  # fmt: skip
+    _gemv_phase(
+        w_lm_ptr, h_ptr, HIDDEN, logits_ptr, stride_logits, VOCAB, last, grid, gemv_step, LM_HEAD, SHAPE
+    )
