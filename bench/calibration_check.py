@@ -88,8 +88,10 @@ def main() -> int:
         f"{0.75 * high / 1e3:.1f} ms and at most {1.25 * low / 1e3:.1f} ms"
         + (", which no prediction is." if 0.75 * high > 1.25 * low else ".")
     )
-    per_launch = {n: [r.enqueue_us_median / r.kernels_per_step for r in results[n].runs if r.mode == "eager"]
-                  for n in RUNS}  # fmt: skip
+    per_launch = {
+        n: [r.enqueue_us_median / r.kernels_per_step for r in results[n].runs if r.mode == "eager"]
+        for n in RUNS
+    }
     print(
         "  eager host µs per launch at batches "
         + ", ".join(map(str, results["recorded"].batches))

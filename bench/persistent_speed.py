@@ -13,6 +13,10 @@ import json
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from core.step_plan import FUSED_GRAPH
+from core.step_plan import PERSISTENT as PERSISTENT_MODE
+
 DEFAULT = (
     Path(__file__).resolve().parents[1]
     / "gpu_probe"
@@ -20,12 +24,19 @@ DEFAULT = (
     / "persistent_h200"
     / "persistent_check.json"
 )
-PERSISTENT, PEER = "persistent+graph", "fused+graph"  # the check script's names for the two steps
+PERSISTENT, PEER = PERSISTENT_MODE.name, FUSED_GRAPH.name  # the two steps, by the modes table's names
+# The recorded run (2026-12-03) predates one name per mode: the check script then wrote "persistent+graph".
+FORMER_NAMES = {"persistent+graph": PERSISTENT}
+
+
+def runs_of(data: dict) -> dict[tuple[str, str, int], dict]:
+    """(preset, mode, batch) -> the run's figures, each mode by the modes table's name."""
+    return {(r["preset"], FORMER_NAMES.get(r["mode"], r["mode"]), r["batch"]): r for r in data["runs"]}
 
 
 def goals(data: dict) -> list[tuple[str, float, str, bool]]:
     """(what, value, goal, met) for every goal the run has the figures for."""
-    runs = {(r["preset"], r["mode"], r["batch"]): r for r in data["runs"]}
+    runs = runs_of(data)
     rows = []
     one = runs.get(("1b", PERSISTENT, 1))
     if one:

@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from core.step_plan import StepPlan  # noqa: E402
 from sim.config import PRESETS  # noqa: E402 - after the sys.path insert
-from sim.schedule import simulate_step, sweep  # noqa: E402
+from sim.step.schedule import simulate_step, sweep  # noqa: E402
 
 
 def bench_simulator(repeats: int) -> None:

@@ -46,6 +46,97 @@ KERNEL_NAMES = (
     "{lambda(c10::BFloat16)#1} const&)::{lambda(int)#1}>(int, at::native::gpu_kernel_impl_nocast)",
 )
 OPS = ("aten::add", "aten::mm", "aten::mean", "aten::to")
+KERNEL_US = (2.0, 9.0, 3.0, 1.5)  # each of KERNEL_NAMES
+
+
+def _kernel_event(k: int, kernel_ts: float, ext: int, corr: int) -> dict:
+    """A kernel on stream 7 as Kineto writes it, its launch call's correlation id in its args."""
+    return {
+        "ph": "X",
+        "cat": "kernel",
+        "name": KERNEL_NAMES[k % 4],
+        "pid": 0,
+        "tid": 7,
+        "ts": kernel_ts,
+        "dur": KERNEL_US[k % 4],
+        "args": {
+            "External id": ext,
+            "queued": 0,
+            "device": 0,
+            "context": 1,
+            "stream": 7,
+            "correlation": corr,
+            "registers per thread": 32,
+            "shared memory": 0,
+            "blocks per SM": 0.007576,
+            "warps per SM": 0.015152,
+            "grid": [1, 1, 1],
+            "block": [128, 1, 1],
+            "est. achieved occupancy %": 0,
+        },
+    }
+
+
+def _launch_events(k: int, ts: float, ext: int, corr: int, gpu_free: float) -> list[dict]:
+    """One eager launch as Kineto writes it: its op (and an allocation inside it), the launch call, the
+    kernel (on stream 7 once the GPU is free) and the flow arrow between them."""
+    op_ts = ts + 2.0
+    launch_ts = op_ts + 6.0
+    kernel_ts = max(launch_ts + 6.0, gpu_free + 1.0)
+    return [
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": OPS[k % 4],
+            "pid": 4242,
+            "tid": 4242,
+            "ts": op_ts,
+            "dur": 14.0,
+            "args": {
+                "External id": ext,
+                "Record function id": 0,
+                "Sequence number": ext,
+                "Fwd thread id": 0,
+                "Ev Idx": ext,
+                "Input Dims": [[1, 1, 2048], [1, 1, 2048], []],
+                "Input type": ["c10::BFloat16", "c10::BFloat16", "Scalar"],
+                "Input Strides": [[2048, 2048, 1], [2048, 2048, 1], []],
+                "Concrete Inputs": ["", "", "1"],
+            },
+        },
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "aten::empty_strided",
+            "pid": 4242,
+            "tid": 4242,
+            "ts": op_ts + 1.0,
+            "dur": 2.0,
+            "args": {"External id": ext + 1, "Record function id": 0, "Ev Idx": ext + 1},
+        },
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 4242,
+            "tid": 4242,
+            "ts": launch_ts,
+            "dur": 5.0,
+            "args": {"External id": ext, "cbid": 211, "correlation": corr},
+        },
+        _kernel_event(k, kernel_ts, ext, corr),
+        {"ph": "s", "id": corr, "pid": 4242, "tid": 4242, "ts": launch_ts, "cat": "ac2g", "name": "ac2g"},
+        {
+            "ph": "f",
+            "id": corr,
+            "pid": 0,
+            "tid": 7,
+            "ts": kernel_ts,
+            "cat": "ac2g",
+            "name": "ac2g",
+            "bp": "e",
+        },
+    ]
 
 
 def write_trace(path: Path, steps: int, kernels: int) -> int:
@@ -67,106 +158,11 @@ def write_trace(path: Path, steps: int, kernels: int) -> int:
             start = ts
             for k in range(kernels):
                 ext += 1
-                op_ts = ts + 2.0
-                emit(
-                    {
-                        "ph": "X",
-                        "cat": "cpu_op",
-                        "name": OPS[k % 4],
-                        "pid": 4242,
-                        "tid": 4242,
-                        "ts": op_ts,
-                        "dur": 14.0,
-                        "args": {
-                            "External id": ext,
-                            "Record function id": 0,
-                            "Sequence number": ext,
-                            "Fwd thread id": 0,
-                            "Ev Idx": ext,
-                            "Input Dims": [[1, 1, 2048], [1, 1, 2048], []],
-                            "Input type": ["c10::BFloat16", "c10::BFloat16", "Scalar"],
-                            "Input Strides": [[2048, 2048, 1], [2048, 2048, 1], []],
-                            "Concrete Inputs": ["", "", "1"],
-                        },
-                    }
-                )
-                emit(
-                    {
-                        "ph": "X",
-                        "cat": "cpu_op",
-                        "name": "aten::empty_strided",
-                        "pid": 4242,
-                        "tid": 4242,
-                        "ts": op_ts + 1.0,
-                        "dur": 2.0,
-                        "args": {"External id": ext + 1, "Record function id": 0, "Ev Idx": ext + 1},
-                    }
-                )
-                launch_ts = op_ts + 6.0
-                emit(
-                    {
-                        "ph": "X",
-                        "cat": "cuda_runtime",
-                        "name": "cudaLaunchKernel",
-                        "pid": 4242,
-                        "tid": 4242,
-                        "ts": launch_ts,
-                        "dur": 5.0,
-                        "args": {"External id": ext, "cbid": 211, "correlation": corr},
-                    }
-                )
-                kernel_ts = max(launch_ts + 6.0, gpu_free + 1.0)
-                dur = (2.0, 9.0, 3.0, 1.5)[k % 4]
-                emit(
-                    {
-                        "ph": "X",
-                        "cat": "kernel",
-                        "name": KERNEL_NAMES[k % 4],
-                        "pid": 0,
-                        "tid": 7,
-                        "ts": kernel_ts,
-                        "dur": dur,
-                        "args": {
-                            "External id": ext,
-                            "queued": 0,
-                            "device": 0,
-                            "context": 1,
-                            "stream": 7,
-                            "correlation": corr,
-                            "registers per thread": 32,
-                            "shared memory": 0,
-                            "blocks per SM": 0.007576,
-                            "warps per SM": 0.015152,
-                            "grid": [1, 1, 1],
-                            "block": [128, 1, 1],
-                            "est. achieved occupancy %": 0,
-                        },
-                    }
-                )
-                emit(
-                    {
-                        "ph": "s",
-                        "id": corr,
-                        "pid": 4242,
-                        "tid": 4242,
-                        "ts": launch_ts,
-                        "cat": "ac2g",
-                        "name": "ac2g",
-                    }
-                )
-                emit(
-                    {
-                        "ph": "f",
-                        "id": corr,
-                        "pid": 0,
-                        "tid": 7,
-                        "ts": kernel_ts,
-                        "cat": "ac2g",
-                        "name": "ac2g",
-                        "bp": "e",
-                    }
-                )
-                gpu_free = kernel_ts + dur
+                events = _launch_events(k, ts, ext, corr, gpu_free)
+                for event in events:
+                    emit(event)
+                kernel = events[3]
+                gpu_free = kernel["ts"] + kernel["dur"]
                 ts += 20.0
                 corr += 1
                 ext += 1

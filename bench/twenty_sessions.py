@@ -218,7 +218,7 @@ def block_line(name: str, block: dict) -> str:
     return line + f"; server peak RSS {block['peak']:,.0f} MB"
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sessions", type=int, default=20)
     parser.add_argument(
@@ -237,7 +237,29 @@ def main(argv: list[str] | None = None) -> int:
         help="the pages to drive: this app's Simulator tab, the minimal page, or both side by side (default)",
     )
     parser.add_argument("--baseline", metavar="DIR", help="also drive the app of the checkout in DIR")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _page_line(name: str, blocks: list[dict], floor: list[float]) -> str:
+    """One page's moves over all its blocks: median, p90 and worst, against the minimal page's and the goals."""
+    moves = [t for block in blocks for t in block["timings"]]
+    missed = sum(block["missed"] for block in blocks)
+    if not moves:
+        return f"  {name:<34} no move was redrawn"
+    median, p90, worst = statistics.median(moves), percentile(moves, 0.9), max(moves)
+    line = f"  {name:<34} median {median:6.0f} ms  p90 {p90:6.0f} ms  worst {worst:6.0f} ms"
+    if floor and name != MINIMAL:
+        ratio = p90 / percentile(floor, 0.9)
+        line += (
+            f"   / minimal: median {median / statistics.median(floor):4.2f} x  p90 {ratio:4.2f} x  "
+            f"worst {worst / max(floor):4.2f} x  goal p90 <= {GOAL_RATIO} x: {'met' if ratio <= GOAL_RATIO else 'MISSED'}"
+        )
+    line += f"  (p90 <= {GOAL_P90_MS:.0f} ms: {'met' if p90 <= GOAL_P90_MS else 'missed'})"
+    return line + (f", {missed} moves not redrawn in 30 s" if missed else "")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     missing = harness.missing_requirements()
     if missing:
         print(f"cannot run: {missing}")
@@ -270,23 +292,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     floor = [t for block in blocks.get(MINIMAL, []) for t in block["timings"]]
     for name in names:
-        moves = [t for block in blocks[name] for t in block["timings"]]
-        missed = sum(block["missed"] for block in blocks[name])
-        if not moves:
-            print(f"  {name:<34} no move was redrawn")
-            continue
-        median, p90, worst = statistics.median(moves), percentile(moves, 0.9), max(moves)
-        line = f"  {name:<34} median {median:6.0f} ms  p90 {p90:6.0f} ms  worst {worst:6.0f} ms"
-        if floor and name != MINIMAL:
-            ratio = p90 / percentile(floor, 0.9)
-            line += (
-                f"   / minimal: median {median / statistics.median(floor):4.2f} x  p90 {ratio:4.2f} x  "
-                f"worst {worst / max(floor):4.2f} x  goal p90 <= {GOAL_RATIO} x: {'met' if ratio <= GOAL_RATIO else 'MISSED'}"
-            )
-        line += f"  (p90 <= {GOAL_P90_MS:.0f} ms: {'met' if p90 <= GOAL_P90_MS else 'missed'})"
-        print(line + (f", {missed} moves not redrawn in 30 s" if missed else ""))
-        for block in blocks[name]:
-            print(f"  {block_line(name, block)}")
+        print(_page_line(name, blocks[name], floor))
+        if any(block["timings"] for block in blocks[name]):
+            for block in blocks[name]:
+                print(f"  {block_line(name, block)}")
     if args.py_spy and Path(args.py_spy).exists():
         print(f"server's hottest frames (inclusive share of py-spy samples, {args.py_spy}):")
         for frame, share in hottest(Path(args.py_spy)):

@@ -52,9 +52,21 @@ ROWS = (
         HF / "hf_qwen2_measured.json",
         False,
     ),
-    ("the probe's 1b preset, batch 1", RECORDED / "trace_1b_eager_b1.json.gz", "decode_step", RECORDED / "h200-1b.json", False),
-    ("the probe's small preset, batch 1", RECORDED / "trace_eager_b1.json.gz", "decode_step", RECORDED / "h200.json", True),
-)  # fmt: skip
+    (
+        "the probe's 1b preset, batch 1",
+        RECORDED / "trace_1b_eager_b1.json.gz",
+        "decode_step",
+        RECORDED / "h200-1b.json",
+        False,
+    ),
+    (
+        "the probe's small preset, batch 1",
+        RECORDED / "trace_eager_b1.json.gz",
+        "decode_step",
+        RECORDED / "h200.json",
+        True,
+    ),
+)
 OTHER_MACHINE = HF / "hf_llama_measured_first_machine.json"
 
 

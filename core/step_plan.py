@@ -1,12 +1,13 @@
 """How a decode step runs: the one table of modes, and the step plan every engine reads.
 
-- A **mode** is a way to run a step, one row of `MODES`: which kernels run (the probe's unfused
-  or fused kernels, or Inductor's), how the host submits them (a launch per kernel, or one
-  replay of a graph captured for the batch's bucket), what the host pays per eager launch
-  relative to the hardware's figure, whether the timing model represents it, whether the
-  simulator and the probe offer it, and the names the page gives it. Every subset the code
-  needs is derived from the table (`modes(...)`); no other module spells a mode's name or
-  lists modes, so adding a mode is one row here plus its kernels.
+- A **mode** is a way to run a step, one row of `MODES`: its one name, which kernels run (its
+  kernel set), whether the host replays a graph captured for the batch's bucket, what the host
+  pays per eager launch relative to the hardware's figure, whether the timing model represents
+  it and whether the simulator and the probe offer it. What follows from a row is derived from it
+  once: its title (`Mode.title`), whether it is fused, the mode it runs as above its largest
+  bucket (`without_graphs`), and in the simulator its kernel list and how the host submits it
+  (`sim.step.submission`). Every subset the code needs is read from the table (`modes(...)`), so
+  adding a mode is one row here (a new kernel set also needs its kernels).
 - A **step plan** (`StepPlan`) is one mode at one batch on `tp` GPUs with a bucket list: it
   says which bucket a graph mode replays (the smallest that holds the batch; above the
   largest the step runs eagerly), how many rows are padding, and what the step is compared
@@ -24,79 +25,75 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-# Whose kernels a mode runs: the probe's own (its unfused PyTorch ops or its fused Triton
-# kernels: the simulator's kernel lists model them), Inductor's (torch.compile builds its own), or
-# the probe's one persistent kernel (the whole step in one launch, gpu_probe/kernels/persistent.py).
-PROBE_KERNELS = "probe"
+# A mode's kernel set: which kernels run. The probe's own, unfused (its PyTorch ops, one kernel each) or
+# fused (its Triton kernels); Inductor's (torch.compile builds its own); or the probe's one persistent
+# kernel (gpu_probe/kernels/persistent/): the fused kernels as phases of one launch, separated by grid
+# barriers instead of kernel boundaries. The simulator builds each modelled set's kernel list
+# (`sim.step.kernels.step_kernels`) and derives from the set and `graphs` how the host submits it
+# (`sim.step.submission`).
+UNFUSED_KERNELS = "unfused"
+FUSED_KERNELS = "fused"
 INDUCTOR_KERNELS = "inductor"
 PERSISTENT_KERNELS = "persistent"
+KERNEL_SETS = (UNFUSED_KERNELS, FUSED_KERNELS, INDUCTOR_KERNELS, PERSISTENT_KERNELS)
+
+# A title is the name with its words spelled out: "fused+graph" is titled "fusion + graphs".
+TITLE_WORDS = {
+    "fused": "fusion",
+    "graph": "graphs",
+    "compile": "torch.compile",
+    "persistent": "persistent kernel",
+}
 
 
 @dataclass(frozen=True, slots=True)
 class Mode:
-    name: str  # as result files, URLs and the CLI spell it
-    label: str  # as the page names it in prose and tables: "fused + graph"
-    title: str  # as the simulator's sweep and tables title it: "fusion + graphs"
-    short: str  # as a drawn step's label names it: "fusion+graphs"
-    fused: bool  # fusion on: the fused kernel set (fewer, bigger kernels)
+    name: str  # its one name: result files, URLs, the CLI, the tools; the page titles it (`title`)
+    kernels: str  # its kernel set (KERNEL_SETS)
     graphs: bool  # the host replays one captured CUDA graph per step (when the batch fits a bucket)
-    kernels: str = PROBE_KERNELS
     modelled: bool = True  # the timing model represents it: simulated, fitted by the calibration
     probed: bool = True  # the live probe runs it
     toggles: bool = True  # the Simulator's two toggles (Kernel fusion, CUDA graphs) select it
     launch_scale: float = 1.0  # host cost of an eager launch, relative to the hardware's figure
     colour: str = "#7a7a7a"  # its colour wherever modes are drawn side by side
-    # The whole step is one kernel: its fused kernels become phases of one launch, separated by grid
-    # barriers instead of kernel boundaries (a replay is then a graph of one node).
-    one_kernel: bool = False
 
     def __post_init__(self) -> None:
-        if self.kernels not in (PROBE_KERNELS, INDUCTOR_KERNELS, PERSISTENT_KERNELS):
-            raise ValueError(
-                f"Mode.kernels: must be {PROBE_KERNELS!r}, {INDUCTOR_KERNELS!r} or {PERSISTENT_KERNELS!r}"
-            )
-        if self.one_kernel and not (self.fused and self.graphs):
-            raise ValueError("Mode.one_kernel: one persistent kernel is fused and replayed as a graph")
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ValueError("Mode.name: must be a non-empty string")
+        if self.kernels not in KERNEL_SETS:
+            raise ValueError(f"Mode.kernels: must be one of {', '.join(KERNEL_SETS)}, got {self.kernels!r}")
         if not (isinstance(self.launch_scale, (int, float)) and 0 < self.launch_scale <= 100):
             raise ValueError(f"Mode.launch_scale: must be above 0 and at most 100, got {self.launch_scale!r}")
+
+    @property
+    def fused(self) -> bool:
+        """Fusion on: fewer, bigger kernels than the unfused layer's."""
+        return self.kernels != UNFUSED_KERNELS
+
+    @property
+    def one_kernel(self) -> bool:
+        """The whole step is one kernel: its phases are separated by grid barriers, not kernel boundaries."""
+        return self.kernels == PERSISTENT_KERNELS
+
+    @property
+    def title(self) -> str:
+        """How the page titles it: its name with the words spelled out ("fusion + graphs")."""
+        return " + ".join(TITLE_WORDS.get(word, word) for word in self.name.split("+"))
 
 
 # The one table, in the order every table and chart lists modes.
 MODES: dict[str, Mode] = {
     m.name: m
     for m in (
-        Mode("eager", "eager (unfused)", "unoptimised", "eager", False, False, colour="#d1495b"),
-        Mode("fused", "fused", "fusion", "fusion", True, False, colour="#edae49"),
-        Mode("graph", "graph (unfused)", "graphs", "graphs", False, True, colour="#00798c"),
-        Mode(
-            "fused+graph", "fused + graph", "fusion + graphs", "fusion+graphs", True, True, colour="#30638e"
-        ),
-        Mode(
-            "compile",
-            "torch.compile",
-            "torch.compile",
-            "compile",
-            True,
-            True,
-            kernels=INDUCTOR_KERNELS,
-            modelled=False,
-            toggles=False,
-            colour="#7a7a7a",
-        ),
-        Mode(
-            "persistent",
-            "persistent kernel",
-            "persistent kernel",
-            "persistent",
-            True,
-            True,
-            kernels=PERSISTENT_KERNELS,
-            toggles=False,
-            one_kernel=True,
-            colour="#6a4c93",
-        ),
+        Mode("eager", UNFUSED_KERNELS, False, colour="#d1495b"),
+        Mode("fused", FUSED_KERNELS, False, colour="#edae49"),
+        Mode("graph", UNFUSED_KERNELS, True, colour="#00798c"),
+        Mode("fused+graph", FUSED_KERNELS, True, colour="#30638e"),
+        Mode("compile", INDUCTOR_KERNELS, True, modelled=False, toggles=False, colour="#7a7a7a"),
+        Mode("persistent", PERSISTENT_KERNELS, True, toggles=False, colour="#6a4c93"),
     )
 }
+FIELDS = frozenset(Mode.__slots__) | {"fused", "one_kernel"}  # what `modes(...)` can select by
 
 
 def modes(**where) -> tuple[Mode, ...]:
@@ -104,7 +101,7 @@ def modes(**where) -> tuple[Mode, ...]:
 
     Read the table on every call (never cache a subset at import), so a mode added to it is seen
     everywhere."""
-    unknown = set(where) - set(Mode.__slots__)
+    unknown = set(where) - FIELDS
     if unknown:
         raise TypeError(f"modes: no Mode field {sorted(unknown)}")
     return tuple(m for m in MODES.values() if all(getattr(m, k) == v for k, v in where.items()))
@@ -140,19 +137,20 @@ FUSED = toggled(True, False)
 GRAPH = toggled(False, True)
 FUSED_GRAPH = toggled(True, True)
 COMPILE = modes(kernels=INDUCTOR_KERNELS)[0]
-PERSISTENT = modes(one_kernel=True)[0]
+PERSISTENT = modes(kernels=PERSISTENT_KERNELS)[0]
 
 
 def without_graphs(m: Mode) -> Mode:
-    """What a graph mode runs above its largest bucket: the table's row with its kernels launched eagerly (the
-    persistent kernel: the probe's fused kernels, which its decoder falls back to)."""
+    """What a graph mode runs above its largest bucket: the table's row with its kernels launched eagerly, or
+    else the probe's own kernels of its fusion (the persistent kernel and torch.compile: the fused kernels,
+    which the probe's decoder falls back to)."""
     if not m.graphs:
         return m
-    for kernels in (m.kernels, PROBE_KERNELS):
-        same = modes(graphs=False, fused=m.fused, kernels=kernels, launch_scale=m.launch_scale)
+    for kernels in (m.kernels, FUSED_KERNELS if m.fused else UNFUSED_KERNELS):
+        same = modes(graphs=False, kernels=kernels, launch_scale=m.launch_scale)
         if same:
             return same[0]
-    return replace(m, graphs=False, one_kernel=False)
+    return replace(m, graphs=False)
 
 
 # -- bucket lists ----------------------------------------------------------------------
@@ -271,7 +269,8 @@ class StepPlan:
     def label(self, model_name: str) -> str:
         """How a drawn step names itself: model, GPUs, batch, the mode it runs as, padding or fallback."""
         gpus = f" · {self.tp} GPUs (tensor parallel), one GPU's lanes" if self.tp > 1 else ""
-        text = f"{model_name}{gpus} · batch {self.batch} · {self.runs_as.short}"
+        tight = self.runs_as.title.replace(" + ", "+")  # "fusion+graphs"
+        text = f"{model_name}{gpus} · batch {self.batch} · {tight}"
         if self.eager_fallback:
             text += " (above the largest bucket: eager)"
         elif self.padded_rows:

@@ -1,6 +1,6 @@
 """One decode step as two lanes of intervals: the type both engines produce.
 
-The simulator (`sim.schedule`) and the trace reader (`core.trace`) both return a
+The simulator (`sim.step.schedule`) and the trace reader (`core.trace`) both return a
 `Timeline`, so one chart function draws either and the two can be overlaid. All
 times are microseconds from the start of the step (the first CPU interval starts
 at 0 for a simulated step; a measured step is shifted so that it does too).
@@ -33,9 +33,17 @@ SOURCES = ("simulated", "measured", "recorded")
 # SGLang's cross_device_reduce, torch's symmetric-memory one_shot/two_shot_all_reduce) and the simulator's.
 GPU_KINDS = ("kernel", "communication", "memcpy", "memset")
 _COMM_MARKERS = (
-    "nccl", "all_reduce", "allreduce", "all_gather", "allgather", "reduce_scatter", "reducescatter",
-    "cross_device_reduce", "alltoall", "all_to_all",
-)  # fmt: skip
+    "nccl",
+    "all_reduce",
+    "allreduce",
+    "all_gather",
+    "allgather",
+    "reduce_scatter",
+    "reducescatter",
+    "cross_device_reduce",
+    "alltoall",
+    "all_to_all",
+)
 
 
 def gpu_kind(name: str) -> str:

@@ -45,7 +45,8 @@ SCHEMA_VERSION = 1
 
 def tp_modes() -> tuple[str, ...]:
     """What a TP run measures (gpu_probe.tensor_parallel): every mode the probe runs with its own kernels."""
-    return step_plan.names(step_plan.modes(kernels=step_plan.PROBE_KERNELS, probed=True))
+    own = (step_plan.UNFUSED_KERNELS, step_plan.FUSED_KERNELS)
+    return step_plan.names(m for m in step_plan.modes(probed=True) if m.kernels in own)
 
 
 MAX_RANKS = 8

@@ -1,1 +1,6 @@
-"""Timeline simulator of one LLM decode step (numpy only)."""
+"""Timeline simulator of one LLM decode step (numpy only).
+
+`config` (models, GPUs, presets) and `timing` (the one timing model) serve every part: the step
+model (`step`), the bucket lists (`buckets`), the calibration to a probe run (`calibration`) and
+the what-ifs on a trace (`trace_*`). `python -m sim` is `__main__`, its step report `report`.
+"""

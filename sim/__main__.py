@@ -14,7 +14,7 @@ from sim.config import DEFAULT_PRESET, LAYERS_RANGE, PRESETS
 from sim.report import POWERS_OF_TWO, full_report
 
 SUBCOMMANDS = {
-    "buckets": "bucket layouts in depth: padding waste, graph memory, optimal layouts (sim.bucket_report)",
+    "buckets": "bucket layouts in depth: padding waste, graph memory, optimal layouts (sim.buckets.report)",
     "calibrate": "fit the timing model to a probe run; --check OTHER predicts another run (sim.calibration)",
     "trace": "read torch.profiler traces: steps, lanes' readouts, what graphs and fusion would save (sim.trace_report)",
 }
@@ -82,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "buckets":
-        from sim.bucket_report import main as buckets_main  # lazy: only this subcommand needs it
+        from sim.buckets.report import main as buckets_main  # lazy: only this subcommand needs it
 
         return buckets_main(argv[1:]) or 0
     if argv and argv[0] == "calibrate":

@@ -99,20 +99,9 @@ def _lane_events(
     return meta, slices
 
 
-def to_chrome_trace(timeline: Timeline, name: str = "decode step") -> dict:
-    """The step as a Chrome trace object: {"traceEvents": [...], "displayTimeUnit": "ns", ...}."""
-    tl = timeline
-    cpu_tracks, cpu_labels = lane_tracks(tl.cpu_thread, tl.cpu_start, tl.cpu_dur, CPU_TRACK, "thread")
-    gpu_tracks, gpu_labels = lane_tracks(tl.gpu_stream, tl.gpu_start, tl.gpu_dur, GPU_TRACK, "stream")
-    title = f"{name} ({tl.source})" + (f": {tl.label}" if tl.label else "")
-
-    # Which kernels each launch submitted, for the launch slice's args.
-    submitted = {}
-    for k, launch in enumerate(tl.launched_by.tolist()):
-        if launch >= 0:
-            submitted.setdefault(launch, []).append(k)
-
-    events: list[dict] = [
+def _process_events(title: str) -> list[dict]:
+    """The two processes, the host above the GPU, named after the step."""
+    return [
         {
             "ph": "M",
             "name": "process_name",
@@ -124,29 +113,11 @@ def to_chrome_trace(timeline: Timeline, name: str = "decode step") -> dict:
         {"ph": "M", "name": "process_name", "pid": GPU_PID, "tid": 0, "args": {"name": f"GPU: {title}"}},
         {"ph": "M", "name": "process_sort_index", "pid": GPU_PID, "tid": 0, "args": {"sort_index": 1}},
     ]
-    cpu_meta, cpu_slices = _lane_events(
-        CPU_PID,
-        cpu_labels,
-        "launch",
-        tl.cpu_start,
-        tl.cpu_dur,
-        tl.cpu_names,
-        cpu_tracks,
-        lambda i: {"kernels_submitted": len(submitted.get(i, ()))},
-    )
-    gpu_meta, gpu_slices = _lane_events(
-        GPU_PID,
-        gpu_labels,
-        "kernel",
-        tl.gpu_start,
-        tl.gpu_dur,
-        tl.gpu_names,
-        gpu_tracks,
-        lambda i: {"launched_by": int(tl.launched_by[i])},
-    )
-    events += cpu_meta + gpu_meta + cpu_slices + gpu_slices
 
-    # One arrow per kernel, from the launch that submitted it.
+
+def _flow_events(tl: Timeline, cpu_tracks: np.ndarray, gpu_tracks: np.ndarray) -> list[dict]:
+    """One arrow per kernel, from the launch that submitted it."""
+    events = []
     for k, launch in enumerate(tl.launched_by.tolist()):
         if launch < 0:
             continue
@@ -174,8 +145,44 @@ def to_chrome_trace(timeline: Timeline, name: str = "decode step") -> dict:
                 "ts": _anchor(tl.gpu_start[k], tl.gpu_dur[k]),
             }
         )
+    return events
 
-    m = tl.metrics()
+
+def to_chrome_trace(timeline: Timeline, name: str = "decode step") -> dict:
+    """The step as a Chrome trace object: {"traceEvents": [...], "displayTimeUnit": "ns", ...}."""
+    tl = timeline
+    cpu_tracks, cpu_labels = lane_tracks(tl.cpu_thread, tl.cpu_start, tl.cpu_dur, CPU_TRACK, "thread")
+    gpu_tracks, gpu_labels = lane_tracks(tl.gpu_stream, tl.gpu_start, tl.gpu_dur, GPU_TRACK, "stream")
+    title = f"{name} ({tl.source})" + (f": {tl.label}" if tl.label else "")
+
+    # Which kernels each launch submitted, for the launch slice's args.
+    submitted = {}
+    for k, launch in enumerate(tl.launched_by.tolist()):
+        if launch >= 0:
+            submitted.setdefault(launch, []).append(k)
+
+    cpu_meta, cpu_slices = _lane_events(
+        CPU_PID,
+        cpu_labels,
+        "launch",
+        tl.cpu_start,
+        tl.cpu_dur,
+        tl.cpu_names,
+        cpu_tracks,
+        lambda i: {"kernels_submitted": len(submitted.get(i, ()))},
+    )
+    gpu_meta, gpu_slices = _lane_events(
+        GPU_PID,
+        gpu_labels,
+        "kernel",
+        tl.gpu_start,
+        tl.gpu_dur,
+        tl.gpu_names,
+        gpu_tracks,
+        lambda i: {"launched_by": int(tl.launched_by[i])},
+    )
+    events = _process_events(title) + cpu_meta + gpu_meta + cpu_slices + gpu_slices
+    events += _flow_events(tl, cpu_tracks, gpu_tracks)
     return {
         "traceEvents": events,
         "displayTimeUnit": "ns",
@@ -185,7 +192,7 @@ def to_chrome_trace(timeline: Timeline, name: str = "decode step") -> dict:
             "label": tl.label,
             "exported_by": "launch-bound",
             "time_unit": "us",
-            **m.to_dict(),
+            **tl.metrics().to_dict(),
         },
     }
 

@@ -34,7 +34,7 @@ class ModelConfig(DecoderShape):
 
     bytes_per_el: float = 2  # bf16 weights and activations; 1 for fp8, 0.5 for int4 weights
     context_len: int = 1024  # tokens already in each sequence's KV cache at this decode step
-    # Kernels one layer launches (sim.kernels): the chapter's 11 ops unfused, its 4 fused kernels.
+    # Kernels one layer launches (sim.step.kernels): the chapter's 11 ops unfused, its 4 fused kernels.
     # More unfused is a real eager PyTorch layer (the probe measured 51); the extra ones are small
     # elementwise kernels that each pay a launch and the kernel latency.
     unfused_per_layer: int = 11
@@ -83,11 +83,6 @@ class HardwareConfig:
         _check_float(owner, "graph_node_gap_us", self.graph_node_gap_us, 0, 1_000)
         _check_float(owner, "graph_node_host_us", self.graph_node_host_us, 0, 100)
         _check_float(owner, "barrier_us", self.barrier_us, 0, 1_000)
-
-    def boundary_us(self, mode) -> float:
-        """What a kernel boundary costs the GPU in `mode`: a kernel's latency, or one persistent kernel's
-        barrier between two of its phases."""
-        return self.barrier_us if mode.one_kernel else self.min_kernel_us
 
     @property
     def replay_cost(self) -> GraphReplayCost:

@@ -8,8 +8,8 @@ import numpy as np
 
 from core.step_plan import BASELINE, CHAPTER_BUCKETS, FUSED, StepPlan
 from sim.config import HardwareConfig, ModelConfig
-from sim.kernels import MODEL_LEVEL, fusion_table
-from sim.schedule import simulate_step, sweep
+from sim.step.kernels import MODEL_LEVEL, fusion_table
+from sim.step.schedule import simulate_step, sweep
 
 POWERS_OF_TWO = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
@@ -36,7 +36,7 @@ def format_sweep_table(
     n_unfused = dense[BASELINE].kernels
     n_fused = dense[FUSED].kernels
     shown_modes = dense.modes
-    head = f"{'batch':>6} │" + "".join(f" {m.short:<20} │" for m in shown_modes)
+    head = f"{'batch':>6} │" + "".join(f" {m.title:<20} │" for m in shown_modes)
     sub = f"{'':>6} │" + "".join(f" {'step µs':>9} {'bound':<5} {'util':>4} │" for _ in shown_modes)
     lines = [
         "(1) Batch-size sweep: one decode step per mode",
@@ -55,17 +55,7 @@ def format_sweep_table(
         if base_x is not None and not marked and b >= base_x:
             lines.append(f"{'':>6} ├─ crossover with both toggles off: GPU-bound from batch {base_x} on")
             marked = True
-        cells = []
-        for m in shown_modes:
-            s = dense[m]
-            bound = "CPU" if s.cpu_launch_us[row] > s.gpu_busy_us[row] else "GPU"
-            if m.graphs and s.launches[row] > 1:
-                bound += "*"  # graphs asked for, batch above the largest bucket: ran eagerly
-            cells.append(f" {s.step_us[row]:>9.1f} {bound:<5} {s.utilisation[row] * 100:>3.0f}% │")
-        tag = (
-            " ◀ launch-bound" if dense[BASELINE].cpu_launch_us[row] > dense[BASELINE].gpu_busy_us[row] else ""
-        )
-        lines.append(f"{b:>6} │" + "".join(cells) + tag)
+        lines.append(_sweep_row(dense, row, b))
     lines.append("")
     lines += _wrap(
         "bound: CPU = the host's launches take longer than the kernels, so the GPU waits "
@@ -80,11 +70,25 @@ def format_sweep_table(
     lines += _wrap(
         "Crossover (smallest batch from which the step stays GPU-bound, dense sweep 1.."
         f"{shown[-1]}; graph modes up to their largest bucket): "
-        + ", ".join(f"{m.short} {_fmt_x(crossover[m.name])}" for m in shown_modes)
+        + ", ".join(f"{m.title} {_fmt_x(crossover[m.name])}" for m in shown_modes)
         + "."
     )
     lines += _wrap(_batch1_line(model, hw))
     return "\n".join(lines)
+
+
+def _sweep_row(dense, row: int, batch: int) -> str:
+    """One batch of the sweep table: each mode's step time, bound and utilisation."""
+    cells = []
+    for m in dense.modes:
+        s = dense[m]
+        bound = "CPU" if s.cpu_launch_us[row] > s.gpu_busy_us[row] else "GPU"
+        if m.graphs and not s.replayed[row]:
+            bound += "*"  # graphs asked for, batch above the largest bucket: ran eagerly
+        cells.append(f" {s.step_us[row]:>9.1f} {bound:<5} {s.utilisation[row] * 100:>3.0f}% │")
+    base = dense[BASELINE]
+    tag = " ◀ launch-bound" if base.cpu_launch_us[row] > base.gpu_busy_us[row] else ""
+    return f"{batch:>6} │" + "".join(cells) + tag
 
 
 def _wrap(text: str, indent: str = "    ") -> list[str]:
@@ -165,7 +169,7 @@ def format_fusion_table(model: ModelConfig) -> str:
 
 
 def format_bucket_section(model: ModelConfig, hw: HardwareConfig, max_batch: int = 256) -> str:
-    from sim.bucket_report import format_layout_comparison  # only this section needs it
+    from sim.buckets.report import format_layout_comparison  # only this section needs it
 
     return "(3) Bucket layouts: padding waste against pinned graph memory\n\n" + format_layout_comparison(
         model, hw, max_batch=max_batch

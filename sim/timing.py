@@ -1,12 +1,14 @@
 """The one timing model: what a kernel costs, when it starts, and what a graph replay adds.
 
 Every engine of this project that predicts a step uses these functions: the page's
-simulator (`sim.schedule`), the calibrated probe model (`sim.calibration`) and the
+simulator (`sim.step.schedule`), the calibrated probe model (`sim.calibration`) and the
 what-ifs on an uploaded trace.
 
 - A kernel costs a fixed latency for its family (launch on the GPU, fill and drain of
   its grid) plus the larger of bytes over the family's bandwidth and FLOPs over its
-  matrix rate: `kernel_us`.
+  matrix rate: `kernel_us`. An all-reduce on several GPUs costs its own latency α plus its bytes
+  over its bandwidth β: `AllReduceCost` (the sharded kernels of `sim.step.kernels` and the fits of
+  `sim.step.tensor_parallel` both use it).
 - Kernels of one stream run in order: kernel i starts when it is ready (submitted by the
   host) and the one before it has ended, plus the gap between them: `schedule_starts` gives
   every start, `stream_end_us` only the last kernel's end, for a stream of repeated segments
@@ -56,6 +58,20 @@ def kernel_us(bytes_moved, flops, latency_us, GBps, TFLOPs=float("inf")) -> np.n
 
 def family_kernel_us(bytes_moved, flops, family: KernelFamilyCost) -> np.ndarray:
     return kernel_us(bytes_moved, flops, family.latency_us, family.GBps, family.TFLOPs)
+
+
+@dataclass(frozen=True, slots=True)
+class AllReduceCost:
+    """α + bytes / β for one all-reduce on `tp` GPUs, and where α and β come from (`sim.step.tensor_parallel`
+    gives the published figures and fits them to a probe run)."""
+
+    tp: int
+    latency_us: float  # α
+    GBps: float  # β: message bytes per second beyond α (not bus bandwidth)
+    source: str
+
+    def us(self, nbytes) -> np.ndarray:
+        return family_kernel_us(nbytes, 0.0, KernelFamilyCost(self.latency_us, self.GBps))
 
 
 # -- one stream ------------------------------------------------------------------------
@@ -221,16 +237,35 @@ def graph_replay_timeline(
     `nodes`: the graph's nodes when fewer than the intervals drawn (one persistent kernel's phases);
     `rows`, `in_pieces`: as `GraphReplayCost.host_us`."""
     dur = np.asarray(kernel_dur_us, np.float64)
-    names = tuple(kernel_names)
     n = len(dur)
     host = float(cost.host_us(n if nodes is None else nodes, rows, in_pieces))
-    ready = cost.ready_us(n, rows, in_pieces) if in_pieces else np.full(n, host)
-    start = schedule_starts(ready, dur, cost.node_gap_us)
+    ready = cost.ready_us(n, rows, in_pieces) if in_pieces else None
+    name = host_name or f"cudaGraphLaunch ({n} nodes)"
+    return one_call_timeline(dur, kernel_names, host, cost.node_gap_us, name, label, ready)
+
+
+def one_call_timeline(
+    kernel_dur_us,
+    kernel_names,
+    host_us: float,
+    gap_us=0.0,
+    host_name: str = "",
+    label: str = "",
+    ready_us=None,
+) -> Timeline:
+    """One host call on the CPU lane, [0, host_us]: a graph replay, or the one launch of a persistent kernel.
+    The kernels run back to back on the GPU, `gap_us` apart, once the call has returned (or each at its
+    `ready_us`: a graph submitted in pieces)."""
+    dur = np.asarray(kernel_dur_us, np.float64)
+    names = tuple(kernel_names)
+    n = len(dur)
+    ready = np.full(n, host_us) if ready_us is None else ready_us
+    start = schedule_starts(ready, dur, gap_us)
     start = np.maximum(start, 0.0)  # a negative gap never starts a kernel before the step
     return Timeline(
         cpu_start=np.zeros(1),
-        cpu_dur=np.array([host]),
-        cpu_names=(host_name or f"cudaGraphLaunch ({n} nodes)",),
+        cpu_dur=np.array([host_us]),
+        cpu_names=(host_name,),
         gpu_start=start,
         gpu_dur=dur,
         gpu_names=names,

@@ -83,14 +83,9 @@ def _mean_or_none(total: float, n: float) -> float | None:
     return float(total / n) if n else None
 
 
-def kernel_table(report: TraceReport, step_index: int | None = None, limit: int | None = None) -> list[dict]:
-    """Per kernel name over one step (or per step over all steps): calls, GPU time, share, and for eager
-    launches the launch delay and host time per launch, for replayed ones the gap to the previous kernel.
-
-    A step that replays graphs gets a first row for its graph launches (`graph_launch` True): their
-    count and host time per launch, no GPU time (their kernels have rows of their own)."""
-    steps = report.steps if step_index is None else [s for s in report.steps if s.index == step_index]
-    per = max(len(steps), 1) if step_index is None else 1
+def _per_kernel(steps) -> dict:
+    """Every GPU event of `steps`, as arrays in order: its short name, time, launch delay, host time per
+    launch, gap to the previous kernel, whether a graph replayed it; and each graph launch's host time."""
     names, dur, delay, host, gap, replayed, graph_host = [], [], [], [], [], [], []
     for s in steps:
         costs = launch_costs(s)
@@ -102,9 +97,45 @@ def kernel_table(report: TraceReport, step_index: int | None = None, limit: int 
         gap.append(costs.gap_us)
         replayed.append(costs.replayed)
         graph_host.append(costs.graph_host_us)
-    dur, delay, host, gap = (np.concatenate(a) for a in (dur, delay, host, gap))
-    replayed, graph_host = np.concatenate(replayed), np.concatenate(graph_host)
-    keys, inverse = np.unique(np.array(names, dtype=object), return_inverse=True)
+    columns = {
+        "dur": dur,
+        "delay": delay,
+        "host": host,
+        "gap": gap,
+        "replayed": replayed,
+        "graph_host": graph_host,
+    }
+    return {"names": names, **{k: np.concatenate(v) for k, v in columns.items()}}
+
+
+def _graph_launch_row(k: dict, per: int) -> dict:
+    """The first row of a step that replays graphs: its graph launches' count and host time per launch."""
+    nodes = int(k["replayed"].sum()) // per
+    return {
+        "kernel": f"{GRAPH_LAUNCH} (replays {nodes:,} kernels, listed below)",
+        "calls": len(k["graph_host"]) // per,
+        "total_us": 0.0,
+        "mean_us": 0.0,
+        "share": 0.0,
+        "launch_delay_us": None,
+        "host_per_launch_us": float(k["graph_host"].mean()),
+        "replayed": 0,
+        "gap_us": None,
+        "graph_launch": True,
+    }
+
+
+def kernel_table(report: TraceReport, step_index: int | None = None, limit: int | None = None) -> list[dict]:
+    """Per kernel name over one step (or per step over all steps): calls, GPU time, share, and for eager
+    launches the launch delay and host time per launch, for replayed ones the gap to the previous kernel.
+
+    A step that replays graphs gets a first row for its graph launches (`graph_launch` True): their
+    count and host time per launch, no GPU time (their kernels have rows of their own)."""
+    steps = report.steps if step_index is None else [s for s in report.steps if s.index == step_index]
+    per = max(len(steps), 1) if step_index is None else 1
+    k = _per_kernel(steps)
+    dur, delay, gap, replayed = k["dur"], k["delay"], k["gap"], k["replayed"]
+    keys, inverse = np.unique(np.array(k["names"], dtype=object), return_inverse=True)
 
     def per_key(weights) -> np.ndarray:
         return np.bincount(inverse, weights=weights, minlength=len(keys))
@@ -113,7 +144,7 @@ def kernel_table(report: TraceReport, step_index: int | None = None, limit: int 
     total = per_key(dur)
     timed = np.isfinite(delay)  # NaN: replayed, or the trace lacks the event's launch call
     delay_sum, delay_calls = per_key(np.where(timed, delay, 0.0)), per_key(timed)
-    eager_calls, host_sum = per_key(~replayed), per_key(host)
+    eager_calls, host_sum = per_key(~replayed), per_key(k["host"])
     gapped = np.isfinite(gap)
     gap_sum, gap_calls = per_key(np.where(gapped, gap, 0.0)), per_key(gapped)
     replayed_calls = per_key(replayed)
@@ -133,23 +164,8 @@ def kernel_table(report: TraceReport, step_index: int | None = None, limit: int 
         }
         for i in np.argsort(-total)
     ]
-    if len(graph_host):
-        nodes = int(replayed.sum()) // per
-        rows.insert(
-            0,
-            {
-                "kernel": f"{GRAPH_LAUNCH} (replays {nodes:,} kernels, listed below)",
-                "calls": len(graph_host) // per,
-                "total_us": 0.0,
-                "mean_us": 0.0,
-                "share": 0.0,
-                "launch_delay_us": None,
-                "host_per_launch_us": float(graph_host.mean()),
-                "replayed": 0,
-                "gap_us": None,
-                "graph_launch": True,
-            },
-        )
+    if len(k["graph_host"]):
+        rows.insert(0, _graph_launch_row(k, per))
     return rows[:limit] if limit else rows
 
 

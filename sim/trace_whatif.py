@@ -227,24 +227,22 @@ def _split_copies(tl: Timeline) -> tuple[np.ndarray, np.ndarray]:
     return htod & (tl.gpu_end <= first + 1e-6), dtoh & (tl.gpu_start >= last - 1e-6)
 
 
-def graphs_whatif(
-    step: TraceStep,
-    cost: GraphReplayCost,
-    keep: np.ndarray | None = None,
-    dur: np.ndarray | None = None,
-    name: str = GRAPH.title,
-) -> WhatIf:
-    """The step captured once and replayed: input copies, one graph launch, the kernels back to back."""
-    tl = step.timeline
-    keep = np.ones(len(tl.gpu_start), bool) if keep is None else keep
-    dur = tl.gpu_dur if dur is None else dur
-    owner = tl.launched_by
-    inputs, outputs = _split_copies(tl)
-    # A copy whose launch call the trace lacks has no host time to keep: it is replayed with the rest.
-    inputs, outputs = inputs & (owner >= 0), outputs & (owner >= 0)
-    nodes = keep & ~inputs & ~outputs
-    n_nodes = int(nodes.sum())
-    # Host: the input copies' launches as the trace measured them, the replay, then the output copies.
+@dataclass(frozen=True, eq=False)
+class _ReplayHost:
+    """The host lane of a replayed step, and where the trace's launch calls went on it."""
+
+    start: np.ndarray
+    dur: np.ndarray
+    names: tuple[str, ...]
+    graph_at: int  # the graph launch's index on the lane
+    call_index: dict  # a kept launch call of the trace -> its index on the lane
+    replay: GraphReplayCost  # the replay's cost with this step's own input copies
+    input_calls: int
+
+
+def _replay_host(step: TraceStep, cost: GraphReplayCost, inputs, outputs, n_nodes: int) -> _ReplayHost:
+    """The input copies' launches as the trace measured them, the graph launch, then the output copies."""
+    tl, owner = step.timeline, step.timeline.launched_by
     input_calls = np.unique(owner[inputs])
     output_calls = np.unique(owner[outputs])
     copy_host = float(tl.cpu_dur[input_calls].sum())
@@ -266,34 +264,61 @@ def graphs_whatif(
         cpu_dur.append(host)
         cpu_names.append(tl.cpu_names[i])
         after += host
-    cpu_start, cpu_dur = np.array(cpu_start), np.array(cpu_dur)
     call_index = {int(c): k for k, c in enumerate(input_calls)}
     call_index.update({int(c): graph_at + 1 + k for k, c in enumerate(output_calls)})
+    return _ReplayHost(
+        np.array(cpu_start),
+        np.array(cpu_dur),
+        tuple(cpu_names),
+        graph_at,
+        call_index,
+        replay,
+        len(input_calls),
+    )
 
+
+def graphs_whatif(
+    step: TraceStep,
+    cost: GraphReplayCost,
+    keep: np.ndarray | None = None,
+    dur: np.ndarray | None = None,
+    name: str = GRAPH.title,
+) -> WhatIf:
+    """The step captured once and replayed: input copies, one graph launch, the kernels back to back."""
+    tl = step.timeline
+    keep = np.ones(len(tl.gpu_start), bool) if keep is None else keep
+    dur = tl.gpu_dur if dur is None else dur
+    owner = tl.launched_by
+    inputs, outputs = _split_copies(tl)
+    # A copy whose launch call the trace lacks has no host time to keep: it is replayed with the rest.
+    inputs, outputs = inputs & (owner >= 0), outputs & (owner >= 0)
+    nodes = keep & ~inputs & ~outputs
+    n_nodes = int(nodes.sum())
+    host = _replay_host(step, cost, inputs, outputs, n_nodes)
     rows_in, rows_nodes, rows_out = np.flatnonzero(inputs), np.flatnonzero(nodes), np.flatnonzero(outputs)
     launched_by = np.concatenate(
         (
-            [call_index[int(owner[r])] for r in rows_in],
-            np.full(len(rows_nodes), graph_at),
-            [call_index[int(owner[r])] for r in rows_out],
+            [host.call_index[int(owner[r])] for r in rows_in],
+            np.full(len(rows_nodes), host.graph_at),
+            [host.call_index[int(owner[r])] for r in rows_out],
         )
     ).astype(np.int64)
-    in_ready = (cpu_start + cpu_dur)[launched_by[: len(rows_in)]]
-    in_start = _by_stream_starts(in_ready, dur[rows_in], 0.0, tl.gpu_stream[rows_in])
+    submitted = (host.start + host.dur)[launched_by]
+    in_start = _by_stream_starts(submitted[: len(rows_in)], dur[rows_in], 0.0, tl.gpu_stream[rows_in])
     # Each replayed node reaches the GPU as the graph launch submits it, after the input copies.
-    ready = replay.ready_us(n_nodes)
+    ready = host.replay.ready_us(n_nodes)
     if len(rows_in):
         ready = np.maximum(ready, float((in_start + dur[rows_in]).max()))
     node_start = _by_stream_starts(ready, dur[rows_nodes], cost.node_gap_us, tl.gpu_stream[rows_nodes])
     node_start = np.maximum(node_start, 0.0)
     last = float((node_start + dur[rows_nodes]).max()) if n_nodes else 0.0
-    out_ready = np.maximum((cpu_start + cpu_dur)[launched_by[len(rows_in) + n_nodes :]], last)
+    out_ready = np.maximum(submitted[len(rows_in) + n_nodes :], last)
     out_start = _by_stream_starts(out_ready, dur[rows_out], 0.0, tl.gpu_stream[rows_out])
     rows = np.concatenate((rows_in, rows_nodes, rows_out))
     timeline = Timeline(
-        cpu_start=cpu_start,
-        cpu_dur=cpu_dur,
-        cpu_names=tuple(cpu_names),
+        cpu_start=host.start,
+        cpu_dur=host.dur,
+        cpu_names=host.names,
         gpu_start=np.concatenate((in_start, node_start, out_start)),
         gpu_dur=dur[rows],
         gpu_names=tuple(tl.gpu_names[i] for i in rows),
@@ -303,11 +328,11 @@ def graphs_whatif(
         gpu_stream=tl.gpu_stream[rows],
     )
     notes = (
-        f"{len(input_calls)} input copies and one graph launch of {n_nodes} nodes replace {step.launches} "
+        f"{host.input_calls} input copies and one graph launch of {n_nodes} nodes replace {step.launches} "
         f"launches; replay cost: {cost.launch_us:.1f} µs + {cost.per_node_host_us:.2f} µs per node on the host, "
         f"{cost.node_gap_us:.2f} µs between nodes on the GPU.",
     )
-    return WhatIf(name, timeline, len(cpu_start), notes=notes)
+    return WhatIf(name, timeline, len(host.start), notes=notes)
 
 
 def whatifs(step: TraceStep, cost: GraphReplayCost) -> dict[str, WhatIf]:
@@ -371,16 +396,19 @@ class _Rows:
     streams: list  # per stream: its GPU events in order
 
 
-def _rows(step: TraceStep) -> _Rows:
-    cached = step.__dict__.get("_untraced_rows")
-    if cached is not None:
-        return cached
+def _launch_rows(step: TraceStep) -> np.ndarray:
+    """Per GPU event: the host row of the launch call that submitted it (-1: none in the trace)."""
     tl, host = step.timeline, step.host
-    n_rows, n_gpu = len(host.end), len(tl.gpu_start)
     row_of = np.full(len(tl.cpu_start), -1, np.int64)
     row_of[host.interval[host.interval >= 0]] = np.flatnonzero(host.interval >= 0)
     owner = tl.launched_by
-    launcher = np.where(owner >= 0, row_of[np.maximum(owner, 0)], -1)
+    return np.where(owner >= 0, row_of[np.maximum(owner, 0)], -1)
+
+
+def _waits(step: TraceStep, launcher: np.ndarray):
+    """(waits, blocking, awaited, tail) of `_Rows`: which host rows wait for GPU work, and for which."""
+    tl, host = step.timeline, step.host
+    n_rows, n_gpu = len(host.end), len(tl.gpu_start)
     gpu_end = tl.gpu_end
     # A launch call that returned after its own copies were done waited for them (a copy to pageable memory).
     own_end = np.full(n_rows, -np.inf)
@@ -407,8 +435,14 @@ def _rows(step: TraceStep) -> _Rows:
         )
         awaited[mine] = r
     tail = np.where(waits, host.end - np.maximum(awaited_end, host.call_start), 0.0)
-    # GPU events: ready after their launch row's end (a blocking copy: after its call's start), as late
-    # after it as traced when the host set their start, else no later than the step's habit.
+    return waits, blocking, awaited, tail
+
+
+def _anchors(step: TraceStep, launcher: np.ndarray, waits: np.ndarray, blocking: np.ndarray):
+    """(anchor_row, lat, gap) of `_Rows`: GPU events are ready after their launch row's end (a blocking copy:
+    after its call's start), as late after it as traced when the host set their start, else no later than
+    the step's habit."""
+    tl, host = step.timeline, step.host
     habits = _eager_habits(step)
     anchor_row = launcher.copy()
     anchor_t = np.where(blocking, host.call_start, host.end)
@@ -425,6 +459,17 @@ def _rows(step: TraceStep) -> _Rows:
     since = tl.gpu_start - habits.prev_end
     gap = np.where(waited, np.minimum(since, habits.queued_gap_us), since)
     gap = np.where(np.isfinite(gap), gap, 0.0)
+    return anchor_row, lat, gap
+
+
+def _rows(step: TraceStep) -> _Rows:
+    cached = step.__dict__.get("_untraced_rows")
+    if cached is not None:
+        return cached
+    tl, host = step.timeline, step.host
+    launcher = _launch_rows(step)
+    waits, blocking, awaited, tail = _waits(step, launcher)
+    anchor_row, lat, gap = _anchors(step, launcher, waits, blocking)
     out = _Rows(
         waits=waits,
         blocking=blocking,
@@ -440,6 +485,38 @@ def _rows(step: TraceStep) -> _Rows:
     return out
 
 
+class _GpuRetiming:
+    """A step's GPU events rescheduled by the one recurrence, stream by stream, as far as the re-timed host has
+    got: `anchor` (per host row, when its GPU work may start) is filled in by the caller as it goes."""
+
+    def __init__(self, step: TraceStep, rows: _Rows, anchor: np.ndarray):
+        self.tl, self.r, self.anchor = step.timeline, rows, anchor
+        self.start = step.timeline.gpu_start.copy()
+        self.end = step.timeline.gpu_end.copy()  # traced until rescheduled
+        self.done = [0] * len(rows.streams)
+        self.last_end = [-np.inf] * len(rows.streams)
+
+    def schedule(self, limit: int) -> None:
+        """Reschedule the GPU events whose rows are below `limit` (in stream order)."""
+        r, dur = self.r, self.tl.gpu_dur
+        for k, rows in enumerate(r.streams):
+            todo = rows[self.done[k] :]
+            if not len(todo):
+                continue
+            blocked = r.anchor_row[todo] >= limit
+            todo = todo[: int(np.argmax(blocked))] if blocked.any() else todo
+            if not len(todo):
+                continue
+            ready = np.where(r.anchor_row[todo] >= 0, self.anchor[np.maximum(r.anchor_row[todo], 0)], 0.0)
+            ready = ready + r.lat[todo]
+            ready[0] = max(ready[0], self.last_end[k] + r.gap[todo[0]])
+            start = np.maximum(schedule_starts(ready, dur[todo], r.gap[todo]), 0.0)
+            self.start[todo] = start
+            self.end[todo] = start + dur[todo]
+            self.last_end[k] = float(self.end[todo[-1]])
+            self.done[k] += len(todo)
+
+
 def _retime(step: TraceStep, row_cost: np.ndarray, cost: ProfilerCost):
     """(cpu_start, cpu_end, gpu_start, host time taken out) of the step with `row_cost` taken out of its host rows.
 
@@ -451,31 +528,8 @@ def _retime(step: TraceStep, row_cost: np.ndarray, cost: ProfilerCost):
     n_rows = len(host.end)
     shrunk = cost.untraced_us(r.pre, row_cost)  # a wait row: the host time before its call
     new_end, anchor, base = np.zeros(n_rows), np.zeros(n_rows), np.zeros(n_rows)
-    gpu_start = tl.gpu_start.copy()
-    gpu_new_end = tl.gpu_end.copy()  # traced until rescheduled
+    gpu = _GpuRetiming(step, r, anchor)
     cursor: dict[int, float] = {}
-    ptr = [0] * len(r.streams)
-    last_end = [-np.inf] * len(r.streams)
-
-    def schedule(limit: int) -> None:
-        """Reschedule, stream by stream, the GPU events whose rows are below `limit` (in stream order)."""
-        for k, rows in enumerate(r.streams):
-            todo = rows[ptr[k] :]
-            if not len(todo):
-                continue
-            blocked = r.anchor_row[todo] >= limit
-            todo = todo[: int(np.argmax(blocked))] if blocked.any() else todo
-            if not len(todo):
-                continue
-            ready = np.where(r.anchor_row[todo] >= 0, anchor[np.maximum(r.anchor_row[todo], 0)], 0.0)
-            ready = ready + r.lat[todo]
-            ready[0] = max(ready[0], last_end[k] + r.gap[todo[0]])
-            start = np.maximum(schedule_starts(ready, tl.gpu_dur[todo], r.gap[todo]), 0.0)
-            gpu_start[todo] = start
-            gpu_new_end[todo] = start + tl.gpu_dur[todo]
-            last_end[k] = float(gpu_new_end[todo[-1]])
-            ptr[k] += len(todo)
-
     done = 0
     for w in [*np.flatnonzero(r.waits).tolist(), n_rows]:
         seg = np.arange(done, w)
@@ -491,20 +545,20 @@ def _retime(step: TraceStep, row_cost: np.ndarray, cost: ProfilerCost):
             base[w] = cursor.get(th, float(host.start[w]))
             arrival = base[w] + shrunk[w]
             anchor[w] = arrival  # its own copies are issued once its call has begun
-            schedule(w + 1 if r.blocking[w] else w)
-            awaited = gpu_new_end[r.awaited == w].max(initial=-np.inf)
+            gpu.schedule(w + 1 if r.blocking[w] else w)
+            awaited = gpu.end[r.awaited == w].max(initial=-np.inf)
             new_end[w] = max(arrival, awaited) + r.tail[w]
             if not r.blocking[w]:
                 anchor[w] = new_end[w]
             cursor[th] = float(new_end[w])
         done = w + 1
-    schedule(n_rows + 1)
+    gpu.schedule(n_rows + 1)
     cpu_start, cpu_end = tl.cpu_start.copy(), tl.cpu_end.copy()
     rows = np.flatnonzero(host.interval >= 0)
     cpu_start[host.interval[rows]] = base[rows]
     cpu_end[host.interval[rows]] = new_end[rows]
     taken = float((r.pre - shrunk).sum())
-    return cpu_start, cpu_end, gpu_start, taken
+    return cpu_start, cpu_end, gpu.start, taken
 
 
 def _untraced_step(step: TraceStep, cost: ProfilerCost, scale: float) -> tuple[TraceStep, float]:

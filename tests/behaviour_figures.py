@@ -27,7 +27,7 @@ from core.probe_result import load_result  # noqa: E402
 from core.trace import analyse  # noqa: E402
 from sim.calibration import calibrate, calibrated_preset  # noqa: E402
 from sim.config import PRESETS  # noqa: E402
-from sim.kernels import fusion_table  # noqa: E402
+from sim.step.kernels import fusion_table  # noqa: E402
 from sim.trace_report import median_whatifs, untraced_summary  # noqa: E402
 from sim.trace_whatif import default_replay_cost  # noqa: E402
 
@@ -58,23 +58,27 @@ TRACES = (
 # -- the adapters: the only calls that know the engines' signatures ------------------------------
 def _step(model, hw, batch: int, fusion: bool, graphs: bool, tp: int = 1):
     from core.step_plan import StepPlan, toggled
-    from sim.schedule import simulate_step
+    from sim.step.schedule import simulate_step
 
     return simulate_step(model, hw, StepPlan(toggled(fusion, graphs), batch, tp))
 
 
+# The snapshot's key for each toggled mode's sweep: what the page titled them when it was written.
+SWEEP_KEYS = {"eager": "unoptimised", "fused": "fusion", "graph": "graphs", "fused+graph": "fusion + graphs"}
+
+
 def _sweep(model, hw):
-    """{mode title: (step_us, cpu_launch_us, gpu_busy_us)} and {mode title: crossover}."""
+    """{mode's key: (step_us, cpu_launch_us, gpu_busy_us)} and {mode's key: crossover}."""
     from core.step_plan import toggled
-    from sim.schedule import sweep
+    from sim.step.schedule import sweep
 
     sw = sweep(model, hw, SWEEP_BATCHES)
-    modes = [toggled(*c) for c in COMBOS]
+    keys = {SWEEP_KEYS[m.name]: m for m in (toggled(*c) for c in COMBOS)}
     series = {
-        m.title: [sw[m].step_us.tolist(), sw[m].cpu_launch_us.tolist(), sw[m].gpu_busy_us.tolist()]
-        for m in modes
+        key: [sw[m].step_us.tolist(), sw[m].cpu_launch_us.tolist(), sw[m].gpu_busy_us.tolist()]
+        for key, m in keys.items()
     }
-    return series, {m.title: sw.crossover[m.name] for m in modes}
+    return series, {key: sw.crossover[m.name] for key, m in keys.items()}
 
 
 # -- the figures -------------------------------------------------------------------------------------

@@ -70,57 +70,9 @@ def case_bytes(kind: str, name: str) -> bytes:
 # -- probe results -------------------------------------------------------------------------------
 def small_result() -> dict:
     """A small valid probe result (the schema of core.probe_result): one eager run of two kernels."""
-    from core.timeline import Timeline
+    from probe_results import probe_result
 
-    timeline = Timeline(
-        cpu_start=[0.0, 6.0],
-        cpu_dur=[6.0, 5.0],
-        cpu_names=["cudaLaunchKernel"] * 2,
-        gpu_start=[7.0, 12.0],
-        gpu_dur=[2.0, 3.0],
-        gpu_names=["k1", "k2"],
-        launched_by=[0, 1],
-        source="measured",
-    ).to_dict()
-    run = {
-        "mode": "eager",
-        "batch": 1,
-        "bucket": None,
-        "padded_rows": 0,
-        "eager_fallback": False,
-        "step_us_median": 15.0,
-        "step_us_p10": 14.0,
-        "step_us_p90": 17.5,
-        "enqueue_us_median": 10.5,
-        "kernels_per_step": 2,
-        "kernels_per_layer": 1.0,
-        "launches": 2,
-        "cpu_launch_us": 11.0,
-        "gpu_busy_us": 5.0,
-        "utilisation": 5.0 / 15.0,
-        "bound_by": "CPU launch",
-        "timeline": timeline,
-    }
-    return {
-        "schema": 1,
-        "device": "Corpus Test GPU",
-        "torch": "2.11.0",
-        "cuda": "12.8",
-        "created": "2026-11-30T10:00:00+00:00",
-        "command": "python -m gpu_probe",
-        "model": {
-            "config": {"name": "small", "n_layers": 32},
-            "n_params": 1000,
-            "weight_bytes": 2000,
-            "read_bytes": 2000,
-        },
-        "hbm_copy_GBps": 4200.0,
-        "runs": [run],
-        "captures": [],
-        "checks": {},
-        "errors": [],
-        "settings": {"steps": 10},
-    }
+    return probe_result(device="Corpus Test GPU")
 
 
 _CALIBRATABLE: dict | None = None

@@ -154,7 +154,7 @@ def test_the_layouts_view_never_loads_torch():
 
     code = (
         "import sys; from streamlit.testing.v1 import AppTest; "
-        "import ui.buckets_tab, sim.bucket_report; "
+        "import ui.buckets_tab, sim.buckets.report; "
         "at = AppTest.from_string('from ui import buckets_tab; buckets_tab.render()', "
         "default_timeout=120); "
         "at.run(); assert not at.exception, at.exception; "

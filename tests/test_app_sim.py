@@ -15,7 +15,7 @@ from core import probe_result
 from core.step_plan import BASELINE, GRAPH, StepPlan, toggled
 from sim.calibration import calibrate, calibrated_preset
 from sim.config import PRESETS
-from sim.schedule import simulate_step
+from sim.step.schedule import simulate_step
 from ui.charts import format_us
 from ui.common import READOUT_LABELS
 from ui.sim_presets import CALIBRATED_KEY, CALIBRATED_TITLE, PRESET_TITLES, preset_of
@@ -432,10 +432,21 @@ def test_your_model_is_simulated_and_reads_as_a_custom_model():
         ("kernels_fused", 6),
     ):
         at.number_input(key=key).set_value(value)
-    at.number_input(key="launch_us").set_value(15.0).run()  # fmt: skip
+    at.number_input(key="launch_us").set_value(15.0).run()
     assert not at.exception and not at.error and not warnings(at)
-    model = replace(CHAPTER.model, name="custom-chapter-1.2b", hidden=4096, n_heads=32, n_kv_heads=8, ffn=14336,
-                    vocab=128256, context_len=2048, bytes_per_el=1.0, unfused_per_layer=40, fused_per_layer=6)  # fmt: skip
+    model = replace(
+        CHAPTER.model,
+        name="custom-chapter-1.2b",
+        hidden=4096,
+        n_heads=32,
+        n_kv_heads=8,
+        ffn=14336,
+        vocab=128256,
+        context_len=2048,
+        bytes_per_el=1.0,
+        unfused_per_layer=40,
+        fused_per_layer=6,
+    )
     hw = replace(CHAPTER.hardware, eager_launch_us=15.0)
     expected = simulate_step(model, hw, StepPlan(BASELINE, 1)).metrics
     assert readouts(at)["Kernels / step"] == f"{40 * 32 + 4:,}"
@@ -481,8 +492,18 @@ def test_invalid_model_combinations_warn_and_never_raise(edits, fragment):
 
 def test_a_link_with_a_custom_model_opens_it_and_hostile_values_are_clamped():
     at = AppTest.from_file(APP, default_timeout=60)
-    link = {"hidden": "1536", "heads": "12", "kv_heads": "4", "ffn": "4096", "vocab": "50000", "kernels_fused": "7",
-            "graph_node_us": "0.5", "kernels_unfused": "99999", "context": "-5", "bytes_per_el": "nan"}  # fmt: skip
+    link = {
+        "hidden": "1536",
+        "heads": "12",
+        "kv_heads": "4",
+        "ffn": "4096",
+        "vocab": "50000",
+        "kernels_fused": "7",
+        "graph_node_us": "0.5",
+        "kernels_unfused": "99999",
+        "context": "-5",
+        "bytes_per_el": "nan",
+    }
     at.query_params.update(link)
     at.run()
     assert not at.exception and not at.error

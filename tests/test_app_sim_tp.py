@@ -7,7 +7,7 @@ from streamlit.testing.v1 import AppTest
 
 from core.step_plan import BASELINE, FUSED_GRAPH, StepPlan
 from sim.config import PRESETS
-from sim.schedule import simulate_step
+from sim.step.schedule import simulate_step
 from ui.charts import format_us
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")

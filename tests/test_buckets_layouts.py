@@ -5,8 +5,8 @@ import itertools
 import numpy as np
 import pytest
 
-from sim import buckets
-from sim.buckets import layout, optimal_buckets, optimal_layouts, padding_waste, parse_layout
+from sim.buckets import layouts as buckets
+from sim.buckets.layouts import layout, optimal_buckets, optimal_layouts, padding_waste, parse_layout
 
 
 def test_chapter_layout_is_the_chapters_list():

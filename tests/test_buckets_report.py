@@ -4,12 +4,12 @@ import numpy as np
 import pytest
 
 from core.step_plan import BASELINE, FUSED_GRAPH, GRAPH, StepPlan, toggled
-from sim import bucket_memory as bm
-from sim import bucket_report as br
-from sim import buckets as bk
+from sim.buckets import layouts as bk
+from sim.buckets import memory as bm
+from sim.buckets import report as br
+from sim.buckets.workloads import Workload, geometric, uniform
 from sim.config import PRESETS
-from sim.schedule import simulate_step
-from sim.workloads import Workload, geometric, uniform
+from sim.step.schedule import simulate_step
 
 PRESET = PRESETS["chapter"]
 MODEL, HW = PRESET.model, PRESET.hardware

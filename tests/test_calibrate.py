@@ -18,7 +18,7 @@ from sim.calibration.least_squares import bounded_least_squares
 from sim.calibration.model import model_from_result
 from sim.calibration.report import loo_summary, main
 from sim.config import PRESETS, Preset
-from sim.schedule import simulate_step
+from sim.step.schedule import simulate_step
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = PRESETS["probe-0.5b-h200"].model.with_layers(8)  # fewer layers: same physics, faster tests
@@ -27,10 +27,25 @@ TRUE = KNOWN_PARAMS
 # one batch only, so their latency and bandwidth trade against each other; no cuBLAS or GEMV kernel is
 # compute-bound). Batch 32 gives the wider tiles a third batch.
 BATCHES = (1, 8, 32, 64, 256)
-RECOVERED = ("tile_gemm_wide_latency_us", "tile_gemm_wide_GBps", "tile_gemm_wide_TFLOPs", "attention_latency_us",
-             "attention_GBps", "cublas_latency_us", "cublas_GBps", "aten_latency_us", "aten_GBps",
-             "pdl_hidden_us", "aten_launch_us", "triton_launch_us", "merge_launch_share", "replay_us",
-             "replay_per_node_us", "replay_per_row_us", "node_gap_us")  # fmt: skip
+RECOVERED = (
+    "tile_gemm_wide_latency_us",
+    "tile_gemm_wide_GBps",
+    "tile_gemm_wide_TFLOPs",
+    "attention_latency_us",
+    "attention_GBps",
+    "cublas_latency_us",
+    "cublas_GBps",
+    "aten_latency_us",
+    "aten_GBps",
+    "pdl_hidden_us",
+    "aten_launch_us",
+    "triton_launch_us",
+    "merge_launch_share",
+    "replay_us",
+    "replay_per_node_us",
+    "replay_per_row_us",
+    "node_gap_us",
+)
 
 
 @pytest.fixture(scope="module")

@@ -261,7 +261,7 @@ class FakeSweep(SimpleNamespace):
 
 def test_sweep_of_the_chapter_preset_marks_its_crossovers():
     from sim.config import PRESETS
-    from sim.schedule import sweep
+    from sim.step.schedule import sweep
 
     preset = PRESETS["chapter"]
     result = sweep(preset.model, preset.hardware, np.arange(1, 513))

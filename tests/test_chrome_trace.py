@@ -165,7 +165,7 @@ def test_assign_tracks_touching_intervals_share_a_track():
 
 
 def test_simulated_step_exports_cleanly():
-    schedule = pytest.importorskip("sim.schedule")
+    schedule = pytest.importorskip("sim.step.schedule")
     config = pytest.importorskip("sim.config")
     preset = config.PRESETS[config.DEFAULT_PRESET]
     for fusion, graphs in [(False, False), (True, True)]:

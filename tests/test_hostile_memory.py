@@ -118,12 +118,12 @@ def test_an_oversized_probe_upload_is_refused_unread(monkeypatch):
 
 
 def test_an_oversized_csv_is_refused_unread(monkeypatch):
-    import sim.workloads
+    import sim.buckets.workloads
 
     def never(*args, **kwargs):
         raise AssertionError("an oversized CSV was parsed")
 
-    monkeypatch.setattr(sim.workloads, "parse_histogram_csv", never)
+    monkeypatch.setattr(sim.buckets.workloads, "parse_histogram_csv", never)
     at = page_on("Bucketing", bk_workload="uploaded CSV")
     at.file_uploader(key="bk_csv_file").set_value(
         ("big.csv", b"batch,count\n" + b"1,1\n" * 300_000, "text/csv")

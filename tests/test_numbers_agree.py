@@ -14,8 +14,8 @@ from core.step_plan import BASELINE, FUSED_GRAPH, GRAPH, StepPlan
 from core.timeline import CPU_BOUND, GPU_BOUND, StepMetrics
 from sim.calibration import calibrated_preset
 from sim.config import PRESETS
-from sim.kernels import step_kernels
-from sim.schedule import simulate_step, sweep
+from sim.step.kernels import step_kernels
+from sim.step.schedule import simulate_step, sweep
 from ui.common import regime_explanation
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""The persistent decode-step kernel (gpu_probe/kernels/persistent.py) against the fused path.
+"""The persistent decode-step kernel (gpu_probe/kernels/persistent*.py) against the fused path.
 
 CPU: Triton's interpreter runs programs one after another, so the kernel runs as ONE program (its
 barriers then pass at once) on the tiny preset and a tiny GQA shape with a tied LM head; a grid of two

@@ -24,9 +24,11 @@ STAMPS = ROOT / "gpu_probe" / "kernels" / "persistent_h200" / "persistent_trace_
 
 def _result() -> dict:
     data = synthetic_result(
-        KNOWN_PARAMS, PRESETS["probe-0.5b-h200"].model.with_layers(4), batches=(1, 8),
+        KNOWN_PARAMS,
+        PRESETS["probe-0.5b-h200"].model.with_layers(4),
+        batches=(1, 8),
         modes=(FUSED_GRAPH.name, PERSISTENT.name),
-    )  # fmt: skip
+    )
     stamps = compact(json.loads(STAMPS.read_text()))
     for run in data["runs"]:
         if run["mode"] == PERSISTENT.name and run["batch"] == 1:

@@ -5,74 +5,31 @@ import json
 import sys
 
 import pytest
+from probe_results import probe_result, probe_run
 
 from core.probe_result import MAX_RESULT_BYTES, ProbeResult, dump_result, load_result
 from core.step_plan import MODES
-from core.timeline import Timeline
-
-
-def _timeline() -> dict:
-    return Timeline(
-        cpu_start=[0.0, 6.0],
-        cpu_dur=[6.0, 5.0],
-        cpu_names=["cudaLaunchKernel"] * 2,
-        gpu_start=[7.0, 12.0],
-        gpu_dur=[2.0, 3.0],
-        gpu_names=["k1", "k2"],
-        launched_by=[0, 1],
-        source="measured",
-    ).to_dict()
 
 
 def valid_result() -> dict:
-    run = {
-        "mode": "eager",
-        "batch": 1,
-        "bucket": None,
-        "padded_rows": 0,
-        "eager_fallback": False,
-        "step_us_median": 15.0,
-        "step_us_p10": 14.0,
-        "step_us_p90": 17.5,
-        "enqueue_us_median": 10.5,
-        "kernels_per_step": 2,
-        "kernels_per_layer": 1.0,
-        "launches": 2,
-        "cpu_launch_us": 11.0,
-        "gpu_busy_us": 5.0,
-        "utilisation": 5.0 / 15.0,
-        "bound_by": "CPU launch",
-        "timeline": _timeline(),
-    }
-    graph_run = dict(
-        copy.deepcopy(run),
-        mode="fused+graph",
-        batch=3,
-        bucket=4,
-        padded_rows=1,
-        cpu_launch_us=4.0,
-        bound_by="GPU",
+    """An eager run at batch 1 and a fused+graph run at batch 3 padded to bucket 4, with a capture and a check."""
+    graph_run = probe_run(
+        mode="fused+graph", batch=3, bucket=4, padded_rows=1, cpu_launch_us=4.0, bound_by="GPU"
     )
-    return {
-        "schema": 1,
-        "device": "NVIDIA H200",
-        "torch": "2.11.0",
-        "cuda": "12.8",
-        "created": "2026-11-30T10:00:00+00:00",
-        "command": "python -m gpu_probe --preset small",
-        "model": {
+    return probe_result(
+        [probe_run(), graph_run],
+        device="NVIDIA H200",
+        command="python -m gpu_probe --preset small",
+        model={
             "config": {"name": "small", "n_layers": 32},
             "n_params": 477_000_000,
             "weight_bytes": 954_000_000,
             "read_bytes": 888_000_000,
         },
-        "hbm_copy_GBps": 4200.0,
-        "runs": [run, graph_run],
-        "captures": [{"bucket": 4, "capture_ms": 12.5, "graph_mem_bytes": 2_097_152}],
-        "checks": {"graph_vs_eager": {"passed": True, "detail": "13 buckets"}},
-        "errors": [],
-        "settings": {"steps": 100},
-    }
+        captures=[{"bucket": 4, "capture_ms": 12.5, "graph_mem_bytes": 2_097_152}],
+        checks={"graph_vs_eager": {"passed": True, "detail": "13 buckets"}},
+        settings={"steps": 100},
+    )
 
 
 def test_valid_result_loads_with_all_fields():

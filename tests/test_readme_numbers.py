@@ -153,7 +153,7 @@ def sim_step(preset: str, mode: str = "eager"):
     place this file says how a mode reaches the simulator)."""
     from core.step_plan import StepPlan
     from sim.config import PRESETS
-    from sim.schedule import simulate_step
+    from sim.step.schedule import simulate_step
 
     p = PRESETS[preset]
     return simulate_step(p.model, p.hardware, StepPlan(mode, 1))
@@ -162,7 +162,7 @@ def sim_step(preset: str, mode: str = "eager"):
 @cache
 def crossover_both_off(preset: str) -> int:
     from sim.config import BATCH_RANGE, PRESETS
-    from sim.schedule import sweep
+    from sim.step.schedule import sweep
 
     p = PRESETS[preset]
     return sweep(p.model, p.hardware, np.arange(BATCH_RANGE[0], BATCH_RANGE[1] + 1)).crossover["eager"]
@@ -226,7 +226,7 @@ class Quote:
 
 def _example() -> tuple:
     off, fused, both = (sim_step("chapter", m) for m in ("eager", "fused", "fused+graph"))
-    from sim.kernels import MODEL_LEVEL
+    from sim.step.kernels import MODEL_LEVEL
 
     m = off.metrics
     return (
@@ -609,7 +609,7 @@ def persistent_row() -> list[str | None]:
     import persistent_speed
 
     data = json.loads(persistent_speed.DEFAULT.read_text())
-    runs = {(r["preset"], r["mode"], r["batch"]): r for r in data["runs"]}
+    runs = persistent_speed.runs_of(data)
     mine, peer = (runs[("1b", m, 1)] for m in (persistent_speed.PERSISTENT, persistent_speed.PEER))
     ratios = {what: value for what, value, _, _ in persistent_speed.goals(data) if "/ fused+graph" in what}
     worst = max(ratios, key=ratios.get)

@@ -61,7 +61,7 @@ def test_help_lists_options_and_subcommands(capsys):
 
 
 @pytest.mark.parametrize(
-    "command, module", [("buckets", "sim.bucket_report"), ("calibrate", "sim.calibration.report")]
+    "command, module", [("buckets", "sim.buckets.report"), ("calibrate", "sim.calibration.report")]
 )
 def test_subcommands_dispatch(command, module, monkeypatch):
     seen = []

@@ -128,7 +128,7 @@ def test_preset_notes_quote_what_the_simulator_gives():
     # The notes cite the simulator's own figures; a change to a preset or the model must update them.
     import numpy as np
 
-    from sim.schedule import simulate_step, sweep
+    from sim.step.schedule import simulate_step, sweep
 
     def step(preset, fusion, graphs):
         return simulate_step(preset.model, preset.hardware, StepPlan(toggled(fusion, graphs), 1))

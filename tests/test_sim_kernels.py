@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from core.step_plan import toggled
-from sim import kernels as sk
 from sim.config import PRESETS
-from sim.kernels import FUSED_PER_LAYER, FUSIONS, UNFUSED_PER_LAYER, fusion_table
+from sim.step import kernels as sk
+from sim.step.kernels import FUSED_PER_LAYER, FUSIONS, UNFUSED_PER_LAYER, fusion_table
 from sim.timing import kernel_us
 
 CHAPTER = PRESETS["chapter"]
@@ -208,7 +208,7 @@ def test_kernel_counts_are_validated(field, value):
 
 
 def test_the_calibrations_family_work_is_the_simulators_work():
-    # sim.calibration.families adds up sim.kernels' ops by the probe family that runs them: the same
+    # sim.calibration.families adds up sim.step.kernels' ops by the probe family that runs them: the same
     # bytes and FLOPs, written once.
     from core.step_plan import PERSISTENT
     from sim.calibration.families import INDEX, UNPIPELINED_BEFORE_2026_12_02, family_work

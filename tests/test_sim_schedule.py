@@ -6,8 +6,8 @@ import pytest
 from core.step_plan import CHAPTER_BUCKETS, FUSED_GRAPH, GRAPH, StepPlan, modes, toggled
 from core.timeline import CPU_BOUND, GPU_BOUND
 from sim.config import PRESETS, HardwareConfig, ModelConfig
-from sim.kernels import step_kernels
-from sim.schedule import simulate_step, sweep
+from sim.step.kernels import step_kernels
+from sim.step.schedule import simulate_step, sweep
 
 COMBOS = ((False, False), (True, False), (False, True), (True, True))  # (fusion, graphs), as the page toggles
 
@@ -201,10 +201,10 @@ def test_the_schedule_is_the_one_timing_models():
     # sim.timing for each step's end: no recurrence of its own.
     import inspect
 
-    import sim.schedule
+    import sim.step.schedule
     from sim.timing import eager_timeline, graph_replay_timeline
 
-    source = inspect.getsource(sim.schedule)
+    source = inspect.getsource(sim.step.schedule)
     assert "cumsum" not in source and "accumulate" not in source
     hw, model = CHAPTER.hardware, CHAPTER.model
     names = step_kernels(model, toggled(False, False)).names

@@ -7,9 +7,9 @@ import pytest
 
 from core.step_plan import BASELINE, FUSED_GRAPH, StepPlan, check_tp, toggled
 from sim.config import PRESETS
-from sim.kernels import ALLREDUCE
-from sim.schedule import simulate_step
-from sim.tensor_parallel import (
+from sim.step.kernels import ALLREDUCE
+from sim.step.schedule import simulate_step
+from sim.step.tensor_parallel import (
     NCCL_NVLS_TREE_2XH100_US,
     AllReduceCost,
     fit_allreduce,

@@ -42,14 +42,24 @@ def test_modes_say_what_they_mean():
         for graphs in (False, True):
             m = toggled(fused, graphs)
             assert (m.fused, m.graphs, m.modelled, m.toggles) == (fused, graphs, True, True)
-    assert [m.short for m in modes(toggles=True)] == ["eager", "fusion", "graphs", "fusion+graphs"]
-    assert [m.title for m in modes(toggles=True)] == ["unoptimised", "fusion", "graphs", "fusion + graphs"]
+    assert names(modes(kernels="persistent")) == ("persistent",) and COMPILE.fused and not COMPILE.modelled
+    # One name per mode; its title spells the name's words out.
+    assert [m.title for m in MODES.values()] == [
+        "eager",
+        "fusion",
+        "graphs",
+        "fusion + graphs",
+        "torch.compile",
+        "persistent kernel",
+    ]
     assert (BASELINE, FUSED, GRAPH, FUSED_GRAPH, COMPILE, PERSISTENT) == tuple(MODES.values())
     assert without_graphs(FUSED_GRAPH) is FUSED and without_graphs(GRAPH) is BASELINE
     with pytest.raises(ValueError, match="mode: must be one of eager, fused"):
         mode("fused-graph")
     with pytest.raises(TypeError, match="no Mode field"):
         modes(fusion=True)
+    with pytest.raises(ValueError, match="Mode.kernels: must be one of unfused, fused, inductor, persistent"):
+        step_plan.Mode("x", "triton", False)
 
 
 def test_a_plan_says_which_bucket_it_replays_and_what_it_pads():

@@ -21,7 +21,7 @@ from tp_synthetic import (
 from core import tp_result
 from core.probe_result import MAX_RESULT_BYTES, ProbeResult
 from core.tp_result import TPResult, load_any_result, load_tp_result, tp_modes
-from sim.tensor_parallel import fitted_allreduce
+from sim.step.tensor_parallel import fitted_allreduce
 
 ROOT = Path(__file__).resolve().parents[1]
 GOOD = synthetic_tp_result()
@@ -200,7 +200,7 @@ def test_lone_surrogates_are_refused():
 
 
 def test_core_and_sim_import_without_torch():
-    code = "import sys; sys.modules['torch'] = None; import core.tp_result, sim.tensor_parallel; print('ok')"
+    code = "import sys; sys.modules['torch'] = None; import core.tp_result, sim.step.tensor_parallel; print('ok')"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from sim import workloads
-from sim.workloads import Workload, geometric, parse_histogram_csv, poisson, uniform
+from sim.buckets import workloads
+from sim.buckets.workloads import Workload, geometric, parse_histogram_csv, poisson, uniform
 
 
 def test_uniform():

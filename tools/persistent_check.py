@@ -1,5 +1,5 @@
-"""On a GPU: the persistent decode-step kernel (gpu_probe/kernels/persistent.py) checked, then timed against
-the fused+graph step in the same run.
+"""On a GPU: the persistent decode-step kernel (gpu_probe/kernels/persistent.py, persistent_kernel.py) checked,
+then timed against the fused+graph step in the same run.
 
     python tools/persistent_check.py --out DIR [--budget-s 270] [--presets 1b small] [--variants NAME ...]
                                      [--no-variants] [--no-checks]
@@ -8,11 +8,11 @@ Per preset: (1) compile every kernel the run needs in parallel worker processes 
 (2) checks -- logits vs the fused path at batch 1..8 (the probe's bf16 tolerance), KV written where the fused
 path writes it, graph replay == eager per bucket 1/2/4/8 with the KV canary (gpu_probe.measure), 25 calls per
 bucket bit-identical, 1,000 graph replays with no error flag; (3) timing at batch 1, 2, 4, 8 of fused+graph and
-persistent+graph, interleaved rounds: back to back (bare graph replays enqueued with no sync, median per step),
-and as the probe times it (GraphRunner.run: input copies + replay, an idle GPU at each step's start); the read
-floor = (weights + KV at the preset's context) / measured device-to-device copy bandwidth; (4) the in-kernel
-phase stamps at batch 1 (persistent_trace.read_trace); (5) layout variants at batch 1 (1b also batch 8), each
-timed back to back against the default in interleaved rounds.
+persistent (both replayed as graphs), interleaved rounds: back to back (bare graph replays enqueued with no
+sync, median per step), and as the probe times it (GraphRunner.run: input copies + replay, an idle GPU at each
+step's start); the read floor = (weights + KV at the preset's context) / measured device-to-device copy
+bandwidth; (4) the in-kernel phase stamps at batch 1 (persistent_trace.read_trace); (5) layout variants at
+batch 1 (1b also batch 8), each timed back to back against the default in interleaved rounds.
 
 Writes DIR/persistent_check.json after every part (a run cut short keeps what it measured) and
 DIR/persistent_trace_<preset>_b1.json; prints a short table last. Stops starting new parts near the budget.
@@ -36,6 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 
+from core.step_plan import FUSED_GRAPH, PERSISTENT
+
 BATCHES = (1, 2, 4, 8)
 VARIANTS = {  # name -> PersistentConfig overrides; timed at batch 1 (and batch 8 where listed in AT_B8)
     "prefetch 0": {"prefetch_bytes": 0},
@@ -51,8 +53,17 @@ VARIANTS = {  # name -> PersistentConfig overrides; timed at batch 1 (and batch 
     "2/SM x 4 warps": {"programs_per_sm": 2, "num_warps": 4},
 }
 AT_B8 = ("prefetch 0", "prefetch 128 KB", "tile 32k")
-DEFAULT_VARIANTS = ("prefetch 0", "prefetch 32 KB", "prefetch 128 KB", "tile 8k", "tile 32k", "splits 2",
-                    "attention 128 tok", "2/SM x 4 warps", "warps 4")  # fmt: skip
+DEFAULT_VARIANTS = (
+    "prefetch 0",
+    "prefetch 32 KB",
+    "prefetch 128 KB",
+    "tile 8k",
+    "tile 32k",
+    "splits 2",
+    "attention 128 tok",
+    "2/SM x 4 warps",
+    "warps 4",
+)
 
 
 def poison_written_slots(model, inputs: dict) -> None:
@@ -269,7 +280,7 @@ class Preset:
         if self.persistent_runner is None:
             self.persistent_runner = GraphRunner(self.decoder, buckets=BATCHES)
         self.fused_runner = GraphRunner(self.model, buckets=BATCHES)
-        runners = {"fused+graph": self.fused_runner, "persistent+graph": self.persistent_runner}
+        runners = {FUSED_GRAPH.name: self.fused_runner, PERSISTENT.name: self.persistent_runner}
         warm_gpu(self.persistent_runner.graphs[1], 1.0)
         for b in BATCHES:
             rows = self.batch.head(b)
@@ -338,8 +349,10 @@ class Preset:
         }
         self.out["trace_b1"]["by_kind"] = trace["by_kind"]
         self.out["trace_b1"]["per_phase_first_layer"] = trace["per_phase"][:7]
-        self.run.say(f"  traced step {trace['total_us']:.1f} us over {trace['programs']} programs, "
-                     f"timer resolution {trace['timer_resolution_ns']} ns")  # fmt: skip
+        self.run.say(
+            f"  traced step {trace['total_us']:.1f} us over {trace['programs']} programs, "
+            f"timer resolution {trace['timer_resolution_ns']} ns"
+        )
         for kind, s in trace["by_kind"].items():
             self.run.say(
                 f"  {kind:9s} x{s['phases']:2d}: critical {s['critical_us']:7.1f} us (floor {s['floor_us']:6.1f}), "
@@ -348,11 +361,23 @@ class Preset:
             )
 
     # ---- variants ----------------------------------------------------------------------------------------------
-    def variants(self, names: list[str], batch: int, rounds: int = 5) -> None:
+    def build_variant(self, name: str, rows, batch: int, reference):
+        """(graph runner, decoder, error against the default layout's logits) of one layout variant."""
         from gpu_probe.graph_runner import GraphRunner
         from gpu_probe.kernels.persistent import PersistentConfig, PersistentDecoder
         from gpu_probe.measure import rel_err
 
+        config = PersistentConfig(**{**asdict(self.base), **VARIANTS[name]})
+        decoder = PersistentDecoder(self.model, config, weights_from=self.decoder)
+        runner = GraphRunner(decoder, buckets=(batch,))
+        runner.load(rows, batch)
+        runner.graphs[batch].replay()
+        torch.cuda.synchronize()
+        err = rel_err(runner.outputs[batch][:batch], reference)
+        decoder.check_error()
+        return runner, decoder, err
+
+    def variants(self, names: list[str], batch: int, rounds: int = 5) -> None:
         rows = self.batch.head(batch)
         base_runner = self.persistent_runner
         base_runner.load(rows, batch)
@@ -364,15 +389,7 @@ class Preset:
                 self.run.say(f"  SKIP variant {name}: budget")
                 continue
             try:
-                config = PersistentConfig(**{**asdict(self.base), **VARIANTS[name]})
-                decoder = PersistentDecoder(self.model, config, weights_from=self.decoder)
-                runner = GraphRunner(decoder, buckets=(batch,))
-                runner.load(rows, batch)
-                runner.graphs[batch].replay()
-                torch.cuda.synchronize()
-                err = rel_err(runner.outputs[batch][:batch], reference)
-                decoder.check_error()
-                entries.append((name, runner, decoder, err))
+                entries.append((name, *self.build_variant(name, rows, batch, reference)))
             except Exception as e:
                 self.run.say(f"  variant {name}: FAILED {type(e).__name__}: {str(e)[:300]}")
                 self.run.data["variants"].append(
@@ -411,8 +428,10 @@ class Preset:
                     "error_flag": decoder.error_phase() is not None,
                 }
             )
-            self.run.say(f"  b{batch} {name:20s}: {us:7.1f} us ({us / floor:.3f}x floor, {us - base:+6.1f} vs default), "
-                         f"err vs default {err:.1e}, {info[0] if info else ''}")  # fmt: skip
+            self.run.say(
+                f"  b{batch} {name:20s}: {us:7.1f} us ({us / floor:.3f}x floor, {us - base:+6.1f} vs default), "
+                f"err vs default {err:.1e}, {info[0] if info else ''}"
+            )
             del runner
         self.run.save()
 
@@ -421,11 +440,13 @@ def summary(run: Run) -> None:
     print("\n==== persistent_check summary ====")
     d = run.data
     print(f"{d['device']} | HBM copy {d.get('hbm_copy_GBps', 0):.0f} GB/s")
-    print(f"{'preset':6s} {'b':>2s} {'floor':>7s} | {'fused b2b':>9s} {'pers b2b':>9s} {'x floor':>7s} | "
-          f"{'fused timed':>11s} {'pers timed':>10s} {'x floor':>7s}")  # fmt: skip
+    print(
+        f"{'preset':6s} {'b':>2s} {'floor':>7s} | {'fused b2b':>9s} {'pers b2b':>9s} {'x floor':>7s} | "
+        f"{'fused timed':>11s} {'pers timed':>10s} {'x floor':>7s}"
+    )
     by = {(r["preset"], r["batch"], r["mode"]): r for r in d["runs"]}
     for preset, b in sorted({(r["preset"], r["batch"]) for r in d["runs"]}):
-        f, p = by.get((preset, b, "fused+graph")), by.get((preset, b, "persistent+graph"))
+        f, p = by.get((preset, b, FUSED_GRAPH.name)), by.get((preset, b, PERSISTENT.name))
         if not (f and p):
             continue
         print(
@@ -439,13 +460,15 @@ def summary(run: Run) -> None:
         if "error" in v:
             print(f"variant {v['preset']} b{v['batch']} {v['variant']}: {v['error'][:100]}")
         else:
-            print(f"variant {v['preset']} b{v['batch']} {v['variant']:20s} {v['back_to_back_us']:7.1f} us "
-                  f"({v['x_floor']:.3f}x, default {v['default_us']:.1f})")  # fmt: skip
+            print(
+                f"variant {v['preset']} b{v['batch']} {v['variant']:20s} {v['back_to_back_us']:7.1f} us "
+                f"({v['x_floor']:.3f}x, default {v['default_us']:.1f})"
+            )
     for err in d["errors"]:
         print(f"error: {err[:200]}")
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=os.environ.get("OUT", "."))
     p.add_argument("--budget-s", type=float, default=270)
@@ -454,7 +477,30 @@ def main(argv=None) -> int:
     p.add_argument("--no-variants", action="store_true")
     p.add_argument("--no-checks", action="store_true")
     p.add_argument("--base", default="{}", help="JSON PersistentConfig overrides for the default layout")
-    args = p.parse_args(argv)
+    return p
+
+
+def compile_jobs(args, base, variants: list[str], programs: int) -> list[tuple]:
+    """Every kernel the run needs: each preset's batches and traced batch 1, the first preset's variants."""
+    from gpu_probe.config import get_config
+
+    jobs = []
+    for preset in args.presets:
+        blocks = 1 + 8 * get_config(preset).max_blocks_per_seq
+        over = json.loads(args.base)
+        jobs += [(preset, over, b, blocks, programs * base.programs_per_sm, False) for b in BATCHES]
+        jobs.append((preset, over, 1, blocks, programs * base.programs_per_sm, True))
+        for name in variants if preset == args.presets[0] else []:
+            conf = {**over, **VARIANTS[name]}
+            grid = programs * conf.get("programs_per_sm", 1)
+            jobs.append((preset, conf, 1, blocks, grid, False))
+            if name in AT_B8:
+                jobs.append((preset, conf, 8, blocks, grid, False))
+    return jobs
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
     if not torch.cuda.is_available():
         print("needs a CUDA GPU", file=sys.stderr)
         return 2
@@ -476,21 +522,7 @@ def main(argv=None) -> int:
     base = replace(PersistentConfig(), **json.loads(args.base))
     run.data["base_config"] = asdict(base)
     variants = [] if args.no_variants else [v for v in args.variants if v in VARIANTS]
-    programs = props.multi_processor_count
-    jobs = []
-    for preset in args.presets:
-        from gpu_probe.config import get_config
-
-        blocks = 1 + 8 * get_config(preset).max_blocks_per_seq
-        over = json.loads(args.base)
-        jobs += [(preset, over, b, blocks, programs * base.programs_per_sm, False) for b in BATCHES]
-        jobs.append((preset, over, 1, blocks, programs * base.programs_per_sm, True))
-        for name in variants if preset == args.presets[0] else []:
-            conf = {**over, **VARIANTS[name]}
-            grid = programs * conf.get("programs_per_sm", 1)
-            jobs.append((preset, conf, 1, blocks, grid, False))
-            if name in AT_B8:
-                jobs.append((preset, conf, 8, blocks, grid, False))
+    jobs = compile_jobs(args, base, variants, props.multi_processor_count)
     run.part("compile in parallel", compile_all, run, jobs)
     run.data["hbm_copy_GBps"] = bw = run.part("copy bandwidth", hbm_copy_GBps) or 4200.0
     run.say(f"HBM copy {bw:.0f} GB/s")

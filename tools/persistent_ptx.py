@@ -28,6 +28,7 @@ from triton.compiler import ASTSource
 
 from gpu_probe.config import get_config
 from gpu_probe.kernels import persistent as pk
+from gpu_probe.kernels import persistent_kernel as pkk
 
 # Argument name -> Triton type (the kernel's runtime arguments, in order).
 POINTERS = {
@@ -55,7 +56,7 @@ def compile_step(cfg, config: pk.PersistentConfig, batch: int, programs: int, tr
     consts = pk.kernel_constexprs(cfg, config, lay, dtype, hopper=True, ptx=True, trace=trace)
     options = {"num_warps": consts.pop("num_warps"), "num_stages": consts.pop("num_stages")}
     model_ty = {"bfloat16": "*bf16", "float16": "*fp16", "float32": "*fp32"}[cfg.dtype]
-    fn = pk._decode_step_kernel
+    fn = pkk._decode_step_kernel
     signature, attrs = {}, {}
     for i, name in enumerate(fn.arg_names):
         if name in consts:

@@ -250,6 +250,71 @@ def sweep_attention(rows: list, model: ProbeModel) -> None:
         print(rows[-1], flush=True)
 
 
+def measure_paths(model, two_layer, batch: int, floor_us: float, table, breakdown, record) -> None:
+    """The unfused and the fused step at `batch`: eager and replayed times, host enqueue time, kernels a
+    step and a layer (the 32-layer model against the 2-layer one)."""
+    inputs = make_inputs(model, batch)
+    small_inputs = make_inputs(two_layer, batch)
+    for fused in (False, True):
+        forward = model.fused_forward if fused else model.unfused_forward
+        step = lambda: forward(**inputs)  # noqa: E731
+        eager_us = cuda_time_us(step, 20)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(10):
+            step()
+        enqueue_us = (time.perf_counter() - t0) / 10 * 1e6
+        torch.cuda.synchronize()
+        graph = capture(step)
+        graph_us = cuda_time_us(graph.replay, 200)
+        kernel_breakdown(graph.replay, f"{'fused' if fused else 'unfused'} graph B={batch}", breakdown)
+        k32 = count_kernels(step)
+        k2 = count_kernels(
+            lambda: (two_layer.fused_forward if fused else two_layer.unfused_forward)(**small_inputs)
+        )
+        per_layer = (k32 - k2) / 30
+        name = "fused" if fused else "unfused"
+        row = dict(
+            variant=name,
+            batch=batch,
+            eager_us=eager_us,
+            enqueue_us=enqueue_us,
+            graph_us=graph_us,
+            kernels_per_step=k32,
+            kernels_per_layer=per_layer,
+        )
+        record["steps"].append(row)
+        table.append(
+            f"{name:<8} B={batch:<4} eager {eager_us:8.1f} us (enqueue {enqueue_us:8.1f}) "
+            f"graph {graph_us:7.1f} us = {graph_us / floor_us:4.2f}x floor | "
+            f"kernels/step {k32:5d} per layer {per_layer:5.1f}"
+        )
+        print(table[-1], flush=True)
+        del graph
+
+
+def measure_compile(model, floor_us: float, table, record) -> None:
+    """torch.compile(mode="reduce-overhead") of the unfused step at batch 1: step time, compile time, skips."""
+    from torch._dynamo.utils import counters
+
+    model.fused = False
+    inputs = make_inputs(model, 1)
+    compiled = torch.compile(model.unfused_forward, mode="reduce-overhead", fullgraph=True)
+    t0 = time.perf_counter()
+    for _ in range(3):
+        compiled(**inputs)
+    torch.cuda.synchronize()
+    compile_s = time.perf_counter() - t0
+    us = cuda_time_us(lambda: compiled(**inputs), 100)
+    skips = dict(counters["inductor"]).get("cudagraph_skips", 0)
+    table.append(
+        f"compile  B=1    reduce-overhead {us:7.1f} us = {us / floor_us:4.2f}x floor, "
+        f"compile {compile_s:.1f} s, cudagraph skips {skips}"
+    )
+    record["compile"] = dict(step_us=us, compile_s=compile_s, cudagraph_skips=skips)
+    print(table[-1], flush=True)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 64])
@@ -279,66 +344,12 @@ def main(argv=None) -> int:
     )
     two_layer.kv_cache.fill_random_(2)
     for batch in args.batches:
-        inputs = make_inputs(model, batch)
-        small_inputs = make_inputs(two_layer, batch)
-        for fused in (False, True):
-            forward = model.fused_forward if fused else model.unfused_forward
-            step = lambda: forward(**inputs)  # noqa: E731
-            eager_us = cuda_time_us(step, 20)
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            for _ in range(10):
-                step()
-            enqueue_us = (time.perf_counter() - t0) / 10 * 1e6
-            torch.cuda.synchronize()
-            graph = capture(step)
-            graph_us = cuda_time_us(graph.replay, 200)
-            kernel_breakdown(graph.replay, f"{'fused' if fused else 'unfused'} graph B={batch}", breakdown)
-            k32 = count_kernels(step)
-            k2 = count_kernels(
-                lambda: (two_layer.fused_forward if fused else two_layer.unfused_forward)(**small_inputs)
-            )
-            per_layer = (k32 - k2) / 30
-            name = "fused" if fused else "unfused"
-            row = dict(
-                variant=name,
-                batch=batch,
-                eager_us=eager_us,
-                enqueue_us=enqueue_us,
-                graph_us=graph_us,
-                kernels_per_step=k32,
-                kernels_per_layer=per_layer,
-            )
-            record["steps"].append(row)
-            table.append(
-                f"{name:<8} B={batch:<4} eager {eager_us:8.1f} us (enqueue {enqueue_us:8.1f}) "
-                f"graph {graph_us:7.1f} us = {graph_us / floor_us:4.2f}x floor | "
-                f"kernels/step {k32:5d} per layer {per_layer:5.1f}"
-            )
-            print(table[-1], flush=True)
-            del graph
+        measure_paths(model, two_layer, batch, floor_us, table, breakdown, record)
     if args.sweep:
         sweep_linear(table)
         sweep_attention(table, model)
     if args.compile:
-        from torch._dynamo.utils import counters
-
-        model.fused = False
-        inputs = make_inputs(model, 1)
-        compiled = torch.compile(model.unfused_forward, mode="reduce-overhead", fullgraph=True)
-        t0 = time.perf_counter()
-        for _ in range(3):
-            compiled(**inputs)
-        torch.cuda.synchronize()
-        compile_s = time.perf_counter() - t0
-        us = cuda_time_us(lambda: compiled(**inputs), 100)
-        skips = dict(counters["inductor"]).get("cudagraph_skips", 0)
-        table.append(
-            f"compile  B=1    reduce-overhead {us:7.1f} us = {us / floor_us:4.2f}x floor, "
-            f"compile {compile_s:.1f} s, cudagraph skips {skips}"
-        )
-        record["compile"] = dict(step_us=us, compile_s=compile_s, cudagraph_skips=skips)
-        print(table[-1], flush=True)
+        measure_compile(model, floor_us, table, record)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "probe_model_check.json"), "w") as fh:
         json.dump(record, fh, indent=1)

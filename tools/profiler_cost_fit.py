@@ -66,8 +66,10 @@ from sim.trace_whatif import default_replay_cost, graphs_whatif, untraced  # noq
 # What is fitted: a cost per event of each kind (a runtime and a driver call alike: CUPTI's callbacks on an API
 # call), and the line lookups' scale.
 PARAMS = ("op", "triton", "api", "python", "shapes", "line")
-_TO_PARAMS = np.array([[k == p or (p == "api" and k in ("runtime", "driver")) for p in PARAMS]
-                       for k in (*EVENT_KINDS, "line")], float)  # fmt: skip
+_TO_PARAMS = np.array(
+    [[k == p or (p == "api" and k in ("runtime", "driver")) for p in PARAMS] for k in (*EVENT_KINDS, "line")],
+    float,
+)
 HOST_BOUND = 0.5  # a pair is host-bound when the traced GPU busy time is below this share of its step
 GPU_BOUND = 0.5  # and GPU-bound (goal: changed by <= 3 %) from this share, or where it replays a graph
 UNRELIABLE = 0.15  # untraced medians timed before and after a profile that differ by more than this
@@ -437,7 +439,7 @@ def report(args) -> dict:
                 "estimate_us": round(lp.traced_us - float(lp.counts @ _vector(cost)), 1),
             }
             for lp in loops_
-        ],  # fmt: skip
+        ],
         "cases": rows,
         "leave_one_model_out": lomo,
         "speedup": speed,

@@ -219,6 +219,24 @@ def input_load_ab(model: ProbeModel, bench: Bench) -> None:
     model.fused = False
 
 
+def tune_tiles(bench) -> dict:
+    """Each GEMV's tile (rows per program, warps) at batch 1, by coordinate descent from the defaults."""
+    tiles = default_tiles()
+    bench.say(f"1. tiles by coordinate descent, from {tiles}")
+    for name in ("gate_up", "down", "qkv", "o", "lm_head"):
+        rows_options = (2, 4, 8, 16) if SHAPES[name][2] else (1, 2, 4, 8, 16)
+        if name == "lm_head":
+            rows_options = (4, 8, 16, 32)
+        candidates = [tiles[name]] + [
+            (r, w) for r in rows_options for w in (1, 2, 4) if (r, w) != tiles[name]
+        ]
+        variants = [dict(tiles={**tiles, name: c}) for c in candidates]
+        pick = best_of(bench.compare(1, variants, f"tiles:{name}"))
+        tiles[name] = candidates[pick]
+        bench.say(f"  -> {name}: {tiles[name][0]} rows/program, {tiles[name][1]} warps")
+    return tiles
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -248,20 +266,7 @@ def main(argv=None) -> int:
     if args.inputs:
         input_load_ab(model, bench)
         return 0
-    tiles = default_tiles()
-    bench.say(f"1. tiles by coordinate descent, from {tiles}")
-    for name in ("gate_up", "down", "qkv", "o", "lm_head"):
-        rows_options = (2, 4, 8, 16) if SHAPES[name][2] else (1, 2, 4, 8, 16)
-        if name == "lm_head":
-            rows_options = (4, 8, 16, 32)
-        candidates = [tiles[name]] + [
-            (r, w) for r in rows_options for w in (1, 2, 4) if (r, w) != tiles[name]
-        ]
-        variants = [dict(tiles={**tiles, name: c}) for c in candidates]
-        pick = best_of(bench.compare(1, variants, f"tiles:{name}"))
-        tiles[name] = candidates[pick]
-        bench.say(f"  -> {name}: {tiles[name][0]} rows/program, {tiles[name][1]} warps")
-
+    tiles = tune_tiles(bench)
     chosen = dict(tiles=tiles)
     bench.say("2. default tiles vs chosen at batches 1, 2, 4; the step with attention left out")
     for batch in (1, 2, 4):

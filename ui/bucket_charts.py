@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from sim import bucket_report as br
-from sim import buckets as bk
-from sim import workloads as wl
+from sim.buckets import layouts as bk
+from sim.buckets import report as br
+from sim.buckets import workloads as wl
 
 COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
 OPTIMUM_COLOUR = "#d62728"

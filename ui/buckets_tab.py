@@ -1,7 +1,7 @@
 """The Bucketing tab: which batch sizes to capture, what padding costs, and the best layout.
 
 Every control is bound to the URL (keys in `BUCKET_PARAMS`, read by `ui.url_params`).
-The numbers come from `sim.bucket_report`, the same code as `python -m sim buckets`. The
+The numbers come from `sim.buckets.report`, the same code as `python -m sim buckets`. The
 padding-corruption demo lives in a sub-tab of its own, so PyTorch loads only when it opens.
 """
 
@@ -14,9 +14,9 @@ import numpy as np
 import streamlit as st
 
 from core.step_plan import Mode, toggled
-from sim import bucket_report as br
-from sim import buckets as bk
-from sim import workloads as wl
+from sim.buckets import layouts as bk
+from sim.buckets import report as br
+from sim.buckets import workloads as wl
 from sim.config import DEFAULT_PRESET, PRESETS
 from ui import padding_demo, uploads
 from ui.bucket_charts import padding_figure, tradeoff_figure

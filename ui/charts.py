@@ -394,7 +394,7 @@ _SWEEP_LINES = (
 def sweep_figure(sweep, *, current: str | None = None, batch: int | None = None) -> go.Figure:
     """Step, CPU launch and GPU time against batch (log x), one panel per mode swept.
 
-    `sweep` is a `sim.schedule.Sweep` (or anything shaped like it): `.batches`, `.series` (mode name
+    `sweep` is a `sim.step.schedule.Sweep` (or anything shaped like it): `.batches`, `.series` (mode name
     -> arrays `step_us`, `cpu_launch_us`, `gpu_busy_us` aligned with the batches) and
     `.crossover[name]`, the first GPU-bound batch or None. The panel of mode `current` marks `batch`.
     """

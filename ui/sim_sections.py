@@ -11,8 +11,8 @@ import streamlit as st
 
 from core.step_plan import BASELINE, CHAPTER_BUCKETS, FUSED, Mode, mode, modes
 from sim.config import BATCH_RANGE, HardwareConfig, ModelConfig
-from sim.kernels import MODEL_LEVEL, fusion_table, step_kernels
-from sim.schedule import Sweep, sweep
+from sim.step.kernels import MODEL_LEVEL, fusion_table, step_kernels
+from sim.step.schedule import Sweep, sweep
 from ui.charts import sweep_figure
 
 SWEEP_BATCHES = np.arange(BATCH_RANGE[0], BATCH_RANGE[1] + 1)

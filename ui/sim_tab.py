@@ -27,9 +27,9 @@ from sim.config import (
     ModelConfig,
     Preset,
 )
-from sim.kernels import step_kernels
-from sim.schedule import SimulatedStep, simulate_step
-from sim.tensor_parallel import tp_summary
+from sim.step.kernels import step_kernels
+from sim.step.schedule import SimulatedStep, simulate_step
+from sim.step.tensor_parallel import tp_summary
 from sim.timing import eager_host_us
 from ui import first_paint
 from ui.charts import FIRST_LAUNCHES, lanes_figure, lanes_height
@@ -399,8 +399,8 @@ TOGGLES = "the toggles say"  # the "Run the step as" choice that leaves the step
 def _mode_beyond_toggles(column, toggles_mode: Mode, notices: list[str]) -> Mode:
     """The modes the simulator models beyond the two toggles, as one choice in `column` (drawn only when
     there are any). The list is read from the modes table on every run, so a mode added to it is offered.
-    The choice shows, and the URL holds, a mode's label; a link may name the mode instead."""
-    beyond = {m.label: m for m in modes(modelled=True, toggles=False)}
+    The choice shows, and the URL holds, a mode's title; a link may name the mode instead."""
+    beyond = {m.title: m for m in modes(modelled=True, toggles=False)}
     asked = st.session_state.get("mode", st.query_params.get("mode", TOGGLES))
     named = {m.name: label for label, m in beyond.items()}
     if asked in named:  # ?mode=persistent: the option it names
@@ -625,8 +625,8 @@ def _tp_note(step: SimulatedStep) -> None:
 
 def _step_view(step: SimulatedStep) -> None:
     metrics = step.metrics
-    show_readouts(metrics, step.speedup, phases=step.plan.replays and step.plan.runs_as.one_kernel)
-    one_kernel = step.plan.replays and step.plan.runs_as.one_kernel
+    one_kernel = step.plan.runs_as.one_kernel  # its phases, however the host submits it
+    show_readouts(metrics, step.speedup, phases=one_kernel)
     shown = (
         "phases of the one kernel" if one_kernel else "kernels" if step.plan.replays else "kernel launches"
     )

@@ -6,7 +6,7 @@ files the reader uploads. It draws:
 - each rank's profiled step as lanes (`ui.charts.lanes_figure`, one per rank on one time axis;
   the all-reduce kernels are "communication" by `core.timeline.gpu_kind`, in a colour of their own);
 - all-reduce time per call against message size, eager and captured, every rank's points, with
-  the fitted α + bytes/β line (`sim.tensor_parallel.fitted_allreduce`) and the published
+  the fitted α + bytes/β line (`sim.step.tensor_parallel.fitted_allreduce`) and the published
   SGLang custom all-reduce and NCCL NVLS figures for reference;
 - step time TP1 (the unsharded model on rank 0's GPU) against TPn, per mode and batch;
 - every rank's checks.
@@ -23,7 +23,7 @@ import streamlit as st
 from core.step_plan import FUSED_GRAPH, MODES
 from core.timeline import Timeline
 from core.tp_result import TPResult, tp_modes
-from sim.tensor_parallel import (
+from sim.step.tensor_parallel import (
     NCCL_NVLS_TREE_2XH100_US,
     SGLANG_H100_CUSTOM_ALLREDUCE_US,
     fitted_allreduce,
@@ -218,7 +218,7 @@ def _allreduce(result: TPResult) -> None:
     graph, eager = fitted_allreduce(result, True), fitted_allreduce(result, False)
     per_row = result.ranks[0].allreduce_bytes_per_row
     parts = [
-        f"Fitted by least squares on the relative error (`sim.tensor_parallel.fit_allreduce`): captured in a "
+        f"Fitted by least squares on the relative error (`sim.step.tensor_parallel.fit_allreduce`): captured in a "
         f"graph α = {graph.latency_us:.2f} µs, β = {_gbps(graph.GBps)}; eager α = {eager.latency_us:.2f} µs, "
         f"β = {_gbps(eager.GBps)}. A decode step's all-reduce carries {per_row:,} bytes per batch row "
         f"({format_us(float(graph.us(per_row)))} a call at batch 1, captured)."

@@ -1,6 +1,6 @@
 """The persistent kernel's in-kernel stamps, turned into per-phase times per program.
 
-The kernel (kernels/persistent.py, `trace=True`) writes an int64 buffer [programs, phases, 3] of
+The kernel (kernels/persistent_kernel.py, `trace=True`) writes an int64 buffer [programs, phases, 3] of
 %globaltimer nanoseconds; for program p and phase i (order: `persistent.phase_plan`):
     [p, i, 0] wait_begin: it has issued the phase's first weight loads and prefetches and starts waiting
                           for the phase's inputs (the barrier); for the embed phase, the program's start;

@@ -5,7 +5,7 @@ tensor-core GEMM, the paged attention and the kernel that merges its context spl
 cuBLAS's matmuls (GEMV-shaped up to batch 4, tiles above: different kernels, different
 speeds) and every other ATen kernel. Each family has one fixed latency and one
 bandwidth (`sim.timing.kernel_us`). What a family moves and computes in a step is the
-simulator's work (`sim.kernels`, where the decoder's bytes and FLOPs are written once), op by
+simulator's work (`sim.step.kernels`, where the decoder's bytes and FLOPs are written once), op by
 op, summed over the family that runs each op in the probe's fused or eager path
 (`FUSED_PATH`, `UNFUSED_PATH`):
 
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.config import ModelConfig
-from sim.kernels import KEPT_ON_CHIP, layer_ops, ops_keeping
+from sim.step.kernels import KEPT_ON_CHIP, layer_ops, ops_keeping
 
 GEMV_MAX_ROWS = 4  # gpu_probe.kernels.linear.GEMV_MAX_ROWS; cuBLAS also switches to GEMV-shaped tiles there
 # gpu_probe.kernels.linear._tile_config: up to 16 rows one 16-row tensor-core tile, above that 32- or
@@ -189,7 +189,7 @@ def classify(kernel_name: str, rows: int) -> str:
     return "aten"
 
 
-# Which probe kernel family runs each of the simulator's logical ops (`sim.kernels`), in each path.
+# Which probe kernel family runs each of the simulator's logical ops (`sim.step.kernels`), in each path.
 # Fused (Triton): RMSNorm folded into the GEMMs that read its output (and the final norm into the LM
 # head's), RoPE inside the paged attention; the probe returns logits, so no sampling kernel.
 # Eager (PyTorch): every matmul is cuBLAS, the rest ATen; the attention is cuBLAS batched matmuls
@@ -228,7 +228,7 @@ def family_work(model: ModelConfig, rows, modes, *, unpipelined: frozenset) -> t
     """(bytes, FLOPs) each family moves and computes in one step: two [n_rows, n_families] arrays.
 
     `rows` and `modes` (`core.step_plan.Mode`: which kernels the step runs) are one entry per step. The
-    work is the simulator's, op by op (`sim.kernels.ops_keeping`: the fused path without the
+    work is the simulator's, op by op (`sim.step.kernels.ops_keeping`: the fused path without the
     intermediates its kernels keep on chip), summed over the family that runs each op in that path at
     those rows; a persistent kernel does the fused path's work in its one family. A family's work is the
     same whatever its kernel count; how many kernels it takes is the measured (or assumed) count, each

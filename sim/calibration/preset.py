@@ -1,6 +1,6 @@
 """A calibration as a simulator preset ("probe decoder on <GPU>").
 
-The simulator (`sim.schedule`) runs its own kernels (4 a layer fused, 11 unfused) with one
+The simulator (`sim.step.schedule`) runs its own kernels (4 a layer fused, 11 unfused) with one
 latency, one bandwidth, one launch cost and one replay cost. A preset follows the run's
 fused kernels at batch 1 (the fully optimised step, the page's headline): the Triton
 GEMV's latency (less what PDL hides in a graph) and bandwidth, its matrix rate from the
@@ -25,8 +25,8 @@ from core.step_plan import FUSED_GRAPH, StepPlan
 from sim.calibration.fit import Calibration, calibrate
 from sim.calibration.report import format_param
 from sim.config import HardwareConfig, Preset
-from sim.kernels import step_kernels
-from sim.schedule import simulate_step
+from sim.step.kernels import step_kernels
+from sim.step.schedule import simulate_step
 
 
 def calibrated_preset(result, cal: Calibration | None = None) -> Preset:
@@ -69,27 +69,9 @@ def calibrated_preset(result, cal: Calibration | None = None) -> Preset:
     hw = replace(hw, min_kernel_us=latency)
     if cal.fitted.get("persistent_latency_us"):  # the run has a persistent kernel: its barriers, per phase
         hw = replace(hw, barrier_us=p["persistent_latency_us"] / sim_kernels)
-    note = "\n".join([
-        f"Fitted to a probe run on {cal.device}, following its fused (Triton) kernels at batch 1: "
-        + "; ".join(format_param(n, p[n]) for n in ("gemv_latency_us", "pdl_hidden_us", "gemv_GBps",
-                                                     "attention_GBps", "triton_launch_us", "replay_us",
-                                                     "replay_per_node_us", "node_gap_us")) + ".",
-        (f"- {launch_us:.1f} µs per launch: the probe's fused step's host time, {eager_host:.0f} µs for "
-         f"{eager_kernels:.0f} kernels ({p['triton_launch_us']:.1f} µs a Triton launch, a split merge "
-         f"{p['merge_launch_share']:.2f} of one), over the simulator's {sim_kernels}."),
-        (f"- {replay_us:.1f} µs per graph replay: the fitted replay cost at the probe's {nodes:.0f} nodes; no "
-         f"node gap (the probe's PDL chain overlaps its kernels; between plain kernels it is "
-         f"{p['node_gap_us']:.2f} µs)."),
-        (f"- {latency:.2f} µs latency per kernel: what makes the simulator's {sim_kernels} fused kernels as busy as "
-         f"the probe's {smallest.kernels} at batch {smallest.batch} (the GEMV's fitted "
-         f"{p['gemv_latency_us']:.2f} µs, of which PDL hides {p['pdl_hidden_us']:.2f} µs inside a graph)."),
-        (f"- Attention over an effective {context} tokens (the probe's {cal.model.context_len}), since the "
-         f"attention reaches {p['attention_GBps']:.0f} GB/s where the GEMV reaches {p['gemv_GBps']:.0f}."),
-        ("- Not represented: above batch 4 the probe's tensor-core GEMM streams weights slower than its GEMV "
-         f"({p['tile_gemm_latency_us']:.1f} µs latency a kernel), so larger fused batches run slower than here; "
-         "and the unfused (PyTorch) path's own costs: with fusion off, the simulator runs its 11 kernels a layer "
-         "on these figures, which is not the probe's eager step."),
-    ])  # fmt: skip
+    host = {"launch_us": launch_us, "eager_host": eager_host, "eager_kernels": eager_kernels}
+    replay = {"replay_us": replay_us, "nodes": nodes}
+    note = _note(cal, smallest, sim_kernels, latency, context, **host, **replay)
     return Preset(
         key=f"calibrated-{device.lower().replace(' ', '-')}",
         title=f"probe decoder on {device}",
@@ -97,3 +79,42 @@ def calibrated_preset(result, cal: Calibration | None = None) -> Preset:
         hardware=hw,
         note=note,
     )
+
+
+FITTED_SHOWN = (
+    "gemv_latency_us",
+    "pdl_hidden_us",
+    "gemv_GBps",
+    "attention_GBps",
+    "triton_launch_us",
+    "replay_us",
+    "replay_per_node_us",
+    "node_gap_us",
+)
+
+
+def _note(
+    cal, smallest, sim_kernels, latency, context, launch_us, eager_host, eager_kernels, replay_us, nodes
+):
+    """Why each of the preset's figures is what it is."""
+    p = cal.params
+    fitted = "; ".join(format_param(n, p[n]) for n in FITTED_SHOWN)
+    lines = [
+        f"Fitted to a probe run on {cal.device}, following its fused (Triton) kernels at batch 1: {fitted}.",
+        f"- {launch_us:.1f} µs per launch: the probe's fused step's host time, {eager_host:.0f} µs for "
+        f"{eager_kernels:.0f} kernels ({p['triton_launch_us']:.1f} µs a Triton launch, a split merge "
+        f"{p['merge_launch_share']:.2f} of one), over the simulator's {sim_kernels}.",
+        f"- {replay_us:.1f} µs per graph replay: the fitted replay cost at the probe's {nodes:.0f} nodes; no "
+        f"node gap (the probe's PDL chain overlaps its kernels; between plain kernels it is "
+        f"{p['node_gap_us']:.2f} µs).",
+        f"- {latency:.2f} µs latency per kernel: what makes the simulator's {sim_kernels} fused kernels as busy "
+        f"as the probe's {smallest.kernels} at batch {smallest.batch} (the GEMV's fitted "
+        f"{p['gemv_latency_us']:.2f} µs, of which PDL hides {p['pdl_hidden_us']:.2f} µs inside a graph).",
+        f"- Attention over an effective {context} tokens (the probe's {cal.model.context_len}), since the "
+        f"attention reaches {p['attention_GBps']:.0f} GB/s where the GEMV reaches {p['gemv_GBps']:.0f}.",
+        "- Not represented: above batch 4 the probe's tensor-core GEMM streams weights slower than its GEMV "
+        f"({p['tile_gemm_latency_us']:.1f} µs latency a kernel), so larger fused batches run slower than here; "
+        "and the unfused (PyTorch) path's own costs: with fusion off, the simulator runs its 11 kernels a "
+        "layer on these figures, which is not the probe's eager step.",
+    ]
+    return "\n".join(lines)

@@ -46,8 +46,11 @@ def format_param(name: str, value: float) -> str:
 def summary(errors: dict) -> dict:
     """{mode: median |error|}, each mode's (median, worst batch, its error), the worst mode and point and
     fused+graph batch 1, of {(mode, batch): error}."""
-    by_mode = {m.name: float(np.median([abs(e) for (mm, _), e in errors.items() if mm == m.name]))
-               for m in modes(modelled=True) if any(mm == m.name for mm, _ in errors)}  # fmt: skip
+    by_mode = {
+        m.name: float(np.median([abs(e) for (mm, _), e in errors.items() if mm == m.name]))
+        for m in modes(modelled=True)
+        if any(mm == m.name for mm, _ in errors)
+    }
     worst_mode = max(by_mode, key=by_mode.get)
     worst = max(errors, key=lambda k: abs(errors[k]))
     worst_of = {m: max((k for k in errors if k[0] == m), key=lambda k: abs(errors[k])) for m in by_mode}

@@ -43,6 +43,57 @@ def kernel_names(model: ModelConfig, mode: Mode, rows: int, memsets: bool = Fals
     return copies + ("indexSelectSmallIndex",) + layer * model.n_layers + ("nvjet_tst",)
 
 
+# The model's fields a synthetic result's `model.config` carries, as the probe writes them.
+CONFIG_FIELDS = (
+    "name",
+    "n_layers",
+    "hidden",
+    "n_heads",
+    "n_kv_heads",
+    "ffn",
+    "vocab",
+    "bytes_per_el",
+    "context_len",
+)
+
+
+def _points(model: ModelConfig, modes, batches, memsets: bool) -> list[Point]:
+    """One calibration point per mode and batch, its kernels named and classified as in a probe run."""
+    points = []
+    for m in table_modes(modelled=True) if modes is None else [mode_named(m) for m in modes]:
+        for b in batches:
+            names = kernel_names(model, m, b, memsets)
+            fams = np.array(
+                [INDEX[f] for f in classify_step(model, names, b, unpipelined=UNPIPELINED)], np.int64
+            )
+            points.append(Point(m, b, b, m.graphs, names, fams, 1.0, 1.0, 1.0, np.zeros(0)))
+    return points
+
+
+def _run(pt: Point, tl, step_us: float, enqueue_us: float, n_layers: int) -> dict:
+    """A point's run, in the probe's schema: its profiled step `tl`, timed at `step_us`."""
+    m = tl.metrics()
+    return {
+        "mode": pt.mode.name,
+        "batch": pt.batch,
+        "bucket": pt.batch if pt.replays else None,
+        "padded_rows": 0,
+        "eager_fallback": False,
+        "step_us_median": step_us,
+        "step_us_p10": 0.97 * step_us,
+        "step_us_p90": 1.05 * step_us,
+        "enqueue_us_median": enqueue_us,
+        "kernels_per_step": m.kernels,
+        "kernels_per_layer": round(m.kernels / n_layers, 2),
+        "launches": m.launches,
+        "cpu_launch_us": m.cpu_launch_us,
+        "gpu_busy_us": m.gpu_busy_us,
+        "utilisation": m.utilisation,
+        "bound_by": m.bound_by,
+        "timeline": tl.to_dict(),
+    }
+
+
 def synthetic_result(
     params: dict,
     model: ModelConfig,
@@ -61,14 +112,7 @@ def synthetic_result(
     """
     rng = np.random.default_rng(seed)
     theta = params_vector(params)
-    points = []
-    for m in table_modes(modelled=True) if modes is None else [mode_named(m) for m in modes]:
-        for b in batches:
-            names = kernel_names(model, m, b, memsets)
-            fams = np.array(
-                [INDEX[f] for f in classify_step(model, names, b, unpipelined=UNPIPELINED)], np.int64
-            )
-            points.append(Point(m, b, b, m.graphs, names, fams, 1.0, 1.0, 1.0, np.zeros(0)))
+    points = _points(model, modes, batches, memsets)
     sim = ProbeModel(model, points, UNPIPELINED)
     host = sim.host_us(theta)
     runs = []
@@ -76,34 +120,9 @@ def synthetic_result(
         tl = replace(
             sim.timeline(theta, i), source="measured", label=f"synthetic · {pt.mode.name} · batch {pt.batch}"
         )
-        m = tl.metrics()
-        step = m.step_us * (1 + noise * rng.standard_normal())
-        runs.append(
-            {
-                "mode": pt.mode.name,
-                "batch": pt.batch,
-                "bucket": pt.batch if pt.replays else None,
-                "padded_rows": 0,
-                "eager_fallback": False,
-                "step_us_median": step,
-                "step_us_p10": 0.97 * step,
-                "step_us_p90": 1.05 * step,
-                "enqueue_us_median": float(host[i]) * (1 + noise * rng.standard_normal()),
-                "kernels_per_step": m.kernels,
-                "kernels_per_layer": round(m.kernels / model.n_layers, 2),
-                "launches": m.launches,
-                "cpu_launch_us": m.cpu_launch_us,
-                "gpu_busy_us": m.gpu_busy_us,
-                "utilisation": m.utilisation,
-                "bound_by": m.bound_by,
-                "timeline": tl.to_dict(),
-            }
-        )
-    config = {
-        "name": model.name, "n_layers": model.n_layers, "hidden": model.hidden, "n_heads": model.n_heads,
-        "n_kv_heads": model.n_kv_heads, "ffn": model.ffn, "vocab": model.vocab,
-        "bytes_per_el": model.bytes_per_el, "context_len": model.context_len,
-    }  # fmt: skip
+        step = tl.metrics().step_us * (1 + noise * rng.standard_normal())
+        enqueue = float(host[i]) * (1 + noise * rng.standard_normal())
+        runs.append(_run(pt, tl, step, enqueue, model.n_layers))
     return {
         "schema": 1,
         "device": device,
@@ -112,7 +131,7 @@ def synthetic_result(
         "created": "2026-11-30T09:00:00+00:00",
         "command": "sim.calibration.synthetic_result",
         "model": {
-            "config": config,
+            "config": {name: getattr(model, name) for name in CONFIG_FIELDS},
             "n_params": int(model.n_params),
             "weight_bytes": int(model.n_params * model.bytes_per_el),
         },

@@ -31,7 +31,7 @@ from harness import (
 
 from core.step_plan import StepPlan, mode, toggled
 from sim.config import BATCH_RANGE, DEFAULT_PRESET, PRESETS
-from sim.schedule import simulate_step, sweep
+from sim.step.schedule import simulate_step, sweep
 from ui.charts import FIRST_LAUNCHES, format_us
 from ui.common import format_speedup, format_utilisation
 
@@ -270,9 +270,9 @@ def test_e_export_to_perfetto(page, app_url):
 # -- (f) ---------------------------------------------------------------------------------------------
 def optimum(budget_mib: int):
     """(optimal layout, binding limits) for the Bucketing tab's defaults at this budget."""
-    from sim import bucket_report as br
-    from sim import buckets as bk
-    from sim import workloads as wl
+    from sim.buckets import layouts as bk
+    from sim.buckets import report as br
+    from sim.buckets import workloads as wl
 
     preset = PRESETS[DEFAULT_PRESET]
     layouts = {n: bk.layout(n, 256) for n in ("chapter", "powers of two", "vLLM")}
@@ -285,7 +285,7 @@ def optimum(budget_mib: int):
 def test_f_bucket_list_under_a_budget(new_page, app_url):
     """At the default 256 MiB the graph count binds, and the page says so; at 64 MiB the budget binds. The
     optimal bucket list is the copyable block, and its copy button copies exactly that list."""
-    from sim.bucket_report import MIB
+    from sim.buckets.report import MIB
 
     page = new_page(clipboard=True)
     open_app(page, app_url, "tab=Bucketing", wait_for="[data-testid=stCode]")

@@ -11,7 +11,7 @@ from harness import eventually, lanes, metric_value, open_app, query_params
 
 from core.step_plan import BASELINE, StepPlan
 from sim.config import DEFAULT_PRESET, PRESETS
-from sim.schedule import simulate_step
+from sim.step.schedule import simulate_step
 from ui.charts import format_us
 
 pytestmark = pytest.mark.browser

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from harness import open_app, rerun_after
+from probe_results import probe_result, probe_run
 
 from core.timeline import Timeline
 
@@ -25,46 +26,8 @@ MEASURED = Timeline(
 
 
 def probe_result_file() -> bytes:
-    run = {
-        "mode": "eager",
-        "batch": 1,
-        "bucket": None,
-        "padded_rows": 0,
-        "eager_fallback": False,
-        "step_us_median": 17.0,
-        "step_us_p10": 16.0,
-        "step_us_p90": 19.0,
-        "enqueue_us_median": 12.0,
-        "kernels_per_step": 3,
-        "kernels_per_layer": 1.0,
-        "launches": 3,
-        "cpu_launch_us": 16.5,
-        "gpu_busy_us": 5.5,
-        "utilisation": 5.5 / 17.0,
-        "bound_by": "CPU launch",
-        "timeline": MEASURED.to_dict(),
-    }
-    result = {
-        "schema": 1,
-        "device": "Browser Test GPU",
-        "torch": "2.11.0",
-        "cuda": "12.8",
-        "created": "2026-11-30T10:00:00+00:00",
-        "command": "python -m gpu_probe",
-        "model": {
-            "config": {"name": "small", "n_layers": 1},
-            "n_params": 1000,
-            "weight_bytes": 2000,
-            "read_bytes": 2000,
-        },
-        "hbm_copy_GBps": 4200.0,
-        "runs": [run],
-        "captures": [],
-        "checks": {},
-        "errors": [],
-        "settings": {"steps": 10},
-    }
-    return json.dumps(result).encode()
+    run = probe_run(MEASURED, step_us=17.0)
+    return json.dumps(probe_result([run], device="Browser Test GPU")).encode()
 
 
 def test_uploaded_measured_step_exports_as_a_chrome_trace(page, app_url):

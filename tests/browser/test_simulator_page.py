@@ -24,7 +24,7 @@ from harness import (
 
 from core.step_plan import StepPlan, toggled
 from sim.config import DEFAULT_PRESET, PRESETS
-from sim.schedule import simulate_step
+from sim.step.schedule import simulate_step
 from ui.charts import format_us
 from ui.sim_tab import BATCH_STOPS
 

@@ -1,7 +1,7 @@
 """Bucket layouts compared for one model, GPU and workload: padding, eager fallback, time, memory.
 
 Used by the page's Bucketing tab and by `python -m sim buckets`, so both show the same
-table. Times come from the simulator's per-kernel model (`sim.schedule.sweep`): a padded
+table. Times come from the simulator's per-kernel model (`sim.step.schedule.sweep`): a padded
 step runs every kernel at the bucket's rows, but its dummy rows read no KV cache (as in the
 simulator, `TimeModel`), so the time lost to padding is the padded step's GPU time minus that
 of a graph of exactly the real batch; a batch above the largest bucket runs eager, and costs
@@ -17,12 +17,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from core.step_plan import FUSED_GRAPH, GRAPH, Mode, without_graphs
-from sim import bucket_memory as bm
-from sim import buckets as bk
+from sim.buckets import layouts as bk
+from sim.buckets import memory as bm
+from sim.buckets import workloads as wl
+from sim.buckets.workloads import Workload, uniform
 from sim.config import PRESETS, HardwareConfig, ModelConfig
-from sim.kernels import step_kernels
-from sim.schedule import sweep
-from sim.workloads import Workload, uniform
+from sim.step.kernels import step_kernels
+from sim.step.schedule import sweep
 
 MIB = 1024 * 1024
 COMPARE_DEFAULT = ("powers of two", "chapter", "dense")  # the chapter's "Run it locally" comparison
@@ -106,7 +107,7 @@ class TimeModel:
 
     A batch of n real rows replayed in a graph of B rows is the simulator's padded step: the
     B-row step less what its B - n dummy rows skip, their KV-cache reads (`kv_row_us` each:
-    engines point them at a scratch slot, `sim.kernels.roofline_us` takes their KV bytes off).
+    engines point them at a scratch slot, `sim.step.kernels.roofline_us` takes their KV bytes off).
     That is exactly the simulator's figure while the KV-reading kernels are memory-bound and the
     replayed GPU does not wait for the host between nodes (a decode step's attention reads bytes
     far faster than it can compute on them; tests check it against `simulate_step`).
@@ -371,7 +372,7 @@ def format_layout_comparison(
     stats = compare(model, hw, layouts, workload, mode=mode, budget_bytes=budget)
     head = (
         f"Bucket layouts for {model.name} on {hw.name}, workload {workload.name} "
-        f"({mode.label}; graph memory modelled per graph)"
+        f"({mode.title}; graph memory modelled per graph)"
     )
     if budget is not None:
         head += f"\nMemory budget {budget_mib:g} MiB"
@@ -380,7 +381,7 @@ def format_layout_comparison(
     return head + "\n" + format_table(table_rows(stats))
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m sim buckets",
         description="Compare CUDA-graph bucket layouts: padding waste, eager "
@@ -410,10 +411,22 @@ def main(argv=None) -> int:
         default="time",
         help="optimise expected step time or expected padded rows",
     )
-    args = parser.parse_args(argv)
-    try:
-        from sim import workloads as wl
+    return parser
 
+
+def _workload(args) -> Workload:
+    """The workload the arguments name: an uploaded histogram, uniform, or one around a mean."""
+    if args.csv:
+        with open(args.csv, "rb") as fh:
+            return wl.parse_histogram_csv(fh.read(wl.MAX_CSV_BYTES + 1), name=args.csv)
+    if args.workload == "uniform":
+        return wl.uniform(args.max_batch)
+    return getattr(wl, args.workload)(args.mean, args.max_batch)
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    try:
         if not 1 <= args.max_batch <= wl.MAX_BATCH:
             raise ValueError(f"--max-batch must be from 1 to {wl.MAX_BATCH}")
         if not 1 <= args.max_graphs <= 128:
@@ -424,13 +437,7 @@ def main(argv=None) -> int:
         layouts = {n: bk.layout(n, args.max_batch) for n in names}
         if args.custom:
             layouts["custom"] = bk.parse_layout(args.custom)
-        if args.csv:
-            with open(args.csv, "rb") as fh:
-                workload = wl.parse_histogram_csv(fh.read(wl.MAX_CSV_BYTES + 1), name=args.csv)
-        elif args.workload == "uniform":
-            workload = wl.uniform(args.max_batch)
-        else:
-            workload = getattr(wl, args.workload)(args.mean, args.max_batch)
+        workload = _workload(args)
         preset = PRESETS[args.preset]
         budget = None if args.budget_mib is None else args.budget_mib * MIB
         stats = compare(

@@ -1,8 +1,8 @@
 """Device memory a bucket layout pins when every bucket is captured as a CUDA graph.
 
 A model per graph (static buffers, per-node overhead, one shared pool), fed either from a
-simulator model's shapes (`GraphMemoryModel.for_model`) or, in sim/bucket_report.py, from a
-probe's measured captures. `sim.buckets.best_layout_under_budget` takes it as the memory function.
+simulator model's shapes (`GraphMemoryModel.for_model`) or, in sim/buckets/report.py, from a
+probe's measured captures. `sim.buckets.layouts.best_layout_under_budget` takes it as the memory function.
 """
 
 from __future__ import annotations

@@ -1,23 +1,25 @@
 """One decode step as a schedule, vectorised over kernels and batch sizes, on the one timing model.
 
 A `core.step_plan.StepPlan` says how the step runs (mode, batch, GPUs, bucket); its kernels are
-`sim.kernels.step_kernels` (the mode's kernel set, sharded with its all-reduces on several GPUs),
-each costed by `sim.timing.kernel_us`. Eager: the host issues launch i over [i·L, (i+1)·L]
-(`sim.timing.eager_timeline`, L the hardware's launch cost times the mode's scale); kernel i
-starts once it is submitted and kernel i-1 has finished, plus the node gap when it was already
-queued. Graphs: one replay (`sim.timing.GraphReplayCost`: the hardware's graph launch, then the
-nodes back to back with the node gap, `graph_replay_timeline`). The GPU-side gap applies to
+`sim.step.kernels.step_kernels` (the mode's kernel set, sharded with its all-reduces on several GPUs),
+each costed by `sim.timing.kernel_us`. How the host submits them is derived from the mode once,
+`sim.step.submission`: eager, the host issues launch i over [i·L, (i+1)·L] (L the hardware's launch
+cost times the mode's scale) and kernel i starts once it is submitted and kernel i-1 has
+finished, plus the node gap when it was already queued; a graph replay is one host call
+(`sim.timing.GraphReplayCost`), after which the nodes run back to back with the node gap; a
+persistent kernel's phases run back to back, each paying a barrier. The GPU-side gap applies to
 eager kernels that were waiting in the stream too, so graphs never lose to eager by the gap
 alone; it is hidden whenever the GPU waits for the host.
 
-The sweep needs only each step's end, so it asks the same recurrence for the last kernel's end
-(`sim.timing.stream_end_us`), over one layer's kernels repeated n_layers times: [n_batches,
-kernels per layer] of work instead of [n_batches, kernels per step].
+`simulate_step` draws one step; `sweep` needs only each step's end, so it asks the same
+recurrence for the last kernel's end (`sim.timing.stream_end_us`), over one layer's kernels
+repeated n_layers times: [n_batches, kernels per layer] of work instead of [n_batches, kernels
+per step]. Both take the step's submission from the same function.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -34,9 +36,10 @@ from core.step_plan import (
 )
 from core.timeline import CPU_BOUND, GPU_BOUND, StepMetrics, Timeline
 from sim.config import MAX_SIM_BATCH, HardwareConfig, ModelConfig
-from sim.kernels import step_kernels
-from sim.tensor_parallel import AllReduceCost, published_allreduce
-from sim.timing import eager_host_us, eager_timeline, graph_replay_timeline, stream_end_us
+from sim.step.kernels import step_kernels
+from sim.step.submission import submission
+from sim.step.tensor_parallel import published_allreduce
+from sim.timing import AllReduceCost
 
 
 @dataclass(frozen=True, eq=False)
@@ -56,17 +59,9 @@ class SimulatedStep:
 def _timeline(model: ModelConfig, hw: HardwareConfig, plan: StepPlan, allreduce: AllReduceCost) -> Timeline:
     runs_as = plan.runs_as
     kernels = step_kernels(model, runs_as, plan.tp)
-    dur = kernels.us(hw, allreduce, plan.rows, plan.padded_rows, hw.boundary_us(runs_as))
-    label = plan.label(model.name)
-    if not plan.replays:
-        launch = hw.eager_launch_us * runs_as.launch_scale
-        return eager_timeline(dur, kernels.names, launch, hw.graph_node_gap_us, label=label)
-    if runs_as.one_kernel:  # one node: its phases run back to back, each paying a barrier
-        host = f"cudaGraphLaunch (bucket {plan.bucket}, one persistent kernel)"
-        cost = replace(hw.replay_cost, node_gap_us=0.0)
-        return graph_replay_timeline(dur, kernels.names, cost, label=label, host_name=host, nodes=1)
-    host = f"cudaGraphLaunch (bucket {plan.bucket}, {len(kernels)} nodes)"
-    return graph_replay_timeline(dur, kernels.names, hw.replay_cost, label=label, host_name=host)
+    how = submission(hw, runs_as, len(kernels), plan.bucket)
+    dur = kernels.us(hw, allreduce, plan.rows, plan.padded_rows, how.latency_us)
+    return how.timeline(dur, kernels.names, label=plan.label(model.name))
 
 
 def simulate_step(
@@ -78,7 +73,7 @@ def simulate_step(
     """One decode step as a timeline, its metrics, and the unoptimised step it is compared with.
 
     On several GPUs (`plan.tp`) it is one GPU's lanes, the all-reduces costed by `allreduce`
-    (the published figures by default: `sim.tensor_parallel.published_allreduce`)."""
+    (the published figures by default: `sim.step.tensor_parallel.published_allreduce`)."""
     plan = plan or StepPlan()
     allreduce = allreduce or published_allreduce(plan.tp)
     timeline = _timeline(model, hw, plan, allreduce)
@@ -99,8 +94,9 @@ class SweepSeries:
     gpu_busy_us: np.ndarray
     utilisation: np.ndarray
     kernels: int
-    launches: np.ndarray  # 1 where a graph replayed, the kernel count where eager
+    launches: np.ndarray  # host calls: 1 where a graph replayed (or one kernel launched), else one per kernel
     rows: np.ndarray  # rows the GPU ran (the bucket when padded)
+    replayed: np.ndarray  # a graph replayed (the batch fits a bucket of a graph mode)
 
     @property
     def bound_by(self) -> np.ndarray:
@@ -126,9 +122,8 @@ class Sweep:
 
     def _as_itself(self, name: str) -> np.ndarray:
         """Where a mode runs as itself: a graph mode up to its largest bucket (above it, eagerly)."""
-        s = self.series[name]
-        replayed = s.launches == 1
-        return replayed if mode(name).graphs and replayed.any() else np.ones(len(self.batches), bool)
+        replayed = self.series[name].replayed
+        return replayed if replayed.any() else np.ones(len(self.batches), bool)
 
     @property
     def crossover(self) -> dict:
@@ -160,48 +155,36 @@ class Sweep:
 
 
 def _sweep_series(model, hw, batches: np.ndarray, m: Mode, buckets, tp: int, allreduce) -> SweepSeries:
-    """The steps' metrics per batch row: each kernel's time as in `simulate_step`, the end by
-    `sim.timing.stream_end_us` over (the kernels before the layers, one layer × n_layers, after)."""
-    eager_mode = without_graphs(m)  # above the largest bucket: its kernels, launched eagerly
-    kernels = step_kernels(model, m, tp)
-    n = len(kernels)
+    """The steps' metrics per batch row: each kernel's time as in `simulate_step`, the end by the same
+    submission's `step_end_us` over (the kernels before the layers, one layer × n_layers, after)."""
     if m.graphs:
-        rows, use_graph = bucket_rows(batches, buckets)
+        rows, replayed = bucket_rows(batches, buckets)
     else:
-        rows, use_graph = batches, np.zeros(len(batches), bool)
+        rows, replayed = batches, np.zeros(len(batches), bool)
     padded = rows - batches  # dummy rows: matmul rows, but no KV-cache reads
 
-    def durations(as_mode):
-        return [g.us(hw, allreduce, rows, padded, hw.boundary_us(as_mode)) for g in kernels.groups]
+    def steps(as_mode: Mode):
+        """(step time, GPU busy time, submission) of every batch run as `as_mode`."""
+        kernels = step_kernels(model, as_mode, tp)
+        how = submission(hw, as_mode, len(kernels))
+        durs = [g.us(hw, allreduce, rows, padded, how.latency_us) for g in kernels.groups]
+        return how.step_end_us(zip(durs, kernels.repeats)), kernels.busy_us(durs), how
 
-    def end(durs, first_ready, host_per_kernel, gap):
-        segments = zip([host_per_kernel] * 3, durs, [gap] * 3, kernels.repeats)
-        return stream_end_us(first_ready, list(segments))
-
-    eager_durs = durations(eager_mode)
-    launch = hw.eager_launch_us * eager_mode.launch_scale
-    eager_host = eager_host_us(launch, n)
-    eager_step = np.maximum(end(eager_durs, 0.0, launch, hw.graph_node_gap_us), eager_host)
-    busy = kernels.busy_us(eager_durs)
-    graph_host = hw.replay_cost.host_us(1 if m.one_kernel else n)
-    if use_graph.any():
-        graph_durs = durations(m) if m.one_kernel else eager_durs
-        gap = 0.0 if m.one_kernel else hw.graph_node_gap_us
-        # The nodes start once the call returns.
-        graph_step = np.maximum(end(graph_durs, graph_host, 0.0, gap), graph_host)
-        step = np.where(use_graph, graph_step, eager_step)
-        busy = np.where(use_graph, kernels.busy_us(graph_durs), busy)
-    else:
-        step = eager_step
-    cpu_launch = np.where(use_graph, graph_host, eager_host)  # one launch when replayed
+    step, busy, eager = steps(without_graphs(m))  # above the largest bucket: its kernels, launched eagerly
+    host, calls = np.full(len(batches), eager.host_us), np.full(len(batches), eager.host_calls)
+    if replayed.any():
+        graph_step, graph_busy, graph = steps(m)
+        step, busy = np.where(replayed, graph_step, step), np.where(replayed, graph_busy, busy)
+        host, calls = np.where(replayed, graph.host_us, host), np.where(replayed, graph.host_calls, calls)
     return SweepSeries(
         step_us=step,
-        cpu_launch_us=cpu_launch,
+        cpu_launch_us=host,
         gpu_busy_us=busy,
         utilisation=busy / step,
-        kernels=n,
-        launches=np.where(use_graph, 1, n),
+        kernels=len(step_kernels(model, m, tp)),
+        launches=calls,
         rows=rows,
+        replayed=replayed,
     )
 
 

@@ -113,13 +113,8 @@ def poisson(mean: float, max_batch: int) -> Workload:
     return Workload(f"Poisson, mean {mean:g}", n, _trim(log_w))
 
 
-def parse_histogram_csv(data, name: str = "uploaded histogram") -> Workload:
-    """Parse a `batch,count` CSV (one header line, then integer rows) into a Workload.
-
-    Every problem raises ValueError naming the row and field: a missing or wrong header,
-    a non-integer, a batch below 1 or above MAX_BATCH, a negative count, a repeated batch,
-    no positive count, or a file that is too large.
-    """
+def _csv_text(data) -> str:
+    """An uploaded file's text: UTF-8, not too large, no binary data."""
     if isinstance(data, (bytes, bytearray)):
         if len(data) > MAX_CSV_BYTES:
             raise ValueError(f"the file is too large ({len(data):,} bytes; at most {MAX_CSV_BYTES:,})")
@@ -135,6 +130,11 @@ def parse_histogram_csv(data, name: str = "uploaded histogram") -> Workload:
         raise ValueError("expected the CSV file's text or bytes")
     if "\x00" in text:
         raise ValueError("the file contains binary data; expected a plain CSV")
+    return text
+
+
+def _csv_rows(text: str) -> list[tuple[int, list[str]]]:
+    """(line number, cells) of every row with anything in it."""
     rows = []
     reader = csv.reader(io.StringIO(text))
     try:
@@ -143,6 +143,17 @@ def parse_histogram_csv(data, name: str = "uploaded histogram") -> Workload:
                 rows.append((number, row))
     except csv.Error as err:  # a bare carriage return inside a row, an unclosed quote at the end
         raise ValueError(f"row {reader.line_num}: not a CSV row ({err})") from None
+    return rows
+
+
+def parse_histogram_csv(data, name: str = "uploaded histogram") -> Workload:
+    """Parse a `batch,count` CSV (one header line, then integer rows) into a Workload.
+
+    Every problem raises ValueError naming the row and field: a missing or wrong header,
+    a non-integer, a batch below 1 or above MAX_BATCH, a negative count, a repeated batch,
+    no positive count, or a file that is too large.
+    """
+    rows = _csv_rows(_csv_text(data))
     if not rows:
         raise ValueError("the file is empty; expected a header `batch,count` and one row per batch size")
     header_line, header = rows[0]

@@ -27,7 +27,7 @@ than four fused kernels merge neighbouring fused kernels (a persistent kernel ac
 grid-wide dependency; no further intermediates are counted as kept on chip).
 
 **A step's kernels** (`step_kernels(model, mode, tp)`) are built once for every mode and GPU
-count: the mode picks the fused or unfused layer; on `tp` GPUs the same kernels are sharded
+count: the mode's kernel set picks the layer (`LAYERS`); on `tp` GPUs the same kernels are sharded
 Megatron-style and an all-reduce follows each row-parallel kernel (`_sharded`). They come as
 (before the layers, one layer, after the layers), so a sweep works on one layer's columns.
 
@@ -39,17 +39,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from core.decoder import kv_elements
-from core.step_plan import Mode
+from core.step_plan import FUSED_KERNELS, PERSISTENT_KERNELS, UNFUSED_KERNELS, Mode
 from sim.config import HardwareConfig, ModelConfig
-from sim.timing import kernel_us
-
-if TYPE_CHECKING:
-    from sim.tensor_parallel import AllReduceCost
+from sim.timing import AllReduceCost, kernel_us
 
 UNFUSED_PER_LAYER = 11  # the chapter's ops, one kernel each: the smallest unfused layer
 FUSED_PER_LAYER = 4  # the chapter's fused layer (FUSIONS)
@@ -217,17 +213,32 @@ def fused_groups(n_kernels: int) -> tuple[tuple[Fusion, ...], ...]:
     return tuple(FUSIONS[a:b] for a, b in zip(bounds, bounds[1:]))
 
 
-@lru_cache(maxsize=64)
-def layer_kernels(model: ModelConfig, fusion: bool) -> tuple[Op, ...]:
-    """One layer's kernels in launch order, each with its work (`Op`, the kernel's name as name)."""
-    if not fusion:
-        return tuple(_spread(list(layer_ops(model)), model.unfused_per_layer - UNFUSED_PER_LAYER))
+def unfused_layer(model: ModelConfig) -> tuple[Op, ...]:
+    """The unfused layer: the chapter's eleven ops, one kernel each, and the model's small kernels beyond them."""
+    return tuple(_spread(list(layer_ops(model)), model.unfused_per_layer - UNFUSED_PER_LAYER))
+
+
+def fused_layer(model: ModelConfig) -> tuple[Op, ...]:
+    """The fused layer: FUSIONS as the model's fused kernel count, each doing the work of the ops it merges."""
     ops = ops_keeping(model)
     groups = fused_groups(model.fused_per_layer)
     kernels = [
         _merged("+".join(fu.kernel for fu in g), [ops[op] for fu in g for op in fu.merges]) for g in groups
     ]
     return tuple(_spread(kernels, model.fused_per_layer - len(groups)))
+
+
+# The layer each kernel set the simulator models runs (`core.step_plan.KERNEL_SETS`): the persistent
+# kernel's phases are the fused kernels, each boundary a grid barrier (`sim.step.submission`).
+LAYERS = {UNFUSED_KERNELS: unfused_layer, FUSED_KERNELS: fused_layer, PERSISTENT_KERNELS: fused_layer}
+
+
+@lru_cache(maxsize=64)
+def layer_kernels(model: ModelConfig, kernels: str) -> tuple[Op, ...]:
+    """One layer's kernels of a kernel set in launch order, each with its work (`Op`, the kernel's name as name)."""
+    if kernels not in LAYERS:
+        raise ValueError(f"kernels: the simulator models {', '.join(LAYERS)}, not {kernels!r}")
+    return LAYERS[kernels](model)
 
 
 # -- a step's kernels: the one builder, tensor parallelism included ----------------------
@@ -273,7 +284,7 @@ class KernelGroup:
         """[n_batches, n_kernels] GPU time of each kernel, `rows` per batch (`padded` of them dummies).
 
         `sim.timing.kernel_us`, the one kernel cost: the GPU's latency (`latency_us`, a kernel's by
-        default: `HardwareConfig.boundary_us` gives a mode's) + max(bytes / bandwidth, FLOPs / matrix
+        default: `sim.step.submission` gives a mode's) + max(bytes / bandwidth, FLOPs / matrix
         rate), where a padded dummy row costs its matmul rows but reads no KV cache (engines point it at
         a scratch slot); an all-reduce, α + bytes / β."""
         rows = np.asarray(rows, dtype=np.float64).reshape(-1, 1)
@@ -416,10 +427,10 @@ def _sharded(group: KernelGroup, model: ModelConfig, tp: int, replicated: bool) 
 
 @lru_cache(maxsize=128)
 def step_kernels(model: ModelConfig, mode: Mode, tp: int = 1) -> StepKernels:
-    """One GPU's kernels of a decode step run in `mode` on `tp` GPUs (its fused or unfused kernel set)."""
+    """One GPU's kernels of a decode step run in `mode` on `tp` GPUs: the layer of its kernel set."""
     b = model.bytes_per_el
     before, after = model_ops(model)
-    groups = [_group(before, b), _group(layer_kernels(model, mode.fused), b), _group(after, b)]
+    groups = [_group(before, b), _group(layer_kernels(model, mode.kernels), b), _group(after, b)]
     if tp > 1:
         if model.n_heads % tp:
             raise ValueError(f"tp: {tp} GPUs must divide the {model.n_heads} attention heads")
@@ -437,7 +448,7 @@ def fusion_table(model: ModelConfig) -> list[dict]:
     counts add small elementwise kernels, a last row says how many fusion removes.
     """
     unfused = {op.name: op.act for op in layer_ops(model)}
-    fused = {k.name: k for k in layer_kernels(model, True)}
+    fused = {k.name: k for k in fused_layer(model)}
     rows = []
     for group in fused_groups(model.fused_per_layer):
         kernel = "+".join(fu.kernel for fu in group)

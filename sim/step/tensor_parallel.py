@@ -1,11 +1,11 @@
 """Tensor parallelism in the simulator: what an all-reduce costs, and what one GPU holds.
 
-A `tp`-way step is the one step builder's (`sim.kernels.step_kernels(model, mode, tp)`, drawn by
-`sim.schedule.simulate_step` for a `StepPlan` with `tp` GPUs): the kernels sharded Megatron-style
+A `tp`-way step is the one step builder's (`sim.step.kernels.step_kernels(model, mode, tp)`, drawn by
+`sim.step.schedule.simulate_step` for a `StepPlan` with `tp` GPUs): the kernels sharded Megatron-style
 (as the probe's sharded model does it), an all-reduce of batch × hidden × bytes_per_el after each
-row-parallel kernel, costed like any kernel by `sim.timing.kernel_us` with the all-reduce's own
-latency α and bandwidth β: α + bytes / β (`AllReduceCost`). Every GPU runs the same kernels, so one
-GPU's lanes stand for all of them (a straggler's wait is not modelled).
+row-parallel kernel, costed like any kernel by the one timing model with the all-reduce's own
+latency α and bandwidth β: α + bytes / β (`sim.timing.AllReduceCost`). Every GPU runs the same
+kernels, so one GPU's lanes stand for all of them (a straggler's wait is not modelled).
 
 α and β default to PUBLISHED figures: no two-GPU run of the probe exists yet. Given a TP probe
 result, `fitted_allreduce` fits them to its all-reduce sweep (`fit_allreduce`), and
@@ -26,26 +26,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from core.step_plan import check_tp
-from sim.kernels import ALLREDUCE, kv_share, step_kernels
-from sim.timing import KernelFamilyCost, family_kernel_us
+from sim.step.kernels import ALLREDUCE, kv_share, step_kernels
+from sim.timing import AllReduceCost
 
 # sgl-project/sglang #2904, custom all-reduce on H100, latency in µs: GPUs -> (at 512 B, at 1 MiB).
 SGLANG_H100_CUSTOM_ALLREDUCE_US = {2: (3.7, 19.9), 4: (4.8, 31.1), 8: (5.9, 33.8)}
 PUBLISHED_SMALL_BYTES, PUBLISHED_LARGE_BYTES = 512, 1 << 20
 NCCL_NVLS_TREE_2XH100_US = 6.0  # NVIDIA/nccl #1259: ≈6 µs at small sizes, 2 GPUs, CUDA graphs
-
-
-@dataclass(frozen=True, slots=True)
-class AllReduceCost:
-    """α + bytes / β for one all-reduce on `tp` GPUs, and where α and β come from."""
-
-    tp: int
-    latency_us: float  # α
-    GBps: float  # β: message bytes per second beyond α (not bus bandwidth)
-    source: str
-
-    def us(self, nbytes) -> np.ndarray:
-        return family_kernel_us(nbytes, 0.0, KernelFamilyCost(self.latency_us, self.GBps))
 
 
 def published_allreduce(tp: int) -> AllReduceCost:
@@ -127,7 +114,7 @@ class TPSummary:
 
 
 def tp_summary(step) -> TPSummary:
-    """Per-GPU weights and KV, and the all-reduce share of a simulated step (`sim.schedule.SimulatedStep`)."""
+    """Per-GPU weights and KV, and the all-reduce share of a simulated step (`sim.step.schedule.SimulatedStep`)."""
     model, plan = step.model, step.plan
     kernels = step_kernels(model, plan.mode, plan.tp)
     kv = (
