@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from core.probe_result import RECORDED_PATH, load_result
-from core.step_plan import BASELINE, CHAPTER_BUCKETS, COMPILE, FUSED, FUSED_GRAPH, PERSISTENT
+from core.step_plan import BASELINE, CHAPTER_BUCKETS, COMPILE, FUSED, FUSED_GRAPH, GRAPH, PERSISTENT
 
 
 def step_us(run) -> float:
@@ -170,7 +170,7 @@ def batch_axis_goals(res) -> list[tuple]:
             )
     if ref is not None:
         for batch in res.batches:
-            hf_eager, hf_graph = ref.run("eager", batch), ref.run("graph", batch)
+            hf_eager, hf_graph = ref.run(BASELINE.name, batch), ref.run(GRAPH.name, batch)
             if batch in eager and hf_eager:
                 rows.append(
                     (
@@ -189,7 +189,7 @@ def batch_axis_goals(res) -> list[tuple]:
                         None,
                     )
                 )
-        hf1, ours1 = ref.run("eager", 1), eager.get(1)
+        hf1, ours1 = ref.run(BASELINE.name, 1), eager.get(1)
         if hf1 and hf1.host_us_per_launch and ours1 and ours1.launches:
             ratio = (ours1.cpu_launch_us / ours1.launches) / hf1.host_us_per_launch
             rows.append(("unfused host µs per launch / Hugging Face eager's, b1", ratio, "<= 1.3", None))

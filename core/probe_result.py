@@ -42,7 +42,7 @@ from datetime import datetime
 from pathlib import Path
 
 from core.decoder import kv_elements
-from core.step_plan import MODES
+from core.step_plan import BASELINE, GRAPH, MODES
 from core.timeline import CPU_BOUND, GPU_BOUND, StepMetrics, Timeline
 
 MAX_RESULT_BYTES = 20 * 1024 * 1024
@@ -190,14 +190,16 @@ class ProbeRun:
         )
 
 
-REFERENCE_KINDS = ("eager", "graph")
+# The reference's two ways to run its step, as the modes table names the probe's own: launched op by op, and
+# one CUDA graph of that step (Hugging Face's kernels either way).
+REFERENCE_KINDS = (BASELINE.name, GRAPH.name)
 
 
 @dataclass(frozen=True, slots=True)
 class ReferenceRun:
     """One step of the Hugging Face reference: eager, or one CUDA graph of its eager step."""
 
-    mode: str  # "eager" or "graph"
+    mode: str  # one of REFERENCE_KINDS
     batch: int
     step_us_median: float
     step_us_p10: float

@@ -229,8 +229,7 @@ class CompiledDecoder(Decoder):
         return self.compiled(ids, pos)
 
 
-MAKERS = {"eager": Decoder, "graph": GraphDecoder, "compile": CompiledDecoder}
-REFERENCE_KINDS = ("eager", "graph")  # what the probe's reference measures at each batch
+MAKERS = {"eager": Decoder, "graph": GraphDecoder, "compile": CompiledDecoder}  # the tools' names
 
 
 def measure_reference(cfg, batches, steps: int, warmup: int, progress=print) -> dict:
@@ -242,6 +241,7 @@ def measure_reference(cfg, batches, steps: int, warmup: int, progress=print) -> 
     version = available()
     if version is None:
         return {"skipped": "transformers is not installed: no Hugging Face reference in this run"}
+    from core.probe_result import REFERENCE_KINDS
     from gpu_probe import measure
 
     block = {
