@@ -4,9 +4,9 @@
 
 Runs `sim.calibration` (the same code as `python -m sim calibrate`) on the shipped runs
 (gpu_probe/recorded/): the small preset's recorded run (h200.json, 2026-11-30) and its
-hold-out (h200-holdout.json, the same CLI on another lease the day after), the 1b preset's
-run (h200-1b.json, 2026-12-02: Llama-3.2-1B's shape, another decoder, so only its own fit;
-it is the only 1b run shipped) and the small preset at batch 1 only (h200-small-b1.json, the
+hold-out (small-holdout.json, the same CLI on another lease the day after), the 1b preset's
+run (1b.json, 2026-12-02: Llama-3.2-1B's shape, another decoder, so only its own fit;
+it is the only 1b run shipped) and the small preset at batch 1 only (small-b1.json, the
 same lease as the 1b run: too few points for a fit of its own, so only predicted). It prints
 
 - per run, each point left out of its fit: every mode's median step error and its worst point,
@@ -35,8 +35,8 @@ from sim.calibration.report import by_mode, check_summary, load_run, loo_summary
 RECORDED = ROOT / "gpu_probe" / "recorded"
 RUNS = {  # fitted on their own: leave-one-out
     "recorded": "recorded",
-    "hold-out": str(RECORDED / "h200-holdout.json"),
-    "1b": str(RECORDED / "h200-1b.json"),
+    "hold-out": str(RECORDED / "small-holdout.json"),
+    "1b": str(RECORDED / "1b.json"),
 }
 CROSS = (
     ("recorded", "hold-out"),
@@ -44,7 +44,7 @@ CROSS = (
     ("recorded", "small b1"),
     ("hold-out", "small b1"),
 )
-PREDICTED_ONLY = {"small b1": str(RECORDED / "h200-small-b1.json")}  # batch 1 only: one point a mode
+PREDICTED_ONLY = {"small b1": str(RECORDED / "small-b1.json")}  # batch 1 only: one point a mode
 SMALL = ("recorded", "hold-out", "small b1")
 
 

@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "browser"))
 import harness  # noqa: E402
 
-RECORDED = ROOT / "gpu_probe" / "recorded" / "h200.json"
+RECORDED = ROOT / "gpu_probe" / "recorded" / "small.json"
 UPLOAD_INPUT = "[data-testid=stFileUploaderDropzoneInput]"
 READ_TIMEOUT_MS = 900_000  # a 1.4 M-kernel trace takes a minute or more to read on a loaded 2-core machine
 

@@ -9,7 +9,7 @@ CLI take it (`sim.trace_whatif.untraced_steps`), with the replay cost calibrated
 recorded run (`sim.trace_whatif.default_replay_cost`), and prints the median over the steps against the
 graph step the same session measured without the profiler (CUDA events, each step on an idle GPU):
 `hf_*_measured.json`, or the probe run's graph mode at batch 1. The replay cost's parameters are
-fitted to the small preset's recorded run (gpu_probe/recorded/h200.json) only, so its row is marked
+fitted to the small preset's recorded run (gpu_probe/recorded/small.json) only, so its row is marked
 as that run's; the other rows are traces the fit never saw. Last, the median and the worst error
 over those, and the Llama trace against the same model's graph step measured on a second H200.
 """
@@ -56,14 +56,14 @@ ROWS = (
         "the probe's 1b preset, batch 1",
         RECORDED / "trace_1b_eager_b1.json.gz",
         "decode_step",
-        RECORDED / "h200-1b.json",
+        RECORDED / "1b.json",
         False,
     ),
     (
         "the probe's small preset, batch 1",
         RECORDED / "trace_eager_b1.json.gz",
         "decode_step",
-        RECORDED / "h200.json",
+        RECORDED / "small.json",
         True,
     ),
 )

@@ -46,7 +46,7 @@ from core.step_plan import BASELINE, GRAPH, MODES
 from core.timeline import CPU_BOUND, GPU_BOUND, StepMetrics, Timeline
 
 MAX_RESULT_BYTES = 20 * 1024 * 1024
-RECORDED_PATH = Path(__file__).resolve().parent.parent / "gpu_probe" / "recorded" / "h200.json"
+RECORDED_PATH = Path(__file__).resolve().parent.parent / "gpu_probe" / "recorded" / "small.json"
 SCHEMA_VERSION = 1
 
 # Sanity limits: anything outside these is a corrupt or hand-made file, not a measurement.

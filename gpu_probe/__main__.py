@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     if not cuda_available():
         print(
             "gpu_probe: error: no CUDA device (torch.cuda.is_available() is False); "
-            "gpu_probe/recorded/h200.json holds a recorded H200 run",
+            "gpu_probe/recorded/small.json holds a recorded H200 run",
             file=sys.stderr,
         )
         return 2

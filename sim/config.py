@@ -132,7 +132,7 @@ Fused (132 kernels: 792 µs of launches against ≈0.89 ms of GPU work) the step
 sequence adds 2 MB of KV-cache reads per layer (1024 tokens × 4 KV heads × 128 × K and V × 2 bytes),
 so from batch 45 the kernels outgrow the launches: with both toggles off the gaps close on their own."""
 
-# The probe's eager PyTorch layer, measured on an H200 host (gpu_probe/recorded/h200.json, 2026-11-30):
+# The probe's eager PyTorch layer, measured on an H200 host (gpu_probe/recorded/small.json, 2026-11-30):
 # kernels a layer at batch 1, and host time per launch (unprofiled enqueue time / launches) at batch
 # 1, 8, 64 and 256: 23.7, 17.3, 16.9 and 18.7 µs (the hold-out run the next day: 14.3-27.6 µs).
 PROBE_EAGER_KERNELS_PER_LAYER = 51
@@ -150,7 +150,7 @@ Llama-3-8B: 32 layers, hidden 4096, 32 heads / 8 KV heads of 128, FFN 14336, voc
 2048 tokens of context. 16 GB of weights per step.
 Kernels and host, measured: the live probe's eager PyTorch layer (the same ops: RMSNorm, q/k/v, RoPE,
 paged attention, o, SwiGLU, residual adds, casts) launches 51 kernels a layer, at 17-24 µs of host
-time each on an H200's host (gpu_probe/recorded/h200.json, unprofiled); 20 µs here. Its fused Triton
+time each on an H200's host (gpu_probe/recorded/small.json, unprofiled); 20 µs here. Its fused Triton
 layer is 6 kernels at batch 1 (5 and the attention's split merge). A replay costs its host 36 µs
 (input copies and cudaGraphLaunch) plus 0.32 µs a node (the probe's graphs at batch 1: 99.9 µs for
 196 nodes, 571.7 µs for 1652); 0.4 µs between replayed kernels (the calibration's reading of the
@@ -166,7 +166,7 @@ ms. One launch cost serves both paths: a Triton launch cost the probe ≈41 µs,
 _PROBE_NOTE = """\
 The live probe's decoder (≈0.5 B parameters): 32 layers, hidden 1024, 16 heads of 64 with 16 KV heads,
 FFN 2816, vocab 32000, bf16, 512 tokens of context, on one H200.
-Measured on the H200 (gpu_probe/recorded/h200.json): 4200 GB/s is its copy bandwidth (4104 GB/s in
+Measured on the H200 (gpu_probe/recorded/small.json): 4200 GB/s is its copy bandwidth (4104 GB/s in
 that run; 4.8 TB/s on the datasheet). 790 TFLOP/s is the bf16 matrix rate the lent H200 is described
 as reaching (of 989 dense), not a fit: the runs' kernels are memory-bound and never pin a matrix rate
 down (the Calibration tab says which rates its runs constrain). 2 µs latency a kernel (the

@@ -171,7 +171,7 @@ class GraphReplayCost:
     unfused graph above batch 1, and at every batch in the 1b preset) the first kernel starts 0.2-0.5 ms
     into a 1.3-2.6 ms call, and 37-594 kernels have started by its end; in 15 of the 16 without one (every
     fused graph, the small preset's unfused graph at batch 1) the first kernel starts 0.7-5.4 µs after
-    the call returns (the exception: that unfused graph in h200-small-b1.json, 1.0 ms before). Such a call
+    the call returns (the exception: that unfused graph in small-b1.json, 1.0 ms before). Such a call
     also lasts longer the larger the batch (`per_row_host_us`: unprofiled, 0.45-0.75 ms more at batch
     256 than at 1 in every run), which a graph without memset nodes does not (the fused graphs: 89-104
     µs at every batch of both small-preset runs but one)."""

@@ -34,7 +34,7 @@ from sim.trace_whatif import default_replay_cost  # noqa: E402
 COMBOS = ((False, False), (True, False), (False, True), (True, True))  # (fusion, graphs), as the page toggles
 SNAPSHOT = ROOT / "tests" / "data" / "behaviour_figures.json"
 RECORDED = ROOT / "gpu_probe" / "recorded"
-RUNS = ("h200.json", "h200-holdout.json", "h200-1b.json", "h200-small-b1.json")
+RUNS = ("small.json", "small-holdout.json", "1b.json", "small-b1.json")
 BATCHES = (1, 2, 3, 5, 8, 17, 33, 64, 100, 256, 257, 300, 512)
 SWEEP_BATCHES = np.unique(np.r_[1:65, 64:513:7, 512])  # every batch where the story happens, then a sample
 TPS = (2, 4, 8)
@@ -111,7 +111,7 @@ def _result(name: str):
 
 def _presets() -> dict:
     out = dict(PRESETS)
-    for run in ("h200.json", "h200-1b.json"):
+    for run in ("small.json", "1b.json"):
         out[f"calibrated:{run}"] = calibrated_preset(_result(run))
     return out
 
@@ -170,7 +170,7 @@ def calibration_figures() -> dict:
             "replay": [cal.graph_cost.launch_us, cal.graph_cost.per_node_host_us, cal.graph_cost.node_gap_us],
             "timelines": [_timeline_digest(cal.timeline(i)) for i in range(len(cal.points))],
         }
-    for fit_on, other in (("h200.json", "h200-holdout.json"), ("h200-holdout.json", "h200.json")):
+    for fit_on, other in (("small.json", "small-holdout.json"), ("small-holdout.json", "small.json")):
         cal = calibrate(_result(fit_on), loo=False)
         out[f"{fit_on} -> {other}"] = cal.check(_result(other))
     return out

@@ -86,7 +86,7 @@ def test_controls_at_their_extremes(recorded, mode, batch, whole):
 
 def test_without_a_recorded_run_the_page_asks_for_a_file(monkeypatch):
     def missing():
-        raise ValueError("result: no such file 'gpu_probe/recorded/h200.json'")
+        raise ValueError("result: no such file 'gpu_probe/recorded/small.json'")
 
     monkeypatch.setattr(probe_result, "recorded_result", missing)
     st.cache_resource.clear()

@@ -356,7 +356,7 @@ def test_calibrated_fused_steps_follow_the_calibration_tabs_predictions(clean_ca
 
 def test_calibrated_preset_without_a_readable_run_says_why(clean_caches, monkeypatch):
     def unreadable():
-        raise ValueError("result: no such file 'gpu_probe/recorded/h200.json'")
+        raise ValueError("result: no such file 'gpu_probe/recorded/small.json'")
 
     monkeypatch.setattr(probe_result, "recorded_result", unreadable)
     at = pick_calibrated()

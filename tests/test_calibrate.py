@@ -254,7 +254,7 @@ def test_the_1b_runs_gemms_are_told_apart_by_shape():
     from sim.calibration.families import classify_step, unpipelined_gemms
     from sim.calibration.model import model_from_result
 
-    one_b = load(ROOT / "gpu_probe" / "recorded" / "h200-1b.json")
+    one_b = load(ROOT / "gpu_probe" / "recorded" / "1b.json")
     model = model_from_result(one_b)
     run = one_b.run("fused+graph", 64)
     old = unpipelined_gemms(one_b)
@@ -288,7 +288,7 @@ def test_the_1b_runs_gemms_are_told_apart_by_shape():
 def test_the_1b_runs_fused_graph_steps_are_predicted_within_10_percent_left_out():
     # One tile-GEMM family could not fit both 16- and 64-row tiles, nor the unpipelined gate/up and LM
     # head: fused+graph was 24.7 % off in median, 29.7 % at batch 8, left out.
-    cal = calibrate(load_result(ROOT / "gpu_probe" / "recorded" / "h200-1b.json"))
+    cal = calibrate(load_result(ROOT / "gpu_probe" / "recorded" / "1b.json"))
     errors = [e for p, e in zip(cal.points, cal.loo_errors()) if p.mode is FUSED_GRAPH]
     assert len(errors) == 4 and max(abs(e) for e in errors) <= 0.10
 
@@ -298,9 +298,9 @@ def test_a_check_names_the_families_the_fit_had_no_data_for():
     from sim.calibration.report import format_report
 
     cal = calibrate(recorded_result(), loo=False)
-    before = load_result(ROOT / "gpu_probe" / "recorded" / "h200-holdout.json")
+    before = load_result(ROOT / "gpu_probe" / "recorded" / "small-holdout.json")
     assert not any(p["unfitted"] for p in cal.check(before))
-    after = json.loads((ROOT / "gpu_probe" / "recorded" / "h200-holdout.json").read_text())
+    after = json.loads((ROOT / "gpu_probe" / "recorded" / "small-holdout.json").read_text())
     after["settings"]["unpipelined_gemms"] = [[2816, 1024, True]]
     check = cal.check(load_result(after))
     assert {
@@ -311,7 +311,7 @@ def test_a_check_names_the_families_the_fit_had_no_data_for():
 
 
 # -- the host side (issue 22, item 6) ----------------------------------------------------------------
-RECORDED_RUNS = ("h200.json", "h200-holdout.json", "h200-1b.json")
+RECORDED_RUNS = ("small.json", "small-holdout.json", "1b.json")
 
 
 def test_a_replay_in_pieces_starts_its_nodes_as_the_call_reaches_them():
@@ -373,7 +373,7 @@ def test_the_split_merge_launch_share_is_read_off_the_profiled_steps():
     # At that share the fused steps' host time is flat in the batch (their kernels but the merges are
     # the same at every batch): within 5 % of the fit at every point, where counting a merge as a whole
     # launch was up to 12 % off (the 1b run's batch 256). Not the hold-out, whose batch 256 ran slow.
-    for name in ("h200.json", "h200-1b.json"):
+    for name in ("small.json", "1b.json"):
         fused = [i for i, p in enumerate(cals[name].points) if p.mode.name == "fused"]
         assert np.abs(cals[name].errors()[fused, 1]).max() < 0.05, name
 
@@ -382,7 +382,7 @@ def test_replays_are_in_pieces_exactly_where_the_profiled_gpu_starts_before_the_
     from sim.calibration.model import INPUT_COPY
 
     early = {}
-    for name in (*RECORDED_RUNS, "h200-small-b1.json"):
+    for name in (*RECORDED_RUNS, "small-b1.json"):
         result = load_result(ROOT / "gpu_probe" / "recorded" / name)
         runs = {(r.mode, r.batch): r for r in result.runs}
         for p in calibrate(result, loo=False).points:
@@ -397,7 +397,7 @@ def test_replays_are_in_pieces_exactly_where_the_profiled_gpu_starts_before_the_
     whole = {k: lead for k, (in_pieces, lead) in early.items() if not in_pieces}
     assert len(pieces) == 10 and min(pieces) > 900  # µs of the call still to go when the GPU starts
     # One exception, as GraphReplayCost says: that small-preset graph at batch 1 once started early.
-    assert {k for k, lead in whole.items() if lead > 0} == {("h200-small-b1.json", "graph", 1)}
+    assert {k for k, lead in whole.items() if lead > 0} == {("small-b1.json", "graph", 1)}
     assert len(whole) == 16 and min(whole.values()) > -6
 
 
@@ -405,7 +405,7 @@ def test_one_eager_step_in_three_runs_is_further_apart_than_any_prediction_can_b
     # The same code, preset and batch: no single figure is within 25 % of all three (docs/calibration.md).
     steps = [
         load_result(ROOT / "gpu_probe" / "recorded" / n).run("eager", 1).step_us_median
-        for n in ("h200.json", "h200-holdout.json", "h200-small-b1.json")
+        for n in ("small.json", "small-holdout.json", "small-b1.json")
     ]
     assert [round(s / 1e3, 1) for s in steps] == [39.2, 23.6, 46.6]
     assert 0.75 * max(steps) > 1.25 * min(steps)
@@ -413,10 +413,10 @@ def test_one_eager_step_in_three_runs_is_further_apart_than_any_prediction_can_b
 
 # -- the figures docs/calibration.md quotes ----------------------------------------------------------
 DOC_RUNS = {
-    "recorded": "h200.json",
-    "hold-out": "h200-holdout.json",
-    "1b": "h200-1b.json",
-    "small b1": "h200-small-b1.json",
+    "recorded": "small.json",
+    "hold-out": "small-holdout.json",
+    "1b": "1b.json",
+    "small b1": "small-b1.json",
 }
 
 

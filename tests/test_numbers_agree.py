@@ -46,7 +46,7 @@ def test_the_sweep_caption_says_where_the_fallback_starts():
     )
 
 
-@pytest.mark.parametrize("name", ["h200-1b.json", "h200.json"])
+@pytest.mark.parametrize("name", ["1b.json", "small.json"])
 def test_a_probe_rows_figures_come_from_one_step(name):
     """Step time, host time, utilisation and bound-by are all the step without the profiler."""
     result = load_result(RECORDED / name)
@@ -61,7 +61,7 @@ def test_a_probe_rows_figures_come_from_one_step(name):
 
 
 def test_the_calibrated_preset_launches_the_kernels_the_probe_measured():
-    result = load_result(RECORDED / "h200.json")
+    result = load_result(RECORDED / "small.json")
     preset = calibrated_preset(result)
     measured = result.run(FUSED_GRAPH.name, 1).kernels_per_step
     assert len(step_kernels(preset.model, FUSED_GRAPH)) == measured == 196

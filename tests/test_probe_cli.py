@@ -50,7 +50,7 @@ def test_no_cuda_exits_2(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "gpu_probe: error: no CUDA device (torch.cuda.is_available() is False); "
-        "gpu_probe/recorded/h200.json holds a recorded H200 run"
+        "gpu_probe/recorded/small.json holds a recorded H200 run"
     ]
     assert not out.exists()
 

@@ -106,7 +106,7 @@ def test_a_link_opens_the_run_it_names_and_an_unknown_one_falls_back():
     assert not stale.exception and stale.selectbox(key="pr_run").value.startswith("recorded: small preset")
 
 
-PERSISTENT_RUN = probe_result.RECORDED_PATH.with_name("h200-1b-persistent.json")
+PERSISTENT_RUN = probe_result.RECORDED_PATH.with_name("1b-persistent.json")
 
 
 def _open_persistent(tab: str, key: str, **params):

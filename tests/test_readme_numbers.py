@@ -97,7 +97,7 @@ def day(name: str) -> str:
 
 # -- sources, each computed once per test session ------------------------------------------------------
 @cache
-def run(name: str = "h200.json"):
+def run(name: str = "small.json"):
     from core.probe_result import load_result
 
     return load_result(RECORDED / name)
@@ -197,8 +197,8 @@ def calibration_goals() -> tuple[float, float]:
     return GOAL, WORST_GOAL
 
 
-RUNS = ("h200.json", "h200-holdout.json", "h200-1b.json")
-CROSS = (("h200.json", "h200-holdout.json"), ("h200-holdout.json", "h200.json"))
+RUNS = ("small.json", "small-holdout.json", "1b.json")
+CROSS = (("small.json", "small-holdout.json"), ("small-holdout.json", "small.json"))
 
 
 @cache
@@ -377,7 +377,7 @@ QUOTES = [
         "`small` (the {} B decoder), `1b` (Llama-3.2-1B's shape, {} B parameters)",
         lambda: (
             f"{run().model['n_params'] / 1e9:.2f}",
-            f"{run('h200-1b.json').model['n_params'] / 1e9:.2f}",
+            f"{run('1b.json').model['n_params'] / 1e9:.2f}",
         ),
     ),
     Quote(
@@ -445,7 +445,7 @@ QUOTES = [
             f"{100 * calibration_goals()[0]:.0f}",
             f"{100 * calibration_goals()[1]:.0f}",
             _every_run_misses_worst_goal_through_eager(),
-            pct(loo("h200-holdout.json")["median_by_mode"]["eager"]),
+            pct(loo("small-holdout.json")["median_by_mode"]["eager"]),
         ),
     ),
     Quote(
@@ -454,7 +454,7 @@ QUOTES = [
         "(worst {}, the unfused graph at batch 1 predicted by the hold-out's fit).",
         lambda: (
             f"{100 * calibration_goals()[0]:.0f}",
-            _worst_graph_point(("h200-holdout.json", "graph", 1)),
+            _worst_graph_point(("small-holdout.json", "graph", 1)),
         ),
     ),
 ]
@@ -484,16 +484,16 @@ def _every_run_misses_worst_goal_through_eager() -> str:
 def headline_table() -> dict[str, list[str | None]]:
     """measurement -> [figure, worst case, when, command]; None where a cell is not recomputable (then
     the row is in NOT_RECOMPUTABLE) or is a command."""
-    b1 = run("h200-1b.json")
+    b1 = run("1b.json")
     fg = b1.run("fused+graph", 1)
     floor = b1.read_floor_us(1)
-    vs_compile = {b: goal("h200-1b.json", f"fused+graph / compile step time, b{b}") for b in b1.batches}
+    vs_compile = {b: goal("1b.json", f"fused+graph / compile step time, b{b}") for b in b1.batches}
     worst_b = max(vs_compile, key=vs_compile.get)
-    small = ("h200.json", "h200-holdout.json", "h200-small-b1.json")
+    small = ("small.json", "small-holdout.json", "small-b1.json")
     speedups = {n: goal(n, "eager b1 / fused+graph b1") for n in small}
     slowest = min(speedups, key=speedups.get)
-    assert slowest == "h200-holdout.json" and date.fromisoformat(day(slowest)).toordinal() == (
-        date.fromisoformat(day("h200.json")).toordinal() + 1
+    assert slowest == "small-holdout.json" and date.fromisoformat(day(slowest)).toordinal() == (
+        date.fromisoformat(day("small.json")).toordinal() + 1
     )
     loos = {n: loo(n) for n in RUNS}
     worst_loo = max(loos, key=lambda n: abs(loos[n]["worst_point"]["error"]))
@@ -506,7 +506,7 @@ def headline_table() -> dict[str, list[str | None]]:
         json.loads((ROOT / "tests" / "data" / "hf" / f).read_text())
         for f in ("hf_llama_measured.json", "hf_qwen2_measured.json")
     ]
-    unseen_days = sorted({m["created"][:10] for m in hf} | {day("h200-1b.json")})
+    unseen_days = sorted({m["created"][:10] for m in hf} | {day("1b.json")})
     assert len(unseen_days) == 2, unseen_days
     fit = profiler_fit()
     lomo, speed = fit["summary"]["lomo_host_bound_reliable"], fit["summary"]["speedup"]
@@ -531,7 +531,7 @@ def headline_table() -> dict[str, list[str | None]]:
             f"{n0(fg.step_us_median)} µs = {fg.step_us_median / floor:.2f} × as timed; "
             f"{n0(fg.step_us_back_to_back)} µs = {fg.step_us_back_to_back / floor:.2f} × back to back",
             "",
-            day("h200-1b.json"),
+            day("1b.json"),
             None,
         ],
         "1b preset, fused + graph against `torch.compile`, batches "
@@ -539,20 +539,20 @@ def headline_table() -> dict[str, list[str | None]]:
         + f" and {b1.batches[-1]}": [
             f"{vs_compile[1]:.2f} × its step time at batch 1",
             f"{vs_compile[worst_b]:.2f} × at batch {worst_b}",
-            day("h200-1b.json"),
+            day("1b.json"),
             None,
         ],
         "small preset, eager against fused + graph at batch 1": [
-            f"{speedups['h200.json']:.1f} × ({n0(run().run('eager', 1).step_us_median)} µs against "
+            f"{speedups['small.json']:.1f} × ({n0(run().run('eager', 1).step_us_median)} µs against "
             f"{n0(run().run('fused+graph', 1).step_us_median)} µs)",
             f"{speedups[slowest]:.1f} × in a second run the next day",
-            f"{day('h200.json')}, {day(slowest)}",
+            f"{day('small.json')}, {day(slowest)}",
             None,
         ],
         "calibration, leave-one-out error over every point of each run (recorded, hold-out, 1b)": [
             "median " + ", ".join(pct(loos[n]["median"]) for n in RUNS),
             f"{signed(wp['error'])} ({wp['mode']}, batch {wp['batch']}, hold-out run)"
-            if worst_loo == "h200-holdout.json"
+            if worst_loo == "small-holdout.json"
             else None,
             f"runs of {day(RUNS[0])} to {day(RUNS[-1])[5:]}",
             None,

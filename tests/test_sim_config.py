@@ -105,7 +105,7 @@ def test_the_simulator_and_the_probe_share_one_decoder_shape():
     assert issubclass(ModelConfig, DecoderShape)
     assert [f.name for f in fields(ModelConfig)][: len(shape_fields)] == shape_fields
     # The 1b run's decoder ties its embeddings: the simulator's copy of it counts the table once.
-    one_b = model_from_result(load_run("gpu_probe/recorded/h200-1b.json"))
+    one_b = model_from_result(load_run("gpu_probe/recorded/1b.json"))
     probe = PROBE_PRESETS["1b"]
     assert one_b.tie_embeddings and one_b.n_params == probe.n_params == 1_235_814_400
     assert {f: getattr(one_b, f) for f in shape_fields} == {f: getattr(probe, f) for f in shape_fields}

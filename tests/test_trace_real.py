@@ -43,10 +43,10 @@ def _union(start, end) -> float:
 @pytest.mark.parametrize(
     ("result", "trace", "mode"),
     [
-        ("h200.json", "trace_fused_graph_b1.json", "fused+graph"),
-        ("h200.json", "trace_eager_b1.json.gz", "eager"),
-        ("h200-1b.json", "trace_1b_fused_graph_b1.json", "fused+graph"),
-        ("h200-1b.json", "trace_1b_eager_b1.json.gz", "eager"),
+        ("small.json", "trace_fused_graph_b1.json", "fused+graph"),
+        ("small.json", "trace_eager_b1.json.gz", "eager"),
+        ("1b.json", "trace_1b_fused_graph_b1.json", "fused+graph"),
+        ("1b.json", "trace_1b_eager_b1.json.gz", "eager"),
     ],
 )
 def test_probe_traces_give_the_numbers_of_the_recorded_runs(result, trace, mode):
@@ -77,8 +77,8 @@ def test_probe_test_traces_steps_and_layers():
 def test_probe_eager_trace_what_if_graphs_is_close_to_the_measured_graph_mode():
     """The eager batch-1 trace replayed in the what-if against the graph mode the same run measured."""
     for result, trace in (
-        ("h200.json", "trace_eager_b1.json.gz"),
-        ("h200-1b.json", "trace_1b_eager_b1.json.gz"),
+        ("small.json", "trace_eager_b1.json.gz"),
+        ("1b.json", "trace_1b_eager_b1.json.gz"),
     ):
         measured = load_result(RECORDED / result).run("graph", 1).step_us_median
         step = analyse(RECORDED / trace, step_range="decode_step").steps[-1]

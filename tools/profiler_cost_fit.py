@@ -203,10 +203,10 @@ def cases_hf(folder: Path) -> list[Case]:
 
 
 PROBE = {  # trace -> (run, mode)
-    "trace_eager_b1.json.gz": ("h200.json", "eager"),
-    "trace_fused_graph_b1.json": ("h200.json", "fused+graph"),
-    "trace_1b_eager_b1.json.gz": ("h200-1b.json", "eager"),
-    "trace_1b_fused_graph_b1.json": ("h200-1b.json", "fused+graph"),
+    "trace_eager_b1.json.gz": ("small.json", "eager"),
+    "trace_fused_graph_b1.json": ("small.json", "fused+graph"),
+    "trace_1b_eager_b1.json.gz": ("1b.json", "eager"),
+    "trace_1b_fused_graph_b1.json": ("1b.json", "fused+graph"),
 }
 
 

@@ -19,7 +19,7 @@ RESULTS_KEY = "probe_results"  # session: label -> ProbeResult (uploaded and liv
 TP_RESULTS_KEY = "probe_tp_results"  # session: label -> TPResult (uploaded TP runs; probe tab only)
 MAX_SESSION_UPLOADS = 4  # uploads a session keeps (the oldest goes first): memory per session stays bounded
 # More shipped runs, offered after the default one (probe_result.RECORDED_PATH): files beside it.
-MORE_RECORDED = ("h200-1b.json", "h200-1b-persistent.json")
+MORE_RECORDED = ("1b.json", "1b-persistent.json")
 
 
 def describe(result) -> str:

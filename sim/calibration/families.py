@@ -1,19 +1,18 @@
 """The probe's kernels by family, and the work (bytes, FLOPs) each family does in a step.
 
 A measured kernel is put in a family by its name: the Triton GEMV (batch up to 4) and
-tensor-core GEMM, the paged attention and the kernel that merges its context splits,
-cuBLAS's matmuls (GEMV-shaped up to batch 4, tiles above: different kernels, different
-speeds) and every other ATen kernel. Each family has one fixed latency and one
-bandwidth (`sim.timing.kernel_us`). What a family moves and computes in a step is the
+tensor-core GEMM (to 64 rows), cuBLAS's matmuls (above 64 rows, where both of the probe's
+paths use them), the paged attention and the kernel that merges its context splits, the
+unfused step's one-op Triton kernels (RMSNorm, RoPE, the KV write, SiLU x up) and every
+other ATen kernel (the residual adds, the embedding). Each family has one fixed latency and
+one bandwidth (`sim.timing.kernel_us`). What a family moves and computes in a step is the
 simulator's work (`sim.step.kernels`, where the decoder's bytes and FLOPs are written once), op by
-op, summed over the family that runs each op in the probe's fused or eager path
-(`FUSED_PATH`, `UNFUSED_PATH`):
+op, summed over the family that runs each op in the probe's fused or unfused path
+(`FUSED_PATH`, `UNFUSED_PATH`): the two paths run the same GEMM and attention kernels, so they
+differ in the one-op kernels and in the bytes the fused kernels keep on chip:
 
 - the matmul families read every weight once and each row's activations;
-- the attention reads each row's K and V over the context; the eager (unfused) path
-  does it with cuBLAS batched matmuls and ATen gathers, copies and casts, so its
-  cuBLAS and ATen families move KV-cache bytes too (their bandwidth is then an
-  effective one: how many times the eager path touches the cache is in it);
+- the attention reads each row's K and V over the context;
 - the split merge reads each split's partial output (fp32, the probe's own kernel).
 
 numpy only.
@@ -31,13 +30,14 @@ from sim.step.kernels import KEPT_ON_CHIP, layer_ops, ops_keeping
 
 GEMV_MAX_ROWS = 4  # gpu_probe.kernels.linear.GEMV_MAX_ROWS; cuBLAS also switches to GEMV-shaped tiles there
 # gpu_probe.kernels.linear._tile_config: up to 16 rows one 16-row tensor-core tile, above that 32- or
-# 64-row tiles narrowed for occupancy: two kernels as far as speed goes (tests check the rule).
+# 64-row tiles: two kernels as far as speed goes (tests check the rule).
 TILE_ROWS = 16
+TILE_MAX_ROWS = 64  # gpu_probe.kernels.linear.TILE_MAX_ROWS: above it both paths' GEMMs are cuBLAS's
 # Which (n_out, k, swiglu) shapes a run's tensor-core GEMM ran unpipelined (num_stages=1; pipelined,
 # they raced on the H200): a result file names them in `settings.unpipelined_gemms`
 # (gpu_probe.kernels.linear.runs_unpipelined: every SwiGLU GEMM and the 1b LM head). Files without it
 # were made before 2026-12-02, when only the 1b preset's gate/up and LM head ran unpipelined (h200.json
-# and h200-holdout.json ran the small preset's gate/up pipelined). Unpipelined, the kernel streams its
+# and small-holdout.json ran the small preset's gate/up pipelined). Unpipelined, the kernel streams its
 # weights 2-4 times slower than the pipelined kernel of the same tiles.
 UNPIPELINED_BEFORE_2026_12_02 = frozenset({(8192, 2048, True), (128256, 2048, False)})
 
@@ -87,6 +87,13 @@ FAMILIES: tuple[Family, ...] = (
     ),
     Family("unpiped_gemm_wide", "triton", False, "the tensor-core GEMM unpipelined, above 16 rows"),
     Family("attention", "triton", False, "Triton paged attention: each row's K and V over the context"),
+    Family(
+        "triton_op",
+        "triton",
+        False,
+        "the unfused step's one-op Triton kernels (RMSNorm, RoPE, KV write, SiLU x up) and the wide fused "
+        "step's SwiGLU",
+    ),
     Family("split_merge", "merge", False, "Triton merge of the attention's context splits (small batch)"),
     Family("cublas_gemv", "aten", False, "cuBLAS matmuls at batch up to 4 (projections and attention)"),
     Family("cublas", "aten", False, "cuBLAS matmuls above batch 4 (projections and attention)"),
@@ -148,9 +155,11 @@ def gemm_shape(model: ModelConfig, gemm: str) -> tuple[int, int, bool]:
 
 
 def gemm_family(model: ModelConfig, gemm: str, rows: int, *, unpipelined: frozenset) -> str:
-    """The family one of the probe's fused GEMMs runs in at `rows` rows (`unpipelined`: see above)."""
+    """The family one of the probe's GEMMs runs in at `rows` rows (`unpipelined`: see above)."""
     if rows <= GEMV_MAX_ROWS:
         return "gemv"
+    if rows > TILE_MAX_ROWS:
+        return "cublas"
     return tile_family(rows, gemm_shape(model, gemm) in unpipelined)
 
 
@@ -180,8 +189,12 @@ def classify(kernel_name: str, rows: int) -> str:
         return "gemv"
     if "_fused_linear_kernel" in name:
         return tile_family(rows, unpipelined=False)
-    if "_paged_attention_kernel" in name:
+    if "_paged_attention_kernel" in name or "_paged_attention_plain_kernel" in name:
         return "attention"
+    if any(k in name for k in ("_rms_norm_kernel", "_rope_kernel", "_write_kv_kernel", "_silu_mul_kernel")):
+        return "triton_op"
+    if "_rms_swiglu_kernel" in name:
+        return "triton_op"
     if "_merge_splits_kernel" in name:
         return "split_merge"
     if _CUBLAS.search(name):
@@ -190,10 +203,11 @@ def classify(kernel_name: str, rows: int) -> str:
 
 
 # Which probe kernel family runs each of the simulator's logical ops (`sim.step.kernels`), in each path.
-# Fused (Triton): RMSNorm folded into the GEMMs that read its output (and the final norm into the LM
-# head's), RoPE inside the paged attention; the probe returns logits, so no sampling kernel.
-# Eager (PyTorch): every matmul is cuBLAS, the rest ATen; the attention is cuBLAS batched matmuls
-# over K and V that ATen kernels first gather, copy and cast (`EAGER_KV_COPIES`).
+# "gemm" is the probe's GEMV, tensor-core tile or cuBLAS matmul by rows (`gemm_family`), in both paths.
+# Fused: RMSNorm folded into the GEMMs that read its output (and the final norm into the LM head's), RoPE
+# inside the paged attention; the probe returns logits, so no sampling kernel.
+# Unfused: the norms and RoPE one Triton kernel each (SiLU x up rides in up_proj's work, as the simulator
+# counts it; the KV write in the attention's).
 _GEMM_OPS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head")
 FUSED_PATH = {
     **dict.fromkeys(_GEMM_OPS, "gemm"),
@@ -203,13 +217,11 @@ FUSED_PATH = {
     "embedding": "aten",
 }
 UNFUSED_PATH = {
-    **dict.fromkeys(_GEMM_OPS, "cublas"),
-    **dict.fromkeys(("attn_norm", "ffn_norm", "final_norm", "rope", "embedding"), "aten"),
-    "attention": "cublas",
+    **dict.fromkeys(_GEMM_OPS, "gemm"),
+    **dict.fromkeys(("attn_norm", "ffn_norm", "final_norm", "rope"), "triton_op"),
+    "attention": "attention",
+    "embedding": "aten",
 }
-EAGER_KV_COPIES = "aten"  # also moves the eager attention's K and V (its bandwidth is then an effective one)
-# "gemm" is the probe's Triton GEMV or tensor-core GEMM (`gemm_family`: by rows and shape), "cublas"
-# cuBLAS's GEMV-shaped or tiled kernels (by rows: GEMV_MAX_ROWS).
 # The probe's fused attention writes its output and o_proj reads it back: the simulator's rope_attn_o
 # keeps it on chip, the probe does not.
 PROBE_KEPT = tuple(t for t in KEPT_ON_CHIP if t.tensor != "attention output")
@@ -219,8 +231,6 @@ SPLIT_PARTIAL_BYTES = 4  # the attention's context splits write fp32 partial out
 def _family_of(model: ModelConfig, path_family: str, op: str, rows: int, unpipelined: frozenset) -> str:
     if path_family == "gemm":
         return gemm_family(model, GEMM_OF_OP[op], rows, unpipelined=unpipelined)
-    if path_family == "cublas":
-        return "cublas_gemv" if rows <= GEMV_MAX_ROWS else "cublas"
     return path_family
 
 
@@ -252,9 +262,7 @@ def family_work(model: ModelConfig, rows, modes, *, unpipelined: frozenset) -> t
             col = INDEX[family]
             out_bytes[k, col] += times * (op.weight + rows_k * (op.act + op.kv)) * b
             out_flops[k, col] += times * rows_k * op.flops
-            if name == "attention" and not fused_k:
-                out_bytes[k, INDEX[EAGER_KV_COPIES]] += times * rows_k * op.kv * b
-        if fused_k:
-            merge = "persistent" if one_k else "split_merge"
-            out_bytes[k, INDEX[merge]] += rows_k * layers * model.q_dim * SPLIT_PARTIAL_BYTES
+        # Both paths split the attention's context the same way; the merge reads every split's fp32 output.
+        merge = "persistent" if one_k else "split_merge"
+        out_bytes[k, INDEX[merge]] += rows_k * layers * model.q_dim * SPLIT_PARTIAL_BYTES
     return out_bytes, out_flops
