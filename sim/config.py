@@ -132,54 +132,54 @@ Fused (132 kernels: 792 µs of launches against ≈0.89 ms of GPU work) the step
 sequence adds 2 MB of KV-cache reads per layer (1024 tokens × 4 KV heads × 128 × K and V × 2 bytes),
 so from batch 45 the kernels outgrow the launches: with both toggles off the gaps close on their own."""
 
-# The probe's eager PyTorch layer, measured on an H200 host (gpu_probe/recorded/small.json, 2026-11-30):
-# kernels a layer at batch 1, and host time per launch (unprofiled enqueue time / launches) at batch
-# 1, 8, 64 and 256: 23.7, 17.3, 16.9 and 18.7 µs (the hold-out run the next day: 14.3-27.6 µs).
-PROBE_EAGER_KERNELS_PER_LAYER = 51
-PROBE_FUSED_KERNELS_PER_LAYER = 6  # its Triton layer at batch 1: 5 kernels and the split merge
-PROBE_EAGER_LAUNCH_US = 20.0
-# A replay's host time (input copies + cudaGraphLaunch), unprofiled: 99.9 µs for the fused graph's 196
-# nodes and 571.7 µs for the unfused graph's 1652 at batch 1, a line of 36 µs + 0.32 µs a node (the
-# hold-out: 91.4 and 743.9 µs, 4 µs + 0.45 µs a node).
-PROBE_REPLAY_US = 36.0
-PROBE_REPLAY_NODE_US = 0.32
+# The probe's unfused layer (gpu_probe/recorded/small.json and 1b.json, one H100, 2026-12-06): the chapter's
+# per-op layer, 15 kernels and the attention's split merge at small batch; host time per launch (unprofiled
+# enqueue time / launches) 25-44 µs at batch 1 to 256 in both presets (the hold-out run: 28-38 µs).
+PROBE_EAGER_KERNELS_PER_LAYER = 16
+PROBE_FUSED_KERNELS_PER_LAYER = 6  # its fused layer at batch 1: 5 kernels and the split merge
+PROBE_EAGER_LAUNCH_US = 30.0
+# A replay's host time (input copies + cudaGraphLaunch), unprofiled, small preset at batch 1: 93.8 µs for the
+# fused graph's 196 nodes and 174.4 µs for the unfused graph's 517, a line of 45 µs + 0.25 µs a node (the
+# hold-out: 98.0 and 238.9 µs, 12 µs + 0.44 µs a node).
+PROBE_REPLAY_US = 45.0
+PROBE_REPLAY_NODE_US = 0.25
 PROBE_NODE_GAP_US = 0.4  # the calibration's reading of the profiled replays: 0.416 µs between nodes
 
 _LLAMA_NOTE = """\
 Llama-3-8B: 32 layers, hidden 4096, 32 heads / 8 KV heads of 128, FFN 14336, vocab 128256, bf16,
 2048 tokens of context. 16 GB of weights per step.
-Kernels and host, measured: the live probe's eager PyTorch layer (the same ops: RMSNorm, q/k/v, RoPE,
-paged attention, o, SwiGLU, residual adds, casts) launches 51 kernels a layer, at 17-24 µs of host
-time each on an H200's host (gpu_probe/recorded/small.json, unprofiled); 20 µs here. Its fused Triton
-layer is 6 kernels at batch 1 (5 and the attention's split merge). A replay costs its host 36 µs
-(input copies and cudaGraphLaunch) plus 0.32 µs a node (the probe's graphs at batch 1: 99.9 µs for
-196 nodes, 571.7 µs for 1652); 0.4 µs between replayed kernels (the calibration's reading of the
-profiled replays); ≈2 µs of latency a kernel (its fitted GEMV latency, 1.9 µs).
+Kernels and host, measured: the live probe's unfused layer (the chapter's ops one kernel each: two RMSNorms,
+q, k, v, RoPE, the KV write, paged attention, o, gate, up, SiLU x up, down, two residual adds) launches 16
+kernels a layer at batch 1 (15 and the attention's split merge), at 25-44 µs of host time each on the probe
+machine's host (gpu_probe/recorded/small.json and 1b.json, unprofiled); 30 µs here. Its fused layer is 6
+kernels at batch 1 (5 and the split merge). A replay costs its host 45 µs (input copies and cudaGraphLaunch)
+plus 0.25 µs a node (the probe's graphs at batch 1: 93.8 µs for 196 nodes, 174.4 µs for 517); 0.4 µs
+between replayed kernels (the calibration's reading of the profiled replays); 2 µs of latency a kernel.
 Published, as a check: gpt-fast's plain eager Llama-2-7B decodes 25.5 tokens/s on an A100 (39 ms a
-token) against 107 with torch.compile (pytorch-labs/gpt-fast README); here an eager step is 1636
-launches × 20 µs ≈ 33 ms of host time against ≈8.4 ms of GPU work: deep in launch-bound territory
-up to batch 256. At batch 1 graphs alone are 3.4 × faster, fusion with graphs 5.8 × (5.7 ms).
-GPU: an H100 SXM at achievable rates (estimates, not measurements): 3000 GB/s (the datasheet's
-3.35 TB/s is not reached by real copies), 700 TFLOP/s bf16 (of 989 dense). Reading 16 GB takes ≈5.3
-ms. One launch cost serves both paths: a Triton launch cost the probe ≈41 µs, twice a PyTorch op's."""
+token) against 107 with torch.compile (pytorch-labs/gpt-fast README); here an eager step is 516
+launches x 30 µs = 15.5 ms of host time against 6.1 ms of GPU work: launch-bound up to batch 101, GPU-bound
+from the crossover at 102. At batch 1 graphs alone are 2.4 × faster, fusion with graphs 2.8 × (5.7 ms).
+GPU: an H100 SXM at achievable rates (estimates, not measurements): 3000 GB/s (the probe's H100 copied at
+3,010 GB/s; 3.35 TB/s on the datasheet), 700 TFLOP/s bf16 (of 989 dense; the probe's H100 ran a large
+product at 778). Reading 16 GB takes ≈5.3 ms. One launch cost serves both paths: the probe's fused
+Triton launches cost 40-60 µs, its one-op kernels less."""
 
 _PROBE_NOTE = """\
 The live probe's decoder (≈0.5 B parameters): 32 layers, hidden 1024, 16 heads of 64 with 16 KV heads,
 FFN 2816, vocab 32000, bf16, 512 tokens of context, on one H200.
-Measured on the H200 (gpu_probe/recorded/small.json): 4200 GB/s is its copy bandwidth (4104 GB/s in
-that run; 4.8 TB/s on the datasheet). 790 TFLOP/s is the bf16 matrix rate the lent H200 is described
-as reaching (of 989 dense), not a fit: the runs' kernels are memory-bound and never pin a matrix rate
-down (the Calibration tab says which rates its runs constrain). 2 µs latency a kernel (the
-calibration's GEMV latency, 1.9 µs). Its eager PyTorch layer launches 51 kernels at batch 1 (54-55
-above: the chapter's 11 plus residual adds, casts, SiLU and multiply, cache bookkeeping), at 17-24 µs
-of host time each, unprofiled (20 µs here); its fused Triton layer 6 (5 above batch 4). A fused+graph
-replay costs 36 µs of host time with its input copies plus 0.32 µs a node (99.9 µs measured for the
-fused graph's 196 nodes, 571.7 µs for the unfused graph's 1652); 0.4 µs between replayed kernels.
-At batch 1 the simulator then gives 32.7 ms eager (measured 39.2 ms, and 23.6 ms in the hold-out
-run: the host's noise), 4.7 ms with graphs (4.8 measured) and 0.80 ms fused with graphs (0.65). One
-launch cost serves both paths, where the probe's Triton launches cost ≈41 µs: fused without graphs
-it gives 3.9 ms where the probe measured 8.0. The Calibration tab fits every figure per kernel
-family; its preset is the calibrated one."""
+Hardware: 4200 GB/s is the H200's copy bandwidth as the probe measured it (4,104-4,250 GB/s in its runs of
+2026-11-30 to 12-03; 4.8 TB/s on the datasheet); 790 TFLOP/s the bf16 matrix rate it reaches (of 989
+dense), 2 µs latency a kernel. Kernels and host, measured on the recorded runs (gpu_probe/recorded/small.json,
+one H100, 2026-12-06): the unfused layer is the chapter's ops one kernel each, 16 kernels at batch 1 (15 and
+the attention's split merge, 15 from batch 64), at 25-44 µs of host time each, unprofiled (30 µs here); its
+fused layer 6 (5 above batch 4). A replay costs 45 µs of host time with its input copies plus 0.25 µs a node
+(93.8 µs measured for the fused graph's 196 nodes, 174.4 µs for the unfused graph's 517); 0.4 µs between
+replayed kernels.
+At batch 1 the simulator then gives 15.5 ms eager (measured 15.0 ms on the H100, the host setting the pace),
+1.6 ms with graphs (1.5 measured) and 0.79 ms fused with graphs (0.67 on the H100). One launch cost
+serves both paths, where the probe's fused Triton launches cost 45-60 µs: fused without graphs it gives 5.9 ms
+where the probe measured 11.5. The Calibration tab fits every figure per kernel family; its preset is the
+calibrated one."""
 
 _H100 = dict(
     hbm_GBps=3000.0,
