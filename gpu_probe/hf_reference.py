@@ -5,14 +5,16 @@ This is the one harness that builds Hugging Face decoders in the repository: the
 steps (`tools/hf_traces.py`, `tools/profiler_cost.py`) all build them here.
 
 - `HFShape` is a decoder's shape in transformers' terms; `SHAPES` holds the published ones the tools
-  trace, and `shape_of` turns a probe preset into one (same layers, widths, heads, vocabulary, RoPE
-  base and tied embeddings).
+  trace (`named_shape` shrinks one to the `TINY` toy or changes its layer count), and `shape_of` turns
+  a probe preset into one (same layers, widths, heads, vocabulary, RoPE base and tied embeddings).
 - `build_model` makes the model with random weights (seeded), in bf16 on a GPU, with SDPA attention.
 - `Decoder` is `batch` sequences decoding in lockstep against a `StaticCache` after a prefill of
-  `context` tokens: `forward` is one decode step on device inputs, `loop_step` the step as a server's
-  loop sees it (token ids in from the host, the sampled tokens back). `GraphDecoder` captures
-  `forward` once with `torch.cuda.graph` and replays it; `CompiledDecoder` runs it under
-  `torch.compile` (Inductor's kernels, no CUDA graphs).
+  `context` tokens. `step` re-decodes on device inputs (the probe's timing); `loop_step` is the step
+  as a server's loop runs it: `submit` writes the token ids and position into host memory, copies them
+  to the device and runs the model, `finish` reads the sampled tokens back (a synchronisation) and
+  moves the position on. `GraphDecoder` captures the model once with `torch.cuda.graph` and replays
+  it; `CompiledDecoder` runs it under `torch.compile` (default mode: Inductor's kernels launched one
+  by one; `mode="reduce-overhead"`: replayed as CUDA graphs).
 
 The reference is context to show, not a target: transformers' static cache has fixed shapes, so its
 attention reads every one of the cache's positions (masked past the context), and its layer is
@@ -24,7 +26,7 @@ with a one-line note.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import torch
 
@@ -64,6 +66,18 @@ TINY = dict(  # a 2-layer toy of any shape, for CPU runs of the tools
     head_dim=32,
     vocab_size=512,
 )
+
+
+def named_shape(name: str, *, tiny: bool = False, layers: int | None = None) -> HFShape:
+    """`SHAPES[name]`, as the `TINY` toy if `tiny`, with `layers` layers if given."""
+    shape = SHAPES[name]
+    if tiny:
+        shape = replace(shape, **TINY)
+    if layers:
+        shape = replace(shape, num_hidden_layers=layers)
+    return shape
+
+
 _CLASSES = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "qwen2": ("Qwen2Config", "Qwen2ForCausalLM")}
 
 
@@ -147,6 +161,7 @@ class Decoder:
         return out.logits[:, -1].argmax(-1)
 
     def run(self, ids, pos):
+        """What every step runs on its inputs (the graph and compiled decoders replace it)."""
         return self.forward(ids, pos)
 
     def step(self):
@@ -165,14 +180,23 @@ class Decoder:
             self.host_pos.to(self.device, non_blocking=True),
         )
 
-    def loop_step(self):
-        """One step as a server's loop sees it: inputs built and copied, the model, the tokens back."""
+    def submit(self):
+        """The step's inputs written into host memory and copied in, the model run: its sampled tokens,
+        still on the device."""
         with torch.no_grad():
-            out = self.run(*self._host_inputs())
-        self.tokens = out.cpu() % self.model.config.vocab_size  # .cpu(): waits for the step
+            return self.run(*self._host_inputs())
+
+    def finish(self, out) -> None:
+        """The sampled tokens back on the host (`.cpu()` waits for the step), the position one on; the
+        cache rewound before its spare positions run out."""
+        self.tokens = out.cpu() % self.model.config.vocab_size
         self.position += 1
         if self.position >= self.context + self.slack - 8:
             self.rewind()
+
+    def loop_step(self) -> None:
+        """One step as a server's loop sees it: inputs built and copied, the model, the tokens back."""
+        self.finish(self.submit())
 
     def rewind(self):
         """Back to the prompt's end: the position and every layer's write counter."""
@@ -215,18 +239,22 @@ class GraphDecoder(Decoder):
 
 
 class CompiledDecoder(Decoder):
-    """torch.compile in its default mode: Inductor's kernels, launched one by one (no CUDA graphs)."""
+    """The step under torch.compile. The default mode launches Inductor's kernels one by one;
+    "reduce-overhead" (or "max-autotune") replays them as CUDA graphs, whose output each step clones
+    since the next replay overwrites it."""
 
-    def __init__(self, model, batch, context, device, slack: int = DEFAULT_SLACK):
+    def __init__(self, model, batch, context, device, slack: int = DEFAULT_SLACK, mode: str | None = None):
         super().__init__(model, batch, context, device, slack)
-        self.compiled = torch.compile(self.forward, dynamic=False, fullgraph=False)
-        for _ in range(3):
+        self.cudagraphs = mode in ("reduce-overhead", "max-autotune")
+        self.compiled = torch.compile(self.forward, mode=mode, dynamic=False, fullgraph=False)
+        for _ in range(4 if self.cudagraphs else 3):  # cudagraph trees: warm up, record, then replay
             self.loop_step()
         if self.device.type == "cuda":
             torch.cuda.synchronize()
 
     def run(self, ids, pos):
-        return self.compiled(ids, pos)
+        out = self.compiled(ids, pos)
+        return out.clone() if self.cudagraphs else out
 
 
 MAKERS = {"eager": Decoder, "graph": GraphDecoder, "compile": CompiledDecoder}  # the tools' names
