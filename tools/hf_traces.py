@@ -5,9 +5,10 @@ Run on a CUDA machine with torch and transformers (not needed by the app):
     python tools/hf_traces.py --out tests/data/hf
 
 A Llama-3.2-1B-shaped `LlamaForCausalLM` with random weights and a static KV cache decodes one sequence at
-batch 1 after a 512-token prefill. Each step is what a serving loop does: the host builds the step's
-inputs (token id, position) in pinned memory, copies them to the GPU, runs the model, and reads the
-sampled token back (`.item()`, which synchronises). Written, each gzip'd and a few steps long:
+batch 1 after a 512-token prefill (`gpu_probe/hf_reference.py` builds and runs it). Each step is what a
+serving loop does: the host builds the step's inputs (token id, position) in pinned memory, copies them
+to the GPU, runs the model, and reads the sampled token back (`.cpu()`, which synchronises). Written,
+each gzip'd and a few steps long:
 
 - `hf_llama_eager_profilerstep.json.gz`: eager, steps marked by the profiler (`ProfilerStep#N`), with shapes;
 - `hf_llama_eager_sync.json.gz`: eager, no step marks: the steps are told apart by the host synchronisation;
@@ -20,12 +21,14 @@ sampled token back (`.item()`, which synchronises). Written, each gzip'd and a f
 
 `--arch qwen2 --second-model` does the same for a Qwen2.5-0.5B-shaped Qwen2ForCausalLM (24 thin layers,
 biases on q/k/v, 14 query heads over 2 KV heads), eager (synchronised) and torch.cuda.graph only: a second
-model to check the what-ifs on (`hf_qwen2_*`).
+model to check the what-ifs on (`hf_qwen2_*`). `--device cpu --tiny` writes the eager traces of a 2-layer
+toy of the shape on the CPU (a dry run).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import gzip
 import json
 import os
@@ -36,128 +39,22 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 import torch
 
-# --arch -> (transformers config and model class names, the shape): Llama-3.2-1B's and Qwen2.5-0.5B's.
-ARCHS = {
-    "llama": (
-        "LlamaConfig",
-        "LlamaForCausalLM",
-        dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
-             num_key_value_heads=8, head_dim=64, vocab_size=128256, rope_theta=500000.0),
-    ),
-    "qwen2": (
-        "Qwen2Config",
-        "Qwen2ForCausalLM",
-        dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
-             num_key_value_heads=2, vocab_size=151936, rope_theta=1000000.0),
-    ),
-}  # fmt: skip
+from gpu_probe.hf_reference import (
+    SHAPES,
+    CompiledDecoder,
+    Decoder,
+    GraphDecoder,
+    build_model,
+    named_shape,
+)
 
-
-def build_model(args, device):
-    import transformers
-
-    config_name, model_name, shape = ARCHS[args.arch]
-    shape = dict(shape)
-    if args.layers:
-        shape["num_hidden_layers"] = args.layers
-    config = getattr(transformers, config_name)(
-        tie_word_embeddings=True, max_position_embeddings=4096, **shape
-    )
-    torch.manual_seed(0)
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    with torch.device(device):
-        model = getattr(transformers, model_name)(config).to(dtype).eval()
-    return model, config
-
-
-class Decoder:
-    """One sequence decoding at batch 1 against a static cache: the loop a server runs."""
-
-    def __init__(self, model, args, device):
-        from transformers import StaticCache
-
-        self.model, self.device = model, device
-        self.cache = StaticCache(config=model.config, max_cache_len=args.context + args.max_steps)
-        self.host_ids = torch.zeros((1, 1), dtype=torch.long).pin_memory() if device.type == "cuda" else None
-        self.host_pos = torch.zeros((1,), dtype=torch.long).pin_memory() if device.type == "cuda" else None
-        prompt = torch.randint(0, model.config.vocab_size, (1, args.context), device=device)
-        with torch.no_grad():
-            out = model(
-                input_ids=prompt,
-                past_key_values=self.cache,
-                use_cache=True,
-                cache_position=torch.arange(args.context, device=device),
-            )
-        self.token = int(out.logits[0, -1].argmax())
-        self.context = self.position = args.context
-
-    def _inputs(self):
-        if self.host_ids is None:
-            return torch.tensor([[self.token]]), torch.tensor([self.position])
-        self.host_ids[0, 0], self.host_pos[0] = self.token, self.position
-        return self.host_ids.to(self.device, non_blocking=True), self.host_pos.to(
-            self.device, non_blocking=True
-        )
-
-    def forward(self, ids, pos):
-        out = self.model(
-            input_ids=ids,
-            position_ids=pos.view(1, 1),
-            cache_position=pos,
-            past_key_values=self.cache,
-            use_cache=True,
-        )
-        return out.logits[:, -1].argmax(-1)
-
-    def eager_step(self):
-        with torch.no_grad():
-            return self.forward(*self._inputs())
-
-    def finish(self, next_token) -> None:
-        self.token = int(next_token.item()) % self.model.config.vocab_size
-        # Positions cycle through one context's worth past the prompt: the cache never fills, the steps stay alike.
-        self.position = self.context + (self.position + 1 - self.context) % self.context
-
-
-class GraphDecoder(Decoder):
-    """The same step captured once with torch.cuda.graph; each step copies its inputs in and replays."""
-
-    def __init__(self, model, args, device):
-        super().__init__(model, args, device)
-        self.ids = torch.zeros((1, 1), dtype=torch.long, device=device)
-        self.pos = torch.full((1,), self.position, dtype=torch.long, device=device)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side), torch.no_grad():
-            for _ in range(3):
-                self.forward(self.ids, self.pos)
-        torch.cuda.current_stream().wait_stream(side)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph), torch.no_grad():
-            self.out = self.forward(self.ids, self.pos)
-
-    def eager_step(self):
-        self.host_ids[0, 0], self.host_pos[0] = self.token, self.position
-        self.ids.copy_(self.host_ids, non_blocking=True)
-        self.pos.copy_(self.host_pos, non_blocking=True)
-        self.graph.replay()
-        return self.out
-
-
-class CompiledDecoder(Decoder):
-    def __init__(self, model, args, device):
-        super().__init__(model, args, device)
-        self.compiled = torch.compile(self.forward, mode="reduce-overhead", fullgraph=False)
-        for _ in range(4):  # cudagraph trees: warm up, record, then replay
-            with torch.no_grad():
-                self.finish(self.compiled(*self._inputs()).clone())
-        torch.cuda.synchronize()
-
-    def eager_step(self):
-        with torch.no_grad():
-            return self.compiled(*self._inputs()).clone()
+# Cache positions past the prompt: more than a run's steps on one decoder (about 230 by default); the
+# cache is rewound to the prompt's end before they run out.
+CACHE_SLACK = 2048
 
 
 def time_steps(decoder, steps: int) -> dict:
@@ -169,7 +66,7 @@ def time_steps(decoder, steps: int) -> dict:
     host's: its launches cannot get ahead of the GPU).
     """
     for _ in range(10):
-        decoder.finish(decoder.eager_step())
+        decoder.loop_step()
     times, enqueue, span = [], [], []
     for k in range(2 * steps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -178,10 +75,10 @@ def time_steps(decoder, steps: int) -> dict:
             torch.cuda._sleep(5_000_000)  # ~3-5 ms of GPU cycles
         start.record()
         t0 = time.perf_counter()
-        out = decoder.eager_step()
+        out = decoder.submit()
         t1 = time.perf_counter()
         end.record()
-        decoder.finish(out)  # .item(): waits for the step, as a server reading its token does
+        decoder.finish(out)  # .cpu(): waits for the step, as a server reading its token does
         (span if hide else times).append(start.elapsed_time(end) * 1e3)
         if not hide:
             enqueue.append((t1 - t0) * 1e6)
@@ -205,7 +102,7 @@ def profile(decoder, path: Path, steps: int, mark_steps: bool, shapes: bool = Fa
     if decoder.device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     for _ in range(3):
-        decoder.finish(decoder.eager_step())
+        decoder.loop_step()
     raw = Path(tempfile.mkstemp(suffix=".json")[1])
     if mark_steps:
         schedule = torch.profiler.schedule(wait=0, warmup=1, active=steps, repeat=1)
@@ -218,12 +115,12 @@ def profile(decoder, path: Path, steps: int, mark_steps: bool, shapes: bool = Fa
             for _ in range(steps + 1):
                 if side_work is not None:
                     side_work()
-                decoder.finish(decoder.eager_step())
+                decoder.loop_step()
                 prof.step()
     else:
         with torch.profiler.profile(activities=activities, record_shapes=shapes) as prof:
             for _ in range(steps):
-                decoder.finish(decoder.eager_step())
+                decoder.loop_step()
         prof.export_chrome_trace(str(raw))
     with open(raw, "rb") as src, gzip.open(path, "wb", compresslevel=9) as dst:
         shutil.copyfileobj(src, dst)
@@ -247,19 +144,19 @@ def side_stream_work(device):
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--arch", choices=sorted(ARCHS), default="llama")
+    parser.add_argument("--arch", choices=sorted(SHAPES), default="llama")
     parser.add_argument(
         "--second-model",
         action="store_true",
         help="only the eager (synchronised) and torch.cuda.graph traces and their timings: a check on another model",
     )
     parser.add_argument("--layers", type=int, default=None, help="override the shape's layer count")
+    parser.add_argument("--tiny", action="store_true", help="a 2-layer toy of the shape (a CPU dry run)")
     parser.add_argument("--context", type=int, default=512)
     parser.add_argument("--steps", type=int, default=3, help="profiled steps per trace")
     parser.add_argument("--timed-steps", type=int, default=100)
     parser.add_argument("--device", default="cuda")
     args = parser.parse_args(argv)
-    args.max_steps = 2048
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         print("no CUDA device", file=sys.stderr)
@@ -267,7 +164,8 @@ def main(argv=None) -> int:
     import transformers
 
     args.out.mkdir(parents=True, exist_ok=True)
-    model, config = build_model(args, device)
+    model = build_model(named_shape(args.arch, tiny=args.tiny, layers=args.layers), device)
+    config = model.config
     say = lambda *a: print(*a, file=sys.stderr, flush=True)  # noqa: E731
     measured = {
         "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
@@ -290,7 +188,7 @@ def main(argv=None) -> int:
         "errors": [],
     }
     prefix = f"hf_{args.arch}_"
-    eager = Decoder(model, args, device)
+    eager = Decoder(model, 1, args.context, device, slack=CACHE_SLACK)
     say("eager traces")
     if not args.second_model:
         profile(
@@ -307,16 +205,17 @@ def main(argv=None) -> int:
                 side_work=side_stream_work(device),
             )
         measured["modes"]["eager"] = time_steps(eager, args.timed_steps)
-        makers = (
-            (("graph", GraphDecoder),)
-            if args.second_model
-            else (("graph", GraphDecoder), ("compile", CompiledDecoder))
-        )
-        for name, make in makers:
+        makers = {
+            "graph": GraphDecoder,
+            "compile": functools.partial(CompiledDecoder, mode="reduce-overhead"),
+        }
+        if args.second_model:
+            del makers["compile"]
+        for name, make in makers.items():
             say(f"{name}: build")
             t0 = time.perf_counter()
             try:
-                decoder = make(model, args, device)
+                decoder = make(model, 1, args.context, device, slack=CACHE_SLACK)
             except Exception as err:
                 measured["errors"].append(f"{name}: {type(err).__name__}: {str(err)[:500]}")
                 say(f"{name} failed: {err}")
