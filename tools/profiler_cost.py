@@ -7,9 +7,9 @@ Run on a CUDA machine with torch and transformers (not needed by the app), from 
 For each model shape (Llama-3.2-1B's, Qwen2.5-0.5B's, TinyLlama-1.1B's: random weights, bf16, a static
 KV cache after a 512-token prefill), batch (1, 4, 16) and mode -- eager; `torch.compile` in its default
 mode (Inductor, no CUDA graphs); the step captured once with `torch.cuda.graph` and replayed (GPU-bound)
--- the step is the loop a server runs: the host writes the step's token ids and position into pinned
-memory, copies them to the GPU, runs the model, and reads the sampled tokens back (`.cpu()`, which
-synchronises). For each profiler setting (default; `record_shapes=True`; `with_stack=True`)
+-- the step is the loop a server runs (`loop_step` of `gpu_probe/hf_reference.py`'s decoders): the
+host writes the step's token ids and position into pinned memory, copies them to the GPU, runs the
+model, and reads the sampled tokens back (`.cpu()`, which synchronises). For each profiler setting (default; `record_shapes=True`; `with_stack=True`)
 `gpu_probe.recorder.record` times untraced steps with CUDA events (each step from the input build to
 the tokens back, on an idle GPU), then profiles a few steps (`ProfilerStep#N`) with the untraced
 timing written into the trace (`launch_bound_untraced`). The untraced steps are timed again after the
@@ -55,31 +55,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
+from gpu_probe.hf_reference import MAKERS, SHAPES, build_model, named_shape  # noqa: E402
 from gpu_probe.recorder import record, time_untraced  # noqa: E402
 
-# name -> (transformers config and model classes, the shape, tied embeddings)
-ARCHS = {
-    "llama": ("LlamaConfig", "LlamaForCausalLM", dict(
-        hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
-        num_key_value_heads=8, head_dim=64, vocab_size=128256, rope_theta=500000.0), True),
-    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", dict(
-        hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
-        num_key_value_heads=2, vocab_size=151936, rope_theta=1000000.0), True),
-    "tinyllama": ("LlamaConfig", "LlamaForCausalLM", dict(
-        hidden_size=2048, intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32,
-        num_key_value_heads=4, head_dim=64, vocab_size=32000, rope_theta=10000.0), False),
-}  # fmt: skip
-TINY = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, head_dim=32, vocab_size=512)  # fmt: skip
 SETTINGS = {
     "default": {},
     "shapes": {"record_shapes": True},
     "stack": {"with_stack": True},
 }
 GRAPH_SETTINGS = ("default", "stack")  # replays record a handful of events: two settings show it
-# Cache slots past the prompt. transformers 5's StaticCache writes each step at its own counter
-# (`cumulative_length`), whatever `cache_position` says, so a decoder may run this many steps before
-# the counters are rewound to the prompt's end (`Decoder._rewind`; about 200 steps run per decoder).
+# Cache positions past the prompt: a decoder runs this many steps before its cache is rewound to the
+# prompt's end (`Decoder.rewind`; about 200 steps run per decoder).
 CACHE_SLACK = 1024
 TAR_LIMIT = 14 * 2**20
 
@@ -93,132 +79,6 @@ def log(*parts) -> None:
 
 
 LOG = None
-
-
-def build_model(arch: str, device, tiny: bool):
-    import transformers
-
-    config_name, model_name, shape, tied = ARCHS[arch]
-    shape = dict(shape)
-    if tiny:
-        shape.update(TINY)
-    config = getattr(transformers, config_name)(
-        tie_word_embeddings=tied, max_position_embeddings=4096, **shape
-    )
-    torch.manual_seed(0)
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    with torch.device(device):
-        model = getattr(transformers, model_name)(config).to(dtype).eval()
-    return model
-
-
-class Decoder:
-    """`batch` sequences decoding in lockstep against a static cache: the loop a server runs."""
-
-    def __init__(self, model, batch: int, context: int, device):
-        from transformers import StaticCache
-
-        self.model, self.device, self.batch = model, device, batch
-        self.cache = StaticCache(config=model.config, max_cache_len=context + CACHE_SLACK)
-        pin = device.type == "cuda"
-        self.host_ids = torch.zeros((batch, 1), dtype=torch.long, pin_memory=pin)
-        self.host_pos = torch.zeros((1,), dtype=torch.long, pin_memory=pin)
-        prompt = torch.randint(0, model.config.vocab_size, (batch, context), device=device)
-        with torch.no_grad():
-            out = model(
-                input_ids=prompt,
-                past_key_values=self.cache,
-                use_cache=True,
-                cache_position=torch.arange(context, device=device),
-            )
-        self.tokens = out.logits[:, -1].argmax(-1).cpu()
-        self.context = self.position = context
-
-    def _inputs(self):
-        self.host_ids[:, 0].copy_(self.tokens)
-        self.host_pos.fill_(self.position)
-        return (
-            self.host_ids.to(self.device, non_blocking=True),
-            self.host_pos.to(self.device, non_blocking=True),
-        )
-
-    def forward(self, ids, pos):
-        out = self.model(
-            input_ids=ids,
-            position_ids=pos.view(1, 1).expand(ids.shape[0], 1),
-            cache_position=pos,
-            past_key_values=self.cache,
-            use_cache=True,
-        )
-        return out.logits[:, -1].argmax(-1)
-
-    def run(self, ids, pos):
-        return self.forward(ids, pos)
-
-    def step(self):
-        """One step as the user's loop sees it: inputs built and copied, the model, the tokens back."""
-        with torch.no_grad():
-            out = self.run(*self._inputs())
-        self.tokens = out.cpu() % self.model.config.vocab_size  # .cpu(): waits for the step
-        self.position += 1
-        if self.position >= self.context + CACHE_SLACK - 8:
-            self._rewind()
-
-    def _rewind(self):
-        """Back to the prompt's end: the position and every layer's write counter (rare: never within
-        the ~200 steps a decoder runs here)."""
-        self.position = self.context
-        for layer in getattr(self.cache, "layers", ()):
-            counter = getattr(layer, "cumulative_length", None)
-            if isinstance(counter, torch.Tensor):
-                counter.fill_(self.context)
-
-
-class GraphDecoder(Decoder):
-    """The same step captured once with torch.cuda.graph; each step copies its inputs in and replays."""
-
-    def __init__(self, model, batch, context, device):
-        super().__init__(model, batch, context, device)
-        self.ids = torch.zeros((batch, 1), dtype=torch.long, device=device)
-        self.pos = torch.full((1,), self.position, dtype=torch.long, device=device)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side), torch.no_grad():
-            for _ in range(3):
-                self.forward(self.ids, self.pos)
-        torch.cuda.current_stream().wait_stream(side)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph), torch.no_grad():
-            self.out = self.forward(self.ids, self.pos)
-
-    def _inputs(self):  # straight into the graph's static buffers
-        self.host_ids[:, 0].copy_(self.tokens)
-        self.host_pos.fill_(self.position)
-        self.ids.copy_(self.host_ids, non_blocking=True)
-        self.pos.copy_(self.host_pos, non_blocking=True)
-        return self.ids, self.pos
-
-    def run(self, ids, pos):
-        self.graph.replay()
-        return self.out
-
-
-class CompiledDecoder(Decoder):
-    """torch.compile in its default mode: Inductor's kernels, launched one by one (no CUDA graphs)."""
-
-    def __init__(self, model, batch, context, device):
-        super().__init__(model, batch, context, device)
-        self.compiled = torch.compile(self.forward, dynamic=False, fullgraph=False)
-        for _ in range(3):
-            self.step()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-
-    def run(self, ids, pos):
-        return self.compiled(ids, pos)
-
-
-MAKERS = {"eager": Decoder, "graph": GraphDecoder, "compile": CompiledDecoder}
 
 
 class Micro:
@@ -245,7 +105,7 @@ class Micro:
     def _f3(self):
         return self._f2()
 
-    def step(self):
+    def loop_step(self):
         x = self.x
         if self.kind == "view":
             for _ in range(self.n):
@@ -299,7 +159,7 @@ def measure_decoder(decoder, args, label, packer, result, save, settings):
 
     def timed_step():  # every call timed by the host clock as the loop sees it (the step itself synchronises)
         t0 = time.perf_counter()
-        decoder.step()
+        decoder.loop_step()
         calls.append((time.perf_counter() - t0) * 1e6)
 
     entries = []
@@ -352,7 +212,9 @@ def measure_decoder(decoder, args, label, packer, result, save, settings):
         )
         save()
     if entries:  # the untraced time after the last profile: each trace then has one before and one after
-        timing = time_untraced(decoder.step, steps=args.timed_steps, warmup=2, device=device, timer=timer)
+        timing = time_untraced(
+            decoder.loop_step, steps=args.timed_steps, warmup=2, device=device, timer=timer
+        )
         after = {k: timing[k] for k in ("median_us", "p10_us", "p90_us", "host_median_us")}
         after["untraced_step_us"] = _round(timing["_step_us"])
         for e, nxt in zip(entries, entries[1:] + [None]):
@@ -370,7 +232,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument(
-        "--models", nargs="*", default=list(ARCHS), choices=list(ARCHS), help="none: the loops only"
+        "--models", nargs="*", default=list(SHAPES), choices=list(SHAPES), help="none: the loops only"
     )
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 4, 16])
     parser.add_argument("--modes", nargs="+", default=["eager", "graph", "compile"], choices=list(MAKERS))
@@ -465,7 +327,7 @@ def main(argv=None) -> int:
             return
         t0 = time.monotonic()
         try:
-            decoder = MAKERS[mode](models[arch], batch, args.context, device)
+            decoder = MAKERS[mode](models[arch], batch, args.context, device, slack=CACHE_SLACK)
         except Exception as err:
             result["errors"].append(f"{label}: build: {type(err).__name__}: {str(err)[:400]}")
             log(f"{label} build failed: {err}")
@@ -507,7 +369,7 @@ def main(argv=None) -> int:
             result["skipped"].append(f"{arch}: deadline")
             continue
         t0 = time.monotonic()
-        models[arch] = build_model(arch, device, args.tiny)
+        models[arch] = build_model(named_shape(arch, tiny=args.tiny), device)
         cfg = models[arch].config
         result["models"][arch] = {
             "class": type(models[arch]).__name__,
@@ -539,8 +401,10 @@ def main(argv=None) -> int:
         one(arch, "compile", batch)
     result["tars"] = packer.files
     save()
-    log(f"done: {len(result['traces'])} traces in {', '.join(packer.files)}; {len(result['skipped'])} skipped, "
-        f"{len(result['errors'])} errors")  # fmt: skip
+    log(
+        f"done: {len(result['traces'])} traces in {', '.join(packer.files)}; {len(result['skipped'])} skipped, "
+        f"{len(result['errors'])} errors"
+    )
     LOG.close()
     return 0
 
