@@ -167,12 +167,17 @@ class ProbeSession:
         out["errors"] += self.errors
         out["checks"].update({name: dict(check) for name, check in self.checks.items()})
         out["captures"] += [dict(c) for c in self.captures]
-        from gpu_probe.kernels.linear import unpipelined_gemms  # Triton: imported where it runs
+        from gpu_probe.kernels.linear import (  # Triton: where it runs
+            TILE_MAX_ROWS,
+            TILE_PDL,
+            unpipelined_gemms,
+        )
 
         out["settings"].update(
             context_len=self.cfg.prefill_len,
             num_blocks=self.num_blocks,
             unpipelined_gemms=unpipelined_gemms(self.cfg),
+            pdl_max_rows=TILE_MAX_ROWS if TILE_PDL else 4,  # the calibration's PDL chain
             **self.static,
         )
         if self.model is None:

@@ -42,6 +42,17 @@ TILE_MAX_ROWS = 64  # gpu_probe.kernels.linear.TILE_MAX_ROWS: above it both path
 UNPIPELINED_BEFORE_2026_12_02 = frozenset({(8192, 2048, True), (128256, 2048, False)})
 
 
+def pdl_max_rows(result) -> int:
+    """The most rows at which the run's fused kernels launched with PDL: `settings.pdl_max_rows` where the
+    file says; else TILE_MAX_ROWS for files with a measured matrix rate (made from 2026-12-06 on, when the
+    tensor-core tile took PDL too) and GEMV_MAX_ROWS for older ones (only the GEMV had it)."""
+    settings = getattr(result, "settings", None) or {}
+    named = settings.get("pdl_max_rows")
+    if type(named) is int and 0 <= named <= 1_048_576:
+        return named
+    return TILE_MAX_ROWS if getattr(result, "matmul_TFLOPs", None) else GEMV_MAX_ROWS
+
+
 def unpipelined_gemms(result) -> frozenset[tuple[int, int, bool]]:
     """The shapes `result`'s tensor-core GEMMs ran unpipelined; ValueError names a malformed entry."""
     named = (getattr(result, "settings", None) or {}).get("unpipelined_gemms")
@@ -68,20 +79,20 @@ def unpipelined_gemms(result) -> frozenset[tuple[int, int, bool]]:
 class Family:
     name: str
     # What one eager launch costs the host: "aten" (PyTorch's dispatch), "triton" (a Triton kernel behind
-    # its Python wrapper, which allocates its outputs and passes 13-17 arguments) or "merge" (the split
+    # its Python wrapper, which allocates its outputs and passes 13-17 arguments), "merge" (the split
     # merge's bare Triton launch, of three tensors and a count: in every profiled fused step it takes
-    # 0.5-0.6 × a GEMM's).
+    # 0.5-0.6 × a GEMM's) or "op" (a one-op Triton kernel of the unfused step: a few tensors, no tile choice).
     host: str
-    pdl: bool  # launched with programmatic dependent launch inside the probe's graphs
+    # Launched with programmatic dependent launch inside the probe's fused graphs, up to the run's
+    # `pdl_max_rows` (`pdl_max_rows`).
+    pdl: bool
     what: str
 
 
 FAMILIES: tuple[Family, ...] = (
     Family("gemv", "triton", True, "Triton GEMV (batch up to 4): weights streamed on CUDA cores"),
-    Family("tile_gemm", "triton", False, "Triton tensor-core GEMM, one 16-row tile (batch 5-16)"),
-    Family(
-        "tile_gemm_wide", "triton", False, "Triton tensor-core GEMM, 32- or 64-row tiles (batch above 16)"
-    ),
+    Family("tile_gemm", "triton", True, "Triton tensor-core GEMM, one 16-row tile (batch 5-16)"),
+    Family("tile_gemm_wide", "triton", True, "Triton tensor-core GEMM, 32- or 64-row tiles (batch 17-64)"),
     Family(
         "unpiped_gemm", "triton", False, "the tensor-core GEMM unpipelined (gate/up, the 1b LM head), 16 rows"
     ),
@@ -89,7 +100,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("attention", "triton", False, "Triton paged attention: each row's K and V over the context"),
     Family(
         "triton_op",
-        "triton",
+        "op",
         False,
         "the unfused step's one-op Triton kernels (RMSNorm, RoPE, KV write, SiLU x up) and the wide fused "
         "step's SwiGLU",
@@ -107,7 +118,7 @@ FAMILIES: tuple[Family, ...] = (
     ),
 )
 NAMES = tuple(f.name for f in FAMILIES)
-HOSTS = ("aten", "triton", "merge")  # the eager launch kinds, each at its own cost (calibration.model)
+HOSTS = ("aten", "triton", "merge", "op")  # the eager launch kinds, each at its own cost (calibration.model)
 INDEX = {f.name: i for i, f in enumerate(FAMILIES)}
 MATMUL = (  # may be limited by the matrix rate
     "gemv",

@@ -39,6 +39,7 @@ from sim.calibration.families import (
     MATMUL,
     classify_step,
     family_work,
+    pdl_max_rows,
     unpipelined_gemms,
 )
 from sim.calibration.families import NAMES as FAMILY_NAMES
@@ -94,6 +95,7 @@ PARAMS: tuple[Param, ...] = (
     ),
     Param("aten_launch_us", "µs", 0.3, 500.0, "host cost of one eager PyTorch launch", 15.0),
     Param("triton_launch_us", "µs", 0.3, 500.0, "host cost of one eager Triton launch", 40.0),
+    Param("op_launch_us", "µs", 0.3, 500.0, "host cost of one eager launch of a one-op Triton kernel", 20.0),
     Param(
         "replay_us", "µs", 0.3, 20_000.0, "host cost of a graph replay: input copies + cudaGraphLaunch", 50.0
     ),
@@ -118,9 +120,11 @@ def params_vector(params: dict) -> np.ndarray:
 
 
 def launch_costs(params: dict) -> np.ndarray:
-    """The eager launch cost of each host kind (`HOSTS`: ATen, Triton, the split merge), in µs."""
+    """The eager launch cost of each host kind (`HOSTS`: ATen, Triton, the split merge, a one-op kernel), in µs."""
     triton = params["triton_launch_us"]
-    return np.array([params["aten_launch_us"], triton, triton * params["merge_launch_share"]])
+    return np.array(
+        [params["aten_launch_us"], triton, triton * params["merge_launch_share"], params["op_launch_us"]]
+    )
 
 
 def graph_cost(params: dict, pdl_chain: bool = False) -> GraphReplayCost:
@@ -178,6 +182,7 @@ class Point:
     node_gaps: np.ndarray = None  # measured gaps between queued kernels (>= 0), for node_gap_us
     copy_share: float = np.nan  # a replay's: share of its profiled host time before its inputs were copied
     merge_ratio: float = np.nan  # a fused eager step's: a split merge's launch cost over a Triton launch's
+    pdl_rows: int = GEMV_MAX_ROWS  # the most rows at which the run's fused kernels launched with PDL
 
     @property
     def kernels(self) -> int:
@@ -204,8 +209,8 @@ class Point:
 
     @property
     def pdl_chain(self) -> bool:
-        """The probe launches its fused kernels with PDL at batch <= 4; inside a graph they overlap."""
-        return self.replays and self.fused and self.rows <= GEMV_MAX_ROWS
+        """The probe launches its fused kernels with PDL up to the run's `pdl_rows`; inside a graph they overlap."""
+        return self.replays and self.fused and self.rows <= self.pdl_rows
 
     @property
     def utilisation(self) -> float:
@@ -252,6 +257,7 @@ def points_from_result(result) -> list[Point]:
     points = []
     model = model_from_result(result)
     unpipelined = unpipelined_gemms(result)
+    pdl_rows = pdl_max_rows(result)
     for run in result.runs:
         mode = MODES.get(run.mode)
         if mode is None or not mode.modelled:
@@ -286,6 +292,7 @@ def points_from_result(result) -> list[Point]:
                 merge_ratio=_merge_ratio(tl, fams, run.enqueue_us_median)
                 if mode.fused and not replays
                 else np.nan,
+                pdl_rows=pdl_rows,
             )
         )
     return points
