@@ -138,3 +138,21 @@ def test_the_recorded_persistent_run_shows_inside_its_kernel():
 def test_the_calibration_tab_reads_a_run_of_two_modes():
     at = _open_persistent("Calibration", "cal_run")
     assert at.get("plotly_chart") or at.warning or at.info  # a fit, or why there is none; never a traceback
+
+
+def test_the_persistent_run_is_found_by_name_and_the_intro_counts_every_mode():
+    """Issue 29, item 2: the Run menu names each shipped run's modes; the intro names every mode the probe runs."""
+    from core.step_plan import MODES, PERSISTENT, probe_modes
+    from ui.probe_results import describe
+
+    at = open_tab("Live GPU probe")
+    options = at.selectbox(key="pr_run").options
+    persistent = [o for o in options if PERSISTENT.label in o]
+    assert len(persistent) == 1 and "03 Dec 2026 08:58" in persistent[0], options
+    intro = next(c.value for c in at.caption if c.value.startswith("A Llama-style decoder"))
+    assert all(MODES[m].label in intro for m in probe_modes()) and "run six ways" in intro
+    # A link made before the labels named the modes still opens its run.
+    result = probe_result.load_result(PERSISTENT_RUN)
+    old = f"recorded: 1b preset, {describe(result)}"
+    shared = open_tab("Live GPU probe", pr_run=old)
+    assert shared.selectbox(key="pr_run").value == persistent[0]

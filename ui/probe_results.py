@@ -12,6 +12,7 @@ from datetime import datetime
 import streamlit as st
 
 from core import probe_result, tp_result
+from core.step_plan import MODES
 from ui.common import plain
 from ui.uploads import files_go_with_the_session, release_upload
 
@@ -148,14 +149,31 @@ def upload_widget(key: str, select_key: str, accepts_tp: bool = False) -> None:
     st.session_state[seen_key] = (file.file_id, why)
 
 
+def modes_of(result) -> str:
+    """'fused + graph, persistent kernel': the modes a run measured, as the page names them."""
+    return ", ".join(MODES[m].label for m in result.modes)
+
+
+def recorded_label(result) -> str:
+    """'recorded: 1b preset · fused + graph, persistent kernel · NVIDIA H200, 03 Dec 2026 08:58 UTC': a shipped
+    run as the Run menus name it, its modes included so that a run can be found by what it measured."""
+    preset = preset_of(result)
+    return f"recorded: {preset + ' preset · ' if preset else ''}{modes_of(result)} · {describe(result)}"
+
+
+def _label_before_modes(result) -> str:
+    """A shipped run's label before the labels named the modes: links made then still open their run."""
+    preset = preset_of(result)
+    return f"recorded: {preset + ' preset, ' if preset else ''}{describe(result)}"
+
+
 def available_results() -> dict:
     """label -> (result, source): the recorded run, then this session's uploads and live runs."""
     out = {}
     rec, _ = recorded()
     # The other shipped runs come with the default one (a page without it asks for a file).
     for run in (rec, *more_recorded()) if rec is not None else ():
-        preset = preset_of(run)
-        out[f"recorded: {preset + ' preset, ' if preset else ''}{describe(run)}"] = (run, "recorded")
+        out[recorded_label(run)] = (run, "recorded")
     for label, res in session_results().items():
         out[label] = (res, "live" if label.startswith("live") else "uploaded")
     return out
@@ -167,5 +185,6 @@ def run_picker(title: str, options: dict, key: str, help_text: str) -> str:
     `index`) so that a new upload can select itself."""
     wanted = st.session_state.get(key) or st.query_params.get(key)  # a session's first run: the link's
     if wanted not in options:
-        st.session_state[key] = next(iter(options))
+        before = {_label_before_modes(v[0]): o for o, v in options.items() if v[1:] == ("recorded",)}
+        st.session_state[key] = before.get(wanted, next(iter(options)))
     return st.selectbox(title, tuple(options), key=key, help=help_text, bind="query-params")

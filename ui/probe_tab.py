@@ -52,7 +52,7 @@ def _pick_result():
             "Measure on this GPU",
             key="pr_live",
             bind="query-params",
-            help="Runs the probe's 0.5 B decoder in all five modes at batch "
+            help=f"Runs the probe's 0.5 B decoder in all {len(step_plan.probe_modes())} modes at batch "
             f"{', '.join(map(str, LIVE_BATCHES))}, with the graph captures and correctness checks: "
             f"{LIVE_DURATION} Progress shows below; the result is kept for every session on this server.",
         ):
@@ -269,13 +269,23 @@ def _what_graphs_leave(result, run) -> None:
     )
 
 
+_COUNT = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight"}
+
+
+def intro() -> str:
+    """The tab's first line: the decoder and the ways the probe runs it, read from the modes table."""
+    ways = [step_plan.MODES[m].label for m in step_plan.probe_modes()]
+    return (
+        "A Llama-style decoder with random weights (the 0.5 B small preset, or the 1b preset shaped like "
+        f"Llama-3.2-1B) run {_COUNT.get(len(ways), len(ways))} ways: {', '.join(ways[:-1])} and {ways[-1]}. "
+        "Fused runs the probe's Triton kernels, a graph replays a step captured as a CUDA graph, and the "
+        "persistent kernel runs the whole step in one launch. Each run in the Run menu names the modes it measured."
+    )
+
+
 def render() -> None:
     st.subheader("The same step, measured on a real GPU")
-    st.caption(
-        "A Llama-style decoder with random weights (the 0.5 B small preset, or the 1b preset shaped like "
-        "Llama-3.2-1B) run five ways: eager PyTorch, fused Triton kernels, CUDA-graph replay of each, and "
-        "torch.compile's reduce-overhead peer."
-    )
+    st.caption(intro())
     result, source = _pick_result()
     if result is None:
         return
