@@ -196,7 +196,10 @@ def _inside_the_kernel(result, run) -> None:
     st.subheader("Inside the persistent kernel")
     inside = run.phase_timeline()
     peer = result.run(FUSED_GRAPH.name, run.batch)
-    figure = lanes_figure(inside, overlay=peer.timeline if peer else None, whole_step=True)
+    # The SM lanes bare, the overlay named by its mode (both steps' labels are their graph launches).
+    figure = lanes_figure(
+        inside, overlay=peer.timeline if peer else None, whole_step=True, tags=("", FUSED_GRAPH.label)
+    )
     st.plotly_chart(figure, width="stretch", key="pr_phases", theme=None, config={"displaylogo": False})
     ph = run.phases
     st.caption(
