@@ -345,12 +345,18 @@ def _readouts(report: reader.TraceReport, step: reader.TraceStep) -> None:
     )
     graphs.metric("Graph launches", f"{step.graph_launches:,}", help="cudaGraphLaunch calls in this step.")
     streams.metric("GPU streams", f"{step.gpu_streams}", help="CUDA streams this step's GPU work ran on.")
+    known = delay["median_us"] is not None
     lag.metric(
         "Launch delay",
-        f"{delay['median_us']:.1f} µs",
-        help=f"How long after its launch call ended a kernel started: median {delay['median_us']:.1f} µs, p90 "
-        f"{delay['p90_us']:.1f} µs, largest {delay['max_us']:.1f} µs. Near zero: the GPU was waiting for the "
-        "host. Large: kernels queued up behind each other, and the GPU set the pace.",
+        f"{delay['median_us']:.1f} µs" if known else "—",
+        help=(
+            f"How long after its launch call ended a kernel started: median {delay['median_us']:.1f} µs, p90 "
+            f"{delay['p90_us']:.1f} µs, largest {delay['max_us']:.1f} µs. Near zero: the GPU was waiting for the "
+            "host. Large: kernels queued up behind each other, and the GPU set the pace."
+            if known
+            else "Unknown for this step: none of its GPU events has a launch call that ended before it started "
+            "(see the note above)."
+        ),
     )
     lo, hi = report.spread("step_us")
     st.caption(
