@@ -139,9 +139,9 @@ def _overlay(cal: Calibration, result) -> None:
     )
     m, s = measured.metrics(), simulated.metrics()
     st.caption(
-        f"Top: the profiled step ({m.kernels} kernels, {format_us(m.step_us)}); bottom: the calibrated "
-        f"model ({s.kernels} kernels, {format_us(s.step_us)}). The profiled step runs slower than the "
-        "median step the fit uses, because the profiler adds host time to every launch."
+        f"Top: the profiled step ({m.kernels} kernels, {format_us(m.step_us)}). Bottom: the model's step "
+        f"({s.kernels} kernels, {format_us(s.step_us)}), {cal.verdict_at(index)}. The profiled step runs slower "
+        "than the median step the fit uses, because the profiler adds host time to every launch."
     )
 
 

@@ -165,9 +165,11 @@ def preset_for(result) -> Preset:
 
 
 def probe_sim_step(result, mode: str, batch: int):
-    """(predicted Timeline, title) of a measured setting from the calibrated model, or (None, why)."""
+    """(predicted Timeline, title) of a measured setting from the model fitted to the run, or (None, why). The
+    title says 'calibrated' only where the fit holds at that point (`Calibration.verdict_at`: its leave-one-out
+    error within the calibration goal), so the fit here is the one with leave-one-out, as the Calibration tab's."""
     try:
-        cal = fit_of(result)
+        cal = calibration_of(result)
     except ValueError as err:
         return None, f"The timing model cannot be fitted to this run: {err}"
     if mode not in MODES or not MODES[mode].modelled:
@@ -178,4 +180,4 @@ def probe_sim_step(result, mode: str, batch: int):
     index = next((i for i, p in enumerate(cal.points) if p.mode.name == mode and p.batch == batch), None)
     if index is None:
         return None, "This setting was not measured."
-    return cal.timeline(index), "calibrated to this run, same kernels"
+    return cal.timeline(index), f"{cal.verdict_at(index)}; same kernels"
