@@ -169,6 +169,8 @@ class Trace:
     # GPU events left out for a time stamp or stream id no profiler writes (NaN, text, 400 digits): their
     # correlation ids, sorted, so that their launch calls are explained by that and not by dropped records.
     unusable_corr: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, np.int64))
+    # Per GPU event: the `op_signature` of the op that launched it (record_shapes) as an index into `names`, -1 unknown.
+    gpu_op_signature: np.ndarray | None = field(repr=False, default=None)
 
     def name_of(self, index) -> str:
         return self.names[int(index)]
@@ -446,6 +448,38 @@ _ELEMENT_BYTES = {
 }  # fmt: skip
 
 
+_SHORT_TYPES = {"c10::BFloat16": "bf16", "c10::Half": "f16", "float": "f32", "double": "f64", "long int": "i64",
+                "int": "i32", "bool": "bool"}  # fmt: skip
+
+
+def op_signature(name: str, dims, types) -> str:
+    """'aten::mul [1, 32, 1, 64] bf16, [1, 1, 1, 64] bf16': an op and its inputs' shapes and types as record_shapes
+    wrote them (a scalar or a list of tensors as 'scalar', 'list'), at most 400 characters. `op_inputs` reads it back."""
+    parts = []
+    for shape, kind in zip(dims if isinstance(dims, list) else (), types if isinstance(types, list) else ()):
+        if isinstance(shape, list) and shape and all(type(d) is int and 0 <= d < 2**40 for d in shape):
+            kind = _SHORT_TYPES.get(kind, kind) if isinstance(kind, str) else "?"
+            parts.append(f"[{', '.join(map(str, shape))}] {_text(kind, 40)}")
+        else:
+            parts.append("list" if isinstance(shape, list) and shape else "scalar")
+    return _text(f"{name} {', '.join(parts)}".strip(), 400)
+
+
+_INPUT = re.compile(r"\[([\d, ]*)\] ([^\s,]+)|(scalar|list)")
+
+
+def op_inputs(signature: str) -> tuple[str, list[tuple[tuple[int, ...], str] | None]]:
+    """(op name, [(shape, short dtype), or None for a scalar or a list, per input]) of an `op_signature`."""
+    name, _, rest = signature.partition(" ")
+    inputs = []
+    for m in _INPUT.finditer(rest):
+        if m.group(3):
+            inputs.append(None)
+        else:
+            inputs.append((tuple(int(d) for d in m.group(1).split(",") if d.strip()), m.group(2)))
+    return name, inputs
+
+
 def _largest_tensor_bytes(dims, types, skip_first: bool = False) -> int:
     """The largest tensor input of an op, in bytes, from record_shapes' 'Input Dims' / 'Input type'."""
     if not isinstance(dims, list) or not isinstance(types, list):
@@ -539,11 +573,12 @@ def _python_line_us(p: dict) -> np.ndarray:
 def _collect(events, label: str, host_only: bool = False) -> Trace:
     names: dict[str, int] = {}
     threads: dict[tuple, int] = {}
-    ints = dict.fromkeys(("thread", "name", "corr", "stream", "bytes", "device", "ext"), np.int64)
+    ints = dict.fromkeys(("thread", "name", "corr", "stream", "bytes", "device", "ext", "sig"), np.int64)
     calls = _Columns(ints, "ts", "dur", "thread", "name", "corr")
     gpu = _Columns(ints, "ts", "dur", "stream", "name", "corr", "bytes", "device", "ext")
     ranges = _Columns(ints, "ts", "dur", "thread", "name")
-    ops = _Columns(ints, "ext", "bytes")  # with record_shapes: each op's largest tensor input
+    # With record_shapes: each op's largest tensor input, and its signature (`op_signature`) as a name id.
+    ops = _Columns(ints, "ext", "bytes", "sig")
     # What the profiler recorded on the host besides API calls (whose cost it adds): ops and ranges, Python calls.
     host = _Columns({"thread": np.int32, "kind": np.int8}, "ts", "thread", "kind")
     python = _Columns({"thread": np.int32, "parent": np.int64}, "ts", "dur", "thread", "parent")
@@ -629,7 +664,8 @@ def _collect(events, label: str, host_only: bool = False) -> Trace:
                     args.get("Input Dims"), args.get("Input type"), name.endswith("_")
                 )
                 if largest:
-                    ops.add((_id(args.get("External id")), largest))
+                    signature = op_signature(name, args.get("Input Dims"), args.get("Input type"))
+                    ops.add((_id(args.get("External id")), largest, name_id(signature)))
                     ops.spill_if_full()
         elif cat == "python_function":
             thread = threads.setdefault(_thread_key(event), len(threads))
@@ -658,11 +694,13 @@ def _collect(events, label: str, host_only: bool = False) -> Trace:
         )
     # Each GPU event gets the largest tensor input of the op that launched it (0: not recorded).
     op_bytes = np.zeros(len(g["ts"]), np.int64)
+    op_sig = np.full(len(g["ts"]), -1, np.int64)
     if len(ops):
         o = ops.arrays("ext")
         at = np.minimum(np.searchsorted(o["ext"], g["ext"]), len(o["ext"]) - 1)
         found = (o["ext"][at] == g["ext"]) & (g["ext"] >= 0)
         op_bytes[found] = o["bytes"][at[found]]
+        op_sig[found] = o["sig"][at[found]]
     stream = g["stream"]
     devices, device_index = np.unique(g["device"], return_inverse=True)
     if len(devices) > 1:  # one process driving several GPUs: keep their streams apart
@@ -688,6 +726,7 @@ def _collect(events, label: str, host_only: bool = False) -> Trace:
         gpu_corr=g["corr"],
         gpu_bytes=g["bytes"],
         gpu_op_bytes=op_bytes,
+        gpu_op_signature=op_sig,
         range_ts=r["ts"] if r else empty_f,
         range_dur=r["dur"] if r else empty_f,
         range_thread=r["thread"] if r else empty_i,
@@ -1072,6 +1111,8 @@ class TraceStep:
     )  # per GPU event: its op's largest tensor input (0: unknown)
     notes: tuple[str, ...] = ()  # what the trace lacks for this step (dropped records), one sentence each
     host: HostRecord | None = field(repr=False, default=None)  # what the profiler recorded on its host lane
+    # per GPU event: its op's `op_signature` ('' unknown), where the trace recorded shapes
+    op_signatures: tuple[str, ...] | None = field(repr=False, default=None)
     # per GPU event: stamped before its launch call began (clocks that disagree), so its launch delay is unknown
     stamped_early: np.ndarray | None = field(repr=False, default=None)
 
@@ -1248,6 +1289,11 @@ def step_timeline(
         host_per_launch_us=np.where(known, host_of_call[launcher], 0.0),
         gpu_bytes=trace.gpu_bytes[gpu_rows],
         op_bytes=trace.gpu_op_bytes[gpu_rows],
+        op_signatures=tuple(
+            trace.names[k] if k >= 0 else ""
+            for k in (trace.gpu_op_signature[gpu_rows] if trace.gpu_op_signature is not None else ())
+        )
+        or None,
         notes=_dropped_notes(
             int((~unusable).sum()), int((~known).sum()), int(early.sum()), int(unusable.sum())
         ),

@@ -414,33 +414,64 @@ def _whatif_table(report: reader.TraceReport, step: reader.TraceStep) -> None:
         "; ".join(quoted).capitalize() + ". Estimates: the step without the profiler, its own kernel times "
         "rescheduled by the simulator's timing model. " + notes
     )
-    folded = outs["fusion"].folded
+    fusion = outs["fusion"]
+    folded = fusion.folded
     if not folded:
         return
-    saved = outs["fusion"].bytes_saved
     st.markdown("**What fusion would fold away**")
     st.dataframe(
         [
-            {
-                "kernel": f.name,
-                "count": f.count,
-                "GPU µs": round(f.gpu_us, 1),
-                "host µs": round(f.host_us, 1),
-                "HBM traffic saved": f"{f.bytes_saved / 1e6:,.2f} MB" if f.bytes_saved is not None else "—",
-            }
+            {"kernel": f.name, "count": f.count, "GPU µs": round(f.gpu_us, 1), "host µs": round(f.host_us, 1)}
             for f in folded
         ],
         hide_index=True,
         width="stretch",
     )
+    saved = fusion.bytes_saved
     st.caption(
-        f"{sum(f.count for f in folded):,} launches fewer. "
+        f"{sum(f.count for f in folded):,} launches fewer, in {len(fusion.groups):,} fused groups. "
         + (
-            f"About {saved / 1e6:,.1f} MB less HBM traffic: each folded intermediate is neither written out nor "
-            "read back (2 × the op's largest tensor input, from the trace's shapes)."
+            f"About {format_bytes(saved)} less HBM traffic: each intermediate a group keeps on chip is neither "
+            "written out nor read back (2 × its bytes). Group by group below, with the shapes the trace recorded: "
+            "an intermediate is a member's output that a later member reads; a group's own output, and a copy the "
+            "next kernel reads (a KV cache expanded for the attention), are written either way."
             if saved is not None
             else "Bytes saved need shapes: record with torch.profiler.profile(record_shapes=True)."
         )
+    )
+    if saved is not None:
+        _fused_groups(fusion.groups)
+
+
+def format_bytes(n: int) -> str:
+    """'3.06 MB', '76.0 kB', '4 B'."""
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:,.{2 if n < 10 * size else 1}f} {unit}"
+    return f"{n:,} B"
+
+
+def _fused_groups(groups) -> None:
+    """The fusion what-if's groups: their ops with the shapes behind them, what stays on chip, the bytes saved."""
+    st.dataframe(
+        [
+            {
+                "group": k + 1,
+                "from kernel": g.first + 1,
+                "kernels": len(g.ops),
+                "stays on chip": "; ".join(
+                    f"{op} → [{', '.join(map(str, shape))}] {dtype}"
+                    for op, shape, dtype, _ in g.intermediates
+                )
+                or "nothing: no member's output is read within the group",
+                "HBM traffic saved": format_bytes(g.bytes_saved),
+                "ops (input shapes)": " → ".join(op or "?" for op in g.ops),
+            }
+            for k, g in enumerate(groups)
+        ],
+        hide_index=True,
+        width="stretch",
+        height=min(36 * (len(groups) + 1) + 4, 320),
     )
 
 
