@@ -415,7 +415,8 @@ def default_replay_cost() -> GraphReplayCost:
 
 # -- the step without the profiler ---------------------------------------------------------------------------------
 METADATA = "metadata"  # the recorder's measured step, carried by the trace
-SOURCES = {METADATA: "measured by the recorder", ESTIMATE: "estimated"}
+PROBE = "probe"  # the probe's own trace: its run's median step, timed without the profiler (ui.trace_tab)
+SOURCES = {METADATA: "measured by the recorder", PROBE: "measured by the probe", ESTIMATE: "estimated"}
 # A recorded median this far from the traced step was not measured on this loop (or not on this machine).
 _ABSURD_ABOVE, _ABSURD_BELOW_BUSY = 3.0, 0.5
 
@@ -426,7 +427,7 @@ class Untraced:
 
     step: TraceStep  # the step re-timed with the profiler's cost taken out of its host lane
     step_us: float  # the figure quoted: the recorder's median where the trace carries one, else step's
-    source: str  # METADATA or ESTIMATE
+    source: str  # METADATA, PROBE or ESTIMATE
     profiler_us: float  # host time taken out of the step's host lane, all threads
     scale: float  # the multiple of the fitted costs the lanes were drawn with (1 for an estimate)
     notes: tuple[str, ...] = ()
@@ -661,7 +662,7 @@ def untraced(step: TraceStep, cost: ProfilerCost, recorded: dict | None = None) 
             f"The recorded step ({target:,.0f} µs) is quoted as measured; its lanes are drawn at "
             f"{drawn:,.0f} µs: the difference from the traced {traced:,.0f} µs is {why}."
         )
-    return Untraced(untraced_step, target, METADATA, taken, scale, tuple(notes))
+    return Untraced(untraced_step, target, recorded.get("source", METADATA), taken, scale, tuple(notes))
 
 
 def _match(step: TraceStep, cost: ProfilerCost, target: float) -> tuple[float, tuple[TraceStep, float]]:

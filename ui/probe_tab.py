@@ -16,7 +16,7 @@ from core.step_plan import BASELINE, FUSED_GRAPH
 from core.tp_result import TPResult
 from ui import tp_view
 from ui.charts import FIRST_LAUNCHES, format_us, lanes_figure
-from ui.common import chrome_trace_download, code, plain, show_readouts
+from ui.common import UNTRACED, chrome_trace_download, code, format_utilisation, plain, show_readouts
 from ui.probe_charts import mark_profiler_stretch, share_time_axis, step_split_figure
 from ui.probe_live import LIVE_BATCHES, LIVE_DURATION, measure_live
 from ui.probe_results import available_results, describe, recorded, run_picker, upload_widget
@@ -84,6 +84,7 @@ def _readouts(result, run) -> None:
         base.step_us_median / run.step_us_median if base else None,
         speedup_help="Median eager step time at this batch divided by this mode's (no fusion, no "
         "graphs, same model and GPU).",
+        basis=UNTRACED,
     )
     floor_col, hbm_col, _ = st.columns([1, 1, 3])
     floor_col.metric(
@@ -99,10 +100,14 @@ def _readouts(result, run) -> None:
         help=f"The bytes this step must read over its median time: {result.hbm_used_GBps(run) / result.hbm_copy_GBps:.0%} "
         f"of the {result.hbm_copy_GBps:,.0f} GB/s a large copy reaches on this GPU.",
     )
+    traced = run.timeline.metrics()  # as Your trace reads the same step: one function for both
     st.caption(
-        f"Step time: median of the measured steps (p10 {format_us(run.step_us_p10)}, "
-        f"p90 {format_us(run.step_us_p90)}). Utilisation, bound-by and the lanes come from one "
-        "profiled step; the profiler adds some host time to each launch."
+        f"Without the profiler: the step time is the median of the measured steps (p10 "
+        f"{format_us(run.step_us_p10)}, p90 {format_us(run.step_us_p90)}), the GPU utilisation the profiled "
+        "step's GPU busy time over it (the profiler slows the host, not the kernels), and bound-by sets that "
+        f"busy time against the host's median enqueue time. The lanes are the profiled step: "
+        f"{format_us(traced.step_us)} as traced, GPU utilisation {format_utilisation(traced.utilisation)} as "
+        "traced (the profiler adds host time to every launch)."
     )
 
 
@@ -130,8 +135,7 @@ def _lanes(result, run, source: str, whole: bool) -> None:
         )
         if stretch and run.timeline.cpu_end[0] > run.enqueue_us_median:
             st.caption(
-                f"Shaded: the profiler's stretch. Unprofiled, the input copies and the graph "
-                f"launch take {format_us(run.enqueue_us_median)} of host time (median); under the profiler, "
+                f"Shaded: the profiler's stretch. {host_time_phrase(run).capitalize()}; under the profiler, "
                 f"{format_us(float(run.timeline.cpu_end[0]))}. The GPU lane waits for that launch, so its idle "
                 "start is mostly the profiler's: the measured step is bound by the GPU."
             )
@@ -168,6 +172,25 @@ def _model_line(result) -> str:
     return "Model of this run: " + ", ".join(p for p in parts if p) + "."
 
 
+def host_time_phrase(run) -> str:
+    """'the input copies and the graph launch take 164 µs of host time, median without the profiler': the host's
+    time for a replay, in the one wording every figure of it uses (the GPU's wait for it is `step_split`'s)."""
+    return (
+        f"the input copies and the graph launch take {format_us(run.enqueue_us_median)} of host time, median "
+        "without the profiler"
+    )
+
+
+HOST_WAIT = "the GPU's wait for the host's input copies and graph launch"
+
+
+def host_wait_phrase(split) -> str:
+    """ "the GPU's wait for the host's input copies and graph launch, 137 µs": `step_split`'s host share, named as
+    what it is (the part of the host's time the step waits for), 'at most' where the run cannot tell."""
+    bound = "at most " if split["host_from"] == "enqueue" else ""
+    return f"{HOST_WAIT}, {bound}{format_us(split['host_us'])}"
+
+
 def _host_share_source(run, split) -> str:
     """How the split's host share was obtained, in words."""
     if split["host_from"] == "back to back":
@@ -178,8 +201,7 @@ def _host_share_source(run, split) -> str:
             "to zero": f"none: back to back the step took {b2b}, no faster",
         }[split["host_clamped"]]
         spent = (
-            f" (the host spends {format_us(run.enqueue_us_median)} submitting them, median; the rest overlaps "
-            "the GPU's work)"
+            f" ({host_time_phrase(run)}; the rest overlaps the GPU's work)"
             if run.enqueue_us_median and run.enqueue_us_median > split["host_us"]
             else ""
         )
@@ -187,7 +209,10 @@ def _host_share_source(run, split) -> str:
             f"{how}{spent}: each timed step starts on an idle GPU, which waits through the host's work; back to "
             "back, that work hides under the previous step"
         )
-    return "its median enqueue time: each timed step starts on an idle GPU, which waits through it"
+    return (
+        "at most its median enqueue time, since this run has no back-to-back timing to tell how much of it "
+        "the GPU waits for: each timed step starts on an idle GPU, which waits through at most that"
+    )
 
 
 def _inside_the_kernel(result, run) -> None:
@@ -229,7 +254,7 @@ def _inside_the_kernel(result, run) -> None:
     rest = max(run.step_us_median - split["floor_us"] - split["host_us"] - barriers - imbalance, 0.0)
     st.markdown(
         f"**Where its {format_us(run.step_us_median)} go** (median step at batch {run.batch}): the read floor "
-        f"{format_us(split['floor_us'])}, the host's input copies and graph launch {format_us(split['host_us'])}, "
+        f"{format_us(split['floor_us'])}, {host_wait_phrase(split)} (while {host_time_phrase(run)}), "
         f"the barriers' release after the last arrival {format_us(barriers)}, the programs' imbalance "
         f"{format_us(imbalance)}, and {format_us(rest)} more (the attention chain, and phases whose work runs "
         "slower than the copy bandwidth)."
@@ -240,7 +265,9 @@ def _what_graphs_leave(result, run) -> None:
     split = result.step_split(run)
     st.subheader("What CUDA graphs leave on the table")
     st.plotly_chart(
-        step_split_figure(split, run.step_us_median),
+        step_split_figure(
+            split, run.step_us_median, HOST_WAIT + (" (at most)" if split["host_from"] == "enqueue" else "")
+        ),
         width="stretch",
         key="pr_split",
         theme=None,
@@ -248,8 +275,8 @@ def _what_graphs_leave(result, run) -> None:
     )
     st.caption(
         f"The {format_us(run.step_us_median)} median step at batch {run.batch}: the read floor "
-        f"({format_us(split['floor_us'])}, the bytes this step must read at the measured copy bandwidth), the host's "
-        f"input copies and graph launch ({format_us(split['host_us'])}, {_host_share_source(run, split)}), and the "
+        f"({format_us(split['floor_us'])}, the bytes this step must read at the measured copy bandwidth), "
+        f"{host_wait_phrase(split)} ({_host_share_source(run, split)}), and the "
         f"rest, {format_us(split['boundaries_us'])}, spread "
         f"over the step's {split['kernels']} kernels: {split['per_kernel_us']:.2f} µs per kernel boundary, where one "
         "kernel drains, the next starts, waits for its inputs and fills the memory pipe again (the GPU's side of "

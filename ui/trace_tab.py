@@ -23,7 +23,14 @@ import streamlit as st
 from core import trace as reader
 from ui import uploads
 from ui.charts import FIRST_LAUNCHES, format_us, lanes_figure
-from ui.common import chrome_trace_download, plain, show_readouts, show_time_split
+from ui.common import (
+    TRACED,
+    chrome_trace_download,
+    format_utilisation,
+    plain,
+    show_readouts,
+    show_time_split,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 UPLOAD_MB = 500  # the uploader's limit, stated on the page (server.maxUploadSize, 512, allows it)
@@ -85,6 +92,25 @@ EXAMPLES = {
         "this app's probe decoder (small preset), fused Triton kernels replayed as a CUDA graph, batch 1",
         reader.STEP_ANNOTATION,
     ),
+    "Probe 1B eager": (
+        "gpu_probe/recorded/trace_1b_eager_b1.json.gz",
+        "this app's probe decoder (1b preset), eager PyTorch at batch 1, from the recorded H200 run",
+        reader.STEP_ANNOTATION,
+    ),
+    "Probe 1B fused + CUDA graph": (
+        "gpu_probe/recorded/trace_1b_fused_graph_b1.json",
+        "this app's probe decoder (1b preset), fused Triton kernels replayed as a CUDA graph, batch 1",
+        reader.STEP_ANNOTATION,
+    ),
+}
+# The probe's own traces: the recorded run whose profiled step each one is (result file, mode, batch). Its median
+# step, timed without the profiler, is the trace's step without the profiler: the figure the Live GPU probe tab
+# shows for the same step, where an estimate would put a second value under that name.
+PROBE_RUNS = {
+    "Probe 0.5B eager": ("h200.json", "eager", 1),
+    "Probe 0.5B fused + CUDA graph": ("h200.json", "fused+graph", 1),
+    "Probe 1B eager": ("h200-1b.json", "eager", 1),
+    "Probe 1B fused + CUDA graph": ("h200-1b.json", "fused+graph", 1),
 }
 DEFAULT_TRACE = "HF Llama-1B eager"
 NOTHING = "nothing"
@@ -117,7 +143,33 @@ _RESIDENT = uploads.ByteBudget(RESIDENT_MB * 2**20, MAX_RESIDENT)  # upload id -
 def _example_ranks(title: str, digest: str) -> tuple:
     del digest  # part of the key: the file's whole content, so an edited file is read again
     path = ROOT / EXAMPLES[title][0]
-    return (reader.read_trace(path, name=path.name),)
+    trace = reader.read_trace(path, name=path.name)
+    measured = probe_measured(title)
+    return (replace(trace, recorded_untraced=measured) if measured else trace,)
+
+
+def probe_measured(title: str) -> dict | None:
+    """The probe's own trace `title`: its run's step timed without the profiler, as a recorder block (source
+    'probe'), where the recorded run is shipped and holds that step; else None."""
+    if title not in PROBE_RUNS:
+        return None
+    from core.probe_result import RECORDED_PATH, load_result
+
+    name, mode, batch = PROBE_RUNS[title]
+    try:
+        run = load_result(RECORDED_PATH.with_name(name)).run(mode, batch)
+    except (ValueError, OSError):
+        return None
+    if run is None:
+        return None
+    return {
+        "median_us": run.step_us_median,
+        "p10_us": run.step_us_p10,
+        "p90_us": run.step_us_p90,
+        "timer": "cuda_events",
+        "source": "probe",
+        "run": f"{name}, {mode} at batch {batch}",
+    }
 
 
 def _example(title: str) -> tuple:
@@ -333,6 +385,7 @@ def _readouts(report: reader.TraceReport, step: reader.TraceStep) -> None:
     show_readouts(
         step.metrics,
         None,
+        basis=TRACED,
         speedup_help="A trace has no unoptimised twin to compare with: the what-ifs below say what graphs and "
         "fusion would make of this step.",
     )
@@ -513,16 +566,21 @@ def _without_profiler(report: reader.TraceReport, step: reader.TraceStep, whole:
     traced = step.metrics.step_us
     st.subheader("The step as traced, and without the profiler")
     as_traced, without, ratio = st.columns(3)
-    as_traced.metric("As traced", format_us(traced), help="The step as the profiler recorded it.")
+    as_traced.metric("Step time (as traced)", format_us(traced), help="The step as the profiler recorded it.")
+    measured_by = report.trace.recorded_untraced or {}
     without.metric(
-        "Without the profiler",
+        "Step time (no profiler)" if untraced.source != "estimate" else "Step time (no profiler, estimated)",
         format_us(untraced.step_us),
-        help=(
-            "Measured by the recorder (gpu_probe/recorder.py: untraced steps timed before profiling), carried in the "
-            "trace's metadata."
-            if untraced.source == "metadata"
-            else "Estimated: each host interval less the profiler's cost of the events recorded in it, the kernels "
-            "rescheduled. Record with gpu_probe/recorder.py to carry the measured figure in the trace."
+        help={
+            "metadata": "Measured by the recorder (gpu_probe/recorder.py: untraced steps timed before profiling), "
+            "carried in the trace's metadata.",
+            "probe": "Measured by the probe: the median step of its recorded run "
+            f"({plain(measured_by.get('run', ''))}), timed with CUDA events without the profiler; the Live GPU probe "
+            "tab shows the same figure.",
+        }.get(
+            untraced.source,
+            "Estimated: each host interval less the profiler's cost of the events recorded in it, the kernels "
+            "rescheduled. Record with gpu_probe/recorder.py to carry the measured figure in the trace.",
         ),
     )
     ratio.metric(
@@ -544,9 +602,9 @@ def _without_profiler(report: reader.TraceReport, step: reader.TraceStep, whole:
         config={"displaylogo": False, "scrollZoom": True},
     )
     source = (
-        f"The step without the profiler is measured by the recorder ({untraced.step_us:,.0f} µs); its lanes are "
+        f"The step without the profiler is {untraced.source_label} ({format_us(untraced.step_us)}); its lanes are "
         "this step with the profiler's cost taken out of each host interval, scaled to match it."
-        if untraced.source == "metadata"
+        if untraced.source != "estimate"
         else f"The step without the profiler is estimated: {untraced.profiler_us:,.0f} µs of the profiler's own cost "
         "taken out of the host lane, the kernels rescheduled by the simulator's timing model."
     )
@@ -599,8 +657,8 @@ def _side_title(title: str, step: reader.TraceStep) -> None:
     m = step.metrics
     st.markdown(f"**{plain(title)}** · step {step.index}")
     st.caption(
-        f"{m.kernels:,} kernels, {step.launches:,} launches, {format_us(m.step_us)}, bound by {m.bound_by}, "
-        f"GPU utilisation {100 * m.utilisation:.0f}%."
+        f"{m.kernels:,} kernels, {step.launches:,} launches, {format_us(m.step_us)} as traced, bound by "
+        f"{m.bound_by} as traced, GPU utilisation {format_utilisation(m.utilisation)} as traced."
     )
 
 
