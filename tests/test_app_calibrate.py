@@ -37,8 +37,10 @@ def test_page_shows_fit_table_chart_and_the_loo_figure(recorded):
     rows = next(t for t in tables if "step LOO error %" in t.columns)
     assert len(rows) == 16 and set(rows["mode"]) == {"eager", "fused", "graph", "fused+graph"}
     charts = at.get("plotly_chart")
-    assert len(charts) == 2  # predicted-vs-measured panels, and the overlaid lanes
-    lanes = json.loads(charts[1].proto.spec)
+    assert (
+        len(charts) == 2
+    )  # the overlaid lanes (first: issue 29, item 6), and the predicted-vs-measured panels
+    lanes = json.loads(next(c for c in charts if c.key == "cal_lanes").proto.spec)
     assert len(lanes["layout"]["yaxis"]["categoryarray"]) == 4  # measured CPU/GPU over simulated CPU/GPU
     assert any("probe decoder on Test GPU" in t.value for t in at.text)  # a file's string: text, not markdown
 

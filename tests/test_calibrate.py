@@ -519,6 +519,7 @@ def test_a_point_the_fit_misses_is_labelled_a_model_off_by_its_error():
         .verdict_at(i)
         .startswith("model fitted to this run (not checked")
     )
+    assert f"is predicted {100 * err:+.1f} % off" in cal.verdict_detail(i)
 
 
 def test_the_docs_persistent_run_figures_are_the_fit():

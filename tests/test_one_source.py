@@ -113,10 +113,12 @@ def _probe_view(figures: Figures, name: str, mode: str, batch: int) -> None:
             figures.add(step, "kernels", "split caption", shown(m.group(1)))
         if m := re.search(r"Where its (\S+ \S+) go", text):
             figures.add(step, "step time, no profiler", "inside the kernel", shown(m.group(1)))
-        if m := re.search(r"predicted within (\S+ %)", text):
+        if m := re.search(r"predicted within (\S+ %) left out", text):
             figures.add(step, "|leave-one-out error| %", "simulated lanes' title", shown(m.group(1)))
         if m := re.search(r"model, off by (\S+ %) at this point", text):
             figures.add(step, "|leave-one-out error| %", "simulated lanes' title", _abs(shown(m.group(1))))
+        if m := re.search(r"this step \(.+?\) is predicted (\S+ %) off", text):
+            figures.add(step, "|leave-one-out error| %", "simulated lanes' note", _abs(shown(m.group(1))))
     for chart in at.get("plotly_chart"):
         if chart.key != "pr_split":
             continue

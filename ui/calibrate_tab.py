@@ -30,7 +30,6 @@ LOO_LABEL = "Median step-time error (leave-one-out)"
 
 # -- page -------------------------------------------------------------------------
 def _pick():
-    upload_widget("cal_upload", "cal_run")
     options = available_results()
     if not options:
         st.warning("No probe run to calibrate against: the recorded run is missing and nothing was uploaded.")
@@ -65,6 +64,7 @@ def _params_view(cal: Calibration) -> None:
 
 
 def _headline(cal: Calibration) -> None:
+    """The three headline figures: the median and worst step-time errors left out, the median in the fit."""
     fit_err = float(np.median(np.abs(cal.errors()[:, 0])))
     summary = loo_summary(cal)
     point, worst = summary["worst_point"], summary["worst_point"]["error"]
@@ -80,6 +80,11 @@ def _headline(cal: Calibration) -> None:
         help=f"{point['mode']} at batch {point['batch']}",
     )
     c.metric("Median step-time error (fit)", f"{100 * fit_err:.1f}%")
+
+
+def _by_mode(cal: Calibration) -> None:
+    """Each mode's errors, and the verdict against the goals."""
+    summary = loo_summary(cal)
     per_mode = [
         {
             "mode": m.name,
@@ -121,14 +126,15 @@ def _table(cal: Calibration) -> None:
     )
 
 
-def _overlay(cal: Calibration, result) -> None:
+def _overlay(cal: Calibration, result, columns) -> None:
     fitted = tuple(m for m in MODES if any(p.mode.name == m for p in cal.points))
-    mode_col, batch_col, whole_col = st.columns([2, 2, 1.2], vertical_alignment="bottom")
+    mode_col, batch_col, whole_col = columns
     mode = mode_col.selectbox("Mode", fitted, key="cal_mode", bind="query-params")
     batches = tuple(sorted({p.batch for p in cal.points if p.mode.name == mode}))
     batch = batch_col.selectbox("Batch size", batches, key="cal_batch", bind="query-params")
     whole = whole_col.toggle("Show the whole step", key="cal_whole", bind="query-params")
     index = next(i for i, p in enumerate(cal.points) if p.mode.name == mode and p.batch == batch)
+    st.markdown("**Simulated over measured lanes**")
     measured, simulated = result.run(mode, batch).timeline, cal.timeline(index)
     st.plotly_chart(
         lanes_figure(measured, overlay=simulated, whole_step=whole),
@@ -140,29 +146,34 @@ def _overlay(cal: Calibration, result) -> None:
     m, s = measured.metrics(), simulated.metrics()
     st.caption(
         f"Top: the profiled step ({m.kernels} kernels, {format_us(m.step_us)}). Bottom: the model's step "
-        f"({s.kernels} kernels, {format_us(s.step_us)}), {cal.verdict_at(index)}. The profiled step runs slower "
-        "than the median step the fit uses, because the profiler adds host time to every launch."
+        f"({s.kernels} kernels, {format_us(s.step_us)}): {cal.verdict_at(index)}. {cal.verdict_detail(index)} The "
+        "profiled step runs slower than the median step the fit uses, because the profiler adds host time to every "
+        "launch."
     )
 
 
 def render() -> None:
+    # The picture first (issue 29, item 6): the pickers in one row, the headline errors, the lanes; the charts and
+    # tables behind them after, and the uploader last, so that at 1400 x 1000 the lanes are on the first screen.
     st.subheader("Calibrate the timing model to a measured run")
     st.caption(
-        "Fit each kernel family's latency and bandwidth, the launch and replay costs and the node gap to a "
-        "probe run's profiled steps, then check how well the model predicts each step, including steps "
-        "it was not fitted to."
+        "Fit each kernel family's latency, bandwidth and matrix rate, the launch and replay costs and the node gap "
+        "to a probe run's profiled steps, then check how well the model predicts each step, left out of its fit."
     )
-    result = _pick()
+    run_col, *columns = st.columns([3.4, 1.3, 1.1, 1.3], vertical_alignment="bottom")
+    with run_col:
+        result = _pick()
     if result is None:
+        _your_run()
         return
     try:
         cal = calibration_of(result)
     except ValueError as err:
         st.error(f"This run cannot be calibrated: {plain(err)}")
+        _your_run()
         return
     _headline(cal)
-    st.markdown("**Fitted parameters**")
-    _params_view(cal)
+    _overlay(cal, result, columns)
     st.markdown("**Predicted vs measured**")
     st.plotly_chart(
         predicted_vs_measured_figure(cal), width="stretch", key="cal_scatter", config={"displaylogo": False}
@@ -173,9 +184,10 @@ def render() -> None:
         "median time to enqueue a step; GPU busy time comes from the profiled step; utilisation is GPU "
         "busy over the median step."
     )
+    _by_mode(cal)
+    st.markdown("**Fitted parameters**")
+    _params_view(cal)
     _table(cal)
-    st.markdown("**Simulated over measured lanes**")
-    _overlay(cal, result)
     preset = preset_for(result)
     st.markdown("**As a simulator preset**")
     st.text(preset.title)  # the device name comes from the file: text, never markdown
@@ -188,3 +200,9 @@ def render() -> None:
             "never measured."
         )
     st.text(preset.note)
+    _your_run()
+
+
+def _your_run() -> None:
+    st.markdown("**Your own run**")
+    upload_widget("cal_upload", "cal_run")

@@ -165,19 +165,22 @@ def preset_for(result) -> Preset:
 
 
 def probe_sim_step(result, mode: str, batch: int):
-    """(predicted Timeline, title) of a measured setting from the model fitted to the run, or (None, why). The
-    title says 'calibrated' only where the fit holds at that point (`Calibration.verdict_at`: its leave-one-out
-    error within the calibration goal), so the fit here is the one with leave-one-out, as the Calibration tab's."""
+    """(predicted Timeline, title, the title's reason) of a measured setting from the model fitted to the run, or
+    (None, why, ''). The title says 'calibrated' only where the fit holds at that point (`Calibration.verdict_at`:
+    its leave-one-out error within the calibration goal), so the fit here is the one with leave-one-out, as the
+    Calibration tab's."""
     try:
         cal = calibration_of(result)
     except ValueError as err:
-        return None, f"The timing model cannot be fitted to this run: {err}"
+        return None, f"The timing model cannot be fitted to this run: {err}", ""
     if mode not in MODES or not MODES[mode].modelled:
-        return None, (
+        return (
+            None,
             "torch.compile's step is not a modelled mode: Inductor generates its own kernels, "
-            "so there is no predicted picture for it."
+            "so there is no predicted picture for it.",
+            "",
         )
     index = next((i for i, p in enumerate(cal.points) if p.mode.name == mode and p.batch == batch), None)
     if index is None:
-        return None, "This setting was not measured."
-    return cal.timeline(index), f"{cal.verdict_at(index)}; same kernels"
+        return None, "This setting was not measured.", ""
+    return cal.timeline(index), cal.verdict_at(index), cal.verdict_detail(index)

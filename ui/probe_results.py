@@ -92,6 +92,10 @@ def session_tp_results() -> dict:
     return st.session_state.setdefault(TP_RESULTS_KEY, {})
 
 
+def _pending(select_key: str) -> str:
+    return f"_{select_key}_uploaded"
+
+
 def upload_widget(key: str, select_key: str, accepts_tp: bool = False) -> None:
     """A result-file uploader; a bad file is named in an error and changes nothing else.
 
@@ -142,11 +146,14 @@ def upload_widget(key: str, select_key: str, accepts_tp: bool = False) -> None:
         uploads = session_tp_results() if is_tp else session_results()
         if label not in uploads:
             uploads[label] = result
-            st.session_state[select_key] = label
             stale = [k for k in uploads if k.startswith("uploaded")][:-MAX_SESSION_UPLOADS]
             for old in stale:
                 del uploads[old]
+        # The run picker may already be drawn above: the new run becomes the one shown on the next run.
+        st.session_state[_pending(select_key)] = label
     st.session_state[seen_key] = (file.file_id, why)
+    if why is None:
+        st.rerun()
 
 
 def modes_of(result) -> str:
@@ -183,6 +190,9 @@ def run_picker(title: str, options: dict, key: str, help_text: str) -> str:
     """A run picker bound to the URL, so a link opens the same run (an upload's label exists only in the
     session that made it: such a link falls back to the first run). Seeded through session state (not
     `index`) so that a new upload can select itself."""
+    uploaded = st.session_state.pop(_pending(key), None)  # a run uploaded below the picker, the last run
+    if uploaded in options:
+        st.session_state[key] = uploaded
     wanted = st.session_state.get(key) or st.query_params.get(key)  # a session's first run: the link's
     if wanted not in options:
         before = {_label_before_modes(v[0]): o for o, v in options.items() if v[1:] == ("recorded",)}

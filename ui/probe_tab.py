@@ -59,12 +59,10 @@ def _pick_result():
             result = measure_live()
             if result is not None:
                 return result, "live"
-    upload_widget("pr_upload", "pr_run", accepts_tp=True)
-    st.caption(tp_view.NO_RUN_NOTE)
     options = {**available_results(), **tp_view.uploaded_options()}  # a TP run is shown by ui.tp_view
     if not options:
         _, why = recorded()
-        st.warning(f"No recorded run could be read ({plain(why)}). Upload a result file to see one.")
+        st.warning(f"No recorded run could be read ({plain(why)}). Upload a result file (below) to see one.")
         return None, None
     label = run_picker(
         "Run",
@@ -86,6 +84,19 @@ def _readouts(result, run) -> None:
         "graphs, same model and GPU).",
         basis=UNTRACED,
     )
+
+
+def _readout_notes(result, run) -> None:
+    """Below the lanes: what the readouts are of, and the step against the read floor."""
+    traced = run.timeline.metrics()  # as Your trace reads the same step: one function for both
+    st.caption(
+        f"Without the profiler: the step time is the median of the measured steps (p10 "
+        f"{format_us(run.step_us_p10)}, p90 {format_us(run.step_us_p90)}), the GPU utilisation the profiled "
+        "step's GPU busy time over it (the profiler slows the host, not the kernels), and bound-by sets that "
+        f"busy time against the host's median enqueue time. The lanes are the profiled step: "
+        f"{format_us(traced.step_us)} as traced, GPU utilisation {format_utilisation(traced.utilisation)} as "
+        "traced (the profiler adds host time to every launch)."
+    )
     floor_col, hbm_col, _ = st.columns([1, 1, 3])
     floor_col.metric(
         "× read floor",
@@ -100,22 +111,13 @@ def _readouts(result, run) -> None:
         help=f"The bytes this step must read over its median time: {result.hbm_used_GBps(run) / result.hbm_copy_GBps:.0%} "
         f"of the {result.hbm_copy_GBps:,.0f} GB/s a large copy reaches on this GPU.",
     )
-    traced = run.timeline.metrics()  # as Your trace reads the same step: one function for both
-    st.caption(
-        f"Without the profiler: the step time is the median of the measured steps (p10 "
-        f"{format_us(run.step_us_p10)}, p90 {format_us(run.step_us_p90)}), the GPU utilisation the profiled "
-        "step's GPU busy time over it (the profiler slows the host, not the kernels), and bound-by sets that "
-        f"busy time against the host's median enqueue time. The lanes are the profiled step: "
-        f"{format_us(traced.step_us)} as traced, GPU utilisation {format_utilisation(traced.utilisation)} as "
-        "traced (the profiler adds host time to every launch)."
-    )
 
 
 def _lanes(result, run, source: str, whole: bool) -> None:
     from ui.calibration_cache import probe_sim_step  # the calibrated model's picture of the same settings
 
     measured = lanes_figure(run.timeline, whole_step=whole)
-    step, title = probe_sim_step(result, run.mode, run.batch)
+    step, title, why = probe_sim_step(result, run.mode, run.batch)
     simulated = lanes_figure(step, whole_step=whole) if step is not None else None
     # One time axis for both, so a step twice as long looks twice as long.
     shown = [t if whole else t.first_launches(FIRST_LAUNCHES) for t in (run.timeline, step) if t is not None]
@@ -151,6 +153,7 @@ def _lanes(result, run, source: str, whole: bool) -> None:
                 theme=None,  # lanes carry their own styles (ui/charts.py)
                 config={"displaylogo": False, "scrollZoom": True},
             )
+            st.caption(f"{why} The same kernels as the measured step, timed by the model fitted to this run.")
     chrome_trace_download(
         run.timeline,
         "Download the measured step as a Chrome trace (open in Perfetto)",
@@ -313,15 +316,7 @@ def intro() -> str:
     )
 
 
-def render() -> None:
-    st.subheader("The same step, measured on a real GPU")
-    st.caption(intro())
-    result, source = _pick_result()
-    if result is None:
-        return
-    if isinstance(result, TPResult):
-        tp_view.render(result)
-        return
+def _about_the_run(result, source: str) -> None:
     st.caption(_model_line(result))
     if source == "recorded":
         st.info(
@@ -337,11 +332,31 @@ def render() -> None:
         )
     elif source == "uploaded":
         st.info(f"**Uploaded run** on {plain(describe(result))}.", icon=":material/upload_file:")
-    if not result.runs:
-        st.warning("This result holds no measured runs.")
+
+
+def _your_run() -> None:
+    """Last on the tab: a result file from the reader's own GPU (it becomes the run shown)."""
+    st.subheader("Your own run")
+    upload_widget("pr_upload", "pr_run", accepts_tp=True)
+    st.caption(tp_view.NO_RUN_NOTE)
+
+
+def render() -> None:
+    # The picture first (issue 29, item 6): the pickers in one row, the readouts, the lanes; notes, tables and
+    # the uploader after them, so that at 1400 x 1000 the lanes are on the first screen.
+    st.subheader("The same step, measured on a real GPU")
+    st.caption(intro())
+    run_col, mode_col, batch_col, whole_col = st.columns([3.4, 1.3, 1.1, 1.3], vertical_alignment="bottom")
+    with run_col:
+        result, source = _pick_result()
+    if result is None or isinstance(result, TPResult) or not result.runs:
+        if isinstance(result, TPResult):
+            tp_view.render(result)
+        elif result is not None:
+            st.warning("This result holds no measured runs.")
+        _your_run()
         return
     modes = result.modes
-    mode_col, batch_col, whole_col = st.columns([2, 2, 1.2], vertical_alignment="bottom")
     mode = mode_col.selectbox("Mode", modes, key="pr_mode", bind="query-params")
     batches = tuple(sorted({r.batch for r in result.runs if r.mode == mode})) or result.batches
     batch = batch_col.selectbox("Batch size", batches, key="pr_batch", bind="query-params")
@@ -352,6 +367,8 @@ def render() -> None:
         "The whole step" if whole else f"First {FIRST_LAUNCHES} {'kernels' if run.replays else 'launches'}"
     )
     _lanes(result, run, source, whole)
+    _readout_notes(result, run)
+    _about_the_run(result, source)
     if run.phases is not None:
         _inside_the_kernel(result, run)
     if run.mode == FUSED_GRAPH.name:
@@ -359,3 +376,4 @@ def render() -> None:
     st.subheader(f"All modes at batch {run.batch}")
     modes_table(result, run.batch)
     run_facts(result)
+    _your_run()

@@ -277,7 +277,7 @@ def _upload_widget() -> None:
         held[title] = upload_id
         _forget([held.pop(old) for old in list(held)[:-MAX_SESSION_TRACES]])
         _session_upload_ids().add(upload_id)
-        st.session_state["tr_trace"] = title
+        st.session_state["_tr_trace_uploaded"] = title  # the picker above takes it on the next run (`_pick`)
     finally:
         # The file's bytes leave the server now, read or refused; a fresh uploader takes the next file.
         uploads.release_upload(*files)
@@ -353,6 +353,9 @@ def _kernel_rows(report: reader.TraceReport, step: reader.TraceStep) -> list[dic
 # -- the page ---------------------------------------------------------------------------------------------
 def _pick(label: str, key: str, options: list[str], default: str, help_text: str) -> str:
     """A bound selectbox of trace titles; a title this session does not have falls back, with a word."""
+    uploaded = st.session_state.pop(f"_{key}_uploaded", None)  # an upload made at the bottom of the tab
+    if uploaded in options:
+        st.session_state[key] = uploaded
     # On a session's first run the bound widget has no state yet: what the link asked for is in the URL.
     wanted = st.session_state.get(key) or st.query_params.get(key)
     if wanted not in options:
@@ -389,6 +392,10 @@ def _readouts(report: reader.TraceReport, step: reader.TraceStep) -> None:
         speedup_help="A trace has no unoptimised twin to compare with: the what-ifs below say what graphs and "
         "fusion would make of this step.",
     )
+
+
+def _more_readouts(report: reader.TraceReport, step: reader.TraceStep) -> None:
+    """Below the lanes: the step's launches, graph launches, streams and launch delay, and where it sits."""
     delay = step.launch_delay()
     launches, graphs, streams, lag = st.columns(4)
     launches.metric(
@@ -679,14 +686,13 @@ def _compared(title: str, position: int):
 def render() -> None:
     st.subheader("Your trace: your own model's decode steps, drawn the same way")
     st.caption(
-        "Record a few decode steps with torch.profiler (CPU and CUDA activities) and upload the trace: vLLM "
-        "(VLLM_TORCH_PROFILER_DIR, then /start_profile and /stop_profile), SGLang (SGLANG_TORCH_PROFILER_DIR, one "
-        "file per rank), Hugging Face, torch.compile or your own loop (prof.export_chrome_trace). The steps are "
-        "found by ProfilerStep#N, a range you name, graph launches or host synchronisation, in that order."
+        "A torch.profiler trace of a decode loop, drawn as the page draws a step: one of the H200 traces that ship "
+        "with the app, or yours (upload it at the bottom of the tab)."
     )
-    _upload_widget()
     options = _options()
-    pick_col, compare_col = st.columns(2)
+    pick_col, compare_col, whatif_col, whole_col = st.columns(
+        [2.4, 2.4, 1.6, 1.2], vertical_alignment="bottom"
+    )
     with pick_col:
         title = _pick(
             "Trace",
@@ -703,13 +709,27 @@ def render() -> None:
             NOTHING,
             "A second trace drawn beside it, on one time axis.",
         )
+    whatif = WHATIFS[
+        whatif_col.selectbox(
+            "Draw the step",
+            tuple(WHATIFS),
+            key="tr_whatif",
+            bind="query-params",
+            help="The what-ifs are estimates: the trace's own kernel times rescheduled by the simulator's timing "
+            "model, drawn below the trace.",
+        )
+    ]
+    whole = whole_col.toggle("Show the whole step", key="tr_whole", bind="query-params")
     ranks = _ranks(title)
     if ranks is None:
         st.warning(
             "That upload is no longer held on this server (it keeps its latest uploads only): upload it again."
         )
+        _your_trace()
         return
-    range_col, rank_col, whatif_col, whole_col = st.columns([2, 1, 2, 1.2], vertical_alignment="bottom")
+    # The picture goes here, above the controls that refine it (issue 29, item 6): the step, its readouts and lanes.
+    picture = st.container()
+    range_col, rank_col, _ = st.columns([2, 1, 3.2], vertical_alignment="bottom")
     default_range = EXAMPLES[title][2] if title in EXAMPLES else None
     typed = range_col.text_input(
         "Step range (optional)",
@@ -727,23 +747,38 @@ def render() -> None:
                 "Rank", min_value=0, max_value=len(ranks) - 1, step=1, key="tr_rank", bind="query-params"
             )
         )
-    whatif = WHATIFS[
-        whatif_col.selectbox(
-            "Draw the step",
-            tuple(WHATIFS),
-            key="tr_whatif",
-            bind="query-params",
-            help="The what-ifs are estimates: the trace's own kernel times rescheduled by the simulator's timing "
-            "model, drawn below the trace.",
-        )
-    ]
-    whole = whole_col.toggle("Show the whole step", key="tr_whole", bind="query-params")
     trace = ranks[min(rank, len(ranks) - 1)]
     try:
         report = _report(trace, step_range)
     except reader.TraceError as err:
-        st.error(plain(err), icon=":material/error:")
+        picture.error(plain(err), icon=":material/error:")
+        _your_trace()
         return
+    with picture:
+        step = _step_picker(report, "tr_step")
+        if step.notes:  # dropped records or clocks that disagree: drawn as the reader left them, and said so
+            st.warning(" ".join(step.notes), icon=":material/warning:")
+        _readouts(report, step)
+        other = _compared(compare, report.steps.index(step)) if compare != NOTHING else None
+        replay = step.timeline.metrics().launches == 1
+        st.subheader(
+            "The whole step" if whole else f"First {FIRST_LAUNCHES} {'kernels' if replay else 'launches'}"
+        )
+        if other is None:
+            _lanes(report, step, whatif, whole, "tr_lanes")
+        else:
+            shown = [
+                s.timeline if whole else s.timeline.first_launches(FIRST_LAUNCHES) for s in (step, other[1])
+            ]
+            x_max = max(t.step_us for t in shown)
+            left, right = st.columns(2, gap="medium")
+            with left:
+                _side_title(title, step)
+                _lanes(report, step, whatif, whole, "tr_lanes", x_max)
+            with right:
+                _side_title(compare, other[1])
+                _lanes(other[0], other[1], None, whole, "tr_compare_lanes", x_max)
+            st.caption("Both on one time axis, so a step twice as long looks twice as long.")
     described = f"recorded on an H200: {EXAMPLES[title][1]}" if title in EXAMPLES else title
     st.info(
         f"**{plain(described)}**"
@@ -752,28 +787,8 @@ def render() -> None:
         + f" · {trace.events:,} events, {len(report.steps)} steps",
         icon=":material/timeline:",
     )
-    step = _step_picker(report, "tr_step")
-    if step.notes:  # dropped records or clocks that disagree: drawn as the reader left them, and said so
-        st.warning(" ".join(step.notes), icon=":material/warning:")
-    _readouts(report, step)
-    other = _compared(compare, report.steps.index(step)) if compare != NOTHING else None
-    replay = step.timeline.metrics().launches == 1
-    st.subheader(
-        "The whole step" if whole else f"First {FIRST_LAUNCHES} {'kernels' if replay else 'launches'}"
-    )
-    if other is None:
-        _lanes(report, step, whatif, whole, "tr_lanes")
-    else:
-        shown = [s.timeline if whole else s.timeline.first_launches(FIRST_LAUNCHES) for s in (step, other[1])]
-        x_max = max(t.step_us for t in shown)
-        left, right = st.columns(2, gap="medium")
-        with left:
-            _side_title(title, step)
-            _lanes(report, step, whatif, whole, "tr_lanes", x_max)
-        with right:
-            _side_title(compare, other[1])
-            _lanes(other[0], other[1], None, whole, "tr_compare_lanes", x_max)
-        st.caption("Both on one time axis, so a step twice as long looks twice as long.")
+    _more_readouts(report, step)
+    if other is not None:
         from ui.trace_diff_view import show_diff  # before/after by kernel family (sim.trace_diff)
 
         show_diff(title, report, compare, other[0])
@@ -786,8 +801,21 @@ def render() -> None:
     st.subheader("Kernels")
     _kernels_table(report, step)
     _download(step)
+    _your_trace()
     for shown in (title, compare):  # what this run cached on an upload counts against the server's budget
         _recount(_session_uploads().get(shown))
+
+
+def _your_trace() -> None:
+    st.subheader("Your own trace")
+    st.caption(
+        "Record a few decode steps with torch.profiler (CPU and CUDA activities) and upload the trace: vLLM "
+        "(VLLM_TORCH_PROFILER_DIR, then /start_profile and /stop_profile), SGLang (SGLANG_TORCH_PROFILER_DIR, one "
+        "file per rank), Hugging Face, torch.compile or your own loop (prof.export_chrome_trace). The steps are "
+        "found by ProfilerStep#N, a range you name, graph launches or host synchronisation, in that order. The "
+        "trace becomes the one drawn at the top of the tab."
+    )
+    _upload_widget()
 
 
 def _download(step: reader.TraceStep) -> None:

@@ -257,17 +257,26 @@ class Calibration:
         return bool(np.isfinite(err) and abs(err) <= WORST_GOAL and median <= GOAL)
 
     def verdict_at(self, index: int) -> str:
-        """How a picture of point `index` is labelled: 'calibrated' only where the fit holds there."""
+        """How a picture of point `index` is titled: 'calibrated' only where the fit holds there (`holds_at`)."""
         err = float(self.loo_errors()[index])
-        point = self.points[index]
         if not np.isfinite(err):
-            return "model fitted to this run (not checked: no leave-one-out prediction)"
+            return "model fitted to this run (not checked left out)"
         if self.holds_at(index):
-            return f"calibrated to this run: left out of the fit, this step is predicted within {100 * abs(err):.1f} %"
-        median = self.mode_loo_error(point.mode)
+            return f"calibrated to this run: predicted within {100 * abs(err):.1f} % left out"
+        return f"model, off by {100 * err:+.1f} % at this point"
+
+    def verdict_detail(self, index: int) -> str:
+        """The sentence behind `verdict_at`: the point's error left out, its mode's median, the goal."""
+        err = float(self.loo_errors()[index])
+        if not np.isfinite(err):
+            return (
+                "This fit has no leave-one-out predictions, so how well it predicts this step is not known."
+            )
+        point = self.points[index]
         return (
-            f"model, off by {100 * err:+.1f} % at this point (left out of the fit; {point.mode.name}'s median "
-            f"{100 * median:.1f} %, the goal ≤ {100 * GOAL:.0f} % and no point beyond {100 * WORST_GOAL:.0f} %)"
+            f"Left out of the fit, this step ({point.mode.name} at batch {point.batch}) is predicted "
+            f"{100 * err:+.1f} % off, and {point.mode.name}'s median is {100 * self.mode_loo_error(point.mode):.1f} % "
+            f"(the goal: each mode's median within {100 * GOAL:.0f} %, no point beyond {100 * WORST_GOAL:.0f} %)."
         )
 
     def rows(self) -> list[dict]:
