@@ -146,7 +146,7 @@ def _abs(interval):
 
 def _calibration_view(figures: Figures, name: str) -> None:
     result = _result(name)
-    at = open_tab("Calibration", cal_run=recorded_label(result))
+    at = open_tab("Calibration", cal_run=recorded_label(result), cal_view="Every point")
     assert not at.exception, at.exception
     table = next(d.value for d in at.dataframe if "step LOO error %" in d.value.columns)
     for _, row in table.iterrows():
@@ -161,7 +161,9 @@ def _calibration_view(figures: Figures, name: str) -> None:
             step, "|leave-one-out error| %", "calibration table", _abs(exact(row["step LOO error %"]))
         )
     mode, batch = at.selectbox(key="cal_mode").value, int(at.selectbox(key="cal_batch").value)
-    for text in _captions(at) + [t.value for t in at.text]:
+    preset = open_tab("Calibration", cal_run=recorded_label(result), cal_view="As a simulator preset")
+    assert not preset.exception, preset.exception
+    for text in _captions(at) + [t.value for t in preset.text]:
         if m := re.search(r"Top: the profiled step \((\d+) kernels, (\S+ \S+)\)", text):
             figures.add((name, mode, batch), "kernels", "calibration overlay", shown(m.group(1)))
             figures.add((name, mode, batch), "step time, as traced", "calibration overlay", shown(m.group(2)))

@@ -19,7 +19,17 @@ from ui.charts import format_us, lanes_figure
 from ui.common import plain
 from ui.probe_results import available_results, recorded, run_picker, upload_widget
 
+# Below the lanes, one view at a time (only the open one runs: the first open of the tab draws two charts and one
+# small table, not two charts and four tables; issue 29, item 7).
+VIEWS = (
+    "Errors by mode",
+    "Predicted vs measured",
+    "Every point",
+    "Fitted parameters",
+    "As a simulator preset",
+)
 CALIBRATE_PARAMS: dict[str, tuple] = {
+    "cal_view": ("choice", VIEWS),
     "cal_mode": ("choice", tuple(MODES)),
     "cal_batch": ("int", 1, 65536),
     "cal_whole": ("bool",),
@@ -97,10 +107,11 @@ def _by_mode(cal: Calibration) -> None:
         for m in modes(modelled=True)
         if any(p.mode == m for p in cal.points)
     ]
-    st.dataframe(
-        per_mode,
+    # A few rows: a static table, not the interactive grid (which costs the first open of the tab ~0.1 s to mount).
+    st.table(
+        [{k: v if k == "mode" else f"{v:.1f}" for k, v in row.items()} for row in per_mode],
         hide_index=True,
-        column_config={k: st.column_config.NumberColumn(format="%.1f") for k in per_mode[0] if k != "mode"},
+        width="content",
     )
     text = verdict(summary, "Leave-one-out")
     (st.success if ". Meets the goals" in text else st.warning)(text)
@@ -153,8 +164,8 @@ def _overlay(cal: Calibration, result, columns) -> None:
 
 
 def render() -> None:
-    # The picture first (issue 29, item 6): the pickers in one row, the headline errors, the lanes; the charts and
-    # tables behind them after, and the uploader last, so that at 1400 x 1000 the lanes are on the first screen.
+    # The picture first (issue 29, item 6): the pickers in one row, the headline errors, the lanes; one view of the
+    # fit below them (VIEWS), and the uploader last, so that at 1400 x 1000 the lanes are on the first screen.
     st.subheader("Calibrate the timing model to a measured run")
     st.caption(
         "Fit each kernel family's latency, bandwidth and matrix rate, the launch and replay costs and the node gap "
@@ -174,22 +185,38 @@ def render() -> None:
         return
     _headline(cal)
     _overlay(cal, result, columns)
-    st.markdown("**Predicted vs measured**")
-    st.plotly_chart(
-        predicted_vs_measured_figure(cal), width="stretch", key="cal_scatter", config={"displaylogo": False}
-    )
-    st.caption(
-        "Each dot is one measured run, labelled with its batch size where the label has room (hover a "
-        "dot for its mode and batch); on the dotted line the prediction is exact. Measured step time is the median over many steps; CPU launch time is the host's "
-        "median time to enqueue a step; GPU busy time comes from the profiled step; utilisation is GPU "
-        "busy over the median step."
-    )
-    _by_mode(cal)
-    st.markdown("**Fitted parameters**")
-    _params_view(cal)
-    _table(cal)
+    views = dict(zip(VIEWS, st.tabs(VIEWS, key="cal_view", bind="query-params")))
+    if views["Errors by mode"].open:
+        with views["Errors by mode"]:
+            _by_mode(cal)
+    if views["Predicted vs measured"].open:
+        with views["Predicted vs measured"]:
+            st.plotly_chart(
+                predicted_vs_measured_figure(cal),
+                width="stretch",
+                key="cal_scatter",
+                config={"displaylogo": False},
+            )
+            st.caption(
+                "Each dot is one measured run, labelled with its batch size where the label has room (hover a dot "
+                "for its mode and batch); on the dotted line the prediction is exact. Measured step time is the "
+                "median over many steps; CPU launch time is the host's median time to enqueue a step; GPU busy time "
+                "comes from the profiled step; utilisation is GPU busy over the median step."
+            )
+    if views["Every point"].open:
+        with views["Every point"]:
+            _table(cal)
+    if views["Fitted parameters"].open:
+        with views["Fitted parameters"]:
+            _params_view(cal)
+    if views["As a simulator preset"].open:
+        with views["As a simulator preset"]:
+            _preset(result)
+    _your_run()
+
+
+def _preset(result) -> None:
     preset = preset_for(result)
-    st.markdown("**As a simulator preset**")
     st.text(preset.title)  # the device name comes from the file: text, never markdown
     rec, _ = recorded()
     if rec is not None and result_key(rec) == result_key(result):
@@ -200,7 +227,6 @@ def render() -> None:
             "never measured."
         )
     st.text(preset.note)
-    _your_run()
 
 
 def _your_run() -> None:

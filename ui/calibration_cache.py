@@ -11,8 +11,9 @@ open"): the fit with leave-one-out is also the fit without it (same parameters),
 predicted picture reuses whichever fit of that content exists; and the shipped run's fit starts
 when the server does (`prefit_recorded`, from ui/warmup.py) in a separate process at the lowest
 CPU priority, so it uses only cores the first page leaves idle and never holds the server's GIL.
-The page waits for that fit instead of starting a second one. Set LAUNCH_BOUND_NO_PREFIT=1 to
-turn it off.
+The page waits for that fit instead of starting a second one. Meanwhile a thread of the server reads the shipped
+runs and hashes their content (`_read_shipped_runs`), which the first open of the tab paid for otherwise (0.4-0.8 s
+on 2 busy cores, issue 29, item 7). Set LAUNCH_BOUND_NO_PREFIT=1 to turn both off.
 """
 
 from __future__ import annotations
@@ -84,10 +85,26 @@ def _fit_recorded(path: str) -> tuple[str, Calibration]:
     return result_key(result), calibrate(result)
 
 
+def _read_shipped_runs() -> None:
+    """In a thread of the server: the shipped runs read and their content keys hashed (~0.2 s on 2 cores), so the
+    first open of the probe or Calibration tab finds them cached (Streamlit's caches are the server's)."""
+    from ui.probe_results import more_recorded, recorded
+
+    rec, _ = recorded()
+    for result in (rec, *more_recorded()) if rec is not None else ():
+        result_key(result)
+
+
 def prefit_recorded() -> None:
-    """Start fitting the shipped run in a separate, lowest-priority process (once per server)."""
+    """Start fitting the shipped run in a separate, lowest-priority process (once per server), and read the shipped
+    runs in a thread meanwhile."""
     if _PREFIT or os.environ.get("LAUNCH_BOUND_NO_PREFIT"):
         return
+    from streamlit.runtime.scriptrunner import add_script_run_ctx
+
+    reader = threading.Thread(target=_read_shipped_runs, name="read-shipped-runs", daemon=True)
+    add_script_run_ctx(reader)  # the caches are the server's; the context only keeps Streamlit from warning
+    reader.start()
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
