@@ -353,7 +353,7 @@ def lanes_figure(
     if make_trace is _segment_trace and not binned:
         # Plotly draws no WebGL trace on a reversed category axis (every segment lands in one strip below
         # the last lane: Streamlit's plotly.js in Chromium): the lanes are listed bottom to top on a plain axis instead.
-        layout["yaxis"].update(categoryarray=lanes[::-1], autorange=True)
+        layout["yaxis"].update(categoryarray=lanes[::-1], autorange=False, range=[-0.5, len(lanes) - 0.5])
     return _figure(traces, layout)
 
 
