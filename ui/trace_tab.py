@@ -21,6 +21,7 @@ from pathlib import Path
 import streamlit as st
 
 from core import trace as reader
+from core.probe_result import RECORDED_PATH
 from ui import uploads
 from ui.charts import FIRST_LAUNCHES, format_us, lanes_figure
 from ui.common import (
@@ -31,6 +32,7 @@ from ui.common import (
     show_readouts,
     show_time_split,
 )
+from ui.probe_results import MORE_RECORDED
 
 ROOT = Path(__file__).resolve().parents[1]
 UPLOAD_MB = 500  # the uploader's limit, stated on the page (server.maxUploadSize, 512, allows it)
@@ -106,11 +108,15 @@ EXAMPLES = {
 # The probe's own traces: the recorded run whose profiled step each one is (result file, mode, batch). Its median
 # step, timed without the profiler, is the trace's step without the profiler: the figure the Live GPU probe tab
 # shows for the same step, where an estimate would put a second value under that name.
+_SMALL, _ONE_B = (
+    RECORDED_PATH.name,
+    MORE_RECORDED[0],
+)  # the shipped small-preset and 1b runs (ui.probe_results)
 PROBE_RUNS = {
-    "Probe 0.5B eager": ("h200.json", "eager", 1),
-    "Probe 0.5B fused + CUDA graph": ("h200.json", "fused+graph", 1),
-    "Probe 1B eager": ("h200-1b.json", "eager", 1),
-    "Probe 1B fused + CUDA graph": ("h200-1b.json", "fused+graph", 1),
+    "Probe 0.5B eager": (_SMALL, "eager", 1),
+    "Probe 0.5B fused + CUDA graph": (_SMALL, "fused+graph", 1),
+    "Probe 1B eager": (_ONE_B, "eager", 1),
+    "Probe 1B fused + CUDA graph": (_ONE_B, "fused+graph", 1),
 }
 DEFAULT_TRACE = "HF Llama-1B eager"
 NOTHING = "nothing"
@@ -153,7 +159,7 @@ def probe_measured(title: str) -> dict | None:
     'probe'), where the recorded run is shipped and holds that step; else None."""
     if title not in PROBE_RUNS:
         return None
-    from core.probe_result import RECORDED_PATH, load_result
+    from core.probe_result import load_result
 
     name, mode, batch = PROBE_RUNS[title]
     try:

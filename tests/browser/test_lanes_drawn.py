@@ -18,9 +18,11 @@ from harness import VIEWPORT, app_server_process, chart_png, lane_bands, open_ap
 from core import probe_result
 from core.step_plan import FUSED_GRAPH, PERSISTENT
 from ui.charts import CPU_COLOUR, GPU_COLOUR
+from ui.probe_results import MORE_RECORDED
 
 pytestmark = pytest.mark.browser
-PERSISTENT_RUN = probe_result.RECORDED_PATH.with_name("h200-1b-persistent.json")
+# The shipped run with the persistent kernel's stamps, whatever its file is named (ui.probe_results lists it).
+PERSISTENT_RUN = probe_result.RECORDED_PATH.with_name(next(n for n in MORE_RECORDED if "persistent" in n))
 TALL = {"width": VIEWPORT["width"], "height": 1600}  # the inside chart is ~1,050 px: one screenshot holds it
 LANES_PAGE = Path(__file__).resolve().parent / "lanes_page.py"
 # A drawn interval's edges fall inside a pixel column, and a barrier gap under a pixel wide is painted over:
