@@ -22,6 +22,7 @@ import streamlit as st
 
 from core import trace as reader
 from core.probe_result import RECORDED_PATH
+from core.step_plan import BASELINE, FUSED_GRAPH
 from ui import uploads
 from ui.charts import FIRST_LAUNCHES, format_us, lanes_figure
 from ui.common import (
@@ -113,10 +114,10 @@ _SMALL, _ONE_B = (
     MORE_RECORDED[0],
 )  # the shipped small-preset and 1b runs (ui.probe_results)
 PROBE_RUNS = {
-    "Probe 0.5B eager": (_SMALL, "eager", 1),
-    "Probe 0.5B fused + CUDA graph": (_SMALL, "fused+graph", 1),
-    "Probe 1B eager": (_ONE_B, "eager", 1),
-    "Probe 1B fused + CUDA graph": (_ONE_B, "fused+graph", 1),
+    "Probe 0.5B eager": (_SMALL, BASELINE.name, 1),
+    "Probe 0.5B fused + CUDA graph": (_SMALL, FUSED_GRAPH.name, 1),
+    "Probe 1B eager": (_ONE_B, BASELINE.name, 1),
+    "Probe 1B fused + CUDA graph": (_ONE_B, FUSED_GRAPH.name, 1),
 }
 DEFAULT_TRACE = "HF Llama-1B eager"
 NOTHING = "nothing"
