@@ -27,7 +27,7 @@ from core import probe_result
 from core.step_plan import MODES
 from ui.probe_results import MORE_RECORDED, recorded_label
 from ui.probe_tab import HOST_WAIT
-from ui.trace_tab import PROBE_RUNS
+from ui.trace_tab import PROBE_RUNS, probe_run
 
 SHIPPED = (probe_result.RECORDED_PATH.name, *MORE_RECORDED)
 pytestmark = pytest.mark.skipif(
@@ -181,7 +181,7 @@ def _calibration_view(figures: Figures, name: str) -> None:
 
 
 def _trace_view(figures: Figures, title: str) -> None:
-    name, mode, batch = PROBE_RUNS[title]
+    name, mode, batch = probe_run(title)
     at = open_tab("Your trace", tr_trace=title)
     assert not at.exception, at.exception
     step = (name, mode, batch)
@@ -211,7 +211,7 @@ def walked() -> Figures:
                 _probe_view(figures, name, mode, batch)
         _calibration_view(figures, name)
     for title in PROBE_RUNS:
-        if probe_result.RECORDED_PATH.with_name(PROBE_RUNS[title][0]).is_file():
+        if probe_run(title) and probe_result.RECORDED_PATH.with_name(probe_run(title)[0]).is_file():
             _trace_view(figures, title)
     st.cache_resource.clear()
     return figures

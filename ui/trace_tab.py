@@ -23,7 +23,7 @@ import streamlit as st
 from core import trace as reader
 from core.probe_result import RECORDED_PATH
 from core.step_plan import BASELINE, FUSED_GRAPH
-from ui import uploads
+from ui import probe_results, uploads
 from ui.charts import FIRST_LAUNCHES, format_us, lanes_figure
 from ui.common import (
     TRACED,
@@ -33,7 +33,6 @@ from ui.common import (
     show_readouts,
     show_time_split,
 )
-from ui.probe_results import MORE_RECORDED
 
 ROOT = Path(__file__).resolve().parents[1]
 UPLOAD_MB = 500  # the uploader's limit, stated on the page (server.maxUploadSize, 512, allows it)
@@ -109,16 +108,24 @@ EXAMPLES = {
 # The probe's own traces: the recorded run whose profiled step each one is (result file, mode, batch). Its median
 # step, timed without the profiler, is the trace's step without the profiler: the figure the Live GPU probe tab
 # shows for the same step, where an estimate would put a second value under that name.
-_SMALL, _ONE_B = (
-    RECORDED_PATH.name,
-    MORE_RECORDED[0],
-)  # the shipped small-preset and 1b runs (ui.probe_results)
-PROBE_RUNS = {
-    "Probe 0.5B eager": (_SMALL, BASELINE.name, 1),
-    "Probe 0.5B fused + CUDA graph": (_SMALL, FUSED_GRAPH.name, 1),
-    "Probe 1B eager": (_ONE_B, BASELINE.name, 1),
-    "Probe 1B fused + CUDA graph": (_ONE_B, FUSED_GRAPH.name, 1),
+PROBE_RUNS = {  # title -> (which shipped run: 0 the default one, 1 the first of MORE_RECORDED; mode; batch)
+    "Probe 0.5B eager": (0, BASELINE.name, 1),
+    "Probe 0.5B fused + CUDA graph": (0, FUSED_GRAPH.name, 1),
+    "Probe 1B eager": (1, BASELINE.name, 1),
+    "Probe 1B fused + CUDA graph": (1, FUSED_GRAPH.name, 1),
 }
+
+
+def probe_run(title: str) -> tuple[str, str, int] | None:
+    """(result file, mode, batch) of the run a probe trace `title` comes from, or None (not a probe trace, or the
+    run is not shipped): the files are read from ui.probe_results' list when asked, so they follow a rename."""
+    if title not in PROBE_RUNS:
+        return None
+    which, mode, batch = PROBE_RUNS[title]
+    files = (RECORDED_PATH.name, *probe_results.MORE_RECORDED)
+    return (files[which], mode, batch) if which < len(files) else None
+
+
 DEFAULT_TRACE = "HF Llama-1B eager"
 NOTHING = "nothing"
 
@@ -158,11 +165,12 @@ def _example_ranks(title: str, digest: str) -> tuple:
 def probe_measured(title: str) -> dict | None:
     """The probe's own trace `title`: its run's step timed without the profiler, as a recorder block (source
     'probe'), where the recorded run is shipped and holds that step; else None."""
-    if title not in PROBE_RUNS:
+    found = probe_run(title)
+    if found is None:
         return None
     from core.probe_result import load_result
 
-    name, mode, batch = PROBE_RUNS[title]
+    name, mode, batch = found
     try:
         run = load_result(RECORDED_PATH.with_name(name)).run(mode, batch)
     except (ValueError, OSError):
