@@ -166,6 +166,11 @@ class Trace:
     # The recorder's untraced timing (gpu_probe/recorder.py), where the trace carries a sound one.
     recorded_untraced: dict | None = None
     recorded_note: str = ""  # why a block the trace carries is not used (one sentence), else ''
+    # GPU events left out for a time stamp or stream id no profiler writes (NaN, text, 400 digits): their
+    # correlation ids, sorted, so that their launch calls are explained by that and not by dropped records.
+    unusable_corr: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, np.int64))
+    # Per GPU event: the `op_signature` of the op that launched it (record_shapes) as an index into `names`, -1 unknown.
+    gpu_op_signature: np.ndarray | None = field(repr=False, default=None)
 
     def name_of(self, index) -> str:
         return self.names[int(index)]
@@ -443,6 +448,38 @@ _ELEMENT_BYTES = {
 }  # fmt: skip
 
 
+_SHORT_TYPES = {"c10::BFloat16": "bf16", "c10::Half": "f16", "float": "f32", "double": "f64", "long int": "i64",
+                "int": "i32", "bool": "bool"}  # fmt: skip
+
+
+def op_signature(name: str, dims, types) -> str:
+    """'aten::mul [1, 32, 1, 64] bf16, [1, 1, 1, 64] bf16': an op and its inputs' shapes and types as record_shapes
+    wrote them (a scalar or a list of tensors as 'scalar', 'list'), at most 400 characters. `op_inputs` reads it back."""
+    parts = []
+    for shape, kind in zip(dims if isinstance(dims, list) else (), types if isinstance(types, list) else ()):
+        if isinstance(shape, list) and shape and all(type(d) is int and 0 <= d < 2**40 for d in shape):
+            kind = _SHORT_TYPES.get(kind, kind) if isinstance(kind, str) else "?"
+            parts.append(f"[{', '.join(map(str, shape))}] {_text(kind, 40)}")
+        else:
+            parts.append("list" if isinstance(shape, list) and shape else "scalar")
+    return _text(f"{name} {', '.join(parts)}".strip(), 400)
+
+
+_INPUT = re.compile(r"\[([\d, ]*)\] ([^\s,]+)|(scalar|list)")
+
+
+def op_inputs(signature: str) -> tuple[str, list[tuple[tuple[int, ...], str] | None]]:
+    """(op name, [(shape, short dtype), or None for a scalar or a list, per input]) of an `op_signature`."""
+    name, _, rest = signature.partition(" ")
+    inputs = []
+    for m in _INPUT.finditer(rest):
+        if m.group(3):
+            inputs.append(None)
+        else:
+            inputs.append((tuple(int(d) for d in m.group(1).split(",") if d.strip()), m.group(2)))
+    return name, inputs
+
+
 def _largest_tensor_bytes(dims, types, skip_first: bool = False) -> int:
     """The largest tensor input of an op, in bytes, from record_shapes' 'Input Dims' / 'Input type'."""
     if not isinstance(dims, list) or not isinstance(types, list):
@@ -459,6 +496,16 @@ def _largest_tensor_bytes(dims, types, skip_first: bool = False) -> int:
     return min(best, 2**62)
 
 
+def json_kind(value) -> str:
+    """What a JSON value is, as a message names it: 'a number', 'a list', 'a string', 'true or false', 'null'."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true or false"
+    kinds = ((int, "a number"), (float, "a number"), (str, "a string"), (list, "a list"), (dict, "an object"))
+    return next((word for kind, word in kinds if isinstance(value, kind)), f"a {type(value).__name__}")
+
+
 def untraced_block(block) -> tuple[dict | None, str]:
     """(the recorder's block, '') where `block` is a sound one (gpu_probe/recorder.py's schema 1), else (None,
     one sentence on what is wrong) -- '' too where the trace carries none."""
@@ -473,7 +520,7 @@ def untraced_block(block) -> tuple[dict | None, str]:
     if block is _MALFORMED:
         return refused("it is not valid JSON")
     if not isinstance(block, dict):
-        return refused(f"it is a {type(block).__name__}, not an object")
+        return refused(f"it is {json_kind(block)}, not an object")
     if type(block.get("schema")) is not int or block["schema"] != 1:
         return refused(f"schema {_text(repr(block.get('schema')), 40)}, not 1")
     for key in ("median_us", "p10_us", "p90_us"):
@@ -526,15 +573,17 @@ def _python_line_us(p: dict) -> np.ndarray:
 def _collect(events, label: str, host_only: bool = False) -> Trace:
     names: dict[str, int] = {}
     threads: dict[tuple, int] = {}
-    ints = dict.fromkeys(("thread", "name", "corr", "stream", "bytes", "device", "ext"), np.int64)
+    ints = dict.fromkeys(("thread", "name", "corr", "stream", "bytes", "device", "ext", "sig"), np.int64)
     calls = _Columns(ints, "ts", "dur", "thread", "name", "corr")
     gpu = _Columns(ints, "ts", "dur", "stream", "name", "corr", "bytes", "device", "ext")
     ranges = _Columns(ints, "ts", "dur", "thread", "name")
-    ops = _Columns(ints, "ext", "bytes")  # with record_shapes: each op's largest tensor input
+    # With record_shapes: each op's largest tensor input, and its signature (`op_signature`) as a name id.
+    ops = _Columns(ints, "ext", "bytes", "sig")
     # What the profiler recorded on the host besides API calls (whose cost it adds): ops and ranges, Python calls.
     host = _Columns({"thread": np.int32, "kind": np.int8}, "ts", "thread", "kind")
     python = _Columns({"thread": np.int32, "parent": np.int64}, "ts", "dur", "thread", "parent")
     device, count, unusable_gpu, untraced = "", 0, 0, None
+    unusable_corr: list[int] = []  # of the GPU events left out for their time stamp or stream id
 
     def name_id(text: str) -> int:
         return names.setdefault(_text(text, 4000), len(names))
@@ -556,16 +605,23 @@ def _collect(events, label: str, host_only: bool = False) -> Trace:
         cat = cat.lower() if isinstance(cat, str) else ""
         name = event.get("name")
         ts, dur = _number(event.get("ts"), np.nan), min(max(_number(event.get("dur")), 0.0), _MAX_US)
-        # No name, or a time that is NaN or past any clock a profiler keeps (µs since the epoch are ~1.8e15).
-        if not isinstance(name, str) or not abs(ts) < _MAX_US:
-            unusable_gpu += cat in _GPU_CATS
-            continue
         args = event.get("args")
         args = args if isinstance(args, dict) else {}
+        # No name, or a time that is NaN or past any clock a profiler keeps (µs since the epoch are ~1.8e15).
+        if not isinstance(name, str) or not abs(ts) < _MAX_US:
+            if cat in _GPU_CATS:
+                unusable_gpu += 1
+                unusable_corr.append(_id(args.get("correlation")))
+            continue
         if cat in _GPU_CATS:
             corr = args.get("correlation")
             device_id = _id(args.get("device", event.get("pid")), 0)
-            stream = max(_id(args.get("stream", event.get("tid")), 0), 0)  # a profiler writes none below 0
+            # Kineto names the stream in args; without it the event's tid, or 0. A profiler writes no id below 0.
+            stream = _id(args["stream"], -1) if "stream" in args else max(_id(event.get("tid"), 0), 0)
+            if stream < 0:  # NaN, text, a negative or 400-digit id: it is on no stream the trace names
+                unusable_gpu += 1
+                unusable_corr.append(_id(corr))
+                continue
             gpu.add(
                 (
                     ts,
@@ -608,7 +664,8 @@ def _collect(events, label: str, host_only: bool = False) -> Trace:
                     args.get("Input Dims"), args.get("Input type"), name.endswith("_")
                 )
                 if largest:
-                    ops.add((_id(args.get("External id")), largest))
+                    signature = op_signature(name, args.get("Input Dims"), args.get("Input type"))
+                    ops.add((_id(args.get("External id")), largest, name_id(signature)))
                     ops.spill_if_full()
         elif cat == "python_function":
             thread = threads.setdefault(_thread_key(event), len(threads))
@@ -621,7 +678,8 @@ def _collect(events, label: str, host_only: bool = False) -> Trace:
         pass
     elif not len(gpu) and unusable_gpu:
         raise TraceError(
-            f"{label}: none of its {unusable_gpu:,} GPU events has a name and a usable time stamp ('ts')"
+            f"{label}: none of its {unusable_gpu:,} GPU events has a name, a usable time stamp ('ts') and a "
+            "usable stream id"
         )
     elif not len(gpu):
         raise TraceError(
@@ -636,11 +694,13 @@ def _collect(events, label: str, host_only: bool = False) -> Trace:
         )
     # Each GPU event gets the largest tensor input of the op that launched it (0: not recorded).
     op_bytes = np.zeros(len(g["ts"]), np.int64)
+    op_sig = np.full(len(g["ts"]), -1, np.int64)
     if len(ops):
         o = ops.arrays("ext")
         at = np.minimum(np.searchsorted(o["ext"], g["ext"]), len(o["ext"]) - 1)
         found = (o["ext"][at] == g["ext"]) & (g["ext"] >= 0)
         op_bytes[found] = o["bytes"][at[found]]
+        op_sig[found] = o["sig"][at[found]]
     stream = g["stream"]
     devices, device_index = np.unique(g["device"], return_inverse=True)
     if len(devices) > 1:  # one process driving several GPUs: keep their streams apart
@@ -666,6 +726,7 @@ def _collect(events, label: str, host_only: bool = False) -> Trace:
         gpu_corr=g["corr"],
         gpu_bytes=g["bytes"],
         gpu_op_bytes=op_bytes,
+        gpu_op_signature=op_sig,
         range_ts=r["ts"] if r else empty_f,
         range_dur=r["dur"] if r else empty_f,
         range_thread=r["thread"] if r else empty_i,
@@ -684,6 +745,7 @@ def _collect(events, label: str, host_only: bool = False) -> Trace:
         ),
         recorded_untraced=recorded,
         recorded_note=recorded_note,
+        unusable_corr=np.unique(np.array([c for c in unusable_corr if c >= 0], np.int64)),
     )
 
 
@@ -1049,6 +1111,10 @@ class TraceStep:
     )  # per GPU event: its op's largest tensor input (0: unknown)
     notes: tuple[str, ...] = ()  # what the trace lacks for this step (dropped records), one sentence each
     host: HostRecord | None = field(repr=False, default=None)  # what the profiler recorded on its host lane
+    # per GPU event: its op's `op_signature` ('' unknown), where the trace recorded shapes
+    op_signatures: tuple[str, ...] | None = field(repr=False, default=None)
+    # per GPU event: stamped before its launch call began (clocks that disagree), so its launch delay is unknown
+    stamped_early: np.ndarray | None = field(repr=False, default=None)
 
     @property
     def kernels(self) -> int:
@@ -1079,11 +1145,15 @@ class TraceStep:
         kinds = self.timeline.gpu_kinds
         return {k: float(self.timeline.gpu_dur[kinds == k].sum()) for k in GPU_KINDS}
 
-    def launch_delay(self) -> dict[str, float]:
-        """Median, p90 and largest launch delay (µs) over the step's GPU events."""
-        d = self.launch_delay_us[np.isfinite(self.launch_delay_us)]  # events with a launch call
+    def launch_delay(self) -> dict[str, float | None]:
+        """Median, p90 and largest launch delay (µs) over the step's GPU events with a launch call and a time
+        stamp after it; None where no event has both (every kernel stamped before its call: clocks disagree)."""
+        mine = np.isfinite(self.launch_delay_us)  # events with a launch call
+        if self.stamped_early is not None:
+            mine &= ~self.stamped_early
+        d = self.launch_delay_us[mine]
         if not len(d):
-            return {"median_us": 0.0, "p90_us": 0.0, "max_us": 0.0}
+            return {"median_us": None, "p90_us": None, "max_us": None}
         med, p90 = np.percentile(d, [50, 90])
         return {"median_us": float(med), "p90_us": float(p90), "max_us": float(d.max())}
 
@@ -1133,8 +1203,14 @@ def step_timeline(
     o_lo, o_hi = np.searchsorted(trace.gpu_ts[idx.orphans], [t0, t0 + span_end], side="left")
     orphans = idx.orphans[o_lo:o_hi]
     if not len(rows) and not len(orphans):
+        unusable = np.isin(trace.call_corr[calls], trace.unusable_corr).sum()
         raise TraceError(
-            f"{trace.name}: no GPU events belong to step {window.index}'s launches (was CUDA profiled?)"
+            f"{trace.name}: no GPU events belong to step {window.index}'s launches "
+            + (
+                f"(the GPU events of {unusable:,} of them have an unusable time stamp or stream id)"
+                if unusable
+                else "(was CUDA profiled?)"
+            )
         )
     rows = np.concatenate((rows, orphans))
     order = np.argsort(rows, kind="stable")  # GPU rows are sorted by start: row order is time order
@@ -1200,24 +1276,41 @@ def step_timeline(
         gpu_stream=trace.gpu_stream[gpu_rows],
         cpu_thread=cpu_thread,
     )
-    silent = len(calls) - len(np.unique(owner[known]))
+    has_event = np.zeros(len(calls), bool)
+    has_event[owner[known]] = True
+    unusable = np.isin(trace.call_corr[calls[~has_event]], trace.unusable_corr)
     return TraceStep(
         index=window.index,
         timeline=timeline,
         launches=len(calls),
         graph_launches=int(is_graph.sum()),
         launch_delay_us=np.where(known, gpu_start - call_end[launcher], np.nan),
+        stamped_early=early,
         host_per_launch_us=np.where(known, host_of_call[launcher], 0.0),
         gpu_bytes=trace.gpu_bytes[gpu_rows],
         op_bytes=trace.gpu_op_bytes[gpu_rows],
-        notes=_dropped_notes(silent, int((~known).sum()), int(early.sum())),
+        op_signatures=tuple(
+            trace.names[k] if k >= 0 else ""
+            for k in (trace.gpu_op_signature[gpu_rows] if trace.gpu_op_signature is not None else ())
+        )
+        or None,
+        notes=_dropped_notes(
+            int((~unusable).sum()), int((~known).sum()), int(early.sum()), int(unusable.sum())
+        ),
         host=host,
     )
 
 
-def _dropped_notes(silent: int, unowned: int, early: int) -> tuple[str, ...]:
-    """What the page and the CLI say about a step whose trace lacks records or has clocks that disagree."""
+def _dropped_notes(silent: int, unowned: int, early: int, unusable: int = 0) -> tuple[str, ...]:
+    """What the page and the CLI say about a step whose trace lacks records, has GPU events the reader cannot
+    place, or has clocks that disagree."""
     notes = []
+    if unusable:
+        notes.append(
+            f"{unusable:,} launch call{'s' if unusable > 1 else ''} in this step launched GPU work whose time stamp "
+            "('ts') or stream id is unusable (NaN, text, or a number no profiler writes): that work is left out, "
+            "and the call is drawn on the CPU lane with no kernel."
+        )
     if silent:
         notes.append(
             f"{silent:,} launch call{'s' if silent > 1 else ''} in this step {'have' if silent > 1 else 'has'} no "
@@ -1232,7 +1325,8 @@ def _dropped_notes(silent: int, unowned: int, early: int) -> tuple[str, ...]:
     if early:
         notes.append(
             f"{early:,} GPU event{'s' if early > 1 else ''} start{'' if early > 1 else 's'} before the call that "
-            "launched it in the trace (clocks that disagree, or an edited file): drawn at that call's start."
+            f"launched {'them' if early > 1 else 'it'} in the trace (clocks that disagree, or an edited file): drawn "
+            "at that call's start, with no launch delay."
         )
     return tuple(notes)
 

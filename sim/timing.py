@@ -49,10 +49,19 @@ class KernelFamilyCost:
     TFLOPs: float = float("inf")  # effective matrix rate (inf: never compute-bound)
 
 
-def kernel_us(bytes_moved, flops, latency_us, GBps, TFLOPs=float("inf")) -> np.ndarray:
-    """GPU time of a kernel: latency + max(bytes / bandwidth, FLOPs / matrix rate). Broadcasts."""
-    memory_us = np.asarray(bytes_moved, np.float64) / (np.asarray(GBps, np.float64) * 1e3)  # GB/s = 1e3 B/µs
+def kernel_us(
+    bytes_moved, flops, latency_us, GBps, TFLOPs=float("inf"), issue_GBps=float("inf")
+) -> np.ndarray:
+    """GPU time of a kernel: latency + max(bytes / bandwidth, FLOPs / matrix rate + bytes / issue rate).
+    Broadcasts.
+
+    The issue rate is for a product on CUDA cores (a GEMV, the persistent kernel's phases): besides one FMA
+    per FLOP pair, it issues a few instructions per byte it streams (loads, conversions, addresses), and
+    once the rows make the FMAs many, the instructions, not the memory, set its pace (inf: never)."""
+    bytes_moved = np.asarray(bytes_moved, np.float64)
+    memory_us = bytes_moved / (np.asarray(GBps, np.float64) * 1e3)  # GB/s = 1e3 B/µs
     math_us = np.asarray(flops, np.float64) / (np.asarray(TFLOPs, np.float64) * 1e6)  # TFLOP/s = 1e6 FLOP/µs
+    math_us = math_us + bytes_moved / (np.asarray(issue_GBps, np.float64) * 1e3)
     return np.asarray(latency_us, np.float64) + np.maximum(memory_us, math_us)
 
 

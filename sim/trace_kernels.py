@@ -44,6 +44,11 @@ class LaunchCosts:
         return len(self.graph_host_us)
 
 
+def _early(step: TraceStep) -> np.ndarray:
+    early = step.stamped_early
+    return np.zeros(len(step.launch_delay_us), bool) if early is None else early
+
+
 def launch_costs(step: TraceStep) -> LaunchCosts:
     """Host time, launch delay and inter-node gap per GPU event of a step, with graph replays told apart."""
     tl = step.timeline
@@ -73,7 +78,8 @@ def launch_costs(step: TraceStep) -> LaunchCosts:
     return LaunchCosts(
         replayed=replayed,
         host_us=np.where(replayed, 0.0, host),
-        delay_us=np.where(replayed, np.nan, step.launch_delay_us),
+        # An event stamped before its launch call (clocks that disagree) has no launch delay to show.
+        delay_us=np.where(replayed | _early(step), np.nan, step.launch_delay_us),
         gap_us=np.where(replayed, tl.gpu_start - prev_end, np.nan),
         graph_host_us=host[first & replayed],
     )

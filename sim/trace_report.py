@@ -57,14 +57,20 @@ def median_whatifs(report: TraceReport, cost) -> dict:
         out[name] = median
     folded = per_step[len(per_step) // 2][FUSED.title].folded
     out[FUSED.title]["folded"] = [
+        {"name": f.name, "count": f.count, "gpu_us": f.gpu_us, "host_us": f.host_us} for f in folded
+    ]
+    # The bytes saved, group by group (their sum is bytes_saved): the ops fused and what stays on chip.
+    out[FUSED.title]["groups"] = [
         {
-            "name": f.name,
-            "count": f.count,
-            "gpu_us": f.gpu_us,
-            "host_us": f.host_us,
-            "bytes_saved": f.bytes_saved,
+            "first_kernel": g.first,
+            "ops": list(g.ops),
+            "intermediates": [
+                {"op": op, "shape": list(shape), "dtype": dtype, "bytes": size}
+                for op, shape, dtype, size in g.intermediates
+            ],
+            "bytes_saved": g.bytes_saved,
         }
-        for f in folded
+        for g in per_step[len(per_step) // 2][FUSED.title].groups
     ]
     return out
 

@@ -22,13 +22,14 @@ model (`sim.timing`): the same recurrence, the same replay cost as the simulator
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from core.step_plan import FUSED, FUSED_GRAPH, GRAPH
 from core.timeline import StepMetrics, Timeline
-from core.trace import EVENT_KINDS, TraceReport, TraceStep, short_kernel_name
+from core.trace import EVENT_KINDS, TraceReport, TraceStep, op_inputs, short_kernel_name
 from sim.kernel_families import foldable  # the one classifier of kernel names
 from sim.timing import PROFILER_COST, GraphReplayCost, ProfilerCost, schedule_starts
 
@@ -43,7 +44,25 @@ class FoldedKernel:
     count: int  # occurrences in the step that go (a run's longest member stays, as the fused kernel)
     gpu_us: float  # their GPU time
     host_us: float  # their launches' host time
-    bytes_saved: int | None  # None where the trace has no shapes
+
+
+@dataclass(frozen=True, slots=True)
+class FusedGroup:
+    """One run of foldable kernels that the fusion what-if makes one kernel, and what then stays on chip.
+
+    An intermediate is a member's output that a later member of the group reads (a tensor of its shape among
+    that member's inputs, from record_shapes): fused, it is neither written to HBM nor read back, 2 × its bytes.
+    A copy within one dtype reads a view of some other tensor (a KV cache expanded for grouped-query attention),
+    not the member before it; a member's output that nothing later in the group reads (the group's own output,
+    or a copy the attention reads) is written either way."""
+
+    first: int  # the step's index of its first kernel
+    ops: tuple[str, ...]  # each member's `core.trace.op_signature` ('' where the trace has none)
+    intermediates: tuple[tuple[str, tuple[int, ...], str, int], ...]  # (op, output shape, dtype, bytes)
+
+    @property
+    def bytes_saved(self) -> int:
+        return 2 * sum(b for *_, b in self.intermediates)
 
 
 @dataclass(frozen=True, eq=False)
@@ -55,7 +74,8 @@ class WhatIf:
     launches: int
     notes: tuple[str, ...] = ()
     folded: tuple[FoldedKernel, ...] = ()
-    bytes_saved: int | None = None
+    bytes_saved: int | None = None  # the groups' sum, None where the trace has no shapes
+    groups: tuple[FusedGroup, ...] = ()
     metrics: StepMetrics = field(init=False)
 
     def __post_init__(self) -> None:
@@ -126,16 +146,64 @@ def _by_stream_starts(ready, dur, gap, streams) -> np.ndarray:
 
 
 # -- fusion ------------------------------------------------------------------------------------------------------
-def _fusion_plan(step: TraceStep) -> tuple[np.ndarray, np.ndarray, list[FoldedKernel], int | None]:
-    """(keep mask, new durations, what goes, bytes saved) for the step's GPU events."""
+_DTYPE_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "f64": 8, "i64": 8, "i32": 4, "bool": 1}
+
+
+# Ops whose output is smaller than their inputs by dimensions record_shapes does not give (a reduction's): unknown.
+_REDUCTIONS = {"aten::mean", "aten::sum", "aten::amax", "aten::amin", "aten::max", "aten::min", "aten::norm",
+               "aten::var", "aten::std", "aten::prod", "aten::argmax", "aten::argmin", "aten::logsumexp",
+               "aten::all", "aten::any", "aten::linalg_vector_norm"}  # fmt: skip
+
+
+def _output(signature: str) -> tuple[tuple[int, ...], str] | None:
+    """(shape, dtype) an op writes, from its inputs: an in-place op's destination, else their broadcast (None for a
+    reduction, whose kept dimensions the trace does not record)."""
+    name, inputs = op_inputs(signature)
+    tensors = [t for t in inputs if t]
+    if not tensors or name in _REDUCTIONS:
+        return None
+    if name.endswith("_"):
+        return inputs[0]
+    try:
+        shape = tuple(int(d) for d in np.broadcast_shapes(*(t[0] for t in tensors)))
+    except ValueError:
+        return None
+    return shape, max(tensors, key=lambda t: math.prod(t[0]))[1]
+
+
+def _reads(signature: str) -> list[tuple[tuple[int, ...], str]]:
+    """The tensors an op reads: its inputs, less an in-place op's destination; none for a copy within one dtype,
+    which materialises a view of another tensor (a cast, across dtypes, reads the op before it)."""
+    name, inputs = op_inputs(signature)
+    if name == "aten::copy_" and len(inputs) > 1 and inputs[0] and inputs[1] and inputs[0][1] == inputs[1][1]:
+        return []
+    return [t for t in (inputs[1:] if name.endswith("_") else inputs) if t]
+
+
+def fused_group(first: int, ops: tuple[str, ...]) -> FusedGroup:
+    """A group of kernels, by their ops' signatures, and the intermediates fusing them keeps on chip."""
+    kept = []
+    for i, op in enumerate(ops[:-1]):
+        out = _output(op) if op else None
+        if out is None or out[1] not in _DTYPE_BYTES and not out[1].startswith("c10::Float8"):
+            continue
+        if any(read[0] == out[0] for later in ops[i + 1 :] if later for read in _reads(later)):
+            size = _DTYPE_BYTES.get(out[1], 1)
+            kept.append((op_inputs(op)[0], out[0], out[1], size * math.prod(out[0])))
+    return FusedGroup(first, ops, tuple(kept))
+
+
+def _fusion_plan(step: TraceStep) -> tuple[np.ndarray, np.ndarray, list[FoldedKernel], int | None, list]:
+    """(keep mask, new durations, what goes, bytes saved, the fused groups) for the step's GPU events."""
     tl = step.timeline
     names = tl.gpu_names
     fold = np.array([foldable(n) for n in names], bool) & (tl.gpu_kinds == "kernel")
     keep = np.ones(len(names), bool)
     dur = tl.gpu_dur.copy()
     gone: dict[str, list] = {}
-    shapes_known = bool(step.op_bytes is not None and (step.op_bytes[fold] > 0).any())
-    saved_bytes = 0
+    signatures = step.op_signatures or ("",) * len(names)
+    shapes_known = any(signatures[i] for i in np.flatnonzero(fold))
+    groups = []
     for s in tl.streams:
         rows = np.flatnonzero(tl.gpu_stream == s)
         run: list[int] = []
@@ -149,26 +217,25 @@ def _fusion_plan(step: TraceStep) -> tuple[np.ndarray, np.ndarray, list[FoldedKe
                     if k == longest:
                         continue
                     keep[k] = False
-                    entry = gone.setdefault(short_kernel_name(names[k]), [0, 0.0, 0.0, 0])
+                    entry = gone.setdefault(short_kernel_name(names[k]), [0, 0.0, 0.0])
                     entry[0] += 1
                     entry[1] += float(tl.gpu_dur[k])
                     entry[2] += float(step.host_per_launch_us[k])
-                    entry[3] += 2 * int(step.op_bytes[k]) if shapes_known else 0
-                # The run's last op writes the fused kernel's output; the others' intermediates stay on chip.
-                if shapes_known:
-                    saved_bytes += sum(2 * int(step.op_bytes[k]) for k in run[:-1])
+                groups.append(fused_group(run[0], tuple(signatures[k] for k in run)))
             run = []
     folded = [
-        FoldedKernel(name=n, count=c, gpu_us=g, host_us=h, bytes_saved=b if shapes_known else None)
-        for n, (c, g, h, b) in sorted(gone.items(), key=lambda kv: -kv[1][1])
+        FoldedKernel(name=n, count=c, gpu_us=g, host_us=h)
+        for n, (c, g, h) in sorted(gone.items(), key=lambda kv: -kv[1][1])
     ]
-    return keep, dur, folded, (saved_bytes if shapes_known else None)
+    groups.sort(key=lambda g: g.first)
+    saved = sum(g.bytes_saved for g in groups) if shapes_known else None
+    return keep, dur, folded, saved, groups
 
 
 def fusion_whatif(step: TraceStep, plan=None) -> WhatIf:
     """The step with the foldable kernels folded into their runs, launched eagerly."""
     tl = step.timeline
-    keep, dur, folded, saved = plan or _fusion_plan(step)
+    keep, dur, folded, saved, groups = plan or _fusion_plan(step)
     habits = _eager_habits(step)
     owner = tl.launched_by
     known = owner >= 0  # -1: the trace lacks the event's launch call
@@ -211,7 +278,15 @@ def fusion_whatif(step: TraceStep, plan=None) -> WhatIf:
         f"{int((~keep).sum())} kernels folded into their neighbours; each run of elementwise and norm kernels "
         "becomes one kernel as long as its longest member.",
     )
-    return WhatIf(FUSED.title, timeline, launches, notes=notes, folded=tuple(folded), bytes_saved=saved)
+    return WhatIf(
+        FUSED.title,
+        timeline,
+        launches,
+        notes=notes,
+        folded=tuple(folded),
+        bytes_saved=saved,
+        groups=tuple(groups),
+    )
 
 
 # -- graphs ------------------------------------------------------------------------------------------------------
@@ -342,10 +417,16 @@ def whatifs(step: TraceStep, cost: GraphReplayCost) -> dict[str, WhatIf]:
     out = {FUSED.title: fusion_whatif(step, plan)}
     if step.graph_launches == 0:
         out[GRAPH.title] = graphs_whatif(step, cost)
-        keep, dur, folded, saved = plan
+        keep, dur, folded, saved, groups = plan
         both = graphs_whatif(step, cost, keep=keep, dur=dur, name=FUSED_GRAPH.title)
         out[FUSED_GRAPH.title] = WhatIf(
-            both.name, both.timeline, both.launches, notes=both.notes, folded=tuple(folded), bytes_saved=saved
+            both.name,
+            both.timeline,
+            both.launches,
+            notes=both.notes,
+            folded=tuple(folded),
+            bytes_saved=saved,
+            groups=tuple(groups),
         )
     return out
 
@@ -359,7 +440,8 @@ def default_replay_cost() -> GraphReplayCost:
 
 # -- the step without the profiler ---------------------------------------------------------------------------------
 METADATA = "metadata"  # the recorder's measured step, carried by the trace
-SOURCES = {METADATA: "measured by the recorder", ESTIMATE: "estimated"}
+PROBE = "probe"  # the probe's own trace: its run's median step, timed without the profiler (ui.trace_tab)
+SOURCES = {METADATA: "measured by the recorder", PROBE: "measured by the probe", ESTIMATE: "estimated"}
 # A recorded median this far from the traced step was not measured on this loop (or not on this machine).
 _ABSURD_ABOVE, _ABSURD_BELOW_BUSY = 3.0, 0.5
 
@@ -370,7 +452,7 @@ class Untraced:
 
     step: TraceStep  # the step re-timed with the profiler's cost taken out of its host lane
     step_us: float  # the figure quoted: the recorder's median where the trace carries one, else step's
-    source: str  # METADATA or ESTIMATE
+    source: str  # METADATA, PROBE or ESTIMATE
     profiler_us: float  # host time taken out of the step's host lane, all threads
     scale: float  # the multiple of the fitted costs the lanes were drawn with (1 for an estimate)
     notes: tuple[str, ...] = ()
@@ -634,7 +716,7 @@ def untraced(step: TraceStep, cost: ProfilerCost, recorded: dict | None = None) 
             f"The recorded step ({target:,.0f} µs) is quoted as measured; its lanes are drawn at "
             f"{drawn:,.0f} µs: the difference from the traced {traced:,.0f} µs is {why}."
         )
-    return Untraced(untraced_step, target, METADATA, taken, scale, tuple(notes))
+    return Untraced(untraced_step, target, recorded.get("source", METADATA), taken, scale, tuple(notes))
 
 
 def _match(step: TraceStep, cost: ProfilerCost, target: float) -> tuple[float, tuple[TraceStep, float]]:

@@ -27,20 +27,30 @@ def shipped_fit():
 
 
 def test_page_shows_fit_table_chart_and_the_loo_figure(recorded):
+    """The headline and the lanes on every view; one view of the fit below them at a time (issue 29, item 7:
+    only the open view runs, so the first open draws two charts and one small table)."""
+    from ui.calibrate_tab import VIEWS
+
     at = calibration_page()
     assert not at.exception
     expected = calibrate(recorded)
     assert shown(at)[LOO_LABEL] == f"{100 * expected.median_loo_error:.1f}%"
-    tables = [df.value for df in at.dataframe]
-    params = next(t for t in tables if "parameter" in t.columns)
-    assert params.set_index("parameter").loc["gemv_GBps", "unit"] == "GB/s"
-    rows = next(t for t in tables if "step LOO error %" in t.columns)
-    assert len(rows) == 16 and set(rows["mode"]) == {"eager", "fused", "graph", "fused+graph"}
+    assert not at.dataframe  # the first view: errors by mode, a static table
     charts = at.get("plotly_chart")
-    assert len(charts) == 2  # predicted-vs-measured panels, and the overlaid lanes
-    lanes = json.loads(charts[1].proto.spec)
+    assert [c.key for c in charts] == ["cal_lanes"]
+    lanes = json.loads(charts[0].proto.spec)
     assert len(lanes["layout"]["yaxis"]["categoryarray"]) == 4  # measured CPU/GPU over simulated CPU/GPU
-    assert any("probe decoder on Test GPU" in t.value for t in at.text)  # a file's string: text, not markdown
+    views = {view: calibration_page(cal_view=view) for view in VIEWS[1:]}
+    assert all(not v.exception for v in views.values())
+    assert [c.key for c in views["Predicted vs measured"].get("plotly_chart")] == ["cal_lanes", "cal_scatter"]
+    params = views["Fitted parameters"].dataframe[0].value
+    assert params.set_index("parameter").loc["gemv_GBps", "unit"] == "GB/s"
+    rows = views["Every point"].dataframe[0].value
+    assert len(rows) == 16 and set(rows["mode"]) == {"eager", "fused", "graph", "fused+graph"}
+    preset = views["As a simulator preset"]
+    assert any(
+        "probe decoder on Test GPU" in t.value for t in preset.text
+    )  # a file's string: text, not markdown
 
 
 def test_cli_and_page_report_the_same_figure(recorded):

@@ -8,7 +8,7 @@ from app_pages import as_read, fake_run, metrics, open_tab
 
 import core.probe_result as probe_result
 from core.step_plan import probe_modes
-from ui.common import READOUT_LABELS
+from ui.common import UNTRACED, readout_labels
 
 
 def probe_page(**params):
@@ -21,10 +21,10 @@ def test_recorded_run_is_shown_and_labelled(recorded):
     info = " ".join(i.body for i in at.info)
     assert "Recorded run" in info and "NVIDIA Test GPU" in info and "30 Nov 2026" in info
     shown = metrics(at)
-    assert all(label in shown for label in READOUT_LABELS)
+    assert all(label in shown for label in readout_labels(UNTRACED))
     eager1 = recorded.run("eager", 1)
     assert shown["Kernels / step"] == f"{eager1.kernels_per_step:,}"
-    assert shown["Bound by"] == "CPU launch" and shown["vs unoptimised"] == "1.00×"
+    assert shown["Bound by (no profiler)"] == "CPU launch" and shown["vs unoptimised"] == "1.00×"
     assert shown["HBM copy bandwidth"] == "3,600 GB/s"
     charts = at.get("plotly_chart")
     assert len(charts) == 2  # measured lanes beside the simulator's
@@ -50,7 +50,7 @@ def test_bad_upload_names_the_problem_and_keeps_the_page(recorded):
     errors = as_read(" ".join(e.body for e in at.error))
     assert "mine.json" in errors and "runs[2].step_us_p90" in errors
     assert "Recorded run" in " ".join(i.body for i in at.info)
-    assert all(label in metrics(at) for label in READOUT_LABELS)
+    assert all(label in metrics(at) for label in readout_labels(UNTRACED))
     at.file_uploader(key="pr_upload").set_value(("junk.json", b"\x00not json", "application/json"))
     at.run()
     assert not at.exception and any("junk.json" in as_read(e.body) and "JSON" in e.body for e in at.error)

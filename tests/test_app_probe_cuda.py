@@ -15,7 +15,7 @@ def test_measure_on_this_gpu_draws_the_measured_step(monkeypatch):
     from streamlit.testing.v1 import AppTest
 
     from ui import probe_live
-    from ui.common import READOUT_LABELS
+    from ui.common import UNTRACED, readout_labels
 
     monkeypatch.setattr(probe_live, "LIVE_BATCHES", (1, 8))  # two batches keep the run short
     at = AppTest.from_file(APP, default_timeout=600)
@@ -26,8 +26,8 @@ def test_measure_on_this_gpu_draws_the_measured_step(monkeypatch):
     assert not at.error, [e.body for e in at.error]
     assert any("Measured live" in i.body for i in at.info)
     shown = {m.label: m.value for m in at.metric}
-    assert all(label in shown for label in READOUT_LABELS)
-    assert shown["Bound by"] == "CPU launch"  # eager at batch 1 on a 32-layer decoder
+    assert all(label in shown for label in readout_labels(UNTRACED))
+    assert shown["Bound by (no profiler)"] == "CPU launch"  # eager at batch 1 on a 32-layer decoder
     at.selectbox(key="pr_mode").set_value("fused+graph").run()
     assert not at.exception
-    assert {m.label: m.value for m in at.metric}["Bound by"] == "GPU"
+    assert {m.label: m.value for m in at.metric}["Bound by (no profiler)"] == "GPU"

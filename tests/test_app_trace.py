@@ -39,7 +39,7 @@ def test_the_tab_opens_on_a_recorded_trace_with_the_readers_numbers():
     _no_traceback(at)
     step = analyse(HF / "hf_llama_eager_profilerstep.json.gz").steps[0]
     shown = metrics(at)
-    assert shown["Kernels / step"] == f"{step.kernels:,}" and shown["Bound by"] == "CPU launch"
+    assert shown["Kernels / step"] == f"{step.kernels:,}" and shown["Bound by (as traced)"] == "CPU launch"
     assert shown["Launches"] == f"{step.launches:,}" and shown["GPU streams"] == "1"
     assert "recorded on an H200" in at.info[0].value
     assert any("What CUDA graphs and fusion would save" in h.value for h in at.subheader)
@@ -48,7 +48,7 @@ def test_the_tab_opens_on_a_recorded_trace_with_the_readers_numbers():
 def test_a_graphed_trace_is_gpu_bound_and_has_no_graphs_what_if():
     at = open_tab(TAB, tr_trace="HF Llama-1B CUDA graph", tr_whatif="with CUDA graphs")
     _no_traceback(at)
-    assert metrics(at)["Bound by"] == "GPU" and metrics(at)["Graph launches"] == "1"
+    assert metrics(at)["Bound by (as traced)"] == "GPU" and metrics(at)["Graph launches"] == "1"
     captions = " ".join(c.value for c in at.caption)
     assert "already replays a CUDA graph" in captions
 
@@ -245,8 +245,10 @@ def test_the_step_without_the_profiler_beside_the_traced_one_estimated():
     report = analyse(HF / "hf_llama_eager_profilerstep.json.gz")
     step, u = report.steps[0], untraced_steps(report)[0]
     shown = metrics(at)
-    assert shown["As traced"] == format_us(step.metrics.step_us)
-    assert shown["Without the profiler"] == format_us(u.step_us) != shown["As traced"]
+    assert shown["Step time (as traced)"] == format_us(step.metrics.step_us)
+    assert (
+        shown["Step time (no profiler, estimated)"] == format_us(u.step_us) != shown["Step time (as traced)"]
+    )
     assert shown["Traced / without"] == f"{step.metrics.step_us / u.step_us:.2f}×"
     assert any("as traced, and without the profiler" in h.value for h in at.subheader)
     both = _lanes_spec(at, 1)  # after the step's own lanes: the two steps on one time axis
@@ -280,7 +282,7 @@ def test_a_trace_with_the_recorders_timing_quotes_it_as_measured():
     at = open_tab(TAB, tr_trace="HF Qwen2-0.5B eager, with the recorder's timing")
     _no_traceback(at)
     report = analyse(ROOT / "tests/data/profiler/h200/qwen2_eager_b1_default.json.gz")
-    assert metrics(at)["Without the profiler"] == format_us(report.trace.recorded_untraced["median_us"])
+    assert metrics(at)["Step time (no profiler)"] == format_us(report.trace.recorded_untraced["median_us"])
     captions = " ".join(c.value for c in at.caption)
     assert "measured by the recorder" in captions
     assert list(at.dataframe[0].value["the step"])[1] == "without the profiler (measured by the recorder)"

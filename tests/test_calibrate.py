@@ -417,6 +417,7 @@ DOC_RUNS = {
     "hold-out": "small-holdout.json",
     "1b": "1b.json",
     "small b1": "small-b1.json",
+    "1b persistent": "1b-persistent.json",
 }
 
 
@@ -483,3 +484,61 @@ def test_the_docs_host_figures_are_the_fits(doc_cals):
                 doc_cals[fit_on].check(load_result(ROOT / "gpu_probe" / "recorded" / DOC_RUNS[other])), "host"
             )
         assert cells == _cells(s, with_b1=False), name
+
+
+# -- issue 29, item 3: the persistent kernel is instruction-bound past batch 2 -----------------------------------
+def test_an_instruction_bound_persistent_kernel_is_fitted_and_predicted_left_out():
+    """Generated with the persistent kernel's FMAs at 9.5 TFLOP/s and its other instructions at 9 TB/s of bytes:
+    memory-bound at batch 1, instruction-bound from batch 2 on (as the 1b run's kernel, at other figures). The fit
+    reproduces every step, and predicts each instruction-bound one from the others when left out. (Its latency and
+    the bytes' share of the instructions are one sum here, each step streaming about the same bytes: the test
+    checks the steps, not those two.)"""
+    known = {**TRUE, "persistent_latency_us": 5.0, "persistent_TFLOPs": 9.5, "persistent_issue_GBps": 9000.0}
+    data = synthetic_result(known, MODEL, batches=(1, 2, 4, 8), modes=(FUSED_GRAPH.name, "persistent"))
+    cal = calibrate(load_result(data))
+    assert np.abs(cal.errors()).max() < 1e-3
+    bound = [i for i, p in enumerate(cal.points) if p.mode.name == "persistent" and p.batch >= 2]
+    assert np.abs(cal.loo_errors()[bound]).max() < 1e-3
+
+
+def test_the_persistent_run_meets_the_goal_at_its_persistent_kernels_points():
+    """The 1b persistent run (H200): left out of the fit, each persistent-kernel step is predicted within the
+    calibration goal (its mode's median within GOAL, no point beyond WORST_GOAL); it missed by 58 % (median)
+    when the model had no instruction-bound term. Its points are labelled 'calibrated' on the page."""
+    from sim.calibration import GOAL, WORST_GOAL
+
+    path = ROOT / "gpu_probe" / "recorded" / DOC_RUNS["1b persistent"]
+    if not path.is_file():
+        pytest.skip("the persistent kernel's recorded run is not shipped")
+    cal = calibrate(load_result(path))
+    mine = [i for i, p in enumerate(cal.points) if p.mode.name == "persistent"]
+    assert len(mine) >= 3
+    assert cal.mode_loo_error("persistent") <= GOAL
+    assert all(abs(cal.loo_errors()[i]) <= WORST_GOAL for i in mine)
+    assert all(cal.holds_at(i) and cal.verdict_at(i).startswith("calibrated to this run") for i in mine)
+
+
+def test_a_point_the_fit_misses_is_labelled_a_model_off_by_its_error():
+    data = synthetic_result(TRUE, MODEL)
+    bad = next(r for r in data["runs"] if r["mode"] == "eager" and r["batch"] == 8)
+    bad["enqueue_us_median"] *= 1.5  # a host outlier the other points cannot explain
+    for key in ("step_us_median", "step_us_p10", "step_us_p90"):
+        bad[key] *= 1.5
+    cal = calibrate(load_result(data))
+    i = next(i for i, p in enumerate(cal.points) if p.mode.name == "eager" and p.batch == 8)
+    err = cal.loo_errors()[i]
+    assert not cal.holds_at(i) and abs(err) > 0.25
+    assert cal.verdict_at(i).startswith(f"model, off by {100 * err:+.1f} % at this point")
+    assert (
+        calibrate(load_result(data), loo=False)
+        .verdict_at(i)
+        .startswith("model fitted to this run (not checked")
+    )
+    assert f"is predicted {100 * err:+.1f} % off" in cal.verdict_detail(i)
+
+
+def test_the_docs_persistent_run_figures_are_the_fit():
+    (name, cells), *others = _doc_table("Step time, left out, the persistent run").items()
+    assert not others and name.startswith("1b persistent")
+    cal = calibrate(load_result(ROOT / "gpu_probe" / "recorded" / DOC_RUNS["1b persistent"]))
+    assert cells == _cells(loo_summary(cal))

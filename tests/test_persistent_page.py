@@ -88,7 +88,10 @@ def test_the_probe_tab_draws_inside_the_kernel(monkeypatch):
     assert not at.exception, at.exception
     assert "Inside the persistent kernel" in [h.value for h in at.subheader]
     chart = next(c for c in at.get("plotly_chart") if c.key == "pr_phases")
-    assert "SMs 0-10" in chart.proto.spec and "fused+graph" in chart.proto.spec  # the peer's lanes below
+    spec = json.loads(chart.proto.spec)
+    lanes = spec["layout"]["yaxis"]["categoryarray"]
+    # The SM lanes, and the peer's lanes below them named by its mode.
+    assert "SMs 0-10" in lanes and f"GPU · {FUSED_GRAPH.label}" in lanes
     assert any("the barriers' release after the last arrival" in m.value for m in at.markdown)
     assert any("gate_up" in str(t.value) for t in at.dataframe)
     st.cache_resource.clear()

@@ -6,7 +6,7 @@ import json
 
 import pytest
 import streamlit as st
-from app_pages import metrics, open_tab
+from app_pages import as_read, metrics, open_tab
 
 from core import probe_result
 from ui.probe_results import MORE_RECORDED
@@ -52,7 +52,11 @@ def test_a_fused_graph_step_is_split_and_the_next_step_is_explained(one_b):
     split = json.loads(charts[2].proto.spec)
     parts = {t["name"].split(":")[0]: t["x"][0] for t in split["data"]}
     run = one_b.run("fused+graph", 1)
-    assert set(parts) == {"read floor", "kernel boundaries", "host launch + input copies"}
+    assert set(parts) == {
+        "read floor",
+        "kernel boundaries",
+        "the GPU's wait for the host's input copies and graph launch",
+    }
     assert sum(parts.values()) == pytest.approx(run.step_us_median)
     assert parts["read floor"] == pytest.approx(one_b.read_floor_us(1))
     assert any(f"kernel boundaries: {run.kernels_per_step} ×" in t["name"] for t in split["data"])
@@ -138,3 +142,42 @@ def test_the_recorded_persistent_run_shows_inside_its_kernel():
 def test_the_calibration_tab_reads_a_run_of_two_modes():
     at = _open_persistent("Calibration", "cal_run")
     assert at.get("plotly_chart") or at.warning or at.info  # a fit, or why there is none; never a traceback
+
+
+def test_the_persistent_run_is_found_by_name_and_the_intro_counts_every_mode():
+    """Issue 29, item 2: the Run menu names each shipped run's modes; the intro names every mode the probe runs."""
+    from core.step_plan import MODES, PERSISTENT, probe_modes
+    from ui.probe_results import describe
+
+    at = open_tab("Live GPU probe")
+    options = at.selectbox(key="pr_run").options
+    persistent = [o for o in options if PERSISTENT.label in o]
+    assert len(persistent) == 1 and "03 Dec 2026 08:58" in persistent[0], options
+    intro = next(c.value for c in at.caption if c.value.startswith("A Llama-style decoder"))
+    assert all(MODES[m].label in intro for m in probe_modes()) and "run six ways" in intro
+    # A link made before the labels named the modes still opens its run.
+    result = probe_result.load_result(PERSISTENT_RUN)
+    old = f"recorded: 1b preset, {describe(result)}"
+    shared = open_tab("Live GPU probe", pr_run=old)
+    assert shared.selectbox(key="pr_run").value == persistent[0]
+
+
+@pytest.mark.parametrize("mode", ["fused+graph", "persistent"])
+def test_simulated_lanes_are_called_calibrated_only_where_the_fit_holds(mode):
+    """Issue 29, item 3: beside each step of the persistent run, the simulated lanes' title is the fit's verdict at
+    that point: 'calibrated' where left out of the fit it is predicted within the calibration goal, else 'model,
+    off by X % at this point' (fused + graph at batch 1 was labelled calibrated while 27 % off left out)."""
+    from sim.calibration import calibrate
+
+    cal = calibrate(probe_result.load_result(PERSISTENT_RUN))
+    i = next(i for i, p in enumerate(cal.points) if p.mode.name == mode and p.batch == 1)
+    at = _open_persistent("Live GPU probe", "pr_run")
+    at.selectbox(key="pr_mode").set_value(mode)
+    at.selectbox(key="pr_batch").set_value(1)
+    at.run()
+    title = next(m.value for m in at.markdown if m.value.startswith("**Simulated**"))
+    verdict = cal.verdict_at(i)
+    assert as_read(title) == f"**Simulated** · {verdict}"
+    assert any(cal.verdict_detail(i) in as_read(c.value) for c in at.caption)
+    assert verdict.startswith("calibrated to this run") == cal.holds_at(i)
+    assert verdict.startswith("model, off by") == (not cal.holds_at(i))

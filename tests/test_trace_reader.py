@@ -374,7 +374,7 @@ def test_unusable_kernel_fields_are_named():
     for e in events:
         if e["cat"] == "kernel":
             e["ts"] = "soon"
-    with pytest.raises(T.TraceError, match="none of its 3 GPU events has a name and a usable time stamp"):
+    with pytest.raises(T.TraceError, match="none of its 3 GPU events has a name, a usable time stamp"):
         T.analyse(as_bytes(trace(*events)))
 
 
@@ -386,3 +386,45 @@ def test_rows_spilled_to_columns_while_reading_read_the_same(monkeypatch):
     spilled = T.read_trace(data)
     for name in ("call_ts", "call_corr", "gpu_ts", "gpu_corr", "gpu_name", "call_thread"):
         assert np.array_equal(getattr(whole, name), getattr(spilled, name)), name
+
+
+# -- issue 29, item 5: each message names the fault the trace has ------------------------------------------
+@pytest.mark.parametrize("bad", [float("nan"), "soon", 10**400], ids=["NaN", "text", "400 digits"])
+def test_kernels_with_an_unusable_time_stamp_are_named_as_such(bad):
+    events = eager_step(0.0, 1, n=5)
+    for k in (3, 5):  # the second and third kernels
+        events[k] = {**events[k], "ts": bad}
+    (step,) = T.analyse(as_bytes(trace(*events))).steps
+    assert step.kernels == 3
+    (note,) = step.notes
+    assert note.startswith("2 launch calls in this step launched GPU work whose time stamp ('ts')")
+    assert "dropped" not in note
+
+
+def test_a_stream_id_no_profiler_writes_is_not_a_second_stream():
+    events = eager_step(0.0, 1, n=5)
+    events[3]["args"]["stream"] = 10**400
+    (step,) = T.analyse(as_bytes(trace(*events))).steps
+    assert step.gpu_streams == 1 and step.kernels == 4
+    assert any("stream id is unusable" in note for note in step.notes)
+
+
+def test_kernels_stamped_before_their_launches_have_no_launch_delay():
+    """Every kernel at ts 0: each is drawn at its call's start, and the readout has no delay to show (it said
+    -4.0 µs, minus each launch call's length)."""
+    from sim.trace_kernels import kernel_table
+
+    events = eager_step(1000.0, 1, n=5)
+    for e in events:
+        if e["cat"] == "kernel":
+            e["ts"] = 0.0
+    report = T.analyse(as_bytes(trace(*events)))
+    (step,) = report.steps
+    assert step.launch_delay() == {"median_us": None, "p90_us": None, "max_us": None}
+    assert all(row["launch_delay_us"] is None for row in kernel_table(report, step.index))
+    assert any("with no launch delay" in note for note in step.notes)
+
+
+def test_a_recorder_block_of_the_wrong_kind_is_named_as_json_names_it():
+    for block, kind in ((5, "a number"), ([1], "a list"), ("x", "a string"), (True, "true or false")):
+        assert f"(it is {kind}, not an object)" in T.untraced_block(block)[1]

@@ -219,3 +219,45 @@ def test_hf_compiled_step_has_little_left_to_fuse_or_graph():
 def test_cpu_only_profile_is_refused_in_one_sentence():
     with pytest.raises(TraceError, match="CPU-only profile"):
         analyse(HF / "cpu_only_eager_sync.json.gz")
+
+
+# -- issue 29, item 4: what fusion saves at batch 1 is intermediate activations, group by group ------------------
+def test_fusion_saves_the_intermediates_its_groups_keep_on_chip_not_a_kv_cache():
+    """The Hugging Face Llama-1B eager step at batch 1: every intermediate a fused group keeps on chip is an
+    activation (at most the FFN's width in fp32 a row) read by a later member of its group, and the figure the
+    page quotes is the groups' sum. It said 674.5 MB: 2 × the KV cache that repeat_kv's copies expand for the
+    attention, which the attention reads whatever is fused, counted as if fusion saved it."""
+    step = analyse(HF / "hf_llama_eager_profilerstep.json.gz").steps[0]
+    fused = whatifs(step, default_replay_cost())["fusion"]
+    activation = MEASURED["model"]["ffn"] * 4  # bytes: the widest activation of one row, in fp32
+    assert fused.groups and fused.bytes_saved == sum(g.bytes_saved for g in fused.groups)
+    assert all(b <= activation for g in fused.groups for *_, b in g.intermediates)
+    layers = MEASURED["model"]["layers"]
+    assert (
+        0 < fused.bytes_saved <= 2 * layers * 16 * activation
+    )  # 16 intermediates a layer at the most: a few MB
+    assert (
+        f"that is {fused.bytes_saved / 1e6:.2f} MB a step" in (ROOT / "docs" / "trace-reader.md").read_text()
+    )
+
+
+def test_a_fused_group_counts_what_a_later_member_reads():
+    from sim.trace_whatif import fused_group
+
+    kv = "[1, 8, 4, 2560, 64] bf16"
+    repeat = fused_group(0, (f"aten::copy_ {kv}, {kv}, scalar", f"aten::copy_ {kv}, {kv}, scalar"))
+    assert repeat.intermediates == ()  # two copies the attention reads: written either way
+    norm = fused_group(
+        0,
+        (
+            "aten::copy_ [1, 1, 2048] f32, [1, 1, 2048] bf16, scalar",  # the cast to fp32: read by pow and mul
+            "aten::pow [1, 1, 2048] f32, scalar",
+            "aten::mean [1, 1, 2048] f32, scalar, scalar, scalar",  # a reduction: its output shape is not recorded
+            "aten::mul [1, 1, 2048] f32, [1, 1, 1] f32",
+        ),
+    )
+    assert [(op, shape, size) for op, shape, _, size in norm.intermediates] == [
+        ("aten::copy_", (1, 1, 2048), 8192),
+        ("aten::pow", (1, 1, 2048), 8192),
+    ]
+    assert norm.bytes_saved == 2 * (8192 + 8192)

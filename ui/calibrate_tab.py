@@ -19,7 +19,17 @@ from ui.charts import format_us, lanes_figure
 from ui.common import plain
 from ui.probe_results import available_results, recorded, run_picker, upload_widget
 
+# Below the lanes, one view at a time (only the open one runs: the first open of the tab draws two charts and one
+# small table, not two charts and four tables; issue 29, item 7).
+VIEWS = (
+    "Errors by mode",
+    "Predicted vs measured",
+    "Every point",
+    "Fitted parameters",
+    "As a simulator preset",
+)
 CALIBRATE_PARAMS: dict[str, tuple] = {
+    "cal_view": ("choice", VIEWS),
     "cal_mode": ("choice", tuple(MODES)),
     "cal_batch": ("int", 1, 65536),
     "cal_whole": ("bool",),
@@ -30,7 +40,6 @@ LOO_LABEL = "Median step-time error (leave-one-out)"
 
 # -- page -------------------------------------------------------------------------
 def _pick():
-    upload_widget("cal_upload", "cal_run")
     options = available_results()
     if not options:
         st.warning("No probe run to calibrate against: the recorded run is missing and nothing was uploaded.")
@@ -65,6 +74,7 @@ def _params_view(cal: Calibration) -> None:
 
 
 def _headline(cal: Calibration) -> None:
+    """The three headline figures: the median and worst step-time errors left out, the median in the fit."""
     fit_err = float(np.median(np.abs(cal.errors()[:, 0])))
     summary = loo_summary(cal)
     point, worst = summary["worst_point"], summary["worst_point"]["error"]
@@ -80,6 +90,11 @@ def _headline(cal: Calibration) -> None:
         help=f"{point['mode']} at batch {point['batch']}",
     )
     c.metric("Median step-time error (fit)", f"{100 * fit_err:.1f}%")
+
+
+def _by_mode(cal: Calibration) -> None:
+    """Each mode's errors, and the verdict against the goals."""
+    summary = loo_summary(cal)
     per_mode = [
         {
             "mode": m.name,
@@ -92,10 +107,11 @@ def _headline(cal: Calibration) -> None:
         for m in modes(modelled=True)
         if any(p.mode == m for p in cal.points)
     ]
-    st.dataframe(
-        per_mode,
+    # A few rows: a static table, not the interactive grid (which costs the first open of the tab ~0.1 s to mount).
+    st.table(
+        [{k: v if k == "mode" else f"{v:.1f}" for k, v in row.items()} for row in per_mode],
         hide_index=True,
-        column_config={k: st.column_config.NumberColumn(format="%.1f") for k in per_mode[0] if k != "mode"},
+        width="content",
     )
     text = verdict(summary, "Leave-one-out")
     (st.success if ". Meets the goals" in text else st.warning)(text)
@@ -121,14 +137,15 @@ def _table(cal: Calibration) -> None:
     )
 
 
-def _overlay(cal: Calibration, result) -> None:
+def _overlay(cal: Calibration, result, columns) -> None:
     fitted = tuple(m for m in MODES if any(p.mode.name == m for p in cal.points))
-    mode_col, batch_col, whole_col = st.columns([2, 2, 1.2], vertical_alignment="bottom")
+    mode_col, batch_col, whole_col = columns
     mode = mode_col.selectbox("Mode", fitted, key="cal_mode", bind="query-params")
     batches = tuple(sorted({p.batch for p in cal.points if p.mode.name == mode}))
     batch = batch_col.selectbox("Batch size", batches, key="cal_batch", bind="query-params")
     whole = whole_col.toggle("Show the whole step", key="cal_whole", bind="query-params")
     index = next(i for i, p in enumerate(cal.points) if p.mode.name == mode and p.batch == batch)
+    st.markdown("**Simulated over measured lanes**")
     measured, simulated = result.run(mode, batch).timeline, cal.timeline(index)
     st.plotly_chart(
         lanes_figure(measured, overlay=simulated, whole_step=whole),
@@ -139,45 +156,67 @@ def _overlay(cal: Calibration, result) -> None:
     )
     m, s = measured.metrics(), simulated.metrics()
     st.caption(
-        f"Top: the profiled step ({m.kernels} kernels, {format_us(m.step_us)}); bottom: the calibrated "
-        f"model ({s.kernels} kernels, {format_us(s.step_us)}). The profiled step runs slower than the "
-        "median step the fit uses, because the profiler adds host time to every launch."
+        f"Top: the profiled step ({m.kernels} kernels, {format_us(m.step_us)}). Bottom: the model's step "
+        f"({s.kernels} kernels, {format_us(s.step_us)}): {cal.verdict_at(index)}. {cal.verdict_detail(index)} The "
+        "profiled step runs slower than the median step the fit uses, because the profiler adds host time to every "
+        "launch."
     )
 
 
 def render() -> None:
+    # The picture first (issue 29, item 6): the pickers in one row, the headline errors, the lanes; one view of the
+    # fit below them (VIEWS), and the uploader last, so that at 1400 x 1000 the lanes are on the first screen.
     st.subheader("Calibrate the timing model to a measured run")
     st.caption(
-        "Fit each kernel family's latency and bandwidth, the launch and replay costs and the node gap to a "
-        "probe run's profiled steps, then check how well the model predicts each step, including steps "
-        "it was not fitted to."
+        "Fit each kernel family's latency, bandwidth and matrix rate, the launch and replay costs and the node gap "
+        "to a probe run's profiled steps, then check how well the model predicts each step, left out of its fit."
     )
-    result = _pick()
+    run_col, *columns = st.columns([3.4, 1.3, 1.1, 1.3], vertical_alignment="bottom")
+    with run_col:
+        result = _pick()
     if result is None:
+        _your_run()
         return
     try:
         cal = calibration_of(result)
     except ValueError as err:
         st.error(f"This run cannot be calibrated: {plain(err)}")
+        _your_run()
         return
     _headline(cal)
-    st.markdown("**Fitted parameters**")
-    _params_view(cal)
-    st.markdown("**Predicted vs measured**")
-    st.plotly_chart(
-        predicted_vs_measured_figure(cal), width="stretch", key="cal_scatter", config={"displaylogo": False}
-    )
-    st.caption(
-        "Each dot is one measured run, labelled with its batch size where the label has room (hover a "
-        "dot for its mode and batch); on the dotted line the prediction is exact. Measured step time is the median over many steps; CPU launch time is the host's "
-        "median time to enqueue a step; GPU busy time comes from the profiled step; utilisation is GPU "
-        "busy over the median step."
-    )
-    _table(cal)
-    st.markdown("**Simulated over measured lanes**")
-    _overlay(cal, result)
+    _overlay(cal, result, columns)
+    views = dict(zip(VIEWS, st.tabs(VIEWS, key="cal_view", bind="query-params")))
+    if views["Errors by mode"].open:
+        with views["Errors by mode"]:
+            _by_mode(cal)
+    if views["Predicted vs measured"].open:
+        with views["Predicted vs measured"]:
+            st.plotly_chart(
+                predicted_vs_measured_figure(cal),
+                width="stretch",
+                key="cal_scatter",
+                config={"displaylogo": False},
+            )
+            st.caption(
+                "Each dot is one measured run, labelled with its batch size where the label has room (hover a dot "
+                "for its mode and batch); on the dotted line the prediction is exact. Measured step time is the "
+                "median over many steps; CPU launch time is the host's median time to enqueue a step; GPU busy time "
+                "comes from the profiled step; utilisation is GPU busy over the median step."
+            )
+    if views["Every point"].open:
+        with views["Every point"]:
+            _table(cal)
+    if views["Fitted parameters"].open:
+        with views["Fitted parameters"]:
+            _params_view(cal)
+    if views["As a simulator preset"].open:
+        with views["As a simulator preset"]:
+            _preset(result)
+    _your_run()
+
+
+def _preset(result) -> None:
     preset = preset_for(result)
-    st.markdown("**As a simulator preset**")
     st.text(preset.title)  # the device name comes from the file: text, never markdown
     rec, _ = recorded()
     if rec is not None and result_key(rec) == result_key(result):
@@ -188,3 +227,8 @@ def render() -> None:
             "never measured."
         )
     st.text(preset.note)
+
+
+def _your_run() -> None:
+    st.markdown("**Your own run**")
+    upload_widget("cal_upload", "cal_run")

@@ -11,8 +11,9 @@ open"): the fit with leave-one-out is also the fit without it (same parameters),
 predicted picture reuses whichever fit of that content exists; and the shipped run's fit starts
 when the server does (`prefit_recorded`, from ui/warmup.py) in a separate process at the lowest
 CPU priority, so it uses only cores the first page leaves idle and never holds the server's GIL.
-The page waits for that fit instead of starting a second one. Set LAUNCH_BOUND_NO_PREFIT=1 to
-turn it off.
+The page waits for that fit instead of starting a second one. Meanwhile a thread of the server reads the shipped
+runs and hashes their content (`_read_shipped_runs`), which the first open of the tab paid for otherwise (0.4-0.8 s
+on 2 busy cores, issue 29, item 7). Set LAUNCH_BOUND_NO_PREFIT=1 to turn both off.
 """
 
 from __future__ import annotations
@@ -84,10 +85,26 @@ def _fit_recorded(path: str) -> tuple[str, Calibration]:
     return result_key(result), calibrate(result)
 
 
+def _read_shipped_runs() -> None:
+    """In a thread of the server: the shipped runs read and their content keys hashed (~0.2 s on 2 cores), so the
+    first open of the probe or Calibration tab finds them cached (Streamlit's caches are the server's)."""
+    from ui.probe_results import more_recorded, recorded
+
+    rec, _ = recorded()
+    for result in (rec, *more_recorded()) if rec is not None else ():
+        result_key(result)
+
+
 def prefit_recorded() -> None:
-    """Start fitting the shipped run in a separate, lowest-priority process (once per server)."""
+    """Start fitting the shipped run in a separate, lowest-priority process (once per server), and read the shipped
+    runs in a thread meanwhile."""
     if _PREFIT or os.environ.get("LAUNCH_BOUND_NO_PREFIT"):
         return
+    from streamlit.runtime.scriptrunner import add_script_run_ctx
+
+    reader = threading.Thread(target=_read_shipped_runs, name="read-shipped-runs", daemon=True)
+    add_script_run_ctx(reader)  # the caches are the server's; the context only keeps Streamlit from warning
+    reader.start()
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -165,17 +182,22 @@ def preset_for(result) -> Preset:
 
 
 def probe_sim_step(result, mode: str, batch: int):
-    """(predicted Timeline, title) of a measured setting from the calibrated model, or (None, why)."""
+    """(predicted Timeline, title, the title's reason) of a measured setting from the model fitted to the run, or
+    (None, why, ''). The title says 'calibrated' only where the fit holds at that point (`Calibration.verdict_at`:
+    its leave-one-out error within the calibration goal), so the fit here is the one with leave-one-out, as the
+    Calibration tab's."""
     try:
-        cal = fit_of(result)
+        cal = calibration_of(result)
     except ValueError as err:
-        return None, f"The timing model cannot be fitted to this run: {err}"
+        return None, f"The timing model cannot be fitted to this run: {err}", ""
     if mode not in MODES or not MODES[mode].modelled:
-        return None, (
+        return (
+            None,
             "torch.compile's step is not a modelled mode: Inductor generates its own kernels, "
-            "so there is no predicted picture for it."
+            "so there is no predicted picture for it.",
+            "",
         )
     index = next((i for i, p in enumerate(cal.points) if p.mode.name == mode and p.batch == batch), None)
     if index is None:
-        return None, "This setting was not measured."
-    return cal.timeline(index), "calibrated to this run, same kernels"
+        return None, "This setting was not measured.", ""
+    return cal.timeline(index), cal.verdict_at(index), cal.verdict_detail(index)

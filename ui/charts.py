@@ -277,26 +277,28 @@ def lanes_figure(
     title: str | None = None,
     max_bars: int = MAX_BARS,
     max_segments: int = MAX_SEGMENTS,
+    tags: tuple[str, str] | None = None,
 ) -> go.Figure:
     """CPU and GPU lanes of one step (a lane per host thread and per CUDA stream where it used more
     than one); `overlay` adds a second step's lanes below.
 
     By default only the first `first` launches are drawn (the chapter's view), which is
-    where the bubbles are visible; `whole_step=True` draws everything.
+    where the bubbles are visible; `whole_step=True` draws everything. `tags` names the two steps'
+    lanes where the caller knows better than their sources and labels ('' leaves a step's lanes bare).
     """
     shown = [timeline] + ([overlay] if overlay is not None else [])
     if not whole_step:
         shown = [t.first_launches(first) for t in shown]
     lanes: list[str] = []
     groups = []
-    for i, (step, tag) in enumerate(zip(shown, _tags(shown))):
+    for i, (step, tag) in enumerate(zip(shown, tags or _tags(shown))):
         cpu_lanes, gpu_lanes = _step_lanes(step, tag)
         lanes += [*cpu_lanes.values(), *gpu_lanes.values()]
         groups.append((step, cpu_lanes, gpu_lanes, tag, i == 1))
 
     total_bars = sum(
-        len(s.cpu_start) + (1 + len(g)) * len(s.gpu_start) + 1 for s, _, g, *_ in groups
-    )  # launches + kernels + at most one gap per kernel on each GPU lane
+        len(s.cpu_start) + len(s.gpu_start) + len(s.idle_intervals()[0]) * len(g) for s, _, g, *_ in groups
+    )  # launches + kernels + the idle stretches, drawn on every GPU lane
     make_trace = _segment_trace if total_bars > max_bars else _bar_trace
     binned = whole_step and total_bars > max_segments
     if binned and not title:
@@ -348,6 +350,10 @@ def lanes_figure(
     }
     if title:
         layout["title"] = {"text": title}
+    if make_trace is _segment_trace and not binned:
+        # Plotly draws no WebGL trace on a reversed category axis (every segment lands in one strip below
+        # the last lane: Streamlit's plotly.js in Chromium): the lanes are listed bottom to top on a plain axis instead.
+        layout["yaxis"].update(categoryarray=lanes[::-1], autorange=False, range=[-0.5, len(lanes) - 0.5])
     return _figure(traces, layout)
 
 

@@ -21,6 +21,15 @@ BOUND_LABEL = "Bound by"
 SPEEDUP_LABEL = "vs unoptimised"
 UTILISATION_LABEL = "GPU utilisation"
 READOUT_LABELS = (KERNELS_LABEL, STEP_LABEL, BOUND_LABEL, SPEEDUP_LABEL, UTILISATION_LABEL)
+# What the profiler-dependent readouts are of, where a step can be read two ways (`show_readouts`' basis).
+TRACED, UNTRACED = "as traced", "no profiler"
+_ON_BASIS = (STEP_LABEL, BOUND_LABEL, UTILISATION_LABEL)  # the readouts the profiler changes
+
+
+def readout_labels(basis: str = "") -> tuple[str, ...]:
+    """The five readouts' labels as `show_readouts(..., basis=basis)` shows them."""
+    return tuple(f"{label} ({basis})" if basis and label in _ON_BASIS else label for label in READOUT_LABELS)
+
 
 _MARKDOWN_SPECIALS = "\\`*_{}[]()<>#+-.!|~$:="
 # Streamlit's markdown links bare `https://…`, `www.…` and `name@host` text (GitHub's autolink extension),
@@ -61,9 +70,12 @@ def show_readouts(
     *,
     speedup_help: str | None = None,
     phases: bool = False,
+    basis: str = "",
 ) -> None:
     """The five headline numbers of one step, in one row of `st.metric`s (`phases`: the GPU intervals are
-    the phases of one persistent kernel)."""
+    the phases of one persistent kernel). `basis` ('as traced', 'no profiler') is put on the labels of the
+    figures the profiler changes, so that a step read two ways never shows two values under one name."""
+    labels = dict(zip(READOUT_LABELS, readout_labels(basis)))
     kernels, step, bound, versus, util = st.columns(5)
     if phases:
         kernels.metric(
@@ -78,12 +90,12 @@ def show_readouts(
             help=f"{metrics.launches:,} CPU launch call(s) submit them.",
         )
     step.metric(
-        STEP_LABEL,
+        labels[STEP_LABEL],
         format_us(metrics.step_us),
         help="From the first CPU launch to the end of the last kernel: one decode token.",
     )
     bound.metric(
-        BOUND_LABEL,
+        labels[BOUND_LABEL],
         metrics.bound_by,
         help="Whichever side needs longer: the CPU building and submitting launches, "
         "or the GPU executing kernels.",
@@ -95,7 +107,7 @@ def show_readouts(
         or "Step time with fusion and graphs off (same model and batch) divided by this step time.",
     )
     util.metric(
-        UTILISATION_LABEL,
+        labels[UTILISATION_LABEL],
         format_utilisation(metrics.utilisation),
         help="Share of the step in which a kernel is running; the rest is idle bubbles.",
     )

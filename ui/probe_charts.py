@@ -17,8 +17,9 @@ BOUNDARY_COLOUR = "rgba(150, 150, 150, 0.85)"
 HOST_COLOUR = CPU_COLOUR
 
 
-def step_split_figure(split: dict, step_us: float) -> go.Figure:
-    """One stacked bar: read floor | kernel boundaries | host launch + input copies (µs)."""
+def step_split_figure(split: dict, step_us: float, host_name: str) -> go.Figure:
+    """One stacked bar: read floor | kernel boundaries | the GPU's wait for the host (µs); `host_name` names the
+    last part as the page's text does (`ui.probe_tab.host_wait_phrase`)."""
     parts = (
         ("read floor: the bytes at copy bandwidth", split["floor_us"], FLOOR_COLOUR, ""),
         (
@@ -27,7 +28,7 @@ def step_split_figure(split: dict, step_us: float) -> go.Figure:
             BOUNDARY_COLOUR,
             "",
         ),
-        ("host launch + input copies", split["host_us"], HOST_COLOUR, ""),
+        (host_name, split["host_us"], HOST_COLOUR, ""),
     )
     traces = [
         {

@@ -56,7 +56,9 @@ def measure_live(batches=None):
         with store["lock"]:
             if key not in store["results"]:
                 status.update(label="Warming up…")
-                status.write(f"Measuring all five modes at {len(key)} batch sizes takes {LIVE_DURATION}")
+                status.write(
+                    f"Measuring all {len(probe_modes())} modes at {len(key)} batch sizes takes {LIVE_DURATION}"
+                )
 
                 def progress(message: str) -> None:
                     status.update(label=_phase(message))

@@ -12,6 +12,7 @@ from datetime import datetime
 import streamlit as st
 
 from core import probe_result, tp_result
+from core.step_plan import MODES
 from ui.common import plain
 from ui.uploads import files_go_with_the_session, release_upload
 
@@ -91,6 +92,10 @@ def session_tp_results() -> dict:
     return st.session_state.setdefault(TP_RESULTS_KEY, {})
 
 
+def _pending(select_key: str) -> str:
+    return f"_{select_key}_uploaded"
+
+
 def upload_widget(key: str, select_key: str, accepts_tp: bool = False) -> None:
     """A result-file uploader; a bad file is named in an error and changes nothing else.
 
@@ -141,11 +146,32 @@ def upload_widget(key: str, select_key: str, accepts_tp: bool = False) -> None:
         uploads = session_tp_results() if is_tp else session_results()
         if label not in uploads:
             uploads[label] = result
-            st.session_state[select_key] = label
             stale = [k for k in uploads if k.startswith("uploaded")][:-MAX_SESSION_UPLOADS]
             for old in stale:
                 del uploads[old]
+        # The run picker may already be drawn above: the new run becomes the one shown on the next run.
+        st.session_state[_pending(select_key)] = label
     st.session_state[seen_key] = (file.file_id, why)
+    if why is None:
+        st.rerun()
+
+
+def modes_of(result) -> str:
+    """'fused + graph, persistent kernel': the modes a run measured, as the page names them."""
+    return ", ".join(MODES[m].label for m in result.modes)
+
+
+def recorded_label(result) -> str:
+    """'recorded: 1b preset · fused + graph, persistent kernel · NVIDIA H200, 03 Dec 2026 08:58 UTC': a shipped
+    run as the Run menus name it, its modes included so that a run can be found by what it measured."""
+    preset = preset_of(result)
+    return f"recorded: {preset + ' preset · ' if preset else ''}{modes_of(result)} · {describe(result)}"
+
+
+def _label_before_modes(result) -> str:
+    """A shipped run's label before the labels named the modes: links made then still open their run."""
+    preset = preset_of(result)
+    return f"recorded: {preset + ' preset, ' if preset else ''}{describe(result)}"
 
 
 def available_results() -> dict:
@@ -154,8 +180,7 @@ def available_results() -> dict:
     rec, _ = recorded()
     # The other shipped runs come with the default one (a page without it asks for a file).
     for run in (rec, *more_recorded()) if rec is not None else ():
-        preset = preset_of(run)
-        out[f"recorded: {preset + ' preset, ' if preset else ''}{describe(run)}"] = (run, "recorded")
+        out[recorded_label(run)] = (run, "recorded")
     for label, res in session_results().items():
         out[label] = (res, "live" if label.startswith("live") else "uploaded")
     return out
@@ -165,7 +190,11 @@ def run_picker(title: str, options: dict, key: str, help_text: str) -> str:
     """A run picker bound to the URL, so a link opens the same run (an upload's label exists only in the
     session that made it: such a link falls back to the first run). Seeded through session state (not
     `index`) so that a new upload can select itself."""
+    uploaded = st.session_state.pop(_pending(key), None)  # a run uploaded below the picker, the last run
+    if uploaded in options:
+        st.session_state[key] = uploaded
     wanted = st.session_state.get(key) or st.query_params.get(key)  # a session's first run: the link's
     if wanted not in options:
-        st.session_state[key] = next(iter(options))
+        before = {_label_before_modes(v[0]): o for o, v in options.items() if v[1:] == ("recorded",)}
+        st.session_state[key] = before.get(wanted, next(iter(options)))
     return st.selectbox(title, tuple(options), key=key, help=help_text, bind="query-params")

@@ -16,7 +16,7 @@ from core.step_plan import BASELINE, FUSED_GRAPH
 from core.tp_result import TPResult
 from ui import tp_view
 from ui.charts import FIRST_LAUNCHES, format_us, lanes_figure
-from ui.common import chrome_trace_download, code, plain, show_readouts
+from ui.common import UNTRACED, chrome_trace_download, code, format_utilisation, plain, show_readouts
 from ui.probe_charts import mark_profiler_stretch, share_time_axis, step_split_figure
 from ui.probe_live import LIVE_BATCHES, LIVE_DURATION, measure_live
 from ui.probe_results import available_results, describe, recorded, run_picker, upload_widget
@@ -52,19 +52,17 @@ def _pick_result():
             "Measure on this GPU",
             key="pr_live",
             bind="query-params",
-            help="Runs the probe's 0.5 B decoder in all five modes at batch "
+            help=f"Runs the probe's 0.5 B decoder in all {len(step_plan.probe_modes())} modes at batch "
             f"{', '.join(map(str, LIVE_BATCHES))}, with the graph captures and correctness checks: "
             f"{LIVE_DURATION} Progress shows below; the result is kept for every session on this server.",
         ):
             result = measure_live()
             if result is not None:
                 return result, "live"
-    upload_widget("pr_upload", "pr_run", accepts_tp=True)
-    st.caption(tp_view.NO_RUN_NOTE)
     options = {**available_results(), **tp_view.uploaded_options()}  # a TP run is shown by ui.tp_view
     if not options:
         _, why = recorded()
-        st.warning(f"No recorded run could be read ({plain(why)}). Upload a result file to see one.")
+        st.warning(f"No recorded run could be read ({plain(why)}). Upload a result file (below) to see one.")
         return None, None
     label = run_picker(
         "Run",
@@ -84,6 +82,20 @@ def _readouts(result, run) -> None:
         base.step_us_median / run.step_us_median if base else None,
         speedup_help="Median eager step time at this batch divided by this mode's (no fusion, no "
         "graphs, same model and GPU).",
+        basis=UNTRACED,
+    )
+
+
+def _readout_notes(result, run) -> None:
+    """Below the lanes: what the readouts are of, and the step against the read floor."""
+    traced = run.timeline.metrics()  # as Your trace reads the same step: one function for both
+    st.caption(
+        f"Without the profiler: the step time is the median of the measured steps (p10 "
+        f"{format_us(run.step_us_p10)}, p90 {format_us(run.step_us_p90)}), the GPU utilisation the profiled "
+        "step's GPU busy time over it (the profiler slows the host, not the kernels), and bound-by sets that "
+        f"busy time against the host's median enqueue time. The lanes are the profiled step: "
+        f"{format_us(traced.step_us)} as traced, GPU utilisation {format_utilisation(traced.utilisation)} as "
+        "traced (the profiler adds host time to every launch)."
     )
     floor_col, hbm_col, _ = st.columns([1, 1, 3])
     floor_col.metric(
@@ -99,18 +111,13 @@ def _readouts(result, run) -> None:
         help=f"The bytes this step must read over its median time: {result.hbm_used_GBps(run) / result.hbm_copy_GBps:.0%} "
         f"of the {result.hbm_copy_GBps:,.0f} GB/s a large copy reaches on this GPU.",
     )
-    st.caption(
-        f"Step time: median of the measured steps (p10 {format_us(run.step_us_p10)}, "
-        f"p90 {format_us(run.step_us_p90)}). Utilisation, bound-by and the lanes come from one "
-        "profiled step; the profiler adds some host time to each launch."
-    )
 
 
 def _lanes(result, run, source: str, whole: bool) -> None:
     from ui.calibration_cache import probe_sim_step  # the calibrated model's picture of the same settings
 
     measured = lanes_figure(run.timeline, whole_step=whole)
-    step, title = probe_sim_step(result, run.mode, run.batch)
+    step, title, why = probe_sim_step(result, run.mode, run.batch)
     simulated = lanes_figure(step, whole_step=whole) if step is not None else None
     # One time axis for both, so a step twice as long looks twice as long.
     shown = [t if whole else t.first_launches(FIRST_LAUNCHES) for t in (run.timeline, step) if t is not None]
@@ -130,8 +137,7 @@ def _lanes(result, run, source: str, whole: bool) -> None:
         )
         if stretch and run.timeline.cpu_end[0] > run.enqueue_us_median:
             st.caption(
-                f"Shaded: the profiler's stretch. Unprofiled, the input copies and the graph "
-                f"launch take {format_us(run.enqueue_us_median)} of host time (median); under the profiler, "
+                f"Shaded: the profiler's stretch. {host_time_phrase(run).capitalize()}; under the profiler, "
                 f"{format_us(float(run.timeline.cpu_end[0]))}. The GPU lane waits for that launch, so its idle "
                 "start is mostly the profiler's: the measured step is bound by the GPU."
             )
@@ -147,6 +153,7 @@ def _lanes(result, run, source: str, whole: bool) -> None:
                 theme=None,  # lanes carry their own styles (ui/charts.py)
                 config={"displaylogo": False, "scrollZoom": True},
             )
+            st.caption(f"{why} The same kernels as the measured step, timed by the model fitted to this run.")
     chrome_trace_download(
         run.timeline,
         "Download the measured step as a Chrome trace (open in Perfetto)",
@@ -168,6 +175,25 @@ def _model_line(result) -> str:
     return "Model of this run: " + ", ".join(p for p in parts if p) + "."
 
 
+def host_time_phrase(run) -> str:
+    """'the input copies and the graph launch take 164 µs of host time, median without the profiler': the host's
+    time for a replay, in the one wording every figure of it uses (the GPU's wait for it is `step_split`'s)."""
+    return (
+        f"the input copies and the graph launch take {format_us(run.enqueue_us_median)} of host time, median "
+        "without the profiler"
+    )
+
+
+HOST_WAIT = "the GPU's wait for the host's input copies and graph launch"
+
+
+def host_wait_phrase(split) -> str:
+    """ "the GPU's wait for the host's input copies and graph launch, 137 µs": `step_split`'s host share, named as
+    what it is (the part of the host's time the step waits for), 'at most' where the run cannot tell."""
+    bound = "at most " if split["host_from"] == "enqueue" else ""
+    return f"{HOST_WAIT}, {bound}{format_us(split['host_us'])}"
+
+
 def _host_share_source(run, split) -> str:
     """How the split's host share was obtained, in words."""
     if split["host_from"] == "back to back":
@@ -178,8 +204,7 @@ def _host_share_source(run, split) -> str:
             "to zero": f"none: back to back the step took {b2b}, no faster",
         }[split["host_clamped"]]
         spent = (
-            f" (the host spends {format_us(run.enqueue_us_median)} submitting them, median; the rest overlaps "
-            "the GPU's work)"
+            f" ({host_time_phrase(run)}; the rest overlaps the GPU's work)"
             if run.enqueue_us_median and run.enqueue_us_median > split["host_us"]
             else ""
         )
@@ -187,7 +212,10 @@ def _host_share_source(run, split) -> str:
             f"{how}{spent}: each timed step starts on an idle GPU, which waits through the host's work; back to "
             "back, that work hides under the previous step"
         )
-    return "its median enqueue time: each timed step starts on an idle GPU, which waits through it"
+    return (
+        "at most its median enqueue time, since this run has no back-to-back timing to tell how much of it "
+        "the GPU waits for: each timed step starts on an idle GPU, which waits through at most that"
+    )
 
 
 def _inside_the_kernel(result, run) -> None:
@@ -196,7 +224,10 @@ def _inside_the_kernel(result, run) -> None:
     st.subheader("Inside the persistent kernel")
     inside = run.phase_timeline()
     peer = result.run(FUSED_GRAPH.name, run.batch)
-    figure = lanes_figure(inside, overlay=peer.timeline if peer else None, whole_step=True)
+    # The SM lanes bare, the overlay named by its mode (both steps' labels are their graph launches).
+    figure = lanes_figure(
+        inside, overlay=peer.timeline if peer else None, whole_step=True, tags=("", FUSED_GRAPH.label)
+    )
     st.plotly_chart(figure, width="stretch", key="pr_phases", theme=None, config={"displaylogo": False})
     ph = run.phases
     st.caption(
@@ -226,7 +257,7 @@ def _inside_the_kernel(result, run) -> None:
     rest = max(run.step_us_median - split["floor_us"] - split["host_us"] - barriers - imbalance, 0.0)
     st.markdown(
         f"**Where its {format_us(run.step_us_median)} go** (median step at batch {run.batch}): the read floor "
-        f"{format_us(split['floor_us'])}, the host's input copies and graph launch {format_us(split['host_us'])}, "
+        f"{format_us(split['floor_us'])}, {host_wait_phrase(split)} (while {host_time_phrase(run)}), "
         f"the barriers' release after the last arrival {format_us(barriers)}, the programs' imbalance "
         f"{format_us(imbalance)}, and {format_us(rest)} more (the attention chain, and phases whose work runs "
         "slower than the copy bandwidth)."
@@ -237,7 +268,9 @@ def _what_graphs_leave(result, run) -> None:
     split = result.step_split(run)
     st.subheader("What CUDA graphs leave on the table")
     st.plotly_chart(
-        step_split_figure(split, run.step_us_median),
+        step_split_figure(
+            split, run.step_us_median, HOST_WAIT + (" (at most)" if split["host_from"] == "enqueue" else "")
+        ),
         width="stretch",
         key="pr_split",
         theme=None,
@@ -245,8 +278,8 @@ def _what_graphs_leave(result, run) -> None:
     )
     st.caption(
         f"The {format_us(run.step_us_median)} median step at batch {run.batch}: the read floor "
-        f"({format_us(split['floor_us'])}, the bytes this step must read at the measured copy bandwidth), the host's "
-        f"input copies and graph launch ({format_us(split['host_us'])}, {_host_share_source(run, split)}), and the "
+        f"({format_us(split['floor_us'])}, the bytes this step must read at the measured copy bandwidth), "
+        f"{host_wait_phrase(split)} ({_host_share_source(run, split)}), and the "
         f"rest, {format_us(split['boundaries_us'])}, spread "
         f"over the step's {split['kernels']} kernels: {split['per_kernel_us']:.2f} µs per kernel boundary, where one "
         "kernel drains, the next starts, waits for its inputs and fills the memory pipe again (the GPU's side of "
@@ -269,19 +302,21 @@ def _what_graphs_leave(result, run) -> None:
     )
 
 
-def render() -> None:
-    st.subheader("The same step, measured on a real GPU")
-    st.caption(
+_COUNT = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight"}
+
+
+def intro() -> str:
+    """The tab's first line: the decoder and the ways the probe runs it, read from the modes table."""
+    ways = [step_plan.MODES[m].label for m in step_plan.probe_modes()]
+    return (
         "A Llama-style decoder with random weights (the 0.5 B small preset, or the 1b preset shaped like "
-        "Llama-3.2-1B) run five ways: eager PyTorch, fused Triton kernels, CUDA-graph replay of each, and "
-        "torch.compile's reduce-overhead peer."
+        f"Llama-3.2-1B) run {_COUNT.get(len(ways), len(ways))} ways: {', '.join(ways[:-1])} and {ways[-1]}. "
+        "Fused runs the probe's Triton kernels, a graph replays a step captured as a CUDA graph, and the "
+        "persistent kernel runs the whole step in one launch. Each run in the Run menu names the modes it measured."
     )
-    result, source = _pick_result()
-    if result is None:
-        return
-    if isinstance(result, TPResult):
-        tp_view.render(result)
-        return
+
+
+def _about_the_run(result, source: str) -> None:
     st.caption(_model_line(result))
     if source == "recorded":
         st.info(
@@ -297,11 +332,31 @@ def render() -> None:
         )
     elif source == "uploaded":
         st.info(f"**Uploaded run** on {plain(describe(result))}.", icon=":material/upload_file:")
-    if not result.runs:
-        st.warning("This result holds no measured runs.")
+
+
+def _your_run() -> None:
+    """Last on the tab: a result file from the reader's own GPU (it becomes the run shown)."""
+    st.subheader("Your own run")
+    upload_widget("pr_upload", "pr_run", accepts_tp=True)
+    st.caption(tp_view.NO_RUN_NOTE)
+
+
+def render() -> None:
+    # The picture first (issue 29, item 6): the pickers in one row, the readouts, the lanes; notes, tables and
+    # the uploader after them, so that at 1400 x 1000 the lanes are on the first screen.
+    st.subheader("The same step, measured on a real GPU")
+    st.caption(intro())
+    run_col, mode_col, batch_col, whole_col = st.columns([3.4, 1.3, 1.1, 1.3], vertical_alignment="bottom")
+    with run_col:
+        result, source = _pick_result()
+    if result is None or isinstance(result, TPResult) or not result.runs:
+        if isinstance(result, TPResult):
+            tp_view.render(result)
+        elif result is not None:
+            st.warning("This result holds no measured runs.")
+        _your_run()
         return
     modes = result.modes
-    mode_col, batch_col, whole_col = st.columns([2, 2, 1.2], vertical_alignment="bottom")
     mode = mode_col.selectbox("Mode", modes, key="pr_mode", bind="query-params")
     batches = tuple(sorted({r.batch for r in result.runs if r.mode == mode})) or result.batches
     batch = batch_col.selectbox("Batch size", batches, key="pr_batch", bind="query-params")
@@ -312,6 +367,8 @@ def render() -> None:
         "The whole step" if whole else f"First {FIRST_LAUNCHES} {'kernels' if run.replays else 'launches'}"
     )
     _lanes(result, run, source, whole)
+    _readout_notes(result, run)
+    _about_the_run(result, source)
     if run.phases is not None:
         _inside_the_kernel(result, run)
     if run.mode == FUSED_GRAPH.name:
@@ -319,3 +376,4 @@ def render() -> None:
     st.subheader(f"All modes at batch {run.batch}")
     modes_table(result, run.batch)
     run_facts(result)
+    _your_run()

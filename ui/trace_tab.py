@@ -21,9 +21,18 @@ from pathlib import Path
 import streamlit as st
 
 from core import trace as reader
-from ui import uploads
+from core.probe_result import RECORDED_PATH
+from core.step_plan import BASELINE, FUSED_GRAPH
+from ui import probe_results, uploads
 from ui.charts import FIRST_LAUNCHES, format_us, lanes_figure
-from ui.common import chrome_trace_download, plain, show_readouts, show_time_split
+from ui.common import (
+    TRACED,
+    chrome_trace_download,
+    format_utilisation,
+    plain,
+    show_readouts,
+    show_time_split,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 UPLOAD_MB = 500  # the uploader's limit, stated on the page (server.maxUploadSize, 512, allows it)
@@ -85,7 +94,38 @@ EXAMPLES = {
         "this app's probe decoder (small preset), fused Triton kernels replayed as a CUDA graph, batch 1",
         reader.STEP_ANNOTATION,
     ),
+    "Probe 1B eager": (
+        "gpu_probe/recorded/trace_1b_eager_b1.json.gz",
+        "this app's probe decoder (1b preset), eager PyTorch at batch 1, from the recorded H200 run",
+        reader.STEP_ANNOTATION,
+    ),
+    "Probe 1B fused + CUDA graph": (
+        "gpu_probe/recorded/trace_1b_fused_graph_b1.json",
+        "this app's probe decoder (1b preset), fused Triton kernels replayed as a CUDA graph, batch 1",
+        reader.STEP_ANNOTATION,
+    ),
 }
+# The probe's own traces: the recorded run whose profiled step each one is (result file, mode, batch). Its median
+# step, timed without the profiler, is the trace's step without the profiler: the figure the Live GPU probe tab
+# shows for the same step, where an estimate would put a second value under that name.
+PROBE_RUNS = {  # title -> (which shipped run: 0 the default one, 1 the first of MORE_RECORDED; mode; batch)
+    "Probe 0.5B eager": (0, BASELINE.name, 1),
+    "Probe 0.5B fused + CUDA graph": (0, FUSED_GRAPH.name, 1),
+    "Probe 1B eager": (1, BASELINE.name, 1),
+    "Probe 1B fused + CUDA graph": (1, FUSED_GRAPH.name, 1),
+}
+
+
+def probe_run(title: str) -> tuple[str, str, int] | None:
+    """(result file, mode, batch) of the run a probe trace `title` comes from, or None (not a probe trace, or the
+    run is not shipped): the files are read from ui.probe_results' list when asked, so they follow a rename."""
+    if title not in PROBE_RUNS:
+        return None
+    which, mode, batch = PROBE_RUNS[title]
+    files = (RECORDED_PATH.name, *probe_results.MORE_RECORDED)
+    return (files[which], mode, batch) if which < len(files) else None
+
+
 DEFAULT_TRACE = "HF Llama-1B eager"
 NOTHING = "nothing"
 
@@ -117,7 +157,34 @@ _RESIDENT = uploads.ByteBudget(RESIDENT_MB * 2**20, MAX_RESIDENT)  # upload id -
 def _example_ranks(title: str, digest: str) -> tuple:
     del digest  # part of the key: the file's whole content, so an edited file is read again
     path = ROOT / EXAMPLES[title][0]
-    return (reader.read_trace(path, name=path.name),)
+    trace = reader.read_trace(path, name=path.name)
+    measured = probe_measured(title)
+    return (replace(trace, recorded_untraced=measured) if measured else trace,)
+
+
+def probe_measured(title: str) -> dict | None:
+    """The probe's own trace `title`: its run's step timed without the profiler, as a recorder block (source
+    'probe'), where the recorded run is shipped and holds that step; else None."""
+    found = probe_run(title)
+    if found is None:
+        return None
+    from core.probe_result import load_result
+
+    name, mode, batch = found
+    try:
+        run = load_result(RECORDED_PATH.with_name(name)).run(mode, batch)
+    except (ValueError, OSError):
+        return None
+    if run is None:
+        return None
+    return {
+        "median_us": run.step_us_median,
+        "p10_us": run.step_us_p10,
+        "p90_us": run.step_us_p90,
+        "timer": "cuda_events",
+        "source": "probe",
+        "run": f"{name}, {mode} at batch {batch}",
+    }
 
 
 def _example(title: str) -> tuple:
@@ -225,7 +292,7 @@ def _upload_widget() -> None:
         held[title] = upload_id
         _forget([held.pop(old) for old in list(held)[:-MAX_SESSION_TRACES]])
         _session_upload_ids().add(upload_id)
-        st.session_state["tr_trace"] = title
+        st.session_state["_tr_trace_uploaded"] = title  # the picker above takes it on the next run (`_pick`)
     finally:
         # The file's bytes leave the server now, read or refused; a fresh uploader takes the next file.
         uploads.release_upload(*files)
@@ -301,6 +368,9 @@ def _kernel_rows(report: reader.TraceReport, step: reader.TraceStep) -> list[dic
 # -- the page ---------------------------------------------------------------------------------------------
 def _pick(label: str, key: str, options: list[str], default: str, help_text: str) -> str:
     """A bound selectbox of trace titles; a title this session does not have falls back, with a word."""
+    uploaded = st.session_state.pop(f"_{key}_uploaded", None)  # an upload made at the bottom of the tab
+    if uploaded in options:
+        st.session_state[key] = uploaded
     # On a session's first run the bound widget has no state yet: what the link asked for is in the URL.
     wanted = st.session_state.get(key) or st.query_params.get(key)
     if wanted not in options:
@@ -333,9 +403,14 @@ def _readouts(report: reader.TraceReport, step: reader.TraceStep) -> None:
     show_readouts(
         step.metrics,
         None,
+        basis=TRACED,
         speedup_help="A trace has no unoptimised twin to compare with: the what-ifs below say what graphs and "
         "fusion would make of this step.",
     )
+
+
+def _more_readouts(report: reader.TraceReport, step: reader.TraceStep) -> None:
+    """Below the lanes: the step's launches, graph launches, streams and launch delay, and where it sits."""
     delay = step.launch_delay()
     launches, graphs, streams, lag = st.columns(4)
     launches.metric(
@@ -345,12 +420,18 @@ def _readouts(report: reader.TraceReport, step: reader.TraceStep) -> None:
     )
     graphs.metric("Graph launches", f"{step.graph_launches:,}", help="cudaGraphLaunch calls in this step.")
     streams.metric("GPU streams", f"{step.gpu_streams}", help="CUDA streams this step's GPU work ran on.")
+    known = delay["median_us"] is not None
     lag.metric(
         "Launch delay",
-        f"{delay['median_us']:.1f} µs",
-        help=f"How long after its launch call ended a kernel started: median {delay['median_us']:.1f} µs, p90 "
-        f"{delay['p90_us']:.1f} µs, largest {delay['max_us']:.1f} µs. Near zero: the GPU was waiting for the "
-        "host. Large: kernels queued up behind each other, and the GPU set the pace.",
+        f"{delay['median_us']:.1f} µs" if known else "—",
+        help=(
+            f"How long after its launch call ended a kernel started: median {delay['median_us']:.1f} µs, p90 "
+            f"{delay['p90_us']:.1f} µs, largest {delay['max_us']:.1f} µs. Near zero: the GPU was waiting for the "
+            "host. Large: kernels queued up behind each other, and the GPU set the pace."
+            if known
+            else "Unknown for this step: none of its GPU events has a launch call that ended before it started "
+            "(see the note above)."
+        ),
     )
     lo, hi = report.spread("step_us")
     st.caption(
@@ -408,33 +489,64 @@ def _whatif_table(report: reader.TraceReport, step: reader.TraceStep) -> None:
         "; ".join(quoted).capitalize() + ". Estimates: the step without the profiler, its own kernel times "
         "rescheduled by the simulator's timing model. " + notes
     )
-    folded = outs["fusion"].folded
+    fusion = outs["fusion"]
+    folded = fusion.folded
     if not folded:
         return
-    saved = outs["fusion"].bytes_saved
     st.markdown("**What fusion would fold away**")
     st.dataframe(
         [
-            {
-                "kernel": f.name,
-                "count": f.count,
-                "GPU µs": round(f.gpu_us, 1),
-                "host µs": round(f.host_us, 1),
-                "HBM traffic saved": f"{f.bytes_saved / 1e6:,.2f} MB" if f.bytes_saved is not None else "—",
-            }
+            {"kernel": f.name, "count": f.count, "GPU µs": round(f.gpu_us, 1), "host µs": round(f.host_us, 1)}
             for f in folded
         ],
         hide_index=True,
         width="stretch",
     )
+    saved = fusion.bytes_saved
     st.caption(
-        f"{sum(f.count for f in folded):,} launches fewer. "
+        f"{sum(f.count for f in folded):,} launches fewer, in {len(fusion.groups):,} fused groups. "
         + (
-            f"About {saved / 1e6:,.1f} MB less HBM traffic: each folded intermediate is neither written out nor "
-            "read back (2 × the op's largest tensor input, from the trace's shapes)."
+            f"About {format_bytes(saved)} less HBM traffic: each intermediate a group keeps on chip is neither "
+            "written out nor read back (2 × its bytes). Group by group below, with the shapes the trace recorded: "
+            "an intermediate is a member's output that a later member reads; a group's own output, and a copy the "
+            "next kernel reads (a KV cache expanded for the attention), are written either way."
             if saved is not None
             else "Bytes saved need shapes: record with torch.profiler.profile(record_shapes=True)."
         )
+    )
+    if saved is not None:
+        _fused_groups(fusion.groups)
+
+
+def format_bytes(n: int) -> str:
+    """'3.06 MB', '76.0 kB', '4 B'."""
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:,.{2 if n < 10 * size else 1}f} {unit}"
+    return f"{n:,} B"
+
+
+def _fused_groups(groups) -> None:
+    """The fusion what-if's groups: their ops with the shapes behind them, what stays on chip, the bytes saved."""
+    st.dataframe(
+        [
+            {
+                "group": k + 1,
+                "from kernel": g.first + 1,
+                "kernels": len(g.ops),
+                "stays on chip": "; ".join(
+                    f"{op} → [{', '.join(map(str, shape))}] {dtype}"
+                    for op, shape, dtype, _ in g.intermediates
+                )
+                or "nothing: no member's output is read within the group",
+                "HBM traffic saved": format_bytes(g.bytes_saved),
+                "ops (input shapes)": " → ".join(op or "?" for op in g.ops),
+            }
+            for k, g in enumerate(groups)
+        ],
+        hide_index=True,
+        width="stretch",
+        height=min(36 * (len(groups) + 1) + 4, 320),
     )
 
 
@@ -476,16 +588,21 @@ def _without_profiler(report: reader.TraceReport, step: reader.TraceStep, whole:
     traced = step.metrics.step_us
     st.subheader("The step as traced, and without the profiler")
     as_traced, without, ratio = st.columns(3)
-    as_traced.metric("As traced", format_us(traced), help="The step as the profiler recorded it.")
+    as_traced.metric("Step time (as traced)", format_us(traced), help="The step as the profiler recorded it.")
+    measured_by = report.trace.recorded_untraced or {}
     without.metric(
-        "Without the profiler",
+        "Step time (no profiler)" if untraced.source != "estimate" else "Step time (no profiler, estimated)",
         format_us(untraced.step_us),
-        help=(
-            "Measured by the recorder (gpu_probe/recorder.py: untraced steps timed before profiling), carried in the "
-            "trace's metadata."
-            if untraced.source == "metadata"
-            else "Estimated: each host interval less the profiler's cost of the events recorded in it, the kernels "
-            "rescheduled. Record with gpu_probe/recorder.py to carry the measured figure in the trace."
+        help={
+            "metadata": "Measured by the recorder (gpu_probe/recorder.py: untraced steps timed before profiling), "
+            "carried in the trace's metadata.",
+            "probe": "Measured by the probe: the median step of its recorded run "
+            f"({plain(measured_by.get('run', ''))}), timed with CUDA events without the profiler; the Live GPU probe "
+            "tab shows the same figure.",
+        }.get(
+            untraced.source,
+            "Estimated: each host interval less the profiler's cost of the events recorded in it, the kernels "
+            "rescheduled. Record with gpu_probe/recorder.py to carry the measured figure in the trace.",
         ),
     )
     ratio.metric(
@@ -507,9 +624,9 @@ def _without_profiler(report: reader.TraceReport, step: reader.TraceStep, whole:
         config={"displaylogo": False, "scrollZoom": True},
     )
     source = (
-        f"The step without the profiler is measured by the recorder ({untraced.step_us:,.0f} µs); its lanes are "
+        f"The step without the profiler is {untraced.source_label} ({format_us(untraced.step_us)}); its lanes are "
         "this step with the profiler's cost taken out of each host interval, scaled to match it."
-        if untraced.source == "metadata"
+        if untraced.source != "estimate"
         else f"The step without the profiler is estimated: {untraced.profiler_us:,.0f} µs of the profiler's own cost "
         "taken out of the host lane, the kernels rescheduled by the simulator's timing model."
     )
@@ -562,8 +679,8 @@ def _side_title(title: str, step: reader.TraceStep) -> None:
     m = step.metrics
     st.markdown(f"**{plain(title)}** · step {step.index}")
     st.caption(
-        f"{m.kernels:,} kernels, {step.launches:,} launches, {format_us(m.step_us)}, bound by {m.bound_by}, "
-        f"GPU utilisation {100 * m.utilisation:.0f}%."
+        f"{m.kernels:,} kernels, {step.launches:,} launches, {format_us(m.step_us)} as traced, bound by "
+        f"{m.bound_by} as traced, GPU utilisation {format_utilisation(m.utilisation)} as traced."
     )
 
 
@@ -584,14 +701,13 @@ def _compared(title: str, position: int):
 def render() -> None:
     st.subheader("Your trace: your own model's decode steps, drawn the same way")
     st.caption(
-        "Record a few decode steps with torch.profiler (CPU and CUDA activities) and upload the trace: vLLM "
-        "(VLLM_TORCH_PROFILER_DIR, then /start_profile and /stop_profile), SGLang (SGLANG_TORCH_PROFILER_DIR, one "
-        "file per rank), Hugging Face, torch.compile or your own loop (prof.export_chrome_trace). The steps are "
-        "found by ProfilerStep#N, a range you name, graph launches or host synchronisation, in that order."
+        "A torch.profiler trace of a decode loop, drawn as the page draws a step: one of the H200 traces that ship "
+        "with the app, or yours (upload it at the bottom of the tab)."
     )
-    _upload_widget()
     options = _options()
-    pick_col, compare_col = st.columns(2)
+    pick_col, compare_col, whatif_col, whole_col = st.columns(
+        [2.4, 2.4, 1.6, 1.2], vertical_alignment="bottom"
+    )
     with pick_col:
         title = _pick(
             "Trace",
@@ -608,13 +724,27 @@ def render() -> None:
             NOTHING,
             "A second trace drawn beside it, on one time axis.",
         )
+    whatif = WHATIFS[
+        whatif_col.selectbox(
+            "Draw the step",
+            tuple(WHATIFS),
+            key="tr_whatif",
+            bind="query-params",
+            help="The what-ifs are estimates: the trace's own kernel times rescheduled by the simulator's timing "
+            "model, drawn below the trace.",
+        )
+    ]
+    whole = whole_col.toggle("Show the whole step", key="tr_whole", bind="query-params")
     ranks = _ranks(title)
     if ranks is None:
         st.warning(
             "That upload is no longer held on this server (it keeps its latest uploads only): upload it again."
         )
+        _your_trace()
         return
-    range_col, rank_col, whatif_col, whole_col = st.columns([2, 1, 2, 1.2], vertical_alignment="bottom")
+    # The picture goes here, above the controls that refine it (issue 29, item 6): the step, its readouts and lanes.
+    picture = st.container()
+    range_col, rank_col, _ = st.columns([2, 1, 3.2], vertical_alignment="bottom")
     default_range = EXAMPLES[title][2] if title in EXAMPLES else None
     typed = range_col.text_input(
         "Step range (optional)",
@@ -632,23 +762,38 @@ def render() -> None:
                 "Rank", min_value=0, max_value=len(ranks) - 1, step=1, key="tr_rank", bind="query-params"
             )
         )
-    whatif = WHATIFS[
-        whatif_col.selectbox(
-            "Draw the step",
-            tuple(WHATIFS),
-            key="tr_whatif",
-            bind="query-params",
-            help="The what-ifs are estimates: the trace's own kernel times rescheduled by the simulator's timing "
-            "model, drawn below the trace.",
-        )
-    ]
-    whole = whole_col.toggle("Show the whole step", key="tr_whole", bind="query-params")
     trace = ranks[min(rank, len(ranks) - 1)]
     try:
         report = _report(trace, step_range)
     except reader.TraceError as err:
-        st.error(plain(err), icon=":material/error:")
+        picture.error(plain(err), icon=":material/error:")
+        _your_trace()
         return
+    with picture:
+        step = _step_picker(report, "tr_step")
+        if step.notes:  # dropped records or clocks that disagree: drawn as the reader left them, and said so
+            st.warning(" ".join(step.notes), icon=":material/warning:")
+        _readouts(report, step)
+        other = _compared(compare, report.steps.index(step)) if compare != NOTHING else None
+        replay = step.timeline.metrics().launches == 1
+        st.subheader(
+            "The whole step" if whole else f"First {FIRST_LAUNCHES} {'kernels' if replay else 'launches'}"
+        )
+        if other is None:
+            _lanes(report, step, whatif, whole, "tr_lanes")
+        else:
+            shown = [
+                s.timeline if whole else s.timeline.first_launches(FIRST_LAUNCHES) for s in (step, other[1])
+            ]
+            x_max = max(t.step_us for t in shown)
+            left, right = st.columns(2, gap="medium")
+            with left:
+                _side_title(title, step)
+                _lanes(report, step, whatif, whole, "tr_lanes", x_max)
+            with right:
+                _side_title(compare, other[1])
+                _lanes(other[0], other[1], None, whole, "tr_compare_lanes", x_max)
+            st.caption("Both on one time axis, so a step twice as long looks twice as long.")
     described = f"recorded on an H200: {EXAMPLES[title][1]}" if title in EXAMPLES else title
     st.info(
         f"**{plain(described)}**"
@@ -657,28 +802,8 @@ def render() -> None:
         + f" · {trace.events:,} events, {len(report.steps)} steps",
         icon=":material/timeline:",
     )
-    step = _step_picker(report, "tr_step")
-    if step.notes:  # dropped records or clocks that disagree: drawn as the reader left them, and said so
-        st.warning(" ".join(step.notes), icon=":material/warning:")
-    _readouts(report, step)
-    other = _compared(compare, report.steps.index(step)) if compare != NOTHING else None
-    replay = step.timeline.metrics().launches == 1
-    st.subheader(
-        "The whole step" if whole else f"First {FIRST_LAUNCHES} {'kernels' if replay else 'launches'}"
-    )
-    if other is None:
-        _lanes(report, step, whatif, whole, "tr_lanes")
-    else:
-        shown = [s.timeline if whole else s.timeline.first_launches(FIRST_LAUNCHES) for s in (step, other[1])]
-        x_max = max(t.step_us for t in shown)
-        left, right = st.columns(2, gap="medium")
-        with left:
-            _side_title(title, step)
-            _lanes(report, step, whatif, whole, "tr_lanes", x_max)
-        with right:
-            _side_title(compare, other[1])
-            _lanes(other[0], other[1], None, whole, "tr_compare_lanes", x_max)
-        st.caption("Both on one time axis, so a step twice as long looks twice as long.")
+    _more_readouts(report, step)
+    if other is not None:
         from ui.trace_diff_view import show_diff  # before/after by kernel family (sim.trace_diff)
 
         show_diff(title, report, compare, other[0])
@@ -691,8 +816,21 @@ def render() -> None:
     st.subheader("Kernels")
     _kernels_table(report, step)
     _download(step)
+    _your_trace()
     for shown in (title, compare):  # what this run cached on an upload counts against the server's budget
         _recount(_session_uploads().get(shown))
+
+
+def _your_trace() -> None:
+    st.subheader("Your own trace")
+    st.caption(
+        "Record a few decode steps with torch.profiler (CPU and CUDA activities) and upload the trace: vLLM "
+        "(VLLM_TORCH_PROFILER_DIR, then /start_profile and /stop_profile), SGLang (SGLANG_TORCH_PROFILER_DIR, one "
+        "file per rank), Hugging Face, torch.compile or your own loop (prof.export_chrome_trace). The steps are "
+        "found by ProfilerStep#N, a range you name, graph launches or host synchronisation, in that order. The "
+        "trace becomes the one drawn at the top of the tab."
+    )
+    _upload_widget()
 
 
 def _download(step: reader.TraceStep) -> None:

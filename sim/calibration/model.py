@@ -72,6 +72,14 @@ class Param:
     start: float  # where a fit starts, and what it keeps when no point constrains it
 
 
+# The families whose products run on CUDA cores, one FMA per two FLOPs plus a few instructions per byte streamed:
+# past a few rows their instructions, not the memory, set the pace (`sim.timing.kernel_us`'s issue rate). The
+# 1b persistent run (H200, 2026-12-03): the persistent kernel takes 864, 1,042, 1,721 and 3,153 µs at batch 1,
+# 2, 4 and 8, the GEMVs of its fused + graph step 2.4 times as long at batch 4 as at 1, with the same bytes.
+ISSUE_BOUND = ("gemv", "persistent")
+ISSUE_START_GBps = 1e5  # where a fit starts: no instruction bound (bytes at 100 TB/s add nothing)
+
+
 def _family_params() -> tuple[Param, ...]:
     out = []
     for f in FAMILIES:
@@ -80,6 +88,17 @@ def _family_params() -> tuple[Param, ...]:
         if f.name in MATMUL:
             # At most the H200's dense bf16 peak (989 TFLOP/s): a fit above it would be absorbing something else.
             out.append(Param(f"{f.name}_TFLOPs", "TFLOP/s", 5.0, 989.0, f"matrix rate: {f.what}", 400.0))
+        if f.name in ISSUE_BOUND:
+            out.append(
+                Param(
+                    f"{f.name}_issue_GBps",
+                    "GB/s",
+                    100.0,
+                    ISSUE_START_GBps,
+                    f"bytes streamed per second of instruction issue, besides the FMAs: {f.what}",
+                    ISSUE_START_GBps,
+                )
+            )
     return tuple(out)
 
 
@@ -345,9 +364,10 @@ class ProbeModel:
         latency = np.array([p[f"{n}_latency_us"] for n in FAMILY_NAMES])
         GBps = np.array([p[f"{n}_GBps"] for n in FAMILY_NAMES])
         rate = np.array([p[f"{n}_TFLOPs"] if n in MATMUL else np.inf for n in FAMILY_NAMES])
+        issue = np.array([p[f"{n}_issue_GBps"] if n in ISSUE_BOUND else np.inf for n in FAMILY_NAMES])
         hidden = np.where(self._pdl[:, None] & self._is_pdl[None, :], min(p["pdl_hidden_us"], 1e9), 0.0)
         per_kernel = np.maximum(latency[None, :] - hidden, 0.0)
-        work = kernel_us(self._bytes, self._flops, 0.0, GBps, rate)
+        work = kernel_us(self._bytes, self._flops, 0.0, GBps, rate, issue)
         return np.where(self._counts > 0, self._counts * per_kernel + work, 0.0)
 
     def host_us(self, theta) -> np.ndarray:

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import numpy as np
-
 from core.step_plan import FUSED_GRAPH, StepPlan
 from sim.calibration.fit import Calibration, calibrate
 from sim.calibration.report import format_param
@@ -33,7 +31,8 @@ def calibrated_preset(result, cal: Calibration | None = None) -> Preset:
     """The preset of `result`'s calibration (fitted here without leave-one-out when not given)."""
     cal = cal or calibrate(result, loo=False)
     p = cal.params
-    fused = [pt for pt in cal.points if pt.fused] or list(cal.points)
+    # The probe's fused kernels (not the persistent kernel, whose step is one launch).
+    fused = [pt for pt in cal.points if pt.fused and not pt.mode.one_kernel] or list(cal.points)
     smallest = min(fused, key=lambda pt: (pt.batch, not pt.replays))
     # The probe's own fused layer: as many kernels a layer as it measured at that batch (5 or 6, not the
     # chapter's 4), so the preset's step launches what the run's did.
@@ -41,11 +40,30 @@ def calibrated_preset(result, cal: Calibration | None = None) -> Preset:
     per_layer = round(measured.kernels_per_layer) if measured is not None else cal.model.fused_per_layer
     counted = replace(cal.model, fused_per_layer=min(max(per_layer, 1), cal.model.unfused_per_layer))
     sim_kernels = len(step_kernels(counted, FUSED_GRAPH))
-    eager = [i for i, pt in enumerate(cal.points) if pt.fused and not pt.replays]
-    eager_kernels = float(np.median([cal.points[i].kernels for i in eager] or [pt.kernels for pt in fused]))
-    nodes = float(np.median([pt.kernels for pt in fused if pt.replays] or [pt.kernels for pt in fused]))
-    # The fused step's host time as fitted (Triton launches, split merges at their share of one).
-    eager_host = float(np.median(cal.predicted[eager, 1])) if eager else p["triton_launch_us"] * eager_kernels
+    # Each figure from one step at the smallest batch, named as such: the fused eager step's host time, the fused
+    # graph's node count (a median over batches would be no step's: 178 kernels where batch 1 runs 194).
+    points = list(cal.points)
+    eager_at = min(
+        (i for i, pt in enumerate(points) if pt in fused and not pt.replays),
+        key=lambda i: points[i].batch,
+        default=None,
+    )
+    graph = min((pt for pt in fused if pt.replays), key=lambda pt: pt.batch, default=smallest)
+    nodes = float(graph.kernels)
+    if (
+        eager_at is not None
+    ):  # the fused step's host time as fitted (Triton launches, split merges at their share)
+        eager_kernels, eager_host = points[eager_at].kernels, float(cal.predicted[eager_at, 1])
+        host_source = (
+            f"the probe's fused step at batch {points[eager_at].batch}, {eager_host:.0f} µs of host time for its "
+            f"{eager_kernels} kernels"
+        )
+    else:
+        eager_kernels, eager_host = smallest.kernels, p["triton_launch_us"] * smallest.kernels
+        host_source = (
+            f"this run has no eager fused step: the held {p['triton_launch_us']:.1f} µs a Triton launch "
+            f"(no point constrains it) × the {eager_kernels} kernels of its {smallest.mode.name} step"
+        )
     launch_us = eager_host / sim_kernels
     replay_us = float(cal.graph_cost.host_us(nodes))
     tflops = p["tile_gemm_wide_TFLOPs"] if cal.fitted.get("tile_gemm_wide_TFLOPs") else 700.0
@@ -69,9 +87,9 @@ def calibrated_preset(result, cal: Calibration | None = None) -> Preset:
     hw = replace(hw, min_kernel_us=latency)
     if cal.fitted.get("persistent_latency_us"):  # the run has a persistent kernel: its barriers, per phase
         hw = replace(hw, barrier_us=p["persistent_latency_us"] / sim_kernels)
-    host = {"launch_us": launch_us, "eager_host": eager_host, "eager_kernels": eager_kernels}
-    replay = {"replay_us": replay_us, "nodes": nodes}
-    note = _note(cal, smallest, sim_kernels, latency, context, **host, **replay)
+    note = _note(
+        cal, smallest, graph, sim_kernels, latency, context, launch_us, host_source, replay_us, nodes
+    )
     return Preset(
         key=f"calibrated-{device.lower().replace(' ', '-')}",
         title=f"probe decoder on {device}",
@@ -93,28 +111,27 @@ FITTED_SHOWN = (
 )
 
 
-def _note(
-    cal, smallest, sim_kernels, latency, context, launch_us, eager_host, eager_kernels, replay_us, nodes
-):
-    """Why each of the preset's figures is what it is."""
+def _note(cal, smallest, graph, sim_kernels, latency, context, launch_us, host_source, replay_us, nodes):
+    """Why each of the preset's figures is what it is, each named by the one step it was read from."""
     p = cal.params
     fitted = "; ".join(format_param(n, p[n]) for n in FITTED_SHOWN)
     lines = [
         f"Fitted to a probe run on {cal.device}, following its fused (Triton) kernels at batch 1: {fitted}.",
-        f"- {launch_us:.1f} µs per launch: the probe's fused step's host time, {eager_host:.0f} µs for "
-        f"{eager_kernels:.0f} kernels ({p['triton_launch_us']:.1f} µs a Triton launch, a split merge "
-        f"{p['merge_launch_share']:.2f} of one), over the simulator's {sim_kernels}.",
-        f"- {replay_us:.1f} µs per graph replay: the fitted replay cost at the probe's {nodes:.0f} nodes; no "
-        f"node gap (the probe's PDL chain overlaps its kernels; between plain kernels it is "
-        f"{p['node_gap_us']:.2f} µs).",
-        f"- {latency:.2f} µs latency per kernel: what makes the simulator's {sim_kernels} fused kernels as busy "
-        f"as the probe's {smallest.kernels} at batch {smallest.batch} (the GEMV's fitted "
-        f"{p['gemv_latency_us']:.2f} µs, of which PDL hides {p['pdl_hidden_us']:.2f} µs inside a graph).",
+        f"- {launch_us:.1f} µs per launch: {host_source} ({p['triton_launch_us']:.1f} µs a Triton launch, a "
+        f"split merge {p['merge_launch_share']:.2f} of one), spread over the simulator's fused step's "
+        f"{sim_kernels} launches.",
+        f"- {replay_us:.1f} µs per graph replay: the fitted replay cost at the {nodes:.0f} nodes of the probe's "
+        f"{graph.mode.name} step at batch {graph.batch}; no node gap (the probe's PDL chain overlaps its "
+        f"kernels; between plain kernels it is {p['node_gap_us']:.2f} µs).",
+        f"- {latency:.2f} µs latency per kernel: what makes the simulator's fused step ({sim_kernels} kernels) as "
+        f"busy as the probe's {smallest.mode.name} step at batch {smallest.batch} ({smallest.kernels} kernels; "
+        f"the GEMV's fitted {p['gemv_latency_us']:.2f} µs, of which PDL hides {p['pdl_hidden_us']:.2f} µs inside "
+        "a graph).",
         f"- Attention over an effective {context} tokens (the probe's {cal.model.context_len}), since the "
         f"attention reaches {p['attention_GBps']:.0f} GB/s where the GEMV reaches {p['gemv_GBps']:.0f}.",
         "- Not represented: above batch 4 the probe's tensor-core GEMM streams weights slower than its GEMV "
         f"({p['tile_gemm_latency_us']:.1f} µs latency a kernel), so larger fused batches run slower than here; "
-        "and the unfused (PyTorch) path's own costs: with fusion off, the simulator runs its 11 kernels a "
-        "layer on these figures, which is not the probe's eager step.",
+        "and the unfused path's own costs: with fusion off, the simulator runs the preset's unfused kernels a "
+        "layer on these figures, not the probe's one-op kernels at their own launch cost.",
     ]
     return "\n".join(lines)

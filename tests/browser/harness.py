@@ -329,3 +329,50 @@ def eventually(check, timeout_s: float = 10.0, interval_s: float = 0.1):
                 raise error
             raise AssertionError(f"condition still false after {timeout_s} s")
         time.sleep(interval_s)
+
+
+# In the page: where the n-th Plotly chart put its lanes. Each y tick (a lane's label) with its centre, and the
+# plot area, in CSS pixels from the chart's top-left corner; the x axis's range in µs.
+LANE_BANDS_JS = """(index) => {
+  const gd = document.querySelectorAll('[data-testid=stPlotlyChart] .js-plotly-plot')[index];
+  if (!gd || !gd._fullLayout) return null;
+  const box = gd.getBoundingClientRect();
+  const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
+  const ticks = Array.from(gd.querySelectorAll('.ytick text')).map((t) => {
+    const r = t.getBoundingClientRect();
+    return [t.textContent, r.y + r.height / 2 - box.y];
+  }).sort((a, b) => a[1] - b[1]);  // top to bottom, as a reader goes
+  return {ticks, x0: xa._offset, x1: xa._offset + xa._length, y0: ya._offset, y1: ya._offset + ya._length,
+          range: xa.range.map(Number)};
+}"""
+
+
+def lane_bands(page, index: int) -> dict:
+    """The index-th chart's lanes as drawn: {'ticks': [(label, centre y)] top to bottom, 'x0', 'x1', 'y0', 'y1',
+    'range'}."""
+    found = page.evaluate(LANE_BANDS_JS, index)
+    if found is None:
+        raise AssertionError(f"no drawn Plotly chart at index {index}")
+    return found
+
+
+def chart_png(page, index: int):
+    """A screenshot of the index-th Plotly chart as an RGB image (PIL), one pixel per CSS pixel."""
+    from io import BytesIO
+
+    from PIL import Image
+
+    chart = page.locator("[data-testid=stPlotlyChart] .js-plotly-plot").nth(index)
+    chart.scroll_into_view_if_needed()
+    return Image.open(BytesIO(chart.screenshot(animations="disabled", scale="css"))).convert("RGB")
+
+
+def painted_share(image, y: float, x0: float, x1: float, colour: tuple, tolerance: int = 40) -> float:
+    """Share of the pixel columns from x0 to x1 whose pixel on row y is within `tolerance` of `colour`
+    (each RGB channel): how much of a lane's band a kind of bar covers, read off the screenshot."""
+    row = round(y)
+    columns = range(round(x0), round(x1))
+    hits = sum(
+        all(abs(a - b) <= tolerance for a, b in zip(image.getpixel((x, row)), colour)) for x in columns
+    )
+    return hits / max(len(columns), 1)

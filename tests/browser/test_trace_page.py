@@ -110,8 +110,8 @@ def test_the_step_without_the_profiler_is_drawn_beside_the_traced_one(page, app_
     page.get_by_text("uploaded: recorded.json.gz").first.wait_for()
     page.locator(".st-key-tr_untraced_lanes .main-svg").first.wait_for()
     assert page.locator("[data-testid=stException]").count() == 0
-    assert metric_value(page, "As traced") == format_us(report.steps[0].metrics.step_us)
-    assert metric_value(page, "Without the profiler") == format_us(median)
+    assert metric_value(page, "Step time (as traced)") == format_us(report.steps[0].metrics.step_us)
+    assert metric_value(page, "Step time (no profiler)") == format_us(median)
     page.get_by_text("measured by the recorder").first.wait_for()
     both = lanes(page, 1)  # the step's own lanes come first; then the two steps on one time axis
     traced, untraced = both["CPU launch · as traced"], both["CPU launch · without the profiler"]
