@@ -331,6 +331,10 @@ class ProbeResult:
         the matrix rate (the bytes alone for a file without the rate). No step can be faster."""
         return max(self.read_floor_us(batch), self.compute_floor_us(batch) or 0.0)
 
+    def times_floor(self, run) -> float:
+        """A run's median step over the floor at its batch: the page's and the bench's "× floor"."""
+        return run.step_us_median / self.floor_us(run.batch)
+
     def floor_bound(self, batch: int) -> str:
         """Which ceiling sets the floor at this batch: "memory" or "compute"."""
         return "compute" if (self.compute_floor_us(batch) or 0.0) > self.read_floor_us(batch) else "memory"

@@ -91,7 +91,7 @@ def test_the_probe_tab_draws_inside_the_kernel(monkeypatch):
     spec = json.loads(chart.proto.spec)
     lanes = spec["layout"]["yaxis"]["categoryarray"]
     # The SM lanes, and the peer's lanes below them named by its mode.
-    assert "SMs 0-10" in lanes and f"GPU · {FUSED_GRAPH.label}" in lanes
+    assert "SMs 0-10" in lanes and f"GPU · {FUSED_GRAPH.title}" in lanes
     assert any("the barriers' release after the last arrival" in m.value for m in at.markdown)
     assert any("gate_up" in str(t.value) for t in at.dataframe)
     st.cache_resource.clear()

@@ -151,10 +151,10 @@ def test_the_persistent_run_is_found_by_name_and_the_intro_counts_every_mode():
 
     at = open_tab("Live GPU probe")
     options = at.selectbox(key="pr_run").options
-    persistent = [o for o in options if PERSISTENT.label in o]
+    persistent = [o for o in options if PERSISTENT.title in o]
     assert len(persistent) == 1 and "03 Dec 2026 08:58" in persistent[0], options
     intro = next(c.value for c in at.caption if c.value.startswith("A Llama-style decoder"))
-    assert all(MODES[m].label in intro for m in probe_modes()) and "run six ways" in intro
+    assert all(MODES[m].title in intro for m in probe_modes()) and "run six ways" in intro
     # A link made before the labels named the modes still opens its run.
     result = probe_result.load_result(PERSISTENT_RUN)
     old = f"recorded: 1b preset, {describe(result)}"

@@ -104,3 +104,67 @@ def mark_profiler_stretch(fig: go.Figure, unprofiled_us: float, profiled_us: flo
         text=f"profiler's stretch: {format_us(profiled_us - unprofiled_us)}",
         bgcolor="rgba(255, 255, 255, 0.8)",
     )
+
+
+def batch_axis_figure(result) -> go.Figure:
+    """Every mode's step time across the run's batches (back to back where the run has it), the roofline floor,
+    and the Hugging Face reference of the same shape on the same GPU where the run measured it; log-log."""
+    from core.probe_result import REFERENCE_KINDS
+    from core.step_plan import MODES
+
+    traces = []
+    for name, mode in MODES.items():
+        runs = sorted((r for r in result.runs if r.mode == name), key=lambda r: r.batch)
+        if not runs:
+            continue
+        traces.append(
+            _batch_line(
+                [r.batch for r in runs],
+                [r.step_us_back_to_back or r.step_us_median for r in runs],
+                mode.title,
+                {"color": mode.colour, "width": 2.5 if name == "fused+graph" else 1.5},
+            )
+        )
+    batches = list(result.batches)
+    traces.append(
+        _batch_line(
+            batches,
+            [result.floor_us(b) for b in batches],
+            "floor (roofline)",
+            {"color": "#111", "dash": "longdash"},
+        )
+    )
+    reference = result.reference
+    if reference is not None and reference.runs:
+        for kind, dash in zip(REFERENCE_KINDS, ("dot", "dash")):
+            runs = sorted((r for r in reference.runs if r.mode == kind), key=lambda r: r.batch)
+            if runs:
+                traces.append(
+                    _batch_line(
+                        [r.batch for r in runs],
+                        [r.step_us_back_to_back or r.step_us_median for r in runs],
+                        f"Hugging Face {kind}, same shape, same GPU",
+                        {"color": "#8c6d31", "dash": dash, "width": 2},
+                    )
+                )
+    fig = go.Figure(traces)
+    fig.update_layout(
+        height=380,
+        margin={"l": 60, "r": 10, "t": 10, "b": 40},
+        xaxis={"type": "log", "title": "batch size (log scale)", "tickvals": batches},
+        yaxis={"type": "log", "title": "µs per step (log scale)", "dtick": 1},
+        legend={"orientation": "v", "x": 1.01, "y": 1},
+        hovermode="closest",
+    )
+    return fig
+
+
+def _batch_line(x, y, name: str, line: dict) -> go.Scatter:
+    return go.Scatter(
+        x=x,
+        y=y,
+        name=name,
+        mode="lines+markers",
+        line=line,
+        hovertemplate="%{fullData.name}<br>batch %{x}: %{y:,.0f} µs<extra></extra>",
+    )

@@ -158,7 +158,7 @@ def upload_widget(key: str, select_key: str, accepts_tp: bool = False) -> None:
 
 def modes_of(result) -> str:
     """'fused + graph, persistent kernel': the modes a run measured, as the page names them."""
-    return ", ".join(MODES[m].label for m in result.modes)
+    return ", ".join(MODES[m].title for m in result.modes)
 
 
 def recorded_label(result) -> str:

@@ -17,10 +17,10 @@ from core.tp_result import TPResult
 from ui import tp_view
 from ui.charts import FIRST_LAUNCHES, format_us, lanes_figure
 from ui.common import UNTRACED, chrome_trace_download, code, format_utilisation, plain, show_readouts
-from ui.probe_charts import mark_profiler_stretch, share_time_axis, step_split_figure
+from ui.probe_charts import batch_axis_figure, mark_profiler_stretch, share_time_axis, step_split_figure
 from ui.probe_live import LIVE_BATCHES, LIVE_DURATION, measure_live
 from ui.probe_results import available_results, describe, recorded, run_picker, upload_widget
-from ui.probe_tables import modes_table, run_facts
+from ui.probe_tables import fusion_table, modes_table, reference_note, run_facts
 
 MODES = tuple(step_plan.MODES)
 
@@ -99,11 +99,12 @@ def _readout_notes(result, run) -> None:
     )
     floor_col, hbm_col, _ = st.columns([1, 1, 3])
     floor_col.metric(
-        "× read floor",
-        f"{run.step_us_median / result.read_floor_us(run.batch):.2f}×",
-        help=f"Median step time over the read floor, {format_us(result.read_floor_us(run.batch))}: the weights a "
-        "step reads plus the KV cache at the run's context, at the measured copy bandwidth. 1× is the fastest "
-        "this GPU could read them.",
+        "× floor",
+        f"{result.times_floor(run):.2f}×",
+        help=f"Median step time over the floor at this batch, {format_us(result.floor_us(run.batch))} "
+        f"({result.floor_bound(run.batch)}-bound): the larger of the bytes the step must read (the weights and the "
+        "KV cache at the run's context) at the measured copy bandwidth and its FLOPs at the measured matrix rate. "
+        "1× is the fastest this GPU could run it.",
     )
     hbm_col.metric(
         "HBM bandwidth used",
@@ -226,7 +227,7 @@ def _inside_the_kernel(result, run) -> None:
     peer = result.run(FUSED_GRAPH.name, run.batch)
     # The SM lanes bare, the overlay named by its mode (both steps' labels are their graph launches).
     figure = lanes_figure(
-        inside, overlay=peer.timeline if peer else None, whole_step=True, tags=("", FUSED_GRAPH.label)
+        inside, overlay=peer.timeline if peer else None, whole_step=True, tags=("", FUSED_GRAPH.title)
     )
     st.plotly_chart(figure, width="stretch", key="pr_phases", theme=None, config={"displaylogo": False})
     ph = run.phases
@@ -307,7 +308,7 @@ _COUNT = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "
 
 def intro() -> str:
     """The tab's first line: the decoder and the ways the probe runs it, read from the modes table."""
-    ways = [step_plan.MODES[m].label for m in step_plan.probe_modes()]
+    ways = [step_plan.MODES[m].title for m in step_plan.probe_modes()]
     return (
         "A Llama-style decoder with random weights (the 0.5 B small preset, or the 1b preset shaped like "
         f"Llama-3.2-1B) run {_COUNT.get(len(ways), len(ways))} ways: {', '.join(ways[:-1])} and {ways[-1]}. "
@@ -375,5 +376,24 @@ def render() -> None:
         _what_graphs_leave(result, run)
     st.subheader(f"All modes at batch {run.batch}")
     modes_table(result, run.batch)
+    note = reference_note(result)
+    if note:
+        st.caption(plain(note))
+    st.subheader("Every mode across the batch axis")
+    st.plotly_chart(
+        batch_axis_figure(result),
+        width="stretch",
+        key="pr_batch_axis",
+        theme=None,
+        config={"displaylogo": False},
+    )
+    st.caption(
+        "Step time per mode at each batch the run measured (back to back where it timed that), against the floor "
+        "and, where the run has it, Hugging Face's own Llama of the same shape on the same GPU. At small batch the "
+        "host's launches set the pace of the eager modes; from the crossover on the GPU's work does, and what "
+        "fusion still saves is the traffic of the activations between ops."
+    )
+    st.subheader("What fusion merges")
+    fusion_table(result)
     run_facts(result)
     _your_run()

@@ -1,11 +1,12 @@
-"""The probe tab's tables: every mode at one batch, the run's bandwidth and floor, graph
-captures and correctness checks."""
+"""The probe tab's tables: every mode at one batch (and the Hugging Face reference at it), what the fused
+kernels merge, the run's bandwidth, matrix rate and floor, graph captures and correctness checks."""
 
 from __future__ import annotations
 
 import streamlit as st
 
-from core.step_plan import BASELINE, FUSED_GRAPH, MODES
+from core.step_plan import BASELINE, FUSED_GRAPH, GRAPH, MODES
+from core.timeline import CPU_BOUND, GPU_BOUND
 from ui.charts import format_us
 from ui.common import plain
 
@@ -45,13 +46,14 @@ MODE_COLUMNS = {
         "Whichever side needs longer without the profiler: the host's enqueue time or the GPU's busy time.",
     ),
     "vs eager": ("vs eager", 64, "%.2f×", "Median eager step time at this batch / this mode's."),
-    "× read floor": (
+    "× floor": (
         "× floor",
         62,
         "%.2f×",
         (
-            "Median step time / the read floor: weights read plus the KV cache "
-            "at the run's context, at the measured copy bandwidth."
+            "Median step time / the floor at this batch: the larger of the bytes the step must read (weights, "
+            "the KV cache of every row at the run's context) over the measured copy bandwidth and its FLOPs "
+            "over the measured bf16 matrix rate."
         ),
     ),
     "HBM used (GB/s)": ("HBM GB/s", 76, "%,.0f", "Bytes the step must read / its median time."),
@@ -82,13 +84,14 @@ def modes_table(result, batch: int) -> None:
             "GPU utilisation %": 100 * untraced.utilisation,
             "bound by": untraced.bound_by,
             "vs eager": (base.step_us_median / r.step_us_median) if base else None,
-            "× read floor": r.step_us_median / result.read_floor_us(r.batch),
+            "× floor": result.times_floor(r),
             "HBM used (GB/s)": result.hbm_used_GBps(r),
             "graph bucket": str(r.bucket)
             if r.bucket is not None
             else ("above the largest: eager" if r.eager_fallback else "—"),
         }
         rows.append({key: row[key] for key in columns})  # in the columns' order
+    rows += _reference_rows(result, batch, columns, base)
     config = {}
     for key, (label, width, number_format, help_text) in columns.items():
         column = st.column_config.NumberColumn if number_format else st.column_config.TextColumn
@@ -108,23 +111,116 @@ def modes_table(result, batch: int) -> None:
     )
 
 
+REFERENCE_LABEL = "HF {kind} (ref.)"  # short: the modes column is 90 px wide
+
+
+def _reference_rows(result, batch: int, columns: dict, base) -> list[dict]:
+    """The Hugging Face reference's rows at this batch, in the modes table's columns (blank where it has none)."""
+    reference = result.reference
+    if reference is None or not reference.runs:
+        return []
+    rows = []
+    for r in reference.runs:
+        if r.batch != batch:
+            continue
+        row = dict.fromkeys(columns)
+        row.update(
+            {
+                "mode": REFERENCE_LABEL.format(kind=r.mode),
+                "kernels / step": r.kernels_per_step,
+                "kernels / layer": r.kernels_per_layer,
+                "step median (µs)": r.step_us_median,
+                "step p10–p90 (µs)": f"{r.step_us_p10:,.0f} – {r.step_us_p90:,.0f}",
+                "host enqueue (µs)": r.enqueue_us_median,
+                "CPU launch, profiled (µs)": r.cpu_launch_us,
+                "GPU busy (µs)": r.gpu_busy_us,
+                "GPU utilisation %": 100 * min(r.gpu_busy_us, r.step_us_median) / r.step_us_median,
+                "bound by": CPU_BOUND
+                if (r.enqueue_us_median or r.cpu_launch_us) > r.gpu_busy_us
+                else GPU_BOUND,
+                "vs eager": (base.step_us_median / r.step_us_median) if base else None,
+                "× floor": r.step_us_median / result.floor_us(batch),
+                "HBM used (GB/s)": result.read_bytes(batch) / (r.step_us_median * 1e3),
+                "graph bucket": "one graph of its step" if r.mode == GRAPH.name else "—",
+            }
+        )
+        if "back to back (µs)" in columns:
+            row["back to back (µs)"] = r.step_us_back_to_back
+        rows.append({key: row[key] for key in columns})
+    return rows
+
+
+def reference_note(result) -> str | None:
+    """What the reference rows are, from the file (None where the run has no reference)."""
+    reference = result.reference
+    if reference is None:
+        return None
+    if reference.skipped:
+        return f"No Hugging Face reference in this run: {reference.skipped}"
+    errors = f" It could not measure: {'; '.join(reference.errors)}." if reference.errors else ""
+    return (
+        f"Reference rows: {reference.name} (transformers {reference.transformers}) of this run's shape with random "
+        f"bf16 weights, {reference.attention} attention, a {reference.cache}, measured in the same run on the "
+        "same GPU, eager and as one CUDA graph of its eager step: what naive eager code of this shape costs, "
+        f"not a target. Its static cache's attention reads every one of the cache's positions.{errors}"
+    )
+
+
+def fusion_table(result) -> None:
+    """What each fused kernel merged, and the unfused layer's kernels, as the run's file names them."""
+    fusions = result.model.get("fusions")
+    unfused = result.model.get("unfused_kernels")
+    if not isinstance(fusions, list) or not fusions:
+        st.caption("This run's file does not say what its fused kernels merge.")
+        return
+    rows = [
+        {
+            "fused kernel": str(f.get("kernel", "")),
+            "merges": str(f.get("merges", "")),
+            "ops merged": f.get("ops_merged"),
+            "intermediates kept on chip": f.get("intermediates_removed"),
+            "how": str(f.get("how", "")),
+        }
+        for f in fusions
+        if isinstance(f, dict)
+    ]
+    st.dataframe(
+        rows,
+        hide_index=True,
+        width="stretch",
+        column_config={"how": st.column_config.TextColumn(width="large")},
+    )
+    if isinstance(unfused, list) and unfused:
+        st.caption(
+            f"The unfused layer runs {len(unfused)} kernels, one per op ({', '.join(map(str, unfused))}), and the "
+            f"fused layer {len(rows)}; each adds the attention's split merge at small batch. Above 64 rows the fused "
+            "step's GEMMs are cuBLAS's, with the norm in the attention and in one SwiGLU kernel: six a layer."
+        )
+
+
 def run_facts(result) -> None:
-    bw, floor, fg = st.columns(3)
+    bw, rate, floor, fg = st.columns(4)
     bw.metric(
         "HBM copy bandwidth",
         f"{result.hbm_copy_GBps:,.0f} GB/s",
         help="A large device-to-device copy, bytes read plus bytes written per second.",
     )
+    rate.metric(
+        "bf16 matrix rate",
+        f"{result.matmul_TFLOPs:,.0f} TFLOP/s" if result.matmul_TFLOPs else "not measured",
+        help="One large bf16 matrix product, measured in the run: the compute side of the floor.",
+    )
     floor.metric(
-        "Read floor at batch 1",
-        format_us(result.read_floor_us(1)),
-        help=f"Bytes one batch-1 decode step must read ({result.read_bytes(1) / 1e9:.2f} GB: the weights it reads "
-        "plus the KV cache at the run's context), over the copy bandwidth: no step can be faster.",
+        "Floor at batch 1",
+        format_us(result.floor_us(1)),
+        help=f"The larger of the bytes one batch-1 step must read ({result.read_bytes(1) / 1e9:.2f} GB: the weights "
+        "plus the KV cache at the run's context) over the copy bandwidth and its FLOPs over the matrix rate: no "
+        "step can be faster.",
     )
     best = result.run(FUSED_GRAPH.name, 1)
     fg.metric(
         f"{FUSED_GRAPH.name} at batch 1",
-        f"{best.step_us_median / result.read_floor_us(1):.2f}× the floor" if best else "not measured",
+        f"{result.times_floor(best):.2f}× the floor" if best else "not measured",
     )
     caps, checks = st.columns(2, gap="large")
     with caps:

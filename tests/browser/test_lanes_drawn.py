@@ -91,7 +91,7 @@ def test_every_sm_lane_inside_the_persistent_kernel_is_drawn_in_its_band(page, a
     assert [t for t in labels if t.startswith("SMs ")] == list(sm_lanes.values())
     assert len(sm_lanes) == len(run.phases.lane_programs)
     assert not any(inside.label in t or run.timeline.label in t for t in labels), labels
-    assert labels[-2:] == [f"CPU · {FUSED_GRAPH.label}", f"GPU · {FUSED_GRAPH.label}"]
+    assert labels[-2:] == [f"CPU · {FUSED_GRAPH.title}", f"GPU · {FUSED_GRAPH.title}"]
     centre = dict(bands["ticks"])
     for stream, name in sm_lanes.items():
         rows = inside.gpu_stream == stream
