@@ -171,7 +171,7 @@ def _fit_reads(points: list[Point], use: np.ndarray, theta: np.ndarray) -> tuple
     used = [p for p, u in zip(points, use) if u]
     # Between a chain's kernels: not a persistent kernel's step, whose one gap is before its whole-GPU launch (12 µs
     # on the 1b run at batch 8, where a fused + graph step's queued kernels are 0.4 µs apart).
-    gaps = [p.node_gaps for p in used if p.replays and not p.pdl_chain and not p.mode.one_kernel]
+    gaps = [p.node_gaps for p in used if p.replays and not p.pdl_chain and not p.runs.one_kernel]
     gaps = np.concatenate(gaps) if gaps else np.zeros(0)
     reads = {
         "node_gap_us": gaps,

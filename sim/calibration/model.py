@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.step_plan import MODES, Mode
+from core.step_plan import MODES, Mode, without_graphs
 from core.timeline import Timeline
 from sim.calibration.families import (
     FAMILIES,
@@ -202,6 +202,14 @@ class Point:
     copy_share: float = np.nan  # a replay's: share of its profiled host time before its inputs were copied
     merge_ratio: float = np.nan  # a fused eager step's: a split merge's launch cost over a Triton launch's
     pdl_rows: int = GEMV_MAX_ROWS  # the most rows at which the run's fused kernels launched with PDL
+    # The mode whose kernels the step ran, where it is not `mode`: a graph mode's eager fallback (`without_graphs`)
+    ran: Mode | None = None
+
+    @property
+    def runs(self) -> Mode:
+        """The mode whose kernels the step ran and how the host launched them: `mode`, or where a graph mode
+        fell back to eager above its buckets, its eager row (the persistent mode's: the fused kernels)."""
+        return self.ran or self.mode
 
     @property
     def kernels(self) -> int:
@@ -209,7 +217,7 @@ class Point:
 
     @property
     def fused(self) -> bool:
-        return self.mode.fused
+        return self.runs.fused
 
     @property
     def counts(self) -> np.ndarray:
@@ -224,7 +232,7 @@ class Point:
     def launch_counts(self) -> np.ndarray:
         """Eager launches of each host kind (`HOSTS`), at the mode's launch scale."""
         kinds = np.array([HOSTS.index(f.host) for f in FAMILIES])
-        return np.bincount(kinds, weights=self.counts, minlength=len(HOSTS)) * self.mode.launch_scale
+        return np.bincount(kinds, weights=self.counts, minlength=len(HOSTS)) * self.runs.launch_scale
 
     @property
     def pdl_chain(self) -> bool:
@@ -282,6 +290,7 @@ def points_from_result(result) -> list[Point]:
         if mode is None or not mode.modelled:
             continue
         replays = mode.graphs and not run.eager_fallback
+        ran = mode if replays or not mode.graphs else without_graphs(mode)
         rows = int(run.bucket if (replays and run.bucket) else run.batch)
         tl = run.timeline
         fams = np.array(
@@ -309,9 +318,10 @@ def points_from_result(result) -> list[Point]:
                 node_gaps=node_gaps,
                 copy_share=_copy_share(tl) if replays else np.nan,
                 merge_ratio=_merge_ratio(tl, fams, run.enqueue_us_median)
-                if mode.fused and not replays
+                if ran.fused and not replays
                 else np.nan,
                 pdl_rows=pdl_rows,
+                ran=ran,
             )
         )
     return points
@@ -327,14 +337,14 @@ class ProbeModel:
         n_points, n_fam = len(self.points), len(FAMILIES)
         rows = np.array([p.rows for p in self.points], float)
         self._bytes, self._flops = (
-            family_work(model, rows, [p.mode for p in self.points], unpipelined=unpipelined)
+            family_work(model, rows, [p.runs for p in self.points], unpipelined=unpipelined)
             if n_points
             else (np.zeros((0, n_fam)),) * 2
         )
         self._counts = np.array([p.counts for p in self.points], float).reshape(n_points, n_fam)
         self._graphs = np.array([p.replays for p in self.points], bool)
         self._scale = np.array(
-            [p.mode.launch_scale for p in self.points], float
+            [p.runs.launch_scale for p in self.points], float
         )  # the mode's eager launch cost
         self._pdl = np.array([p.pdl_chain for p in self.points], bool)
         self._pieces = np.array([p.in_pieces for p in self.points], bool)
@@ -410,5 +420,5 @@ class ProbeModel:
             return graph_replay_timeline(
                 dur, pt.kernel_names, cost, label=label, rows=pt.rows, in_pieces=pt.in_pieces
             )
-        launch = launch_costs(p)[self._kind[i, : pt.kernels]] * pt.mode.launch_scale
+        launch = launch_costs(p)[self._kind[i, : pt.kernels]] * pt.runs.launch_scale
         return eager_timeline(dur, pt.kernel_names, launch, p["node_gap_us"], label=label)
