@@ -233,10 +233,41 @@ UNFUSED_PATH = {
     "attention": "attention",
     "embedding": "aten",
 }
+# Above TILE_MAX_ROWS the fused step's GEMMs are cuBLAS's, without the Triton GEMMs' prologues and epilogues
+# (gpu_probe.model._wide_fused_forward): the final norm is a one-op kernel of its own.
+WIDE_FUSED_PATH = {**FUSED_PATH, "final_norm": "triton_op"}
 # The probe's fused attention writes its output and o_proj reads it back: the simulator's rope_attn_o
 # keeps it on chip, the probe does not.
 PROBE_KEPT = tuple(t for t in KEPT_ON_CHIP if t.tensor != "attention output")
 SPLIT_PARTIAL_BYTES = 4  # the attention's context splits write fp32 partial outputs for the merge
+
+# Where the probe's kernels move activations the simulator's ops count elsewhere (`sim.step.kernels` rides the
+# residual adds and SiLU x up in GEMM epilogues, and the KV write in the attention): per row and layer,
+# (an op, whose path's family it is, or a family; {dimension: elements}).
+UNFUSED_MOVES = (
+    # the residual adds are ATen kernels of their own (each reads the residual and the projection, writes h)
+    ("o_proj", {"hidden": -1}),
+    ("down_proj", {"hidden": -1}),
+    ("aten", {"hidden": 6}),
+    # SiLU x up is a one-op kernel: it reads gate and up and writes their product (up_proj no longer reads gate)
+    ("up_proj", {"ffn": -1}),
+    ("triton_op", {"ffn": 3}),
+    # the KV write is a one-op kernel reading k and v; the attention reads q and the cache
+    ("attention", {"kv_dim": -2}),
+    ("triton_op", {"kv_dim": 2}),
+)
+WIDE_FUSED_MOVES = (
+    ("attention", {"hidden": 1}),  # reads the rows to scale q, k and v by their 1/rms
+    ("gate_proj", {"ffn": 1}),  # cuBLAS writes gate and up out (the tile kept gate on chip)
+    ("triton_op", {"ffn": 3, "hidden": 1}),  # _rms_swiglu_kernel: reads gate, up and the row, writes SwiGLU
+)
+
+
+def probe_path(fused: bool, rows: int) -> tuple[dict, tuple]:
+    """(which family runs each op, the activations the probe's kernels move elsewhere) of a step at `rows`."""
+    if not fused:
+        return UNFUSED_PATH, UNFUSED_MOVES
+    return (WIDE_FUSED_PATH, WIDE_FUSED_MOVES) if rows > TILE_MAX_ROWS else (FUSED_PATH, ())
 
 
 def _family_of(model: ModelConfig, path_family: str, op: str, rows: int, unpipelined: frozenset) -> str:
@@ -263,16 +294,27 @@ def family_work(model: ModelConfig, rows, modes, *, unpipelined: frozenset) -> t
     layer_names = {op.name for op in layer_ops(model)}
     ops = {False: ops_keeping(model, ()), True: ops_keeping(model, PROBE_KEPT)}
     out_bytes, out_flops = np.zeros((len(r), len(FAMILIES))), np.zeros((len(r), len(FAMILIES)))
+    dims = {"hidden": model.hidden, "q_dim": model.q_dim, "kv_dim": model.kv_dim, "ffn": model.ffn}
     for k, (rows_k, fused_k, one_k) in enumerate(zip(r, fused, one_kernel)):
-        path = FUSED_PATH if fused_k else UNFUSED_PATH
+        path, moves = probe_path(bool(fused_k), int(rows_k))
+
+        def family(name):
+            if one_k:
+                return "persistent"
+            if name in INDEX:
+                return name
+            return _family_of(model, path[name], name, int(rows_k), unpipelined)
+
         for name, op in ops[bool(fused_k)].items():
             if name not in path:
                 continue  # sampling: the probe stops at the logits
             times = layers if name in layer_names else 1
-            family = "persistent" if one_k else _family_of(model, path[name], name, int(rows_k), unpipelined)
-            col = INDEX[family]
+            col = INDEX[family(name)]
             out_bytes[k, col] += times * (op.weight + rows_k * (op.act + op.kv)) * b
             out_flops[k, col] += times * rows_k * op.flops
+        for target, elements in moves:
+            moved = sum(dims[d] * n for d, n in elements.items())
+            out_bytes[k, INDEX[family(target)]] += layers * rows_k * moved * b
         # Both paths split the attention's context the same way; the merge reads every split's fp32 output.
         merge = "persistent" if one_k else "split_merge"
         out_bytes[k, INDEX[merge]] += rows_k * layers * model.q_dim * SPLIT_PARTIAL_BYTES
