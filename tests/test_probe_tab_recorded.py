@@ -40,9 +40,9 @@ def test_the_1b_run_is_offered_beside_the_small_one_with_its_readouts(one_b):
     assert any("1.24 B parameters, 16 layers" in c.value for c in at.caption)
     run = one_b.run("fused+graph", 1)
     shown = metrics(at)
-    assert shown["× read floor"] == f"{run.step_us_median / one_b.read_floor_us(1):.2f}×"
+    assert shown["× floor"] == f"{one_b.times_floor(run):.2f}×"
     assert shown["HBM bandwidth used"] == f"{one_b.read_bytes(1) / (run.step_us_median * 1e3):,.0f} GB/s"
-    assert 1.0 < run.step_us_median / one_b.read_floor_us(1) < 3.0
+    assert 1.0 < one_b.times_floor(run) < 3.0
 
 
 def test_a_fused_graph_step_is_split_and_the_next_step_is_explained(one_b):
@@ -53,12 +53,12 @@ def test_a_fused_graph_step_is_split_and_the_next_step_is_explained(one_b):
     parts = {t["name"].split(":")[0]: t["x"][0] for t in split["data"]}
     run = one_b.run("fused+graph", 1)
     assert set(parts) == {
-        "read floor",
+        "floor",
         "kernel boundaries",
         "the GPU's wait for the host's input copies and graph launch",
     }
     assert sum(parts.values()) == pytest.approx(run.step_us_median)
-    assert parts["read floor"] == pytest.approx(one_b.read_floor_us(1))
+    assert parts["floor"] == pytest.approx(one_b.floor_us(1))
     assert any(f"kernel boundaries: {run.kernels_per_step} ×" in t["name"] for t in split["data"])
     text = " ".join(m.value for m in at.markdown)
     assert "794.7 µs" in text and "759.8 µs" in text and "78 %" in text

@@ -31,8 +31,8 @@ def test_default_run_prints_the_three_sections(capsys):
 def test_layers_and_preset_options(capsys):
     assert main(["--preset", "llama3-8b-h100", "--layers", "4", "--batches", "1,8"]) == 0
     out = capsys.readouterr().out
-    # 51 kernels a layer eager and 6 fused (the probe's measured counts), 4 outside the layers.
-    assert "llama3-8b, 4 layers" in out and "208 → 28 kernels per step" in out
+    # 16 kernels a layer eager and 6 fused (the probe's measured counts), 4 outside the layers.
+    assert "llama3-8b, 4 layers" in out and "68 → 28 kernels per step" in out
 
 
 @pytest.mark.parametrize(

@@ -222,16 +222,18 @@ def test_the_calibrations_family_work_is_the_simulators_work():
             for rows in (0, 1)
         }
         weights = at[0][0][0]
-        gemm = ("gemv", "tile_gemm") if fused else ("cublas_gemv", "cublas")
+        gemm = ("gemv", "tile_gemm")  # both paths run the probe's own GEMM kernels to 64 rows
         # Every weight a step reads whole, once, in the matmul family that runs at these rows (the norms'
-        # too, fused); the wider kernels' family none.
+        # too, fused; unfused they are one-op kernels); the wider kernels' family none.
         expected = model.read_params - (0 if fused else 2 * model.hidden * model.n_layers + model.hidden)
         assert weights[INDEX[gemm[0]]] == pytest.approx(expected * b) and weights[INDEX[gemm[1]]] == 0
         wide = family_work(model, [64], [mode], unpipelined=UNPIPELINED_BEFORE_2026_12_02)[0][0]
-        assert wide[INDEX["tile_gemm_wide" if fused else "cublas"]] > expected * b
+        assert wide[INDEX["tile_gemm_wide"]] > expected * b
+        widest = family_work(model, [65], [mode], unpipelined=UNPIPELINED_BEFORE_2026_12_02)[0][0]
+        assert widest[INDEX["cublas"]] > expected * b  # above 64 rows both paths' GEMMs are cuBLAS's
         # FLOPs: the simulator's unfused step's, less sampling (the probe stops at the logits).
         sim_flops = sum(k.flops_per_row for k in step_kernels(model, False) if k.op != "sampling")
-        families = ["attention", gemm[0], "aten"] if fused else [gemm[0], "aten"]
+        families = ["attention", gemm[0], "aten"] + ([] if fused else ["triton_op"])
         assert sum(at[1][1][0][INDEX[f]] for f in families) == pytest.approx(sim_flops)
     kv = sum(k.kv_bytes_per_row for k in step_kernels(model, True))
     fused = toggled(True, False)

@@ -1,7 +1,7 @@
 """Plotly figures of the probe tab beyond the lanes: what a graphed step is made of.
 
 `step_split_figure` draws `ProbeResult.step_split` (the formula lives there, in core): one
-horizontal bar, the step's median time cut into the read floor, the kernel boundaries and the
+horizontal bar, the step's median time cut into the floor, the kernel boundaries and the
 host's launch and input copies. `mark_profiler_stretch` and `share_time_axis` adjust lanes
 figures made by `ui.charts.lanes_figure`.
 """
@@ -18,10 +18,15 @@ HOST_COLOUR = CPU_COLOUR
 
 
 def step_split_figure(split: dict, step_us: float, host_name: str) -> go.Figure:
-    """One stacked bar: read floor | kernel boundaries | the GPU's wait for the host (µs); `host_name` names the
+    """One stacked bar: floor | kernel boundaries | the GPU's wait for the host (µs); `host_name` names the
     last part as the page's text does (`ui.probe_tab.host_wait_phrase`)."""
     parts = (
-        ("read floor: the bytes at copy bandwidth", split["floor_us"], FLOOR_COLOUR, ""),
+        (
+            "floor: the bytes at copy bandwidth, or the FLOPs at the matrix rate",
+            split["floor_us"],
+            FLOOR_COLOUR,
+            "",
+        ),
         (
             f"kernel boundaries: {split['kernels']} × {split['per_kernel_us']:.2f} µs",
             split["boundaries_us"],
@@ -110,7 +115,7 @@ def batch_axis_figure(result) -> go.Figure:
     """Every mode's step time across the run's batches (back to back where the run has it), the roofline floor,
     and the Hugging Face reference of the same shape on the same GPU where the run measured it; log-log."""
     from core.probe_result import REFERENCE_KINDS
-    from core.step_plan import MODES
+    from core.step_plan import FUSED_GRAPH, MODES
 
     traces = []
     for name, mode in MODES.items():
@@ -122,7 +127,7 @@ def batch_axis_figure(result) -> go.Figure:
                 [r.batch for r in runs],
                 [r.step_us_back_to_back or r.step_us_median for r in runs],
                 mode.title,
-                {"color": mode.colour, "width": 2.5 if name == "fused+graph" else 1.5},
+                {"color": mode.colour, "width": 2.5 if mode is FUSED_GRAPH else 1.5},
             )
         )
     batches = list(result.batches)

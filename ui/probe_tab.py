@@ -87,7 +87,7 @@ def _readouts(result, run) -> None:
 
 
 def _readout_notes(result, run) -> None:
-    """Below the lanes: what the readouts are of, and the step against the read floor."""
+    """Below the lanes: what the readouts are of, and the step against the floor."""
     traced = run.timeline.metrics()  # as Your trace reads the same step: one function for both
     st.caption(
         f"Without the profiler: the step time is the median of the measured steps (p10 "
@@ -201,7 +201,7 @@ def _host_share_source(run, split) -> str:
         b2b = format_us(run.step_us_back_to_back)
         how = {
             None: f"the median less the step enqueued back to back, {b2b}",
-            "to the floor": f"the median less the read floor: back to back the step took {b2b}, below the floor",
+            "to the floor": f"the median less the floor: back to back the step took {b2b}, below the floor",
             "to zero": f"none: back to back the step took {b2b}, no faster",
         }[split["host_clamped"]]
         spent = (
@@ -221,7 +221,7 @@ def _host_share_source(run, split) -> str:
 
 def _inside_the_kernel(result, run) -> None:
     """The persistent kernel's phases per group of SMs (its in-kernel stamps), above fused+graph's step at the
-    same batch on one time axis, and where its time goes beyond the read floor."""
+    same batch on one time axis, and where its time goes beyond the floor."""
     st.subheader("Inside the persistent kernel")
     inside = run.phase_timeline()
     peer = result.run(FUSED_GRAPH.name, run.batch)
@@ -257,7 +257,7 @@ def _inside_the_kernel(result, run) -> None:
     imbalance = sum(r["phases"] * r["imbalance, median (µs)"] for r in rows)
     rest = max(run.step_us_median - split["floor_us"] - split["host_us"] - barriers - imbalance, 0.0)
     st.markdown(
-        f"**Where its {format_us(run.step_us_median)} go** (median step at batch {run.batch}): the read floor "
+        f"**Where its {format_us(run.step_us_median)} go** (median step at batch {run.batch}): the floor "
         f"{format_us(split['floor_us'])}, {host_wait_phrase(split)} (while {host_time_phrase(run)}), "
         f"the barriers' release after the last arrival {format_us(barriers)}, the programs' imbalance "
         f"{format_us(imbalance)}, and {format_us(rest)} more (the attention chain, and phases whose work runs "
@@ -278,8 +278,9 @@ def _what_graphs_leave(result, run) -> None:
         config={"displaylogo": False},
     )
     st.caption(
-        f"The {format_us(run.step_us_median)} median step at batch {run.batch}: the read floor "
-        f"({format_us(split['floor_us'])}, the bytes this step must read at the measured copy bandwidth), "
+        f"The {format_us(run.step_us_median)} median step at batch {run.batch}: the floor "
+        f"({format_us(split['floor_us'])}, the bytes this step must read at the measured copy bandwidth, or its "
+        "FLOPs at the measured matrix rate where those take longer), "
         f"{host_wait_phrase(split)} ({_host_share_source(run, split)}), and the "
         f"rest, {format_us(split['boundaries_us'])}, spread "
         f"over the step's {split['kernels']} kernels: {split['per_kernel_us']:.2f} µs per kernel boundary, where one "
@@ -288,7 +289,7 @@ def _what_graphs_leave(result, run) -> None:
     )
     st.markdown(
         "**The next step.** A graph removes the host from the loop but keeps every kernel boundary. "
-        "*Programmatic dependent launch* (Hopper and newer; the probe's fused kernels use it up to 4 rows) lets "
+        "*Programmatic dependent launch* (Hopper and newer; the probe's fused kernels use it up to 64 rows) lets "
         "the next kernel start and put its weight loads in flight while the previous one drains, so part of each "
         "boundary overlaps. A *persistent megakernel* goes further: one kernel runs the whole step, with "
         "per-tile dependencies instead of kernel boundaries, so weights stream without gaps.\n\n"
