@@ -24,9 +24,9 @@ RECORDED = ROOT / "gpu_probe" / "recorded"
 
 
 def test_a_graph_modes_crossover_is_not_broken_by_its_eager_fallback():
-    """Llama-3-8B with graphs is GPU-bound at every batch it replays (the readout says GPU at batch 1), and
-    the eager steps above the largest bucket are CPU-bound: the crossover is batch 1, the fallback apart."""
-    preset = PRESETS["llama3-8b-h100"]
+    """The probe's decoder with graphs is GPU-bound at every batch it replays (the readout says GPU at batch 1),
+    and the eager steps above the largest bucket are CPU-bound: the crossover is batch 1, the fallback apart."""
+    preset = PRESETS["probe-0.5b-h200"]
     sw = sweep(preset.model, preset.hardware, np.arange(1, 513))
     readout = simulate_step(preset.model, preset.hardware, StepPlan(GRAPH, 1)).metrics.bound_by
     assert readout == GPU_BOUND and sw.crossover[GRAPH.name] == 1
@@ -38,7 +38,7 @@ def test_a_graph_modes_crossover_is_not_broken_by_its_eager_fallback():
 
 def test_the_sweep_caption_says_where_the_fallback_starts():
     at = AppTest.from_file(APP, default_timeout=60)
-    at.query_params["preset"] = "llama3-8b-h100"
+    at.query_params["preset"] = "probe-0.5b-h200"
     at.run()
     captions = " ".join(c.value for c in at.caption)
     assert "graphs: GPU-bound from batch 1 up to 256; above it the step runs eagerly, CPU-bound from 257" in (
