@@ -8,8 +8,11 @@ other ATen kernel (the residual adds, the embedding). Each family has one fixed 
 one bandwidth (`sim.timing.kernel_us`). What a family moves and computes in a step is the
 simulator's work (`sim.step.kernels`, where the decoder's bytes and FLOPs are written once), op by
 op, summed over the family that runs each op in the probe's fused or unfused path
-(`FUSED_PATH`, `UNFUSED_PATH`): the two paths run the same GEMM and attention kernels, so they
-differ in the one-op kernels and in the bytes the fused kernels keep on chip:
+(`FUSED_PATH`, `WIDE_FUSED_PATH` above 64 rows, `UNFUSED_PATH`): the two paths run the same GEMM
+and attention kernels, so they differ in the one-op kernels and in the bytes the fused kernels keep
+on chip. Where a probe kernel moves activations that the simulator's ops count in another op (its
+residual adds and SiLU x up ride in GEMM epilogues; the probe's unfused step runs them as kernels of
+their own), those bytes go to the family that moves them (`UNFUSED_MOVES`, `WIDE_FUSED_MOVES`):
 
 - the matmul families read every weight once and each row's activations;
 - the attention reads each row's K and V over the context;
@@ -33,6 +36,8 @@ GEMV_MAX_ROWS = 4  # gpu_probe.kernels.linear.GEMV_MAX_ROWS; cuBLAS also switche
 # 64-row tiles: two kernels as far as speed goes (tests check the rule).
 TILE_ROWS = 16
 TILE_MAX_ROWS = 64  # gpu_probe.kernels.linear.TILE_MAX_ROWS: above it both paths' GEMMs are cuBLAS's
+# gpu_probe.kernels.persistent.MAX_ROWS: above it the persistent mode runs the fused kernels, eagerly
+PERSISTENT_MAX_ROWS = 8
 # Which (n_out, k, swiglu) shapes a run's tensor-core GEMM ran unpipelined (num_stages=1; pipelined,
 # they raced on the H200): a result file names them in `settings.unpipelined_gemms`
 # (gpu_probe.kernels.linear.runs_unpipelined: every SwiGLU GEMM and the 1b LM head). Files without it
@@ -78,10 +83,8 @@ def unpipelined_gemms(result) -> frozenset[tuple[int, int, bool]]:
 @dataclass(frozen=True, slots=True)
 class Family:
     name: str
-    # What one eager launch costs the host: "aten" (PyTorch's dispatch), "triton" (a Triton kernel behind
-    # its Python wrapper, which allocates its outputs and passes 13-17 arguments), "merge" (the split
-    # merge's bare Triton launch, of three tensors and a count: in every profiled fused step it takes
-    # 0.5-0.6 × a GEMM's) or "op" (a one-op Triton kernel of the unfused step: a few tensors, no tile choice).
+    # What one eager launch of it costs the host (`HOSTS`): the probe's own call behind it, read off the profiled
+    # steps (`sim.calibration.fit`) as a share of a Triton GEMM's launch.
     host: str
     # Launched with programmatic dependent launch inside the probe's fused graphs, up to the run's
     # `pdl_max_rows` (`pdl_max_rows`).
@@ -97,7 +100,7 @@ FAMILIES: tuple[Family, ...] = (
         "unpiped_gemm", "triton", False, "the tensor-core GEMM unpipelined (gate/up, the 1b LM head), 16 rows"
     ),
     Family("unpiped_gemm_wide", "triton", False, "the tensor-core GEMM unpipelined, above 16 rows"),
-    Family("attention", "triton", False, "Triton paged attention: each row's K and V over the context"),
+    Family("attention", "attention", False, "Triton paged attention: each row's K and V over the context"),
     Family(
         "triton_op",
         "op",
@@ -106,8 +109,8 @@ FAMILIES: tuple[Family, ...] = (
         "step's SwiGLU",
     ),
     Family("split_merge", "merge", False, "Triton merge of the attention's context splits (small batch)"),
-    Family("cublas_gemv", "aten", False, "cuBLAS matmuls at batch up to 4 (projections and attention)"),
-    Family("cublas", "aten", False, "cuBLAS matmuls above batch 4 (projections and attention)"),
+    Family("cublas_gemv", "cublas", False, "cuBLAS matmuls at batch up to 4 (projections and attention)"),
+    Family("cublas", "cublas", False, "cuBLAS matmuls above batch 4 (projections and attention)"),
     Family("aten", "aten", False, "every other PyTorch kernel: norms, RoPE, KV gathers, casts, copies"),
     Family(
         "persistent",
@@ -118,7 +121,14 @@ FAMILIES: tuple[Family, ...] = (
     ),
 )
 NAMES = tuple(f.name for f in FAMILIES)
-HOSTS = ("aten", "triton", "merge", "op")  # the eager launch kinds, each at its own cost (calibration.model)
+# The eager launch kinds, each a share of a Triton GEMM's launch (`sim.calibration.model`): the step's start (its
+# first launch, the embedding, carries the forward's Python before it), an ATen elementwise or indexing op, an
+# ATen matmul (cuBLAS's heuristics and workspace), a Triton GEMM behind its wrapper (which allocates its output
+# and passes 13-17 arguments), the attention's wrapper (its outputs, the fp32 partials and the log-sum-exps, and
+# 20-odd arguments), the split merge that wrapper launches bare, and a one-op Triton kernel (a few tensors, no
+# tile choice). In the 1b run's profiled eager steps (2026-12-06, less the profiler's own cost per launch):
+# about 4.2, 0.24, 0.54, 1, 1.9, 0.5 and 0.8 × a GEMM's 30-37 µs.
+HOSTS = ("start", "aten", "cublas", "triton", "attention", "merge", "op")
 INDEX = {f.name: i for i, f in enumerate(FAMILIES)}
 MATMUL = (  # may be limited by the matrix rate
     "gemv",

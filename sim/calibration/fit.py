@@ -1,16 +1,16 @@
 """Fit the timing model to a probe run, and say how well it then predicts.
 
 The fit works on what the profiled steps measured, in three parts (the host's takes the
-split merge's share from the third):
+launch kinds' shares from the third):
 
 - GPU: every kernel family's latency and bandwidth (and one matrix rate) by bounded
   least squares on the logarithm of each family's exclusive GPU time in each step,
   weighted by its share of the step's busy time;
-- host: the cost of an eager PyTorch and an eager Triton launch, and a replay's fixed,
-  per-node and (made in pieces) per-row cost, by least absolute deviations on the
+- host: the cost of an eager Triton GEMM launch (how fast the host ran), and a replay's
+  fixed, per-node and (made in pieces) per-row cost, by least absolute deviations on the
   unprofiled host times (relative);
 - read off the profiled steps directly: the gaps between queued kernels, the input
-  copies' share of a replay, a split merge's launch cost as a share of a Triton launch's.
+  copies' share of a replay, each eager launch kind's cost as a share of a Triton GEMM's.
 
 The step time is never fitted: it is predicted, by the schedule, from those. Each point is
 predicted again by a fit that never saw it (leave-one-out: the honest number), and
@@ -28,7 +28,7 @@ import numpy as np
 from core import step_plan
 from core.step_plan import modes
 from core.timeline import Timeline
-from sim.calibration.families import FAMILIES, INDEX, unpipelined_gemms
+from sim.calibration.families import FAMILIES, HOSTS, INDEX, unpipelined_gemms
 from sim.calibration.least_squares import bounded_least_squares
 from sim.calibration.model import (
     GPU_PARAMS,
@@ -38,6 +38,7 @@ from sim.calibration.model import (
     Point,
     ProbeModel,
     graph_cost,
+    launch_costs,
     model_from_result,
     params_vector,
     points_from_result,
@@ -113,18 +114,18 @@ def _fit_gpu(sim: ProbeModel, use: np.ndarray, theta: np.ndarray) -> tuple[np.nd
 def _fit_host(points: list[Point], use: np.ndarray, theta: np.ndarray) -> tuple[np.ndarray, dict]:
     """Host parameters by relative least absolute deviations: (theta, name -> constrained).
 
-    Eager: ATen launches × their cost + Triton launches × theirs, a split merge counting as
-    `merge_launch_share` of one (read off the profiled steps, `_fit_reads`). A replay: fixed + per
-    node, + per row when made in pieces. A term no point has is held; when the points cannot tell the
-    rest apart, the last terms are held until they can (with two graph points, the fixed cost alone).
+    Eager: every launch at its kind's share of a Triton GEMM's launch (read off the profiled steps,
+    `_fit_reads`), so one figure, the Triton launch's cost, says how fast the host ran. A replay: fixed +
+    per node, + per row when made in pieces. A term no point has is held; when the points cannot tell
+    the rest apart, the last terms are held until they can (with two graph points, the fixed cost alone).
     """
     out, fitted = theta.copy(), {}
-    share = out[NAMES.index("merge_launch_share")]
+    params = dict(zip(NAMES, out))
+    units = launch_costs({**params, "triton_launch_us": 1.0})  # each kind in Triton launches
     eager = [p for p, u in zip(points, use) if u and not p.replays]
     graph = [p for p, u in zip(points, use) if u and p.replays]
     systems = (
-        (eager, ("aten_launch_us", "triton_launch_us"),
-         lambda p: [p.launch_counts[0], p.launch_counts[1] + share * p.launch_counts[2]]),
+        (eager, ("triton_launch_us",), lambda p: [p.launch_counts @ units]),
         (graph, ("replay_us", "replay_per_node_us", "replay_per_row_us"),
          lambda p: [1.0, p.kernels, p.rows * p.in_pieces]),
     )  # fmt: skip
@@ -163,10 +164,46 @@ def _least_absolute(a: np.ndarray, b: np.ndarray, iterations: int = 50) -> np.nd
     return x
 
 
+def launch_shares(costs: np.ndarray) -> dict[str, float]:
+    """Each launch kind's cost as a share of a Triton GEMM's, from [n_steps, len(HOSTS)] costs (`Point.launch_us`,
+    nan where a step has none of a kind): {kind: share} for every kind that some step links to a Triton GEMM.
+
+    The host runs faster or slower from step to step (docs/calibration.md) and every launch with it, so a
+    step's cost of kind k is its speed times k's share: log cost = log share_k + log speed_step, fitted by
+    least squares with the Triton GEMM's share 1. A kind is linked to the GEMM through the steps that run
+    both, or a chain of such steps (cuBLAS's matmuls and the GEMMs never share a step, but the attention
+    runs beside both).
+    """
+    costs = np.asarray(costs, float).reshape(-1, len(HOSTS))
+    seen = np.isfinite(costs) & (costs > 0)
+    anchor = HOSTS.index("triton")
+    linked, steps = {anchor}, np.zeros(len(costs), bool)
+    while True:  # the kinds and steps connected to the anchor
+        more = seen[:, sorted(linked)].any(axis=1) & ~steps
+        if not more.any():
+            break
+        steps |= more
+        linked |= set(np.flatnonzero(seen[steps].any(axis=0)).tolist())
+    kinds = [k for k in sorted(linked) if k != anchor]
+    if not kinds:
+        return {}
+    rows = np.flatnonzero(steps)
+    cells = [(r, k) for r in rows for k in np.flatnonzero(seen[r])]
+    a = np.zeros((len(cells), len(kinds) + len(rows)))
+    b = np.zeros(len(cells))
+    for i, (r, k) in enumerate(cells):
+        if k != anchor:
+            a[i, kinds.index(k)] = 1.0
+        a[i, len(kinds) + list(rows).index(r)] = 1.0
+        b[i] = np.log(costs[r, k])
+    x = np.linalg.lstsq(a, b, rcond=None)[0]
+    return {HOSTS[k]: float(np.exp(x[j])) for j, k in enumerate(kinds)}
+
+
 def _fit_reads(points: list[Point], use: np.ndarray, theta: np.ndarray) -> tuple[np.ndarray, dict]:
     """What the used points' profiled steps show directly: the gap between queued replayed kernels, the
-    input copies' share of a replay's fixed cost and a split merge's launch cost as a share of a Triton
-    launch's (medians; a figure no used point shows is held)."""
+    input copies' share of a replay's fixed cost (medians) and each eager launch kind's cost as a share of a
+    Triton GEMM's (`launch_shares`); a figure no used point shows is held."""
     out, fitted = theta.copy(), {}
     used = [p for p, u in zip(points, use) if u]
     # Between a chain's kernels: not a persistent kernel's step, whose one gap is before its whole-GPU launch (12 µs
@@ -176,7 +213,6 @@ def _fit_reads(points: list[Point], use: np.ndarray, theta: np.ndarray) -> tuple
     reads = {
         "node_gap_us": gaps,
         "input_copy_share": np.array([p.copy_share for p in used]),
-        "merge_launch_share": np.array([p.merge_ratio for p in used]),
     }
     for name, values in reads.items():
         values = values[np.isfinite(values)]
@@ -184,6 +220,12 @@ def _fit_reads(points: list[Point], use: np.ndarray, theta: np.ndarray) -> tuple
             param = PARAMS[NAMES.index(name)]
             out[NAMES.index(name)] = float(np.clip(np.median(values), param.low, param.high))
             fitted[name] = True
+    eager = [p.launch_us for p in used if not p.replays and p.launch_us is not None]
+    for kind, share in launch_shares(np.array(eager)).items():
+        name = f"{kind}_launch_share"
+        param = PARAMS[NAMES.index(name)]
+        out[NAMES.index(name)] = float(np.clip(share, param.low, param.high))
+        fitted[name] = True
     return out, fitted
 
 
@@ -192,7 +234,7 @@ def fit(sim: ProbeModel, use: np.ndarray) -> tuple[np.ndarray, dict]:
     theta, moved = _fit_gpu(sim, use, _START.copy())
     fitted = {n: False for n in NAMES}
     fitted.update({n: bool(m) for n, m in zip(GPU_PARAMS, moved)})
-    theta, read_fitted = _fit_reads(sim.points, use, theta)  # before the host: the merge's share
+    theta, read_fitted = _fit_reads(sim.points, use, theta)  # before the host: the launch kinds' shares
     theta, host_fitted = _fit_host(sim.points, use, theta)
     fitted.update(read_fitted)
     fitted.update(host_fitted)

@@ -12,8 +12,9 @@ the unprofiled host time and the step time.
   bandwidth, FLOPs / matrix rate) over the family's work in the step
   (`sim.timing.kernel_us`). In a graph, a GEMV launched with PDL hides part of its
   latency behind its predecessor (`pdl_hidden_us`);
-- the host time: eager, one launch per kernel (a PyTorch op, a Triton kernel behind its
-  wrapper and the split merge's bare Triton launch cost differently); a graph, one replay
+- the host time: eager, one launch per kernel, each kind (`families.HOSTS`: the step's
+  start, an ATen op, an ATen matmul, a Triton GEMM, the attention, the split merge, a
+  one-op Triton kernel) at its share of a Triton GEMM's launch; a graph, one replay
   (`sim.timing.GraphReplayCost`), whose nodes start once the call has returned, or as the
   call reaches them when the graph holds memset nodes (then the call grows with the batch);
 - the step: the kernels scheduled by `sim.timing.schedule_starts`, each family's time
@@ -102,6 +103,27 @@ def _family_params() -> tuple[Param, ...]:
     return tuple(out)
 
 
+# What each eager launch kind (`families.HOSTS`) costs the host as a share of a Triton GEMM's launch, where a fit
+# starts and what it keeps for a kind no profiled step shows: the 1b run's (2026-12-06; `families.HOSTS`).
+LAUNCH_SHARE_START = {"start": 4.2, "aten": 0.24, "cublas": 0.54, "attention": 1.9, "merge": 0.5, "op": 0.8}
+LAUNCH_SHARE_WHAT = {
+    "start": "the step's first launch (the embedding, after the forward's own Python)",
+    "aten": "a PyTorch elementwise or indexing launch",
+    "cublas": "a PyTorch matmul launch (cuBLAS)",
+    "attention": "the paged attention's launch (its wrapper allocates the partials)",
+    "merge": "a split-merge launch (bare, from the attention's wrapper)",
+    "op": "a one-op Triton kernel's launch",
+}
+
+
+def _share_params() -> tuple[Param, ...]:
+    return tuple(
+        Param(f"{kind}_launch_share", "×", 0.01, 50.0, f"host cost of {what} / a Triton GEMM's", start)
+        for kind, what in LAUNCH_SHARE_WHAT.items()
+        for start in (LAUNCH_SHARE_START[kind],)
+    )
+
+
 PARAMS: tuple[Param, ...] = (
     *_family_params(),
     Param(
@@ -112,9 +134,8 @@ PARAMS: tuple[Param, ...] = (
         "latency a PDL-launched GEMV hides inside a graph",
         PDL_HIDDEN_PRIOR_US,
     ),
-    Param("aten_launch_us", "µs", 0.3, 500.0, "host cost of one eager PyTorch launch", 15.0),
-    Param("triton_launch_us", "µs", 0.3, 500.0, "host cost of one eager Triton launch", 40.0),
-    Param("op_launch_us", "µs", 0.3, 500.0, "host cost of one eager launch of a one-op Triton kernel", 20.0),
+    Param("triton_launch_us", "µs", 0.3, 500.0, "host cost of one eager launch of a Triton GEMM", 40.0),
+    *_share_params(),
     Param(
         "replay_us", "µs", 0.3, 20_000.0, "host cost of a graph replay: input copies + cudaGraphLaunch", 50.0
     ),
@@ -126,7 +147,6 @@ PARAMS: tuple[Param, ...] = (
     Param(
         "input_copy_share", "×", 0.0, 1.0, "share of the replay's fixed host cost spent copying inputs", 0.3
     ),
-    Param("merge_launch_share", "×", 0.05, 2.0, "host cost of a split-merge launch / a Triton launch's", 1.0),
 )
 NAMES = tuple(p.name for p in PARAMS)
 GPU_PARAMS = tuple(
@@ -139,11 +159,21 @@ def params_vector(params: dict) -> np.ndarray:
 
 
 def launch_costs(params: dict) -> np.ndarray:
-    """The eager launch cost of each host kind (`HOSTS`: ATen, Triton, the split merge, a one-op kernel), in µs."""
+    """The eager launch cost of each host kind (`HOSTS`), in µs: its share of a Triton GEMM's launch."""
     triton = params["triton_launch_us"]
-    return np.array(
-        [params["aten_launch_us"], triton, triton * params["merge_launch_share"], params["op_launch_us"]]
-    )
+    return np.array([triton * (1.0 if k == "triton" else params[f"{k}_launch_share"]) for k in HOSTS])
+
+
+_HOST_OF = np.array([HOSTS.index(f.host) for f in FAMILIES])  # each family's launch kind
+
+
+def host_kinds(families: np.ndarray, eager: bool) -> np.ndarray:
+    """Each kernel's launch kind (an index into `HOSTS`): its family's, the first of an eager step its start."""
+    kinds = _HOST_OF[np.asarray(families, np.int64)]
+    if eager and len(kinds):
+        kinds = kinds.copy()
+        kinds[0] = HOSTS.index("start")
+    return kinds
 
 
 def graph_cost(params: dict, pdl_chain: bool = False) -> GraphReplayCost:
@@ -200,7 +230,8 @@ class Point:
     spread: float = 0.0  # (p90 - p10) / median of the measured step times: run-to-run noise
     node_gaps: np.ndarray = None  # measured gaps between queued kernels (>= 0), for node_gap_us
     copy_share: float = np.nan  # a replay's: share of its profiled host time before its inputs were copied
-    merge_ratio: float = np.nan  # a fused eager step's: a split merge's launch cost over a Triton launch's
+    # An eager step's: each launch kind's median host cost in its profiled step, less the profiler's own (nan: none)
+    launch_us: np.ndarray = None
     pdl_rows: int = GEMV_MAX_ROWS  # the most rows at which the run's fused kernels launched with PDL
     # The mode whose kernels the step ran, where it is not `mode`: a graph mode's eager fallback (`without_graphs`)
     ran: Mode | None = None
@@ -231,8 +262,8 @@ class Point:
     @property
     def launch_counts(self) -> np.ndarray:
         """Eager launches of each host kind (`HOSTS`), at the mode's launch scale."""
-        kinds = np.array([HOSTS.index(f.host) for f in FAMILIES])
-        return np.bincount(kinds, weights=self.counts, minlength=len(HOSTS)) * self.runs.launch_scale
+        kinds = host_kinds(self.families, eager=not self.replays)
+        return np.bincount(kinds, minlength=len(HOSTS)) * self.runs.launch_scale
 
     @property
     def pdl_chain(self) -> bool:
@@ -258,25 +289,26 @@ def _copy_share(tl: Timeline) -> float:
     return min(copies[-1] / host, 1.0) if len(copies) >= 2 and host > 0 else np.nan
 
 
-def _merge_ratio(tl: Timeline, families: np.ndarray, unprofiled_host_us: float) -> float:
-    """A split-merge launch's host cost over another Triton launch's, in one profiled eager step.
+def _launch_us(tl: Timeline, kinds: np.ndarray, unprofiled_host_us: float) -> np.ndarray:
+    """Each launch kind's median host cost in one profiled eager step (`HOSTS`; nan where the step has none).
 
-    The profiler adds about the same to every launch it records (issue 22), which pulls the ratio
-    towards 1: that much, (profiled - unprofiled host time) / launches, is taken off both first. The
-    merge is a bare launch of three tensors and a count; the GEMMs and the attention go through
-    wrappers that allocate their outputs and pass 13-17 arguments (`families.FAMILIES`).
+    A launch's cost is its host interval in the profiled step, less what the profiler adds to every launch it
+    records (issue 22): (profiled - unprofiled host time) / launches, so that the costs add up to the
+    unprofiled host time. The profiled step shows the shape (which launch costs what); how fast the host ran
+    moves every launch alike, and is the fit's (`sim.calibration.fit`).
     """
+    out = np.full(len(HOSTS), np.nan)
     owner = np.asarray(tl.launched_by)
-    if not len(tl.cpu_dur) or not unprofiled_host_us or len(owner) != len(families):
-        return np.nan
-    kind = np.array([HOSTS.index(FAMILIES[f].host) for f in families])
+    if not len(tl.cpu_dur) or not unprofiled_host_us or len(owner) != len(kinds):
+        return out
     host = np.where(owner >= 0, tl.cpu_dur[np.maximum(owner, 0)], np.nan)
-    merge, other = host[kind == HOSTS.index("merge")], host[kind == HOSTS.index("triton")]
-    if not (np.isfinite(merge).any() and np.isfinite(other).any()):
-        return np.nan
     added = (float(tl.cpu_dur.sum()) - unprofiled_host_us) / len(tl.cpu_dur)  # the profiler's, per launch
-    m, o = np.nanmedian(merge) - added, np.nanmedian(other) - added
-    return m / o if m > 0 and o > 0 else np.nan
+    for k in range(len(HOSTS)):
+        mine = host[(kinds == k) & np.isfinite(host)]
+        if len(mine):
+            cost = float(np.median(mine)) - added
+            out[k] = cost if cost > 0 else np.nan
+    return out
 
 
 def points_from_result(result) -> list[Point]:
@@ -317,9 +349,9 @@ def points_from_result(result) -> list[Point]:
                 spread=(run.step_us_p90 - run.step_us_p10) / run.step_us_median,
                 node_gaps=node_gaps,
                 copy_share=_copy_share(tl) if replays else np.nan,
-                merge_ratio=_merge_ratio(tl, fams, run.enqueue_us_median)
-                if ran.fused and not replays
-                else np.nan,
+                launch_us=np.full(len(HOSTS), np.nan)
+                if replays
+                else _launch_us(tl, host_kinds(fams, eager=True), run.enqueue_us_median),
                 pdl_rows=pdl_rows,
                 ran=ran,
             )
@@ -350,7 +382,6 @@ class ProbeModel:
         self._pieces = np.array([p.in_pieces for p in self.points], bool)
         self._rows = rows
         self._launches = np.array([p.launch_counts for p in self.points]).reshape(n_points, len(HOSTS))
-        self._host_of = np.array([HOSTS.index(f.host) for f in FAMILIES])  # each family's launch kind
         self._n = self._counts.sum(axis=1)
         # Every point's kernels as one padded [n_points, longest] array of family indices (-1: padding).
         width = max((p.kernels for p in self.points), default=0)
@@ -358,9 +389,9 @@ class ProbeModel:
         for i, p in enumerate(self.points):
             self._fam[i, : p.kernels] = p.families
         self._valid = self._fam >= 0
-        self._kind = np.where(
-            self._valid, self._host_of[np.maximum(self._fam, 0)], 0
-        )  # launch kind per kernel
+        self._kind = np.zeros((n_points, width), np.int64)  # launch kind per kernel (padding: 0)
+        for i, p in enumerate(self.points):
+            self._kind[i, : p.kernels] = host_kinds(p.families, eager=not p.replays)
         self._is_pdl = np.array([f.pdl for f in FAMILIES])
 
     @property

@@ -12,35 +12,52 @@ from dataclasses import replace
 
 import numpy as np
 
-from core.step_plan import Mode
+from core.step_plan import Mode, without_graphs
 from core.step_plan import mode as mode_named
 from core.step_plan import modes as table_modes
-from sim.calibration.families import GEMV_MAX_ROWS, INDEX, UNPIPELINED_BEFORE_2026_12_02, classify_step
+from sim.calibration.families import (
+    GEMV_MAX_ROWS,
+    INDEX,
+    PERSISTENT_MAX_ROWS,
+    TILE_MAX_ROWS,
+    UNPIPELINED_BEFORE_2026_12_02,
+    classify_step,
+)
 from sim.calibration.model import Point, ProbeModel, params_vector
 from sim.config import ModelConfig
 
 # The synthetic runs name no `settings.unpipelined_gemms`: they are read with the rule of the files without it.
 UNPIPELINED = UNPIPELINED_BEFORE_2026_12_02
-
-ATEN_PER_LAYER = 40  # the probe's eager step: ~51 kernels a layer, 9 of them cuBLAS matmuls
+SPLIT_MAX_ROWS = 8  # up to here the probe's attention splits the context (one merge kernel a layer)
 
 
 def kernel_names(model: ModelConfig, mode: Mode, rows: int, memsets: bool = False) -> tuple[str, ...]:
-    """A probe-like step's kernels in `mode`: the names the profiler reports, in launch order.
+    """A probe-like step's kernels in `mode`: the names the profiler reports, in launch order
+    (gpu_probe.model: the unfused step's one-op kernels, the fused step's GEMMs, cuBLAS above 64 rows).
 
-    `memsets`: above GEMV_MAX_ROWS the unfused layer also zeroes a split-K workspace, as cuBLAS does in the
-    probe (a memset node in its graph, which is then replayed in pieces)."""
+    `memsets`: above TILE_MAX_ROWS cuBLAS zeroes a split-K workspace before the LM head, as in the probe (a
+    memset node in the graph, which is then replayed in pieces)."""
     copies = ("multi_tensor_apply_kernel",) * 2 if mode.graphs else ()
     if mode.one_kernel:
         return copies + ("_decode_step_kernel",)
+    wide = rows > TILE_MAX_ROWS
+    gemm = "_gemv_kernel" if rows <= GEMV_MAX_ROWS else "nvjet_tst" if wide else "_fused_linear_kernel"
+    merge = ("_merge_splits_kernel",) if rows <= SPLIT_MAX_ROWS else ()
+    lm_head = (("Memset (Device)",) if memsets and wide else ()) + (gemm,)
+    embedding = ("indexSelectSmallIndex",)
+    if mode.fused and wide:
+        layer = (gemm, "_paged_attention_kernel", *merge, gemm, gemm, "_rms_swiglu_kernel", gemm)
+        return copies + embedding + layer * model.n_layers + ("_rms_norm_kernel", *lm_head)
     if mode.fused:
-        linear = "_gemv_kernel" if rows <= GEMV_MAX_ROWS else "_fused_linear_kernel"
-        attention = ("_paged_attention_kernel",) + (("_merge_splits_kernel",) if rows <= 8 else ())
-        layer = (linear, *attention, linear, linear, linear)
-        return copies + ("indexSelectSmallIndex",) + layer * model.n_layers + (linear,)
-    split_k = ("Memset (Device)",) if memsets and rows > GEMV_MAX_ROWS else ()
-    layer = ("elementwise_kernel",) * ATEN_PER_LAYER + split_k + ("nvjet_tst",) * 9
-    return copies + ("indexSelectSmallIndex",) + layer * model.n_layers + ("nvjet_tst",)
+        layer = (gemm, "_paged_attention_kernel", *merge, gemm, gemm, gemm)
+        return copies + embedding + layer * model.n_layers + lm_head
+    add = "vectorized_elementwise_kernel"
+    layer = (
+        *("_rms_norm_kernel", gemm, gemm, gemm, "_rope_kernel", "_write_kv_kernel"),
+        *("_paged_attention_plain_kernel", *merge, gemm, add),
+        *("_rms_norm_kernel", gemm, gemm, "_silu_mul_kernel", gemm, add),
+    )
+    return copies + embedding + layer * model.n_layers + ("_rms_norm_kernel", *lm_head)
 
 
 # The model's fields a synthetic result's `model.config` carries, as the probe writes them.
@@ -58,15 +75,17 @@ CONFIG_FIELDS = (
 
 
 def _points(model: ModelConfig, modes, batches, memsets: bool) -> list[Point]:
-    """One calibration point per mode and batch, its kernels named and classified as in a probe run."""
+    """One calibration point per mode and batch, its kernels named and classified as in a probe run (the
+    persistent kernel above its rows: the fused kernels eagerly, as the probe falls back)."""
     points = []
     for m in table_modes(modelled=True) if modes is None else [mode_named(m) for m in modes]:
         for b in batches:
-            names = kernel_names(model, m, b, memsets)
+            ran = without_graphs(m) if m.one_kernel and b > PERSISTENT_MAX_ROWS else m
+            names = kernel_names(model, ran, b, memsets)
             fams = np.array(
                 [INDEX[f] for f in classify_step(model, names, b, unpipelined=UNPIPELINED)], np.int64
             )
-            points.append(Point(m, b, b, m.graphs, names, fams, 1.0, 1.0, 1.0, np.zeros(0)))
+            points.append(Point(m, b, b, ran.graphs, names, fams, 1.0, 1.0, 1.0, np.zeros(0), ran=ran))
     return points
 
 
@@ -78,7 +97,7 @@ def _run(pt: Point, tl, step_us: float, enqueue_us: float, n_layers: int) -> dic
         "batch": pt.batch,
         "bucket": pt.batch if pt.replays else None,
         "padded_rows": 0,
-        "eager_fallback": False,
+        "eager_fallback": pt.mode.graphs and not pt.replays,
         "step_us_median": step_us,
         "step_us_p10": 0.97 * step_us,
         "step_us_p90": 1.05 * step_us,
