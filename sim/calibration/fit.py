@@ -206,10 +206,13 @@ def _fit_reads(points: list[Point], use: np.ndarray, theta: np.ndarray) -> tuple
     Triton GEMM's (`launch_shares`); a figure no used point shows is held."""
     out, fitted = theta.copy(), {}
     used = [p for p, u in zip(points, use) if u]
-    # Between a chain's kernels: not a persistent kernel's step, whose one gap is before its whole-GPU launch (12 µs
-    # on the 1b run at batch 8, where a fused + graph step's queued kernels are 0.4 µs apart).
-    gaps = [p.node_gaps for p in used if p.replays and not p.pdl_chain and not p.runs.one_kernel]
-    gaps = np.concatenate(gaps) if gaps else np.zeros(0)
+    # Between queued replayed kernels: as the unprofiled steps leave them (`Point.unprofiled_gap_us`), else as the
+    # profiled ones show them (wider); not a persistent kernel's step, whose one gap is before its whole-GPU launch
+    # (12 µs on the 1b run at batch 8, where a fused + graph step's queued kernels are 0.4 µs apart).
+    gaps = np.array([p.unprofiled_gap_us for p in used])
+    if not np.isfinite(gaps).any():
+        profiled = [p.node_gaps for p in used if p.replays and not p.pdl_chain and not p.runs.one_kernel]
+        gaps = np.concatenate(profiled) if profiled else np.zeros(0)
     reads = {
         "node_gap_us": gaps,
         "input_copy_share": np.array([p.copy_share for p in used]),
