@@ -167,11 +167,13 @@ def launch_costs(params: dict) -> np.ndarray:
 _HOST_OF = np.array([HOSTS.index(f.host) for f in FAMILIES])  # each family's launch kind
 
 
-def host_kinds(families: np.ndarray, eager: bool) -> np.ndarray:
-    """Each kernel's launch kind (an index into `HOSTS`): its family's, the first of an eager step its start."""
-    kinds = _HOST_OF[np.asarray(families, np.int64)]
+def host_kinds(families: np.ndarray, names, eager: bool) -> np.ndarray:
+    """Each kernel's launch kind (an index into `HOSTS`): its family's; a memset cuBLAS's, whose matmul call
+    launches it (the probe's split-K workspace, its launch interval holding the call's dispatch); the first
+    kernel of an eager step its start."""
+    kinds = _HOST_OF[np.asarray(families, np.int64)].copy()
+    kinds[[str(n).startswith(MEMSET) for n in names]] = HOSTS.index("cublas")
     if eager and len(kinds):
-        kinds = kinds.copy()
         kinds[0] = HOSTS.index("start")
     return kinds
 
@@ -262,7 +264,7 @@ class Point:
     @property
     def launch_counts(self) -> np.ndarray:
         """Eager launches of each host kind (`HOSTS`), at the mode's launch scale."""
-        kinds = host_kinds(self.families, eager=not self.replays)
+        kinds = host_kinds(self.families, self.kernel_names, eager=not self.replays)
         return np.bincount(kinds, minlength=len(HOSTS)) * self.runs.launch_scale
 
     @property
@@ -364,7 +366,7 @@ def points_from_result(result) -> list[Point]:
                 copy_share=_copy_share(tl) if replays else np.nan,
                 launch_us=np.full(len(HOSTS), np.nan)
                 if replays
-                else _launch_us(tl, host_kinds(fams, eager=True), run.enqueue_us_median),
+                else _launch_us(tl, host_kinds(fams, tl.gpu_names, eager=True), run.enqueue_us_median),
                 pdl_rows=pdl_rows,
                 ran=ran,
             )
@@ -404,7 +406,7 @@ class ProbeModel:
         self._valid = self._fam >= 0
         self._kind = np.zeros((n_points, width), np.int64)  # launch kind per kernel (padding: 0)
         for i, p in enumerate(self.points):
-            self._kind[i, : p.kernels] = host_kinds(p.families, eager=not p.replays)
+            self._kind[i, : p.kernels] = host_kinds(p.families, p.kernel_names, eager=not p.replays)
         self._is_pdl = np.array([f.pdl for f in FAMILIES])
 
     @property
