@@ -51,6 +51,7 @@ from sim.timing import (
     eager_timeline,
     graph_replay_timeline,
     kernel_us,
+    one_call_timeline,
     schedule_starts,
 )
 
@@ -158,6 +159,17 @@ def params_vector(params: dict) -> np.ndarray:
     return np.array([float(params[n]) for n in NAMES])
 
 
+def piece_ready_us(cost: GraphReplayCost, piece_nodes) -> np.ndarray:
+    """When each node of a replay made in pieces can start: once the call has submitted its piece.
+
+    The driver submits a graph holding memset nodes in pieces, each ending before a memset node. In the runs of
+    2026-11-30 to 12-02 the unfused graph held one in every layer, and its first kernels started 0.2-0.5 ms
+    into a 1.3-2.6 ms call; in the runs of 2026-12-06 the only memset is cuBLAS's, before the 1b preset's LM
+    head above 64 rows, and those replays' first kernels start within 1.3 µs of the call's end, as the graphs'
+    without one do (`sim.timing.GraphReplayCost.ready_us` has a piece per node)."""
+    return cost.input_copy_us + cost.launch_us + cost.per_node_host_us * np.asarray(piece_nodes, np.float64)
+
+
 def launch_costs(params: dict) -> np.ndarray:
     """The eager launch cost of each host kind (`HOSTS`), in µs: its share of a Triton GEMM's launch."""
     triton = params["triton_launch_us"]
@@ -260,6 +272,17 @@ class Point:
     def in_pieces(self) -> bool:
         """A replayed graph holding memset nodes: the driver submits it in pieces (`GraphReplayCost`)."""
         return self.replays and any(str(n).startswith(MEMSET) for n in self.kernel_names)
+
+    @property
+    def piece_nodes(self) -> np.ndarray:
+        """Each node's piece, as the nodes the call has submitted once it has submitted that piece: a piece ends
+        before a memset node (`piece_ready_us`)."""
+        n = self.kernels
+        memsets = [k for k, name in enumerate(self.kernel_names) if str(name).startswith(MEMSET) and k > 0]
+        ends = np.full(n, float(n))
+        for m in reversed(memsets):
+            ends[:m] = m
+        return ends
 
     @property
     def launch_counts(self) -> np.ndarray:
@@ -395,6 +418,11 @@ class ProbeModel:
         )  # the mode's eager launch cost
         self._pdl = np.array([p.pdl_chain for p in self.points], bool)
         self._pieces = np.array([p.in_pieces for p in self.points], bool)
+        width = max((p.kernels for p in self.points), default=0)
+        self._piece_nodes = np.zeros((n_points, width))
+        for i, p in enumerate(self.points):
+            if p.in_pieces:
+                self._piece_nodes[i, : p.kernels] = p.piece_nodes
         self._rows = rows
         self._launches = np.array([p.launch_counts for p in self.points]).reshape(n_points, len(HOSTS))
         self._n = self._counts.sum(axis=1)
@@ -445,10 +473,10 @@ class ProbeModel:
         width = self._fam.shape[1]
         launch = launch_costs(p)[self._kind] * self._valid * self._scale[:, None]
         eager = eager_ready_us(launch, width)  # each launch after the one before it
-        # A replay's nodes start once the call has returned, or as it reaches them when it is made in
-        # pieces (sim.timing.GraphReplayCost.ready_us).
+        # A replay's nodes start once the call has returned, or once it has submitted their piece when it is
+        # made in pieces (`piece_ready_us`).
         cost = graph_cost(p)
-        ready = np.where(self._pieces[:, None], cost.ready_us(width, in_pieces=True), host[:, None])
+        ready = np.where(self._pieces[:, None], piece_ready_us(cost, self._piece_nodes), host[:, None])
         ready = np.where(self._graphs[:, None], ready, eager)
         ready = np.where(self._valid, ready, 0.0)  # padding: zero-length, never waits for the host
         gap = np.where(self._pdl[:, None] | ~self._valid, 0.0, p["node_gap_us"])
@@ -463,8 +491,11 @@ class ProbeModel:
         label = f"calibrated model · {pt.mode.name} · batch {pt.batch}"
         if pt.replays:
             cost = graph_cost(p, pt.pdl_chain)
-            return graph_replay_timeline(
-                dur, pt.kernel_names, cost, label=label, rows=pt.rows, in_pieces=pt.in_pieces
-            )
+            if pt.in_pieces:
+                host = float(cost.host_us(pt.kernels, pt.rows, True))
+                name = f"cudaGraphLaunch ({pt.kernels} nodes)"
+                ready = piece_ready_us(cost, pt.piece_nodes)
+                return one_call_timeline(dur, pt.kernel_names, host, cost.node_gap_us, name, label, ready)
+            return graph_replay_timeline(dur, pt.kernel_names, cost, label=label, rows=pt.rows)
         launch = launch_costs(p)[self._kind[i, : pt.kernels]] * pt.runs.launch_scale
         return eager_timeline(dur, pt.kernel_names, launch, p["node_gap_us"], label=label)
