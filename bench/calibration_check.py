@@ -1,22 +1,21 @@
-"""How well the timing model predicts the H200: leave-one-out on each run, and fit-on-one, predict-the-other.
+"""How well the timing model predicts the probe's runs: leave-one-out on each run, and fit-on-one, predict-the-other.
 
     python bench/calibration_check.py
 
 Runs `sim.calibration` (the same code as `python -m sim calibrate`) on the shipped runs
-(gpu_probe/recorded/): the small preset's recorded run (h200.json, 2026-11-30) and its
-hold-out (small-holdout.json, the same CLI on another lease the day after), the 1b preset's
-run (1b.json, 2026-12-02: Llama-3.2-1B's shape, another decoder, so only its own fit;
-it is the only 1b run shipped) and the small preset at batch 1 only (small-b1.json, the
-same lease as the 1b run: too few points for a fit of its own, so only predicted). It prints
+(gpu_probe/recorded/, docs/probe-runs.md): the small preset's recorded run (small.json) and its
+hold-out (small-holdout.json, the same command five minutes later on the same H100 lease), the 1b
+preset's run (1b.json, the same lease: Llama-3.2-1B's shape, another decoder, so only its own fit),
+the small preset at batch 1 only (small-b1.json: one point a mode, too few for a fit of its own, so
+only predicted) and the persistent kernel's 1b run (1b-persistent.json, an H200 on 2026-12-03). It
+prints, as docs/calibration.md's tables (each mode's median |error| and its worst point):
 
-- per run, each point left out of its fit: every mode's median step error and its worst point,
-  fused+graph at batch 1, against the goals (issue 12: every mode ≤ 10 % median, no point
-  beyond 25 %, fused+graph batch 1 within 10 %);
+- per run, each point left out of its fit, against the goals (issues 28 and 29: every mode's
+  median <= 10 %, no point beyond 25 %; fused+graph at batch 1 within 10 %);
 - the fit on each small-preset run predicting the other's points, and the batch-1 run's;
-- the host side alone (the unprofiled enqueue time), left out and across runs, and the 1b
-  fit's host costs (its launch and replay costs; the GPU side is another decoder's) on the
-  small runs' host times;
-- the host noise that sets the eager misses: the same eager step in the three small runs.
+- the host side alone (the unprofiled enqueue time), left out and across runs;
+- the host's speed that sets the eager misses: each eager step's host time over its launches at
+  their fitted shares (µs a Triton GEMM launch), per run.
 """
 
 from __future__ import annotations
@@ -24,19 +23,20 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from core.step_plan import FUSED_GRAPH, modes  # noqa: E402
 from sim.calibration import calibrate  # noqa: E402
-from sim.calibration.families import unpipelined_gemms  # noqa: E402
-from sim.calibration.model import ProbeModel, model_from_result, points_from_result  # noqa: E402
-from sim.calibration.report import by_mode, check_summary, load_run, loo_summary, summary, verdict  # noqa: E402
+from sim.calibration.report import check_summary, load_run, loo_summary, verdict  # noqa: E402
 
 RECORDED = ROOT / "gpu_probe" / "recorded"
 RUNS = {  # fitted on their own: leave-one-out
-    "recorded": "recorded",
-    "hold-out": str(RECORDED / "small-holdout.json"),
-    "1b": str(RECORDED / "1b.json"),
+    "recorded": "small.json",
+    "hold-out": "small-holdout.json",
+    "1b": "1b.json",
 }
 CROSS = (
     ("recorded", "hold-out"),
@@ -44,60 +44,98 @@ CROSS = (
     ("recorded", "small b1"),
     ("hold-out", "small b1"),
 )
-PREDICTED_ONLY = {"small b1": str(RECORDED / "small-b1.json")}  # batch 1 only: one point a mode
-SMALL = ("recorded", "hold-out", "small b1")
+PREDICTED_ONLY = {"small b1": "small-b1.json"}  # batch 1 only: one point a mode
+PERSISTENT_RUN = {"1b persistent": "1b-persistent.json"}
+MODES = [m.name for m in modes(modelled=True)]
 
 
-def host_errors(cal, other) -> dict:
-    """The host time of each of `other`'s points from `cal`'s launch and replay costs (any decoder)."""
-    points = points_from_result(other)
-    sim = ProbeModel(model_from_result(other), points, unpipelined_gemms(other))
-    host = sim.host_us(cal.theta)
-    return {(p.mode.name, p.batch): h / p.host_us - 1 for p, h in zip(points, host)}
+def cells(s: dict, columns=MODES, with_b1: bool = True) -> list[str]:
+    """A summary as docs/calibration.md's cells: each mode's median (worst point), "—" for a mode the run has
+    none of, then fused+graph at batch 1."""
+    out = []
+    for m in columns:
+        if m in s["by_mode"]:
+            e, b, w = s["by_mode"][m]
+            out.append(f"{100 * e:.1f} % (b{b} {100 * w:+.1f} %)")
+        else:
+            out.append("—")
+    if with_b1:
+        b1 = s["fused_graph_b1"]
+        out.append("—" if b1 is None else f"{100 * b1:+.1f} %")
+    return [c.replace("-", "−") for c in out]
+
+
+def row(name: str, values: list[str]) -> str:
+    return "| " + " | ".join([name, *values]) + " |"
+
+
+def header(columns, with_b1: bool = True) -> str:
+    names = [*columns, f"{FUSED_GRAPH.name} b1"] if with_b1 else list(columns)
+    return row("run", names) + "\n|" + " --- |" * (len(names) + 1)
 
 
 def main() -> int:
-    results = {name: load_run(source) for name, source in {**RUNS, **PREDICTED_ONLY}.items()}
-    cals = {name: calibrate(results[name]) for name in RUNS}
-    print("Step time, each point left out of its run's fit: median by mode (worst point)")
-    for name, cal in cals.items():
-        s = loo_summary(cal)
-        print(f"  {name}: {by_mode(s)}")
-        print("    " + verdict(s, "Leave-one-out"))
-    print("Step time, fit on one run, predict another's points: median by mode (worst point)")
+    results = {
+        name: load_run(str(RECORDED / f)) for name, f in {**RUNS, **PREDICTED_ONLY, **PERSISTENT_RUN}.items()
+    }
+    cals = {name: calibrate(results[name]) for name in (*RUNS, *PERSISTENT_RUN)}
+    print("### Step time, left out")
+    print(header(MODES))
+    for name in RUNS:
+        print(row(f"{name} ({RUNS[name]})", cells(loo_summary(cals[name]))))
+    for name in RUNS:
+        print("  " + verdict(loo_summary(cals[name]), f"{name}, left out"))
+    print(
+        "  over every point of a run at once: "
+        + ", ".join(f"{n} {100 * cals[n].median_loo_error:.1f} %" for n in RUNS)
+    )
+    print("\n### Step time, fit on one run, predict another")
+    print(header(MODES))
+    overall = []
     for fit_on, other in CROSS:
         s = check_summary(cals[fit_on].check(results[other]))
-        print(f"  {fit_on} -> {other}: {by_mode(s)}")
-        print("    " + verdict(s, "Fit on one run, predict the other"))
-    print("Host time (unprofiled enqueue), left out: median by mode (worst point)")
-    for name, cal in cals.items():
-        print(f"  {name}: {by_mode(loo_summary(cal, 'host'))}")
-    print("Host time, fit on one run, predict another's")
-    for fit_on, other in CROSS:
-        print(f"  {fit_on} -> {other}: {by_mode(check_summary(cals[fit_on].check(results[other]), 'host'))}")
-    for other in SMALL:
-        s = summary(host_errors(cals["1b"], results[other]))
-        print(f"  1b's launch and replay costs -> {other}: {by_mode(s)}")
-    steps = [results[n].run("eager", 1) for n in SMALL]
-    ms = ", ".join(f"{r.step_us_median / 1e3:.1f}" for r in steps)
-    p10 = ", ".join(f"{r.step_us_p10 / 1e3:.1f}" for r in steps)
-    low, high = min(r.step_us_median for r in steps), max(r.step_us_median for r in steps)
-    print(
-        f"Host noise: the eager step at batch 1 took {ms} ms (median; p10 {p10} ms) in the three small-preset "
-        f"runs ({', '.join(SMALL)}): one prediction within 25 % of each would have to be at least "
-        f"{0.75 * high / 1e3:.1f} ms and at most {1.25 * low / 1e3:.1f} ms"
-        + (", which no prediction is." if 0.75 * high > 1.25 * low else ".")
-    )
-    per_launch = {
-        n: [r.enqueue_us_median / r.kernels_per_step for r in results[n].runs if r.mode == "eager"]
-        for n in RUNS
-    }
-    print(
-        "  eager host µs per launch at batches "
-        + ", ".join(map(str, results["recorded"].batches))
-        + ": "
-        + "; ".join(f"{n} " + " ".join(f"{x:.1f}" for x in v) for n, v in per_launch.items())
-    )
+        print(row(f"{fit_on} → {other}", cells(s)))
+        overall.append(f"{fit_on} → {other} {100 * s['median']:.1f} %")
+    print("  over every point: " + ", ".join(overall))
+    print("\n### Step time, left out, the persistent run")
+    columns = [FUSED_GRAPH.name, "persistent"]
+    print(header(columns))
+    for name, f in PERSISTENT_RUN.items():
+        print(row(f"{name} ({f})", cells(loo_summary(cals[name]), columns)))
+    print("\n### Host time alone (the unprofiled enqueue time), left out and across runs")
+    print(header(MODES, with_b1=False))
+    for name in RUNS:
+        print(row(f"{name}, left out", cells(loo_summary(cals[name], "host"), with_b1=False)))
+    for fit_on, other in CROSS[:2]:
+        s = check_summary(cals[fit_on].check(results[other]), "host")
+        print(row(f"{fit_on} → {other}", cells(s, with_b1=False)))
+    print("\nThe host's speed at each eager point: its host time over its launches at the fitted shares")
+    print("(µs a Triton GEMM launch; the fit's triton_launch_us follows the typical point)")
+    for name in RUNS:
+        speed = cals[name].host_speeds()
+        lo, hi = min(speed.values()), max(speed.values())
+        listed = ", ".join(f"{m} b{b} {v:.1f}" for (m, b), v in speed.items())
+        print(f"  {name}: {listed}")
+        print(
+            f"    fitted {cals[name].params['triton_launch_us']:.1f}; {hi / lo:.2f} x from the fastest to the "
+            f"slowest point: "
+            + (
+                f"no one figure is within 25 % of every point (it would have to be at least {0.75 * hi:.1f} "
+                f"and at most {1.25 * lo:.1f})"
+                if 0.75 * hi > 1.25 * lo
+                else "one figure can be within 25 % of every point"
+            )
+        )
+    shares = {n: {p: cals[n].params[p] for p in cals[n].params if p.endswith("_launch_share")} for n in RUNS}
+    print("  the launch kinds' shares of a Triton GEMM launch, per run:")
+    for kind in shares["1b"]:
+        print(f"    {kind}: " + ", ".join(f"{n} {shares[n][kind]:.2f}" for n in RUNS))
+    for name in RUNS:
+        gaps = [p.unprofiled_gap_us for p in cals[name].points if np.isfinite(p.unprofiled_gap_us)]
+        print(
+            f"  {name}: gap between replayed kernels {cals[name].params['node_gap_us']:.3f} µs (unprofiled, "
+            f"{min(gaps):.2f}-{max(gaps):.2f} over {len(gaps)} graphs)"
+        )
     return 0
 
 

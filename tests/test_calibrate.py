@@ -1,4 +1,4 @@
-"""Calibration: on runs the timing model itself generated, the fit reproduces them; on the H200 run, the goals."""
+"""Calibration: on runs the timing model itself generated, the fit reproduces them; on the recorded runs, the goals."""
 
 import gzip
 import json
@@ -23,24 +23,32 @@ from sim.step.schedule import simulate_step
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = PRESETS["probe-0.5b-h200"].model.with_layers(8)  # fewer layers: same physics, faster tests
 TRUE = KNOWN_PARAMS
-# Identifiable from family totals at the synthetic batches (the GEMV and the 16-row tile GEMM each run at
-# one batch only, so their latency and bandwidth trade against each other; no cuBLAS or GEMV kernel is
-# compute-bound). Batch 32 gives the wider tiles a third batch.
+RECORDED = ROOT / "gpu_probe" / "recorded"
+# Identifiable from family totals at the synthetic batches: the GEMV and the tiles run in both paths, with other
+# kernel counts (the unfused step's seven projections a layer, the fused step's four), so their latencies and
+# bandwidths come apart; batch 32 gives the wider tiles a third batch. cuBLAS runs at batch 256 only, and no
+# GEMM is compute-bound: the matrix rates and cuBLAS's figures are not here.
 BATCHES = (1, 8, 32, 64, 256)
+LAUNCH_SHARES = tuple(f"{k}_launch_share" for k in ("start", "aten", "cublas", "attention", "merge", "op"))
 RECOVERED = (
+    "gemv_latency_us",
+    "gemv_GBps",
+    "tile_gemm_latency_us",
+    "tile_gemm_GBps",
     "tile_gemm_wide_latency_us",
     "tile_gemm_wide_GBps",
-    "tile_gemm_wide_TFLOPs",
     "attention_latency_us",
     "attention_GBps",
-    "cublas_latency_us",
-    "cublas_GBps",
+    "triton_op_latency_us",
+    "triton_op_GBps",
     "aten_latency_us",
     "aten_GBps",
+    "split_merge_latency_us",
+    "persistent_latency_us",
+    "persistent_GBps",
     "pdl_hidden_us",
-    "aten_launch_us",
     "triton_launch_us",
-    "merge_launch_share",
+    *LAUNCH_SHARES,
     "replay_us",
     "replay_per_node_us",
     "replay_per_row_us",
@@ -68,7 +76,7 @@ def test_fit_recovers_known_parameters(calibration):
     # The synthetic timelines are stored to the nanosecond (Timeline.to_dict), a few 1e-4 of a small
     # kernel; the wide tile GEMM's latency and bandwidth come from memory-bound batches whose bytes
     # differ only by their activations, which magnifies that rounding about tenfold.
-    loose = {"tile_gemm_wide_latency_us": 3e-3, "tile_gemm_wide_GBps": 3e-3, "tile_gemm_wide_TFLOPs": 3e-3}
+    loose = {"tile_gemm_wide_latency_us": 3e-3, "tile_gemm_wide_GBps": 3e-3}
     for name in RECOVERED:
         assert calibration.params[name] == pytest.approx(TRUE[name], rel=loose.get(name, 1e-3)), name
         assert calibration.fitted[name], name
@@ -100,10 +108,24 @@ def test_leave_one_out_predicts_without_the_point():
 
 
 def test_parameters_the_runs_do_not_constrain_are_held():
+    from sim.calibration.model import LAUNCH_SHARE_START
+
     cal = calibrate(load_result(synthetic_result(TRUE, MODEL, modes=("eager",))), loo=False)
-    assert cal.fitted["aten_launch_us"] and not cal.fitted["triton_launch_us"]
-    assert not cal.fitted["replay_us"] and not cal.fitted["tile_gemm_latency_us"]
-    assert cal.params["aten_launch_us"] == pytest.approx(TRUE["aten_launch_us"], rel=1e-3)
+    # The unfused step at batches 1 to 256 launches every kind (cuBLAS's matmuls at 256): all are read off.
+    assert cal.fitted["triton_launch_us"] and all(cal.fitted[n] for n in LAUNCH_SHARES)
+    assert cal.params["triton_launch_us"] == pytest.approx(TRUE["triton_launch_us"], rel=1e-3)
+    # No replay, no PDL chain, no persistent kernel: their figures stay where a fit starts.
+    for name in ("replay_us", "node_gap_us", "pdl_hidden_us", "persistent_latency_us"):
+        assert not cal.fitted[name], name
+        assert cal.params[name] == next(p.start for p in PARAMS if p.name == name), name
+    # A fused step alone launches no cuBLAS matmul, one-op kernel or ATen op but its start: those shares are held.
+    fused = calibrate(load_result(synthetic_result(TRUE, MODEL, batches=(1, 8), modes=("fused",))), loo=False)
+    held = {"cublas", "op", "aten"}
+    for kind in ("start", "aten", "cublas", "attention", "merge", "op"):
+        name = f"{kind}_launch_share"
+        assert fused.fitted.get(name, False) == (kind not in held), name
+        expected = LAUNCH_SHARE_START[kind] if kind in held else TRUE[name]
+        assert fused.params[name] == pytest.approx(expected, rel=1e-3), name
 
 
 def test_bounded_solver_stops_at_the_bound():
@@ -120,15 +142,53 @@ def test_fitted_values_respect_the_parameter_bounds(recorded_cal):
         assert p.low <= recorded_cal.params[p.name] <= p.high
 
 
+def _loo_by_mode(cal) -> dict[str, list[float]]:
+    out = {}
+    for p, e in zip(cal.points, cal.loo_errors()):
+        out.setdefault(p.mode.name, []).append(float(e))
+    return out
+
+
+def _meets(errors: list[float]) -> bool:
+    """Issue 28's goal for one mode: its median leave-one-out error within 10 %, no point beyond 25 %."""
+    from sim.calibration import GOAL, WORST_GOAL
+
+    return float(np.median(np.abs(errors))) <= GOAL and max(abs(e) for e in errors) <= WORST_GOAL
+
+
 def test_recorded_run_meets_the_goals_where_the_data_allows(recorded_cal):
-    # Goals (issue 12): every mode's median leave-one-out error <= 10 %, fused+graph batch 1 within 10 %.
+    # Goals (issue 28): every mode's median leave-one-out error <= 10 %, no point beyond 25 %. The graph modes,
+    # where the GPU sets the pace, meet them.
+    by_mode = _loo_by_mode(recorded_cal)
+    assert _meets(by_mode["graph"]) and _meets(by_mode["fused+graph"])
+    # The eager and fused modes' steps are the host's, and the host's speed moved between points by more than
+    # any one figure can follow: within 25 % of each would need a figure above 0.75 x the slowest point's and
+    # below 1.25 x the fastest's (docs/calibration.md).
+    speeds = recorded_cal.host_speeds()
+    assert 0.75 * max(speeds.values()) > 1.25 * min(speeds.values())
+    assert not _meets(by_mode["eager"]) and not _meets(by_mode["fused"])
+
+
+def test_the_1b_run_meets_the_goals_in_every_mode_but_the_persistent_one():
+    """The 1b run's host ran steadily: every mode the fit can follow meets issue 28's goals left out. The
+    persistent kernel ran at two batches, and its family has four figures: a point left out is predicted from the
+    other alone (docs/calibration.md), so the mode misses, while its two fallback steps (the fused kernels run
+    eagerly above eight rows) are predicted as the fused step they ran."""
+    from sim.calibration import GOAL, WORST_GOAL
+
+    cal = calibrate(load_result(RECORDED / "1b.json"))
+    by_mode = _loo_by_mode(cal)
     for mode in ("eager", "fused", "graph", "fused+graph"):
-        assert recorded_cal.mode_loo_error(mode) <= 0.10, mode
-    assert abs(loo_summary(recorded_cal)["fused_graph_b1"]) <= 0.10
-    # The one point beyond 25 % is the eager batch-1 step, whose host took 23.7 µs a launch where the
-    # other eager steps took 16.9-18.7: run-to-run host noise the model cannot predict from the others.
-    errs = {(p.mode.name, p.batch): e for p, e in zip(recorded_cal.points, recorded_cal.loo_errors())}
-    assert all(abs(e) <= 0.25 for k, e in errs.items() if k != ("eager", 1))
+        assert _meets(by_mode[mode]), mode
+    assert abs(loo_summary(cal)["fused_graph_b1"]) <= GOAL
+    kernel = [
+        (p.batch, e) for p, e in zip(cal.points, cal.loo_errors()) if p.mode.one_kernel and p.runs.one_kernel
+    ]
+    fallback = [
+        e for p, e in zip(cal.points, cal.loo_errors()) if p.mode.one_kernel and not p.runs.one_kernel
+    ]
+    assert [b for b, _ in kernel] == [1, 8] and all(abs(e) > WORST_GOAL for _, e in kernel)
+    assert len(fallback) == 2 and all(abs(e) <= WORST_GOAL for e in fallback)
 
 
 def test_recorded_graph_cost_is_the_calibrated_one_and_cached(recorded_cal):
@@ -140,12 +200,16 @@ def test_recorded_graph_cost_is_the_calibrated_one_and_cached(recorded_cal):
 
 
 def test_calibrated_preset_follows_the_fused_kernels(recorded_cal):
-    preset = calibrated_preset(recorded_result(), recorded_cal)
-    assert isinstance(preset, Preset) and preset.title == "probe decoder on H200"
+    result = recorded_result()
+    preset = calibrated_preset(result, recorded_cal)
+    assert (
+        isinstance(preset, Preset)
+        and preset.title == f"probe decoder on {result.device.replace('NVIDIA ', '')}"
+    )
     assert preset.hardware.hbm_GBps == pytest.approx(recorded_cal.params["gemv_GBps"])
-    # The fused+graph batch-1 step, the page's headline, lands near the measured 646 µs.
+    # The fused+graph batch-1 step, the page's headline, lands near the measured one.
     step = simulate_step(preset.model, preset.hardware, StepPlan(FUSED_GRAPH, 1))
-    assert step.metrics.step_us == pytest.approx(646.4, rel=0.25)
+    assert step.metrics.step_us == pytest.approx(result.run(FUSED_GRAPH.name, 1).step_us_median, rel=0.25)
 
 
 def test_cli_prints_parameters_points_and_the_worst_point(tmp_path, capsys):
@@ -157,7 +221,7 @@ def test_cli_prints_parameters_points_and_the_worst_point(tmp_path, capsys):
     assert "worst point" in out[-1] and out[-1].endswith(
         "Meets the goals (every mode ≤ 10 %, no point beyond 25 %, fused+graph b1 ≤ 10 %)."
     )
-    assert any(line.split()[:2] == ["aten_launch_us", "7"] for line in out)
+    assert any(line.split()[:2] == ["triton_launch_us", f"{TRUE['triton_launch_us']:.4g}"] for line in out)
     assert sum(line.startswith("fused+graph") for line in out) == 3
 
 
@@ -204,13 +268,17 @@ def test_calibration_imports_neither_torch_nor_scipy():
 
 
 def test_families_follow_the_probe_kernels_choices():
-    # sim.calibration.families restates three of gpu_probe.kernels.linear's rules (sim imports no torch):
-    # the GEMV's row limit, the 16-row tile, the shapes that run unpipelined. They must agree.
+    # sim.calibration.families restates the probe kernels' rules (sim imports no torch): the GEMV's row limit,
+    # the 16-row tile, cuBLAS above the tiles' rows, the persistent kernel's rows, the shapes that run
+    # unpipelined. They must agree.
     linear = pytest.importorskip("gpu_probe.kernels.linear")
+    persistent = pytest.importorskip("gpu_probe.kernels.persistent")
     from gpu_probe.config import get_config
     from sim.calibration import families
 
     assert families.GEMV_MAX_ROWS == linear.GEMV_MAX_ROWS
+    assert families.TILE_MAX_ROWS == linear.TILE_MAX_ROWS
+    assert families.PERSISTENT_MAX_ROWS == persistent.MAX_ROWS
     for preset in ("small", "1b"):
         cfg = get_config(preset)
         # What a result file records is what the kernel does, read back as the calibration reads it.
@@ -226,8 +294,14 @@ def test_families_follow_the_probe_kernels_choices():
             assert (linear._tile_config(64, n, k, swiglu, 132)["num_stages"] == 1) == (
                 (n, k, swiglu) in named
             )
-    # Files made before the rule changed: the 1b preset's gate/up and LM head, no small-preset shape.
-    assert families.unpipelined_gemms(recorded_result()) == {(8192, 2048, True), (128256, 2048, False)}
+    # A file names its shapes (the recorded runs: none); files made before the rule changed read as the 1b
+    # preset's gate/up and LM head, no small-preset shape.
+    named = recorded_result().settings["unpipelined_gemms"]
+    assert families.unpipelined_gemms(recorded_result()) == {tuple(shape) for shape in named}
+    assert families.unpipelined_gemms(SimpleNamespace(settings={})) == {
+        (8192, 2048, True),
+        (128256, 2048, False),
+    }
 
 
 @pytest.mark.parametrize(
@@ -250,14 +324,17 @@ def test_a_malformed_unpipelined_gemms_entry_is_named(bad):
 
 
 def test_the_1b_runs_gemms_are_told_apart_by_shape():
+    # The tile's name is one for every shape: a fused step's GEMMs are counted off in the probe's order, so a run
+    # whose gate/up and LM head ran unpipelined (the rule before 2026-12-02) puts those in families of their own.
     from core.probe_result import load_result as load
-    from sim.calibration.families import classify_step, unpipelined_gemms
+    from sim.calibration.families import UNPIPELINED_BEFORE_2026_12_02, classify_step, unpipelined_gemms
     from sim.calibration.model import model_from_result
 
-    one_b = load(ROOT / "gpu_probe" / "recorded" / "1b.json")
+    one_b = load(RECORDED / "1b.json")
     model = model_from_result(one_b)
     run = one_b.run("fused+graph", 64)
-    old = unpipelined_gemms(one_b)
+    assert unpipelined_gemms(one_b) == {tuple(shape) for shape in one_b.settings["unpipelined_gemms"]}
+    old = UNPIPELINED_BEFORE_2026_12_02
     fams = [f for f in classify_step(model, run.timeline.gpu_names, 64, unpipelined=old) if "gemm" in f]
     assert fams[:4] == [
         "tile_gemm_wide",
@@ -277,36 +354,37 @@ def test_the_1b_runs_gemms_are_told_apart_by_shape():
     small = recorded_result().run("fused+graph", 64)
     small_model = model_from_result(recorded_result())
     assert {
-        f
-        for f in classify_step(
-            small_model, small.timeline.gpu_names, 64, unpipelined=unpipelined_gemms(recorded_result())
-        )
-        if "gemm" in f
-    } == {"tile_gemm_wide"}
-
-
-def test_the_1b_runs_fused_graph_steps_are_predicted_within_10_percent_left_out():
-    # One tile-GEMM family could not fit both 16- and 64-row tiles, nor the unpipelined gate/up and LM
-    # head: fused+graph was 24.7 % off in median, 29.7 % at batch 8, left out.
-    cal = calibrate(load_result(ROOT / "gpu_probe" / "recorded" / "1b.json"))
-    errors = [e for p, e in zip(cal.points, cal.loo_errors()) if p.mode is FUSED_GRAPH]
-    assert len(errors) == 4 and max(abs(e) for e in errors) <= 0.10
+        f for f in classify_step(small_model, small.timeline.gpu_names, 64, unpipelined=old) if "gemm" in f
+    } == {"tile_gemm_wide"}  # no small-preset shape in that rule
+    # Above 64 rows both paths' GEMMs are cuBLAS's, whatever the rule.
+    for mode in ("eager", "fused"):
+        wide = classify_step(model, one_b.run(mode, 256).timeline.gpu_names, 256, unpipelined=old)
+        assert "cublas" in wide and not any("gemm" in f for f in wide), mode
 
 
 def test_a_check_names_the_families_the_fit_had_no_data_for():
     # A run made after the kernel change (gate/up unpipelined) predicted by a fit on one made before it.
+    from sim.calibration.families import GEMV_MAX_ROWS, PERSISTENT_MAX_ROWS, TILE_MAX_ROWS, gemm_shape
     from sim.calibration.report import format_report
 
     cal = calibrate(recorded_result(), loo=False)
-    before = load_result(ROOT / "gpu_probe" / "recorded" / "small-holdout.json")
+    before = load_result(RECORDED / "small-holdout.json")
     assert not any(p["unfitted"] for p in cal.check(before))
-    after = json.loads((ROOT / "gpu_probe" / "recorded" / "small-holdout.json").read_text())
-    after["settings"]["unpipelined_gemms"] = [[2816, 1024, True]]
+    after = json.loads((RECORDED / "small-holdout.json").read_text())
+    after["settings"]["unpipelined_gemms"] = [list(gemm_shape(cal.model, "gate_up"))]
     check = cal.check(load_result(after))
-    assert {
-        tuple(p["unfitted"]) for p in check if p["mode"] in ("fused", "fused+graph") and p["batch"] > 4
-    } == {("unpiped_gemm",), ("unpiped_gemm_wide",)}  # batch 8: the 16-row tile; 64 and 256: wider tiles
-    assert not any(p["unfitted"] for p in check if p["mode"] in ("eager", "graph") or p["batch"] <= 4)
+
+    # The fused kernels between the GEMV's rows and cuBLAS's (the persistent mode's fallback at 64 included):
+    # batch 8, the 16-row tile; batch 64, the wider tiles.
+    def runs_fused_tiles(p: dict) -> bool:
+        fallback = p["mode"] == "persistent" and p["batch"] > PERSISTENT_MAX_ROWS
+        return (p["mode"] in ("fused", "fused+graph") or fallback) and GEMV_MAX_ROWS < p[
+            "batch"
+        ] <= TILE_MAX_ROWS
+
+    tiled = [p for p in check if runs_fused_tiles(p)]
+    assert {tuple(p["unfitted"]) for p in tiled} == {("unpiped_gemm",), ("unpiped_gemm_wide",)}
+    assert not any(p["unfitted"] for p in check if p not in tiled)
     assert "no data for (unpiped_gemm, unpiped_gemm_wide)" in format_report(cal, check)
 
 
@@ -352,63 +430,99 @@ def test_a_per_row_replay_cost_is_recovered_only_where_graphs_replay_in_pieces()
     pieces = calibrate(load_result(synthetic_result(params, MODEL, memsets=True)), loo=False)
     assert pieces.params["replay_per_row_us"] == pytest.approx(3.0, rel=1e-3)
     assert pieces.params["replay_us"] == pytest.approx(TRUE["replay_us"], rel=1e-3)
+    from sim.calibration.families import TILE_MAX_ROWS
+
     replays = {(p.mode.name, p.batch): p.in_pieces for p in pieces.points if p.replays}
-    assert {k for k, v in replays.items() if v} == {("graph", 8), ("graph", 64), ("graph", 256)}
+    # cuBLAS's split-K memset before the LM head, above the tiles' rows: those graphs replay in pieces.
+    assert {k for k, v in replays.items() if v} == {k for k in replays if k[1] > TILE_MAX_ROWS}
+    assert len([k for k in replays if k[1] > TILE_MAX_ROWS]) == 2
     assert np.abs(pieces.errors()[:, :2]).max() < 1e-3
     # Without memset nodes no replay is made in pieces: nothing constrains the term, which stays at 0.
     whole = calibrate(load_result(synthetic_result(params, MODEL)), loo=False)
     assert not whole.fitted["replay_per_row_us"] and whole.params["replay_per_row_us"] == 0.0
 
 
-def test_the_split_merge_launch_share_is_read_off_the_profiled_steps():
-    # The synthetic profile has no profiler cost: the share is the one it was made with.
-    synthetic = calibrate(load_result(synthetic_result(TRUE, MODEL, batches=(1, 64))), loo=False)
-    assert (
-        synthetic.params["merge_launch_share"] == pytest.approx(0.5)
-        and synthetic.fitted["merge_launch_share"]
+def test_the_launch_kinds_shares_are_read_off_the_profiled_steps():
+    # The synthetic profile has no profiler cost: each share is the one it was made with.
+    synthetic = calibrate(load_result(synthetic_result(TRUE, MODEL)), loo=False)
+    for name in LAUNCH_SHARES:
+        assert synthetic.params[name] == pytest.approx(TRUE[name], rel=1e-6) and synthetic.fitted[name], name
+    # The recorded runs: each kind costs about the same share of a Triton GEMM's launch in all three, though the
+    # GEMM's launch itself, how fast the host ran, differs between them by more than 20 % (docs/calibration.md).
+    cals = {n: calibrate(load_result(RECORDED / n), loo=False) for n in RECORDED_RUNS}
+    for name in LAUNCH_SHARES:
+        shares = [c.params[name] for c in cals.values()]
+        assert all(c.fitted[name] for c in cals.values()) and max(shares) < 1.45 * min(shares), name
+    units = [c.params["triton_launch_us"] for c in cals.values()]
+    assert max(units) > 1.2 * min(units)
+    # At those shares the 1b run's eager and fused host times, its host steady, are within 10 % of the fit but
+    # one: the eager step at batch 1, its fastest point.
+    one_b = cals["1b.json"]
+    off = {(p.mode.name, p.batch) for p, e in zip(one_b.points, one_b.errors()[:, 1]) if abs(e) > 0.10}
+    eager = {(p.mode.name, p.batch) for p in one_b.points if p.mode.name in ("eager", "fused")}
+    assert off & eager == {("eager", 1)}
+
+
+def test_the_node_gap_is_read_off_the_unprofiled_graph_steps():
+    """The profiler widens the gaps between replayed kernels it records; the fit reads the gap off the unprofiled
+    steps instead: (step - host call - busy) / gaps over the replays whose nodes queue after the call."""
+    for name in RECORDED_RUNS:
+        cal = calibrate(load_result(RECORDED / name), loo=False)
+        unprofiled = [p.unprofiled_gap_us for p in cal.points if np.isfinite(p.unprofiled_gap_us)]
+        profiled = np.concatenate([p.node_gaps for p in cal.points if p.replays and not p.pdl_chain])
+        assert len(unprofiled) >= 3 and cal.fitted["node_gap_us"], name
+        assert cal.params["node_gap_us"] == pytest.approx(np.median(unprofiled)), name
+        assert max(unprofiled) < np.median(profiled), name  # every graph's, below the profiled median
+
+
+def test_a_memset_is_launched_by_its_matmul_call():
+    """cuBLAS's split-K memset comes out of the matmul call, which its launch interval holds; the matmul's own kernel
+    launch right after it costs next to nothing. So the memset takes cuBLAS's launch kind, not an ATen op's."""
+    from sim.calibration.families import HOSTS, INDEX
+    from sim.calibration.model import host_kinds
+
+    names = ("embedding", "Memset (Device)", "nvjet_tst", "vectorized_elementwise_kernel")
+    kinds = host_kinds(
+        np.array([INDEX["aten"], INDEX["aten"], INDEX["cublas"], INDEX["aten"]]), names, eager=True
     )
-    # The H200 runs: less than half a Triton launch, once the profiler's own cost per launch is taken off.
-    cals = {n: calibrate(load_result(ROOT / "gpu_probe" / "recorded" / n), loo=False) for n in RECORDED_RUNS}
-    assert all(0.3 < c.params["merge_launch_share"] < 0.5 for c in cals.values())
-    # At that share the fused steps' host time is flat in the batch (their kernels but the merges are
-    # the same at every batch): within 5 % of the fit at every point, where counting a merge as a whole
-    # launch was up to 12 % off (the 1b run's batch 256). Not the hold-out, whose batch 256 ran slow.
-    for name in ("small.json", "1b.json"):
-        fused = [i for i, p in enumerate(cals[name].points) if p.mode.name == "fused"]
-        assert np.abs(cals[name].errors()[fused, 1]).max() < 0.05, name
-
-
-def test_replays_are_in_pieces_exactly_where_the_profiled_gpu_starts_before_the_call_returns():
-    from sim.calibration.model import INPUT_COPY
-
-    early = {}
-    for name in (*RECORDED_RUNS, "small-b1.json"):
-        result = load_result(ROOT / "gpu_probe" / "recorded" / name)
-        runs = {(r.mode, r.batch): r for r in result.runs}
-        for p in calibrate(result, loo=False).points:
-            if p.replays:
-                tl = runs[(p.mode.name, p.batch)].timeline
-                nodes = np.array([INPUT_COPY not in n for n in tl.gpu_names])
-                early[(name, p.mode.name, p.batch)] = (
-                    p.in_pieces,
-                    tl.cpu_end.max() - tl.gpu_start[nodes].min(),
-                )
-    pieces = [lead for in_pieces, lead in early.values() if in_pieces]
-    whole = {k: lead for k, (in_pieces, lead) in early.items() if not in_pieces}
-    assert len(pieces) == 10 and min(pieces) > 900  # µs of the call still to go when the GPU starts
-    # One exception, as GraphReplayCost says: that small-preset graph at batch 1 once started early.
-    assert {k for k, lead in whole.items() if lead > 0} == {("small-b1.json", "graph", 1)}
-    assert len(whole) == 16 and min(whole.values()) > -6
-
-
-def test_one_eager_step_in_three_runs_is_further_apart_than_any_prediction_can_be():
-    # The same code, preset and batch: no single figure is within 25 % of all three (docs/calibration.md).
-    steps = [
-        load_result(ROOT / "gpu_probe" / "recorded" / n).run("eager", 1).step_us_median
-        for n in ("small.json", "small-holdout.json", "small-b1.json")
+    assert [HOSTS[k] for k in kinds] == ["start", "cublas", "cublas", "aten"]
+    assert [HOSTS[k] for k in host_kinds(np.array([INDEX["aten"]] * 2), names[:2], eager=False)] == [
+        "aten",
+        "cublas",
     ]
-    assert [round(s / 1e3, 1) for s in steps] == [39.2, 23.6, 46.6]
-    assert 0.75 * max(steps) > 1.25 * min(steps)
+
+
+def test_replays_start_their_nodes_once_the_call_has_submitted_their_piece():
+    """A replay's first node starts once the call has returned; one holding a memset node, once the call has
+    submitted the piece before it (`piece_ready_us`). In the runs of 2026-12-06 the only memset is cuBLAS's before
+    the 1b LM head above 64 rows, so its first piece is nearly the whole graph: every replay's first node starts
+    within 7 µs of when the model has it ready. Node by node (`GraphReplayCost.ready_us`, right for the older runs'
+    memset in every layer), the in-pieces replays' first node would have been ready tens of µs earlier."""
+    from sim.calibration.model import INPUT_COPY, graph_cost, piece_ready_us
+
+    lag, pieces, early = {}, [], []
+    for name in (*RECORDED_RUNS, "small-b1.json"):
+        result = load_result(RECORDED / name)
+        runs = {(r.mode, r.batch): r for r in result.runs}
+        cal = calibrate(result, loo=False)
+        cost = graph_cost(cal.params)
+        for p in cal.points:
+            if not p.replays:
+                continue
+            tl = runs[(p.mode.name, p.batch)].timeline
+            nodes = np.array([INPUT_COPY not in n for n in tl.gpu_names])
+            first = int(np.flatnonzero(nodes)[0])
+            measured = tl.gpu_start[first] - tl.cpu_end.max()  # after the call's end: > 0
+            host = cost.host_us(p.kernels, p.rows, p.in_pieces)
+            ready = piece_ready_us(cost, p.piece_nodes)[first] if p.in_pieces else host
+            lag[(name, p.mode.name, p.batch)] = measured - (ready - host)
+            if p.in_pieces:
+                pieces.append((name, p.mode.name, p.batch))
+                early.append(host - cost.ready_us(p.kernels, p.rows, True)[first])
+    assert pieces == [("1b.json", "graph", 256), ("1b.json", "fused+graph", 256)]
+    assert all(-1.0 < v < 7.0 for v in lag.values()), lag
+    # Node by node, the first node would have been ready 19-46 µs before the call's end: outside that window.
+    assert min(early) > 7.0 + 1.0
 
 
 # -- the figures docs/calibration.md quotes ----------------------------------------------------------
@@ -421,8 +535,9 @@ DOC_RUNS = {
 }
 
 
-def _doc_table(heading: str) -> dict[str, list[str]]:
-    """The rows of the table under the doc's `### heading`: first cell -> the others."""
+def _doc_table(heading: str, header: bool = False):
+    """The rows of the table under the doc's `### heading`: first cell -> the others (with `header`, also the
+    header row's columns after the first)."""
     lines = (ROOT / "docs" / "calibration.md").read_text().splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("### ") and heading in line)
     table = []
@@ -431,59 +546,68 @@ def _doc_table(heading: str) -> dict[str, list[str]]:
             break
         if line.startswith("| ") and not line.startswith("| ---"):
             table.append([c.strip() for c in line.strip().strip("|").split("|")])
-    return {cells[0]: cells[1:] for cells in table[1:]}  # below the header row
+    rows = {cells[0]: cells[1:] for cells in table[1:]}  # below the header row
+    return (rows, table[0][1:]) if header else rows
 
 
-def _cells(s: dict, with_b1: bool = True) -> list[str]:
-    """A summary as the doc's cells: each mode's median (worst point), then fused+graph at batch 1."""
-    cells = [f"{100 * e:.1f} % (b{b} {100 * w:+.1f} %)" for e, b, w in s["by_mode"].values()]
-    if with_b1:
-        cells.append(f"{100 * s['fused_graph_b1']:+.1f} %")
+STEP_COLUMNS = [*(m.name for m in modes(modelled=True)), f"{FUSED_GRAPH.name} b1"]
+
+
+def _cells(s: dict, columns=STEP_COLUMNS) -> list[str]:
+    """A summary as the doc's cells: each mode's median (worst point), "—" for a mode the run has no point of,
+    and fused+graph at batch 1 where the columns end with it."""
+    cells = []
+    for column in columns:
+        if column == f"{FUSED_GRAPH.name} b1":
+            cells.append(f"{100 * s['fused_graph_b1']:+.1f} %" if s["fused_graph_b1"] is not None else "—")
+        elif column in s["by_mode"]:
+            e, b, w = s["by_mode"][column]
+            cells.append(f"{100 * e:.1f} % (b{b} {100 * w:+.1f} %)")
+        else:
+            cells.append("—")
     return [c.replace("-", "−") for c in cells]
 
 
 @pytest.fixture(scope="module")
 def doc_cals():
     return {
-        name: calibrate(load_result(ROOT / "gpu_probe" / "recorded" / DOC_RUNS[name]))
-        for name in ("recorded", "hold-out", "1b")
+        name: calibrate(load_result(RECORDED / DOC_RUNS[name])) for name in ("recorded", "hold-out", "1b")
     }
 
 
 def test_the_docs_left_out_figures_are_the_fits(doc_cals):
-    rows = _doc_table("Step time, left out")
-    # The replaced 1b run's row is checked by hand (it is in git history only, docs/calibration.md says how).
-    shipped = {name.split(" (")[0]: cells for name, cells in rows.items() if "replaced" not in name}
+    rows, columns = _doc_table("Step time, left out", header=True)
+    assert columns == STEP_COLUMNS  # every mode the fit represents, then the headline
+    shipped = {name.split(" (")[0]: cells for name, cells in rows.items()}
     assert set(shipped) == set(doc_cals)
     for name, cells in shipped.items():
+        assert name + f" ({DOC_RUNS[name]})" in rows  # each row names its file
         assert cells == _cells(loo_summary(doc_cals[name])), name
 
 
 def test_the_docs_cross_run_figures_are_the_fits(doc_cals):
     from sim.calibration.report import check_summary
 
-    rows = _doc_table("Step time, fit on one run, predict another")
-    assert len(rows) == 4
+    rows, columns = _doc_table("Step time, fit on one run, predict another", header=True)
+    assert len(rows) == 4 and columns == STEP_COLUMNS
     for name, cells in rows.items():
         fit_on, other = name.split(" → ")
-        check = doc_cals[fit_on].check(load_result(ROOT / "gpu_probe" / "recorded" / DOC_RUNS[other]))
+        check = doc_cals[fit_on].check(load_result(RECORDED / DOC_RUNS[other]))
         assert cells == _cells(check_summary(check)), name
 
 
 def test_the_docs_host_figures_are_the_fits(doc_cals):
     from sim.calibration.report import check_summary
 
-    rows = _doc_table("Host time alone")
-    assert len(rows) == 5
+    rows, columns = _doc_table("Host time alone", header=True)
+    assert len(rows) == 5 and columns == STEP_COLUMNS[:-1]
     for name, cells in rows.items():
         if name.endswith(", left out"):
             s = loo_summary(doc_cals[name.removesuffix(", left out")], "host")
         else:
             fit_on, other = name.split(" → ")
-            s = check_summary(
-                doc_cals[fit_on].check(load_result(ROOT / "gpu_probe" / "recorded" / DOC_RUNS[other])), "host"
-            )
-        assert cells == _cells(s, with_b1=False), name
+            s = check_summary(doc_cals[fit_on].check(load_result(RECORDED / DOC_RUNS[other])), "host")
+        assert cells == _cells(s, columns), name
 
 
 # -- issue 29, item 3: the persistent kernel is instruction-bound past batch 2 -----------------------------------
@@ -507,7 +631,7 @@ def test_the_persistent_run_meets_the_goal_at_its_persistent_kernels_points():
     when the model had no instruction-bound term. Its points are labelled 'calibrated' on the page."""
     from sim.calibration import GOAL, WORST_GOAL
 
-    path = ROOT / "gpu_probe" / "recorded" / DOC_RUNS["1b persistent"]
+    path = RECORDED / DOC_RUNS["1b persistent"]
     if not path.is_file():
         pytest.skip("the persistent kernel's recorded run is not shipped")
     cal = calibrate(load_result(path))
@@ -538,7 +662,9 @@ def test_a_point_the_fit_misses_is_labelled_a_model_off_by_its_error():
 
 
 def test_the_docs_persistent_run_figures_are_the_fit():
-    (name, cells), *others = _doc_table("Step time, left out, the persistent run").items()
-    assert not others and name.startswith("1b persistent")
-    cal = calibrate(load_result(ROOT / "gpu_probe" / "recorded" / DOC_RUNS["1b persistent"]))
-    assert cells == _cells(loo_summary(cal))
+    rows, columns = _doc_table("Step time, left out, the persistent run", header=True)
+    (name, cells), *others = rows.items()
+    assert not others and name == f"1b persistent ({DOC_RUNS['1b persistent']})"
+    cal = calibrate(load_result(RECORDED / DOC_RUNS["1b persistent"]))
+    assert columns == [FUSED_GRAPH.name, "persistent", f"{FUSED_GRAPH.name} b1"]
+    assert cells == _cells(loo_summary(cal), columns)

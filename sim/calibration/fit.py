@@ -291,6 +291,17 @@ class Calibration:
         ]
         return float(np.median(errs)) if errs else float("nan")
 
+    def host_speeds(self) -> dict[tuple[str, int], float]:
+        """Each eager point's host time over its launches at the fitted shares: µs a Triton GEMM launch, how fast
+        the host ran at that point ({(mode, batch): µs}). The fit's one figure, `triton_launch_us`, follows the
+        typical point; where these spread by more than 1.25 / 0.75, no figure is within 25 % of every point."""
+        units = launch_costs({**self.params, "triton_launch_us": 1.0})
+        return {
+            (p.mode.name, p.batch): p.host_us / float(p.launch_counts @ units)
+            for p in self.points
+            if not p.replays
+        }
+
     def timeline(self, index: int) -> Timeline:
         return self.simulator.timeline(self.theta, index)
 

@@ -8,7 +8,7 @@ tensor-core GEMM, and folds the rest into the simulator's figures so that its fu
 steps take the calibrated times:
 
 - host cost per launch: the probe's host time for a fused step (as the fit predicts it:
-  its Triton launches, the split merges' cheaper ones) spread over the simulator's launches;
+  its launches, each kind at its share of a Triton GEMM's) spread over the simulator's launches;
 - graph replay: the fitted cost at the probe's node count;
 - attention: an effective context (context × GEMV bandwidth / attention bandwidth).
 
@@ -117,8 +117,9 @@ def _note(cal, smallest, graph, sim_kernels, latency, context, launch_us, host_s
     fitted = "; ".join(format_param(n, p[n]) for n in FITTED_SHOWN)
     lines = [
         f"Fitted to a probe run on {cal.device}, following its fused (Triton) kernels at batch 1: {fitted}.",
-        f"- {launch_us:.1f} µs per launch: {host_source} ({p['triton_launch_us']:.1f} µs a Triton launch, a "
-        f"split merge {p['merge_launch_share']:.2f} of one), spread over the simulator's fused step's "
+        f"- {launch_us:.1f} µs per launch: {host_source} ({p['triton_launch_us']:.1f} µs a Triton GEMM launch, "
+        f"the attention's {p['attention_launch_share']:.2f} × one, a split merge's {p['merge_launch_share']:.2f} ×, "
+        f"the step's start {p['start_launch_share']:.2f} ×), spread over the simulator's fused step's "
         f"{sim_kernels} launches.",
         f"- {replay_us:.1f} µs per graph replay: the fitted replay cost at the {nodes:.0f} nodes of the probe's "
         f"{graph.mode.name} step at batch {graph.batch}; no node gap (the probe's PDL chain overlaps its "
@@ -132,6 +133,7 @@ def _note(cal, smallest, graph, sim_kernels, latency, context, launch_us, host_s
         "- Not represented: above batch 4 the probe's tensor-core GEMM streams weights slower than its GEMV "
         f"({p['tile_gemm_latency_us']:.1f} µs latency a kernel), so larger fused batches run slower than here; "
         "and the unfused path's own costs: with fusion off, the simulator runs the preset's unfused kernels a "
-        "layer on these figures, not the probe's one-op kernels at their own launch cost.",
+        "layer on these figures, which is not the probe's eager step (its one-op kernels, each at its own launch "
+        "cost).",
     ]
     return "\n".join(lines)
