@@ -25,7 +25,7 @@ def graph_cost_from_result(result) -> GraphReplayCost:
 
 @lru_cache(maxsize=1)
 def recorded_graph_cost() -> GraphReplayCost:
-    """The replay cost calibrated to the shipped H200 run (gpu_probe/recorded/small.json); cached."""
+    """The replay cost calibrated to the shipped recorded run (gpu_probe/recorded/small.json); cached."""
     from core.probe_result import recorded_result
 
     return graph_cost_from_result(recorded_result())

@@ -1,6 +1,6 @@
 """`python -m sim calibrate RUN [--check OTHER] [--json]`: the calibration as text or JSON.
 
-RUN (and OTHER) is `recorded` (the shipped H200 run), a result JSON, or a `.json.gz` of one.
+RUN (and OTHER) is `recorded` (the shipped recorded run, small.json), a result JSON, or a `.json.gz` of one.
 The text report lists the fitted parameters, every point measured / predicted / left out,
 the median leave-one-out error per mode, and the worst mode and the worst point beside it.
 With `--check`, OTHER's points are predicted by the fit on RUN (fit on one run, predict
@@ -174,7 +174,7 @@ def main(argv=None) -> int:
         "with leave-one-out errors; with --check, predict another run's points from this fit.",
     )
     parser.add_argument(
-        "run", help="'recorded' (the shipped H200 run), a probe result JSON, or a .json.gz of one"
+        "run", help="'recorded' (the shipped recorded run), a probe result JSON, or a .json.gz of one"
     )
     parser.add_argument("--check", metavar="OTHER", help="another run (same forms) to predict with this fit")
     parser.add_argument("--json", action="store_true", help="print JSON: {points: [...], params, summary}")
