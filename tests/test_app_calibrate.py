@@ -105,9 +105,7 @@ def test_calibrated_preset_for_the_simulator_tab(recorded):
     assert preset.hardware.hbm_GBps == pytest.approx(calibrate(recorded).params["gemv_GBps"], rel=1e-3)
 
 
-@pytest.mark.skipif(
-    not probe_result.RECORDED_PATH.is_file(), reason="the recorded H200 run is not shipped yet"
-)
+@pytest.mark.skipif(not probe_result.RECORDED_PATH.is_file(), reason="the recorded run is not shipped")
 def test_on_the_recorded_run_cli_and_page_agree(shipped_fit):
     st.cache_resource.clear()
     out = io.StringIO()
