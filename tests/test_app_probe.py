@@ -27,7 +27,7 @@ def test_recorded_run_is_shown_and_labelled(recorded):
     assert shown["Bound by (no profiler)"] == "CPU launch" and shown["vs unoptimised"] == "1.00×"
     assert shown["HBM copy bandwidth"] == "3,600 GB/s"
     charts = at.get("plotly_chart")
-    assert len(charts) == 2  # measured lanes beside the simulator's
+    assert len(charts) == 3  # measured lanes beside the simulator's, and every mode across the batch axis
     measured = json.loads(charts[0].proto.spec)
     assert any(t.get("name") == "GPU kernel" for t in measured["data"])
     tables = [df.value for df in at.dataframe]
@@ -81,7 +81,8 @@ def test_controls_at_their_extremes(recorded, mode, batch, whole):
     assert at.selectbox(key="pr_mode").value in recorded.modes
     assert at.selectbox(key="pr_batch").value in recorded.batches
     # Measured and simulated lanes; fused+graph adds its step split.
-    assert len(at.get("plotly_chart")) == 2 + (at.selectbox(key="pr_mode").value == "fused+graph")
+    # The two lanes, the batch-axis chart, and for fused + graph the split of its step.
+    assert len(at.get("plotly_chart")) == 3 + (at.selectbox(key="pr_mode").value == "fused+graph")
 
 
 def test_without_a_recorded_run_the_page_asks_for_a_file(monkeypatch):

@@ -12,7 +12,7 @@ import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from core import probe_result
-from core.step_plan import BASELINE, GRAPH, StepPlan, toggled
+from core.step_plan import BASELINE, FUSED, FUSED_GRAPH, GRAPH, StepPlan, toggled
 from sim.calibration import calibrate, calibrated_preset
 from sim.config import PRESETS
 from sim.step.schedule import simulate_step
@@ -249,7 +249,7 @@ def test_sim_params_cover_every_bound_widget():
 
 # -- the preset calibrated to the recorded probe run (issue 5) ------------------------------------
 needs_recorded = pytest.mark.skipif(
-    not probe_result.RECORDED_PATH.is_file(), reason="the recorded H200 probe run is not shipped"
+    not probe_result.RECORDED_PATH.is_file(), reason="the recorded probe run is not shipped"
 )
 
 
@@ -278,7 +278,8 @@ def pick_calibrated() -> AppTest:
 def test_calibrated_preset_is_declared_under_a_stable_key_and_title():
     _, options, aliases = SIM_PARAMS["preset"]
     assert CALIBRATED_TITLE in options and aliases[CALIBRATED_KEY] == CALIBRATED_TITLE
-    assert "H200" in probe_result.recorded_result().device  # the static title names the shipped run's GPU
+    assert "H100" not in CALIBRATED_TITLE and "H200" not in CALIBRATED_TITLE  # the note names the run's GPU
+    assert aliases["probe-h200-calibrated"] == CALIBRATED_TITLE  # a link from before the re-recording
 
 
 @needs_recorded
@@ -338,7 +339,7 @@ def test_calibrated_fused_steps_follow_the_calibration_tabs_predictions(clean_ca
     preset, cal = calibrated
     at = pick_calibrated()
     at.toggle(key="fusion").set_value(True)
-    fused = [(i, p) for i, p in enumerate(cal.points) if p.fused and p.batch <= 4]
+    fused = [(i, p) for i, p in enumerate(cal.points) if p.mode in (FUSED, FUSED_GRAPH) and p.batch <= 4]
     assert len(fused) == 2
     for i, point in fused:
         at.toggle(key="graphs").set_value(point.replays)
@@ -350,7 +351,10 @@ def test_calibrated_fused_steps_follow_the_calibration_tabs_predictions(clean_ca
         shown = readouts(at)
         assert shown["Step time"] == format_us(expected.step_us)
         assert expected.step_us == pytest.approx(step_us, rel=0.12), point
-        assert expected.step_us == pytest.approx(point.step_us, rel=0.10), point  # and the measurement
+        # Against the measurement the preset adds no error of its own to the fit's at that point (the fused
+        # eager step's host time moves 25-48 % between runs minutes apart: docs/calibration.md).
+        fit_error = abs(step_us / point.step_us - 1)
+        assert abs(expected.step_us / point.step_us - 1) <= fit_error + 0.02, point
         assert expected.cpu_launch_us == pytest.approx(cpu_us, rel=0.12), point
 
 
@@ -527,8 +531,8 @@ def test_a_new_preset_resets_your_model():
     at.selectbox(key="preset").set_value("llama3-8b-h100").run()
     llama = PRESETS["llama3-8b-h100"].model
     assert at.number_input(key="hidden").value == llama.hidden
-    assert at.number_input(key="kernels_unfused").value == llama.unfused_per_layer == 51
+    assert at.number_input(key="kernels_unfused").value == llama.unfused_per_layer == 16
     assert not any(m.value.startswith("**Custom model") for m in at.markdown)
     expected = simulate_step(llama, PRESETS["llama3-8b-h100"].hardware, StepPlan(BASELINE, 1)).metrics
     assert readouts(at)["Step time"] == format_us(expected.step_us)
-    assert readouts(at)["Bound by"] == "CPU launch"  # 51 kernels a layer at 20 µs: launch-bound at batch 1
+    assert readouts(at)["Bound by"] == "CPU launch"  # 16 kernels a layer at 30 µs: launch-bound at batch 1

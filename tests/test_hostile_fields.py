@@ -66,7 +66,7 @@ def test_loader_names_the_field(name):
 def test_the_shipped_run_and_the_good_file_still_load():
     from core.probe_result import recorded_result
 
-    assert len(recorded_result().runs) == 20
+    assert len(recorded_result().runs) == 24  # six modes at four batches
     assert load_result(json.dumps(good_result()).encode()).runs[0].batch == 1
 
 

@@ -172,11 +172,11 @@ def _calibration_view(figures: Figures, name: str) -> None:
             text,
         ):
             label, b, n = m.groups()
-            mode_named = next(x.name for x in MODES.values() if x.label == label)
+            mode_named = next(x.name for x in MODES.values() if x.title == label)
             figures.add((name, mode_named, int(b)), "kernels", "calibrated preset's note", shown(n))
         for m in re.finditer(r"the (\d+) nodes of the probe's (.+?) step at batch (\d+)", text):
             n, label, b = m.groups()
-            mode_named = next(x.name for x in MODES.values() if x.label == label)
+            mode_named = next(x.name for x in MODES.values() if x.title == label)
             figures.add((name, mode_named, int(b)), "kernels", "calibrated preset's note", shown(n))
 
 

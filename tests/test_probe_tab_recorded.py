@@ -48,7 +48,7 @@ def test_the_1b_run_is_offered_beside_the_small_one_with_its_readouts(one_b):
 def test_a_fused_graph_step_is_split_and_the_next_step_is_explained(one_b):
     at = open_run("1b", "fused+graph")
     charts = at.get("plotly_chart")
-    assert len(charts) == 3
+    assert len(charts) == 4  # the two lanes, the step's split, every mode across the batch axis
     split = json.loads(charts[2].proto.spec)
     parts = {t["name"].split(":")[0]: t["x"][0] for t in split["data"]}
     run = one_b.run("fused+graph", 1)
@@ -90,7 +90,14 @@ def test_the_modes_table_fits_1400_px():
     assert list(table.columns) == list(MODE_COLUMNS)
     assert table["back to back (µs)"].notna().all()
     # A run recorded before the back-to-back timing: that column is left out, not shown empty.
-    at = open_run("small", "eager")
+    older = json.loads(ONE_B.read_text())
+    for run in older["runs"]:
+        run.pop("step_us_back_to_back")
+    older.pop("reference")
+    at.file_uploader(key="pr_upload").set_value(
+        ("older.json", json.dumps(older).encode(), "application/json")
+    )
+    at.run()
     table = next(df.value for df in at.dataframe if "mode" in df.value.columns)
     assert list(table.columns) == [c for c in MODE_COLUMNS if c != "back to back (µs)"]
     # The app's wide layout leaves about 1,240 px of a 1400 px window for the table.
@@ -147,19 +154,23 @@ def test_the_calibration_tab_reads_a_run_of_two_modes():
 def test_the_persistent_run_is_found_by_name_and_the_intro_counts_every_mode():
     """Issue 29, item 2: the Run menu names each shipped run's modes; the intro names every mode the probe runs."""
     from core.step_plan import MODES, PERSISTENT, probe_modes
-    from ui.probe_results import describe
+    from ui.probe_results import describe, recorded_label
 
     at = open_tab("Live GPU probe")
     options = at.selectbox(key="pr_run").options
-    persistent = [o for o in options if PERSISTENT.title in o]
-    assert len(persistent) == 1 and "03 Dec 2026 08:58" in persistent[0], options
+    # Every shipped run names its modes; the persistent kernel's own run is the one that measured nothing else.
+    assert all(PERSISTENT.title in o for o in options if o.startswith("recorded:")), options
+    label = recorded_label(probe_result.load_result(PERSISTENT_RUN, timeline_source="recorded"))
+    assert label in options and label.startswith(
+        f"recorded: 1b preset · fusion + graphs, {PERSISTENT.title} · "
+    )
     intro = next(c.value for c in at.caption if c.value.startswith("A Llama-style decoder"))
     assert all(MODES[m].title in intro for m in probe_modes()) and "run six ways" in intro
     # A link made before the labels named the modes still opens its run.
     result = probe_result.load_result(PERSISTENT_RUN)
     old = f"recorded: 1b preset, {describe(result)}"
     shared = open_tab("Live GPU probe", pr_run=old)
-    assert shared.selectbox(key="pr_run").value == persistent[0]
+    assert shared.selectbox(key="pr_run").value == label
 
 
 @pytest.mark.parametrize("mode", ["fused+graph", "persistent"])

@@ -73,7 +73,7 @@ def test_back_to_the_recorded_run(recorded):
     at.selectbox(key="pr_run").set_value(first).run()
     assert not at.exception
     assert any("Recorded run" in i.body for i in at.info)
-    assert len(at.get("plotly_chart")) == 2  # measured lanes beside the simulator's
+    assert len(at.get("plotly_chart")) == 3  # measured lanes beside the simulator's, the batch-axis chart
 
 
 def test_a_hostile_tp_file_is_named_and_its_strings_stay_text(recorded):

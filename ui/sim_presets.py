@@ -1,8 +1,8 @@
 """The Simulator tab's preset list: the static presets plus the one calibrated to the recorded run.
 
 The calibrated preset's key and title are fixed here, so that links and `SIM_PARAMS` name it
-without reading the run; the fit itself runs only when it is picked, once per server
-(tests/test_app_sim.py checks that the shipped run is still an H200's).
+without reading the run (the title names no GPU: the preset's own note says which run and GPU it was
+fitted to); the fit itself runs only when it is picked, once per server.
 """
 
 from __future__ import annotations
@@ -11,11 +11,20 @@ from dataclasses import replace
 
 from sim.config import DEFAULT_PRESET, PRESETS, Preset
 
-CALIBRATED_KEY = "probe-h200-calibrated"
-CALIBRATED_TITLE = "Probe decoder on H200, calibrated to the recorded run"
+CALIBRATED_KEY = "probe-calibrated"
+CALIBRATED_TITLE = "Probe decoder, calibrated to its recorded run"
 PRESET_TITLES = {**{k: p.title for k, p in PRESETS.items()}, CALIBRATED_KEY: CALIBRATED_TITLE}
+# Links made while the recorded run was an H200's named the preset so; they still open it.
+OLD_KEYS = {
+    "probe-h200-calibrated": CALIBRATED_KEY,
+    "Probe decoder on H200, calibrated to the recorded run": CALIBRATED_KEY,
+}
 # What a link may hold: the shown title (what Streamlit writes) or the short key.
-PRESET_BY_URL_VALUE = {**{t: k for k, t in PRESET_TITLES.items()}, **{k: k for k in PRESET_TITLES}}
+PRESET_BY_URL_VALUE = {
+    **{t: k for k, t in PRESET_TITLES.items()},
+    **{k: k for k in PRESET_TITLES},
+    **OLD_KEYS,
+}
 
 
 def calibrated() -> tuple[Preset | None, str | None]:

@@ -34,7 +34,7 @@ from sim.timing import eager_host_us
 from ui import first_paint
 from ui.charts import FIRST_LAUNCHES, lanes_figure, lanes_height
 from ui.common import chrome_trace_download, plain, regime_explanation, show_readouts, show_time_split
-from ui.sim_presets import CALIBRATED_KEY, PRESET_BY_URL_VALUE, PRESET_TITLES, preset_of
+from ui.sim_presets import CALIBRATED_KEY, OLD_KEYS, PRESET_BY_URL_VALUE, PRESET_TITLES, preset_of
 from ui.sim_sections import fusion_view, sweep_view
 
 # (URL key, label, HardwareConfig field, widget min, widget max, step, number format)
@@ -71,7 +71,11 @@ TP_OPTIONS = tuple(str(n) for n in TP_CHOICES)  # "GPUs (tensor parallel)": stri
 # The preset selectbox shows titles, and Streamlit puts the shown string in the URL, so
 # its options are the titles; the short keys (?preset=llama3-8b-h100) are aliases of them.
 SIM_PARAMS: dict[str, tuple] = {
-    "preset": ("choice", tuple(PRESET_TITLES.values()), PRESET_TITLES),
+    "preset": (
+        "choice",
+        tuple(PRESET_TITLES.values()),
+        {**PRESET_TITLES, **{old: PRESET_TITLES[new] for old, new in OLD_KEYS.items()}},
+    ),
     "batch": ("int", *BATCH_RANGE),
     "fusion": ("bool", (False, True)),
     "graphs": ("bool", (False, True)),
