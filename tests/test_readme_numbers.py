@@ -25,7 +25,6 @@ import sys
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import date
 from functools import cache
 from pathlib import Path
 
@@ -283,18 +282,6 @@ def _parts(case: str) -> dict:
     return {"model": model, "batch": int(batch.removeprefix("b")), "setting": setting}
 
 
-def _untraced_figures() -> tuple[str, ...]:
-    s = profiler_fit()["summary"]["lomo_host_bound_reliable"]
-    graphs = [r for r in profiler_fit()["cases"] if r["source"] == "H200 run" and r["mode"] == "graph"]
-    return (
-        str(s["within_15"]),
-        str(s["n"]),
-        pct(s["median"]),
-        signed(s["worst"]),
-        pct(max(abs(r["change"]) for r in graphs)),
-    )
-
-
 def _traced_over_untraced() -> tuple[str, str]:
     fitted = [r["traced_us"] / r["untraced_us"] for r in profiler_fit()["cases"] if r["fitted_on"]]
     return f"{min(fitted):.2f}", f"{max(fitted):.2f}"
@@ -332,8 +319,13 @@ QUOTES = [
     ),
     Quote(
         "launch-bound",
-        "A real ~{} B-parameter Llama-style decoder",
-        lambda: (f"{run().model['n_params'] / 1e9:.2f}",),
+        "A real Llama-style decoder with random weights ({} B parameters, or Llama-3.2-1B's shape) run as the chapter's "
+        "per-op step ({} kernels a layer), with fused Triton kernels ({})",
+        lambda: (
+            f"{run().model['n_params'] / 1e9:.2f}",
+            f"{run('1b.json').run('eager', 256).kernels_per_layer:g}",
+            f"{run('1b.json').run('fused', 64).kernels_per_layer:g}",
+        ),
     ),
     Quote(
         "Set up",
@@ -387,7 +379,7 @@ QUOTES = [
     ),
     Quote(
         "Reading your own trace",
-        "whose cost ({} µs plus {} µs per node, nodes {} µs apart) was fitted to the probe's recorded H200 run",
+        "whose cost ({} µs plus {} µs per node, nodes {} µs apart) was fitted to the probe's recorded run",
         lambda: (
             f"{(c := _replay_cost()).launch_us:.0f}",
             f"{c.per_node_host_us:.2f}",
@@ -396,7 +388,8 @@ QUOTES = [
     ),
     Quote(
         "Reading your own trace",
-        "on {} H200 traces its cost was not fitted to, and came within {} of each",
+        "on {} traces its cost was not fitted to (Hugging Face's on an H200, the probe's 1b run on an H100), and "
+        "came within {} of each",
         lambda: (WORDS[(s := whatif_rows()[1])["n"]], pct(s["worst"]["error"])),
     ),
     Quote(
@@ -420,42 +413,26 @@ QUOTES = [
         _example_speedups,
     ),
     Quote(
-        "Reading your own trace",
-        "the estimate came within 15 % of the step measured without the profiler on {} of {} reliable host-bound "
-        "H200 traces (median {}, worst {}), and no graph replay changed by more than {}.",
-        _untraced_figures,
-    ),
-    Quote(
-        "Reading your own trace",
-        "with the costs the page ships: {} of {} reliable host-bound traces within 15 % (median {}, worst {})",
-        lambda: (lambda s: (str(s["within_15"]), str(s["n"]), pct(s["median"]), signed(s["worst"])))(
-            profiler_fit()["summary"]["held_out_host_bound_reliable"]
-        ),
+        "Headline measurements",
+        "the fused (eager) step at batch 64 took {} ms in the small run and {} ms in the hold-out run minutes later.",
+        lambda: tuple(f"{run(n).run('fused', 64).step_us_median / 1e3:.1f}" for n in RUNS[:2]),
     ),
     Quote(
         "Headline measurements",
-        "the eager step at batch 1 took {} ms in the first small-preset run and {} ms in the second.",
-        lambda: tuple(f"{run(n).run('eager', 1).step_us_median / 1e3:.1f}" for n in RUNS[:2]),
-    ),
-    Quote(
-        "Headline measurements",
-        "The calibration misses its goals (each mode's median within {} %, no point beyond {} %): every run has an "
-        "eager point beyond {} %, and the hold-out's eager median is {}.",
+        "The calibration meets its goals (each mode's median within {} %, no point beyond {} %) on the 1b run in "
+        "every mode but the persistent kernel's; on the small runs the host-bound eager and fused modes miss them "
+        "(the eager medians are {} and {}).",
         lambda: (
             f"{100 * calibration_goals()[0]:.0f}",
             f"{100 * calibration_goals()[1]:.0f}",
-            _every_run_misses_worst_goal_through_eager(),
-            pct(loo("small-holdout.json")["median_by_mode"]["eager"]),
+            *_small_runs_eager_medians_past_the_goal(),
         ),
     ),
     Quote(
         "Headline measurements",
-        "The graph modes, where the GPU sets the pace, are within {} % at every point, left out and across runs "
-        "(worst {}, the unfused graph at batch 1 predicted by the hold-out's fit).",
-        lambda: (
-            f"{100 * calibration_goals()[0]:.0f}",
-            _worst_graph_point(("small-holdout.json", "graph", 1)),
-        ),
+        "The graph modes, where the GPU sets the pace, meet the goals at every point, left out and across runs "
+        "(worst {}, the fused graph at batch 8 of the 1b run).",
+        lambda: (_worst_graph_point(("1b.json", "fused+graph", 8)),),
     ),
 ]
 
@@ -467,17 +444,27 @@ def _default_buckets() -> tuple[int, ...]:
 
 
 def _worst_graph_point(where: tuple[str, str, int]) -> str:
-    """The worst graph-mode error, once it is the point the README names and within the goal."""
+    """The worst graph-mode error, once it is the point the README names and within the worst-point goal, every
+    graph mode's median within the median goal."""
     errors = graph_errors()
     worst = max(errors, key=lambda k: abs(errors[k]))
-    assert worst == where and abs(errors[worst]) <= calibration_goals()[0], (worst, where, errors[worst])
+    goal, worst_goal = calibration_goals()
+    assert worst == where and abs(errors[worst]) <= worst_goal, (worst, where, errors[worst])
+    for name in RUNS:
+        medians = loo(name)["median_by_mode"]
+        assert all(medians[m] <= goal for m in ("graph", "fused+graph")), (name, medians)
     return signed(errors[worst])
 
 
-def _every_run_misses_worst_goal_through_eager() -> str:
-    _, worst = calibration_goals()
-    assert all(abs(loo_errors(n)[("eager", 1)]) > worst for n in RUNS)
-    return f"{100 * worst:.0f}"
+def _small_runs_eager_medians_past_the_goal() -> tuple[str, str]:
+    """The 1b run meets the goals in every mode but the persistent kernel's; the small runs' eager medians miss."""
+    goal, worst_goal = calibration_goals()
+    one_b, errors = loo("1b.json")["median_by_mode"], loo_errors("1b.json")
+    assert all(v <= goal for m, v in one_b.items() if m != "persistent"), one_b
+    assert all(abs(e) <= worst_goal for (m, _), e in errors.items() if m != "persistent"), errors
+    medians = [loo(n)["median_by_mode"]["eager"] for n in RUNS[:2]]
+    assert all(m > goal for m in medians)
+    return tuple(pct(m) for m in medians)
 
 
 # -- the headline table ----------------------------------------------------------------------------
@@ -486,18 +473,31 @@ def headline_table() -> dict[str, list[str | None]]:
     the row is in NOT_RECOMPUTABLE) or is a command."""
     b1 = run("1b.json")
     fg = b1.run("fused+graph", 1)
-    floor = b1.read_floor_us(1)
+    floor = b1.floor_us(1)
+    b2b = {b: b1.run("fused+graph", b).step_us_back_to_back for b in b1.batches}
+    x_floor = {b: b2b[b] / b1.floor_us(b) for b in b1.batches}
+    worst_floor = max(x_floor, key=x_floor.get)
     vs_compile = {b: goal("1b.json", f"fused+graph / compile step time, b{b}") for b in b1.batches}
     worst_b = max(vs_compile, key=vs_compile.get)
-    small = ("small.json", "small-holdout.json", "small-b1.json")
+    presets = ("1b.json", "small.json")
+    busy = {
+        (n, b): run(n).run("eager", b).gpu_busy_us / run(n).run("fused", b).gpu_busy_us
+        for n in presets
+        for b in (64, 256)
+    }
+    worst_busy = max(busy, key=busy.get)
+    vs_hf = {
+        (n, b): run(n).run("eager", b).gpu_busy_us / run(n).reference.run("eager", b).gpu_busy_us
+        for n in presets
+        for b in run(n).batches
+    }
+    worst_hf = max(vs_hf, key=vs_hf.get)
+    small = ("small.json", "small-holdout.json")
     speedups = {n: goal(n, "eager b1 / fused+graph b1") for n in small}
-    slowest = min(speedups, key=speedups.get)
-    assert slowest == "small-holdout.json" and date.fromisoformat(day(slowest)).toordinal() == (
-        date.fromisoformat(day("small.json")).toordinal() + 1
-    )
     loos = {n: loo(n) for n in RUNS}
     worst_loo = max(loos, key=lambda n: abs(loos[n]["worst_point"]["error"]))
     wp = loos[worst_loo]["worst_point"]
+    assert wp["mode"] == "persistent" and len(run(worst_loo).batches) == 4
     crosses = [check(a, b) for a, b in CROSS]
     wc = max((s["worst_point"] for s, _ in crosses), key=lambda p: abs(p["error"]))
     _, unseen, other = whatif_rows()
@@ -507,7 +507,6 @@ def headline_table() -> dict[str, list[str | None]]:
         for f in ("hf_llama_measured.json", "hf_qwen2_measured.json")
     ]
     unseen_days = sorted({m["created"][:10] for m in hf} | {day("1b.json")})
-    assert len(unseen_days) == 2, unseen_days
     fit = profiler_fit()
     lomo, speed = fit["summary"]["lomo_host_bound_reliable"], fit["summary"]["speedup"]
     worst_pair = next(r for r in fit["leave_one_model_out"] if r["case"] == lomo["worst_case"])
@@ -525,12 +524,35 @@ def headline_table() -> dict[str, list[str | None]]:
     held_speed, held_speed_all = s["held_out_speedup_reliable"], s["held_out_speedup"]
     held_worst = next(r for r in fit["held_out"] if r["case"] == held["worst_case"])
     held_speed_worst = _parts(held_speed["worst_case"])
+    preset = {"1b.json": "1b", "small.json": "small"}
+    assert {day(n) for n in (*presets, *small)} == {day("1b.json")}  # one lease
     return {
         "measurement": ["figure", "worst case", "when", "command"],
-        f"1b preset, fused + graph at batch 1, against the read floor ({n0(floor)} µs)": [
-            f"{n0(fg.step_us_median)} µs = {fg.step_us_median / floor:.2f} × as timed; "
+        f"1b preset, fused + graph at batch 1, against the floor ({n0(floor)} µs)": [
+            f"{n0(fg.step_us_median)} µs = {b1.times_floor(fg):.2f} × as timed; "
             f"{n0(fg.step_us_back_to_back)} µs = {fg.step_us_back_to_back / floor:.2f} × back to back",
             "",
+            day("1b.json"),
+            None,
+        ],
+        "1b preset, fused + graph against the floor at batches "
+        + ", ".join(map(str, b1.batches[:-1]))
+        + f" and {b1.batches[-1]}, back to back": [
+            ", ".join(f"{x_floor[b]:.2f} ×" for b in b1.batches),
+            f"{x_floor[worst_floor]:.2f} × at batch {worst_floor}; batch 8 takes {b2b[8] / b2b[1]:.2f} × batch 1's step",
+            day("1b.json"),
+            None,
+        ],
+        "the unfused step's GPU time against the fused step's at batches 64 and 256": [
+            f"{busy[('1b.json', 64)]:.2f} × and {busy[('1b.json', 256)]:.2f} × (1b preset)",
+            f"{busy[worst_busy]:.2f} × ({preset[worst_busy[0]]} preset, batch {worst_busy[1]})",
+            day("1b.json"),
+            None,
+        ],
+        "the unfused step's GPU time against Hugging Face's eager Llama of the same shape on the same GPU, "
+        "batches 1 to 256": [
+            f"median {float(np.median(list(vs_hf.values()))):.2f} ×",
+            f"{vs_hf[worst_hf]:.2f} × ({preset[worst_hf[0]]} preset, batch {worst_hf[1]})",
             day("1b.json"),
             None,
         ],
@@ -545,29 +567,28 @@ def headline_table() -> dict[str, list[str | None]]:
         "small preset, eager against fused + graph at batch 1": [
             f"{speedups['small.json']:.1f} × ({n0(run().run('eager', 1).step_us_median)} µs against "
             f"{n0(run().run('fused+graph', 1).step_us_median)} µs)",
-            f"{speedups[slowest]:.1f} × in a second run the next day",
-            f"{day('small.json')}, {day(slowest)}",
+            f"{speedups['small-holdout.json']:.1f} × in the hold-out run",
+            day("small.json"),
             None,
         ],
-        "calibration, leave-one-out error over every point of each run (recorded, hold-out, 1b)": [
+        "calibration, leave-one-out error over every point of each run (small, hold-out, 1b)": [
             "median " + ", ".join(pct(loos[n]["median"]) for n in RUNS),
-            f"{signed(wp['error'])} ({wp['mode']}, batch {wp['batch']}, hold-out run)"
-            if worst_loo == "small-holdout.json"
-            else None,
-            f"runs of {day(RUNS[0])} to {day(RUNS[-1])[5:]}",
+            f"{signed(wp['error'])} (the persistent kernel at batch {wp['batch']}, {preset.get(worst_loo, worst_loo)} "
+            "run: measured at two batches, each left out is predicted from the other alone)",
+            day(RUNS[0]),
             None,
         ],
         "calibration, fit on one small-preset run, predict the other": [
             f"median {pct(crosses[0][0]['median'])} and {pct(crosses[1][0]['median'])}",
             f"{signed(wc['error'])} ({wc['mode']}, batch {wc['batch']})",
-            f"runs of {day(RUNS[0])} and {day(RUNS[1])[5:]}",
+            day(RUNS[0]),
             None,
         ],
         f"graphs what-if against the measured graph step, {WORDS[unseen['n']]} traces the fit never saw": [
             f"median {pct(unseen['median'])}",
             f"{signed(unseen['worst']['error'])} ({worst_trace}); {signed(other)} against the Llama step measured "
             "on a second H200",
-            f"traces of {unseen_days[0]} and {unseen_days[-1][5:]}",
+            f"traces of {unseen_days[0]} to {unseen_days[-1][5:]}",
             None,
         ],
         "step without the profiler (estimate), each model shape left out of the fit, reliable host-bound H200 "
@@ -644,7 +665,7 @@ NOT_FIGURES = [
     r"Llama-3-8B|Llama-3\.2-1B|Qwen2\.5-0\.5B|H100|H200",
     r"gpu_probe/recorded/h200[\w.-]*|\bh200(?:-1b|-holdout)?\.json",
     r"ProfilerStep#N|0\.0\.0\.0|batch-1\b|\bp10\b|\bp90\b",
-    r"`1b`|1b (?:preset|run)",
+    r"`1b`|1b (?:preset|run)|\b1b\.json|1b and small|\bbf16\b",
     r"exits with code 2\b",
 ]
 
