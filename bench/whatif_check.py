@@ -3,7 +3,7 @@
     python bench/whatif_check.py
 
 Reads the eager decode-step traces that ship with the repository (Hugging Face steps in
-tests/data/hf/, the probe's batch-1 steps in gpu_probe/recorded/, all recorded on an H200), runs
+tests/data/hf/, recorded on an H200; the probe's batch-1 steps in gpu_probe/recorded/, on an H100), runs
 the graphs what-if on every step of each, taken without the profiler's own cost as the page and the
 CLI take it (`sim.trace_whatif.untraced_steps`), with the replay cost calibrated to the probe's
 recorded run (`sim.trace_whatif.default_replay_cost`), and prints the median over the steps against the
