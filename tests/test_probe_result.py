@@ -186,6 +186,44 @@ def test_read_floor_adds_the_kv_cache_at_the_runs_context():
     assert load_result(data).read_floor_us(1) == pytest.approx(load_result(data).weight_floor_us)
 
 
+def test_the_floor_is_the_roofline_of_bytes_and_flops():
+    """The floor at a batch is the larger of the step's bytes over the copy bandwidth and its FLOPs (2 a weight a
+    row, plus 4 x hidden x context a layer a row for the attention) over the run's matrix rate."""
+    data = valid_result()
+    data["model"]["config"] = {
+        "n_layers": 16,
+        "hidden": 2048,
+        "n_heads": 32,
+        "n_kv_heads": 8,
+        "dtype": "bfloat16",
+    }
+    data["settings"] = {"context_len": 512}
+    data["hbm_copy_GBps"] = 4_000.0
+    assert load_result(data).compute_floor_us(256) is None  # no matrix rate in the file: bytes alone
+    assert load_result(data).floor_us(256) == load_result(data).read_floor_us(256)
+    data["matmul_TFLOPs"] = 20.0  # a slow matrix rate, so that the FLOPs set the floor from some batch on
+    res = load_result(data)
+    weights = 888_000_000 / 2  # bf16 elements read
+    flops_per_row = 2 * weights + 4 * 2048 * 512 * 16
+    assert res.step_flops(8) == pytest.approx(8 * flops_per_row)
+    assert res.compute_floor_us(8) == pytest.approx(8 * flops_per_row / 20e6)  # TFLOP/s = 1e6 FLOP/µs
+    assert res.floor_bound(1) == "memory" and res.floor_us(1) == pytest.approx(res.read_floor_us(1))
+    assert res.floor_bound(256) == "compute" and res.floor_us(256) == pytest.approx(res.compute_floor_us(256))
+    run = res.runs[0]
+    assert res.times_floor(run) == pytest.approx(run.step_us_median / res.floor_us(run.batch))
+    assert (
+        ProbeResult.to_dict(res)["matmul_TFLOPs"] == 20.0 and load_result(res.to_dict()).matmul_TFLOPs == 20.0
+    )
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, "770", 1e400, float("nan")])
+def test_the_matrix_rate_must_be_a_positive_rate(bad):
+    data = valid_result()
+    data["matmul_TFLOPs"] = bad
+    with pytest.raises(ValueError, match="matmul_TFLOPs"):
+        load_result(data)
+
+
 def _split_case(**fields) -> dict:
     """A valid result whose fused+graph batch-3 run is a 400 µs step of 100 kernels, 60 µs enqueue, 4 TB/s."""
     data = valid_result()
