@@ -55,14 +55,14 @@ def calibrated_preset(result, cal: Calibration | None = None) -> Preset:
     ):  # the fused step's host time as fitted (Triton launches, split merges at their share)
         eager_kernels, eager_host = points[eager_at].kernels, float(cal.predicted[eager_at, 1])
         host_source = (
-            f"the probe's fused step at batch {points[eager_at].batch}, {eager_host:.0f} µs of host time for its "
+            f"the probe's {points[eager_at].mode.title} step at batch {points[eager_at].batch}, {eager_host:.0f} µs of host time for its "
             f"{eager_kernels} kernels"
         )
     else:
         eager_kernels, eager_host = smallest.kernels, p["triton_launch_us"] * smallest.kernels
         host_source = (
             f"this run has no eager fused step: the held {p['triton_launch_us']:.1f} µs a Triton launch "
-            f"(no point constrains it) × the {eager_kernels} kernels of its {smallest.mode.name} step"
+            f"(no point constrains it) × the {eager_kernels} kernels of its {smallest.mode.title} step"
         )
     launch_us = eager_host / sim_kernels
     replay_us = float(cal.graph_cost.host_us(nodes))
@@ -122,10 +122,10 @@ def _note(cal, smallest, graph, sim_kernels, latency, context, launch_us, host_s
         f"the step's start {p['start_launch_share']:.2f} ×), spread over the simulator's fused step's "
         f"{sim_kernels} launches.",
         f"- {replay_us:.1f} µs per graph replay: the fitted replay cost at the {nodes:.0f} nodes of the probe's "
-        f"{graph.mode.name} step at batch {graph.batch}; no node gap (the probe's PDL chain overlaps its "
+        f"{graph.mode.title} step at batch {graph.batch}; no node gap (the probe's PDL chain overlaps its "
         f"kernels; between plain kernels it is {p['node_gap_us']:.2f} µs).",
         f"- {latency:.2f} µs latency per kernel: what makes the simulator's fused step ({sim_kernels} kernels) as "
-        f"busy as the probe's {smallest.mode.name} step at batch {smallest.batch} ({smallest.kernels} kernels; "
+        f"busy as the probe's {smallest.mode.title} step at batch {smallest.batch} ({smallest.kernels} kernels; "
         f"the GEMV's fitted {p['gemv_latency_us']:.2f} µs, of which PDL hides {p['pdl_hidden_us']:.2f} µs inside "
         "a graph).",
         f"- Attention over an effective {context} tokens (the probe's {cal.model.context_len}), since the "
