@@ -248,7 +248,7 @@ def _example() -> tuple:
 
 
 def _replay_cost():
-    from sim.trace_whatif import default_replay_cost
+    from sim.trace.whatif import default_replay_cost
 
     return default_replay_cost()
 
@@ -303,7 +303,7 @@ def _traced_over_untraced() -> tuple[str, str]:
 def _example_speedups() -> tuple[str, str]:
     """The graphs what-if on the page's default trace, against its step without the profiler and as traced."""
     from core.trace import analyse
-    from sim.trace_report import median_whatifs
+    from sim.trace.report import median_whatifs
 
     default = constant("ui/trace_tab.py", "DEFAULT_TRACE")
     assert default == "HF Llama-1B eager"

@@ -27,14 +27,8 @@ ALLOWED = {
     "ui": {"core", "sim", "gpu_probe", "numpy", "pandas", "plotly", "streamlit", "torch"},
     "app": {"streamlit", "ui"},
 }
-# The simulator's modules that are not packages yet: the trace what-ifs and their report, and the CLI.
+# The simulator's modules that are not a package: the CLI and its text report.
 MODULES = {
-    "sim.chrome_trace": "sim.trace",
-    "sim.kernel_families": "sim.trace",
-    "sim.trace_diff": "sim.trace",
-    "sim.trace_kernels": "sim.trace",
-    "sim.trace_report": "sim.trace",
-    "sim.trace_whatif": "sim.trace",
     "sim.__main__": "sim.cli",
     "sim.report": "sim.cli",
     "sim": "sim.cli",

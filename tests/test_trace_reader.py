@@ -412,7 +412,7 @@ def test_a_stream_id_no_profiler_writes_is_not_a_second_stream():
 def test_kernels_stamped_before_their_launches_have_no_launch_delay():
     """Every kernel at ts 0: each is drawn at its call's start, and the readout has no delay to show (it said
     -4.0 µs, minus each launch call's length)."""
-    from sim.trace_kernels import kernel_table
+    from core.trace.kernels import kernel_table
 
     events = eager_step(1000.0, 1, n=5)
     for e in events:

@@ -2,7 +2,7 @@
 
 Upload a trace (vLLM, SGLang, Hugging Face, torch.compile or your own code; several files at once are
 ranks) or pick one of the traces recorded on an H200 that ship with the app. The reader is
-`core.trace` (the probe's own), the what-ifs `sim.trace_whatif` (the simulator's timing model).
+`core.trace` (the probe's own), the what-ifs `sim.trace.whatif` (the simulator's timing model).
 
 Memory (ui/uploads.py): a trace is read one event at a time from the upload and kept as compact columns;
 the upload's bytes are dropped from the server as soon as they are read or refused. One trace is read at a
@@ -42,7 +42,7 @@ MAX_SESSION_TRACES = 3  # uploads a session keeps (the oldest goes first)
 RESIDENT_MB = 500
 MAX_RESIDENT = 8  # and at most this many uploads
 
-# What to draw beside the trace: the option (what the URL holds) -> sim.trace_whatif's name for it.
+# What to draw beside the trace: the option (what the URL holds) -> sim.trace.whatif's name for it.
 WHATIFS = {
     "the trace alone": None,
     "with CUDA graphs": "graphs",
@@ -338,8 +338,8 @@ def _report(trace: reader.Trace, step_range: str | None) -> reader.TraceReport:
 
 
 def _untraced(report: reader.TraceReport, step: reader.TraceStep):
-    """The step without the profiler (sim.trace_whatif.Untraced): the trace's recorded figure, else an estimate."""
-    from sim.trace_whatif import untraced_of
+    """The step without the profiler (sim.trace.whatif.Untraced): the trace's recorded figure, else an estimate."""
+    from sim.trace.whatif import untraced_of
 
     return untraced_of(step, report.trace.recorded_untraced)
 
@@ -348,7 +348,7 @@ def _whatifs(report: reader.TraceReport, step: reader.TraceStep) -> dict:
     """The what-ifs of the step without the profiler (what graphs and fusion would make of the step as it runs)."""
     cached = step.__dict__.get("_whatifs")
     if cached is None:
-        from sim.trace_whatif import default_replay_cost, whatifs
+        from sim.trace.whatif import default_replay_cost, whatifs
 
         cached = whatifs(_untraced(report, step).step, default_replay_cost())
         object.__setattr__(step, "_whatifs", cached)
@@ -358,7 +358,7 @@ def _whatifs(report: reader.TraceReport, step: reader.TraceStep) -> dict:
 def _kernel_rows(report: reader.TraceReport, step: reader.TraceStep) -> list[dict]:
     cached = step.__dict__.get("_kernel_rows")
     if cached is None:
-        from sim.trace_report import kernel_table
+        from core.trace.kernels import kernel_table
 
         cached = kernel_table(report, step.index)
         object.__setattr__(step, "_kernel_rows", cached)
@@ -804,7 +804,7 @@ def render() -> None:
     )
     _more_readouts(report, step)
     if other is not None:
-        from ui.trace_diff_view import show_diff  # before/after by kernel family (sim.trace_diff)
+        from ui.trace_diff_view import show_diff  # before/after by kernel family (core.trace.diff)
 
         show_diff(title, report, compare, other[0])
     _gpu_time_by_kind(step)

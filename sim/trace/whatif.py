@@ -30,7 +30,7 @@ import numpy as np
 from core.step_plan import FUSED, FUSED_GRAPH, GRAPH
 from core.timeline import StepMetrics, Timeline
 from core.trace import EVENT_KINDS, TraceReport, TraceStep, op_inputs, short_kernel_name
-from sim.kernel_families import foldable  # the one classifier of kernel names
+from core.trace.families import foldable  # the one classifier of kernel names
 from sim.timing import PROFILER_COST, GraphReplayCost, ProfilerCost, schedule_starts
 
 ESTIMATE = "estimate"

@@ -885,7 +885,7 @@ def _host_index(trace: Trace) -> _HostIndex:
 @dataclass(frozen=True, eq=False)
 class HostRecord:
     """The step's host lane as the profiler recorded it, row by row, for taking the profiler's own cost out of it
-    (`sim.trace_whatif.untraced`).
+    (`sim.trace.whatif.untraced`).
 
     One row per CPU interval of the step's timeline and per host synchronisation between them, each thread's
     rows in time order and tiling its lane: a row's host time runs from the previous row's end on its thread
