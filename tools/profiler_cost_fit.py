@@ -15,7 +15,7 @@ the CPU lane, or a synchronisation between two), `core.trace` counts the events 
 between the previous row's end and its own, by kind: `op` (aten ops and record_function ranges), `runtime`
 (CUDA runtime calls), `driver` (CUDA driver calls), `python` (Python calls, with_stack=True), `shapes` (ops
 with input shapes, record_shapes=True); and, for Python calls, the measured growth of the host time before
-each call with its place in a long caller (the profiler's line lookup: `core.trace._python_line_us`). A
+each call with its place in a long caller (the profiler's line lookup: `core.trace.read._python_line_us`). A
 row's profiler cost is `counts @ cost + line_scale * line_us`; without the profiler the row takes its traced
 time less that cost (never below 10 % of it). The rows are laid end to end again, each thread's in order; a
 row that waits for the GPU (a synchronisation, a copy that returns when done) ends when the work it waits for
