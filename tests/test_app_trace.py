@@ -237,7 +237,7 @@ def test_bare_urls_from_the_file_the_name_and_the_link_render_as_text():
 
 
 def test_the_step_without_the_profiler_beside_the_traced_one_estimated():
-    from sim.trace.whatif import untraced_steps
+    from sim.trace.untraced import untraced_steps
     from ui.charts import format_us
 
     at = open_tab(TAB)

@@ -338,8 +338,8 @@ def _report(trace: reader.Trace, step_range: str | None) -> reader.TraceReport:
 
 
 def _untraced(report: reader.TraceReport, step: reader.TraceStep):
-    """The step without the profiler (sim.trace.whatif.Untraced): the trace's recorded figure, else an estimate."""
-    from sim.trace.whatif import untraced_of
+    """The step without the profiler (sim.trace.untraced.Untraced): the trace's recorded figure, else an estimate."""
+    from sim.trace.untraced import untraced_of
 
     return untraced_of(step, report.trace.recorded_untraced)
 

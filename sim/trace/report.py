@@ -7,7 +7,7 @@ Each FILE is one rank (a `.json`, `.json.gz` or `.pt.trace.json(.gz)` written by
 vLLM, SGLang, Hugging Face, torch.compile, your own code). The text report gives the rule that
 found the steps, every step's readouts, their median and spread, the kernels that take the GPU's
 time, the step as it runs without the profiler (the recorder's measured figure where the trace
-carries one, else an estimate: `sim.trace.whatif.untraced`), and what CUDA graphs and fusion would make
+carries one, else an estimate: `sim.trace.untraced.untraced`), and what CUDA graphs and fusion would make
 of that step (an estimate, from the one timing model). `--json` prints one object:
 
     {"rule", "steps": [{index, step_us, step_us_untraced, untraced_source, profiler_us, gpu_busy_us,
@@ -34,7 +34,8 @@ import numpy as np
 from core.step_plan import FUSED
 from core.trace import TraceError, TraceReport, analyse
 from core.trace.kernels import kernel_lines, kernel_table
-from sim.trace.whatif import SOURCES, default_replay_cost, untraced_steps, whatifs
+from sim.trace.untraced import SOURCES, untraced_steps
+from sim.trace.whatif import default_replay_cost, whatifs
 
 _NOTES = 6  # notes on dropped records the text report prints; --json has every one
 WHATIF_KEYS = ("step_us", "gpu_busy_us", "cpu_launch_us", "kernels", "launches", "utilisation")
