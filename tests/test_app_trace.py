@@ -154,9 +154,9 @@ def test_an_upload_name_renders_as_text():
 
 def test_an_upload_over_the_limit_is_refused_unread(monkeypatch):
     import core.trace
-    import ui.trace_tab
+    import ui.trace.tab
 
-    monkeypatch.setattr(ui.trace_tab, "UPLOAD_MB", 1)
+    monkeypatch.setattr(ui.trace.tab, "UPLOAD_MB", 1)
 
     def never(*args, **kwargs):
         raise AssertionError("an oversized upload was read")
@@ -172,7 +172,7 @@ def test_the_server_holds_uploaded_traces_within_a_byte_budget(monkeypatch):
     """Issue 24: the parsed uploads of all sessions, with the analyses drawn from them, are bounded by bytes
     (the cap of 8 traces let 16 large ones take 5.7 GB). The newest stays even alone over budget."""
     import core.trace as reader
-    import ui.trace_tab as tab
+    import ui.trace.tab as tab
     from ui.uploads import ByteBudget, deep_nbytes
 
     def upload():
@@ -193,7 +193,7 @@ def test_the_server_holds_uploaded_traces_within_a_byte_budget(monkeypatch):
 
 
 def test_an_upload_pushed_out_of_the_budget_asks_to_be_uploaded_again(monkeypatch):
-    import ui.trace_tab as tab
+    import ui.trace.tab as tab
     from ui.uploads import ByteBudget
 
     monkeypatch.setattr(tab, "_RESIDENT", ByteBudget(1, tab.MAX_RESIDENT))  # room for the newest only

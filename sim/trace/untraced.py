@@ -20,7 +20,7 @@ from sim.timing import PROFILER_COST, ProfilerCost, schedule_starts
 from sim.trace.whatif import ESTIMATE, eager_habits
 
 METADATA = "metadata"  # the recorder's measured step, carried by the trace
-PROBE = "probe"  # the probe's own trace: its run's median step, timed without the profiler (ui.trace_tab)
+PROBE = "probe"  # the probe's own trace: its run's median step, timed without the profiler (ui.trace.tab)
 SOURCES = {METADATA: "measured by the recorder", PROBE: "measured by the probe", ESTIMATE: "estimated"}
 # A recorded median this far from the traced step was not measured on this loop (or not on this machine).
 _ABSURD_ABOVE, _ABSURD_BELOW_BUSY = 3.0, 0.5

@@ -1,7 +1,7 @@
 """The Simulator tab's preset list: the static presets plus the one calibrated to the recorded run.
 
-The calibrated preset's key and title are fixed here, so that links and `SIM_PARAMS` name it
-without reading the run; the fit itself runs only when it is picked, once per server
+The calibrated preset's key and title are fixed (`ui.calibration_cache`), so that links and `SIM_PARAMS`
+name it without reading the run; the fit itself runs only when it is picked, once per server
 (tests/test_app_sim.py checks that the shipped run is still an H200's).
 """
 
@@ -10,9 +10,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from sim.config import DEFAULT_PRESET, PRESETS, Preset
+from ui.calibration_cache import CALIBRATED_KEY, CALIBRATED_TITLE
 
-CALIBRATED_KEY = "probe-h200-calibrated"
-CALIBRATED_TITLE = "Probe decoder on H200, calibrated to the recorded run"
 PRESET_TITLES = {**{k: p.title for k, p in PRESETS.items()}, CALIBRATED_KEY: CALIBRATED_TITLE}
 # What a link may hold: the shown title (what Streamlit writes) or the short key.
 PRESET_BY_URL_VALUE = {**{t: k for k, t in PRESET_TITLES.items()}, **{k: k for k in PRESET_TITLES}}

@@ -4,7 +4,7 @@ Every control is bound to the URL (keys and ranges in `SIM_PARAMS`, which the UR
 sanitiser reads before any widget does). Simulations and sweeps are cached on their
 (hashable, frozen) configs. The batch slider and the step drawn for it are one fragment, so a
 batch move reruns only them: the other controls and the sweep and fusion sections
-(`ui.sim_sections`) do not depend on the batch, and leaving them out of the rerun cuts the
+(`ui.simulator.sections`) do not depend on the batch, and leaving them out of the rerun cuts the
 browser's work per slider move. Every other control reruns the whole tab.
 """
 
@@ -34,8 +34,8 @@ from sim.timing import eager_host_us
 from ui import first_paint
 from ui.charts import FIRST_LAUNCHES, lanes_figure, lanes_height
 from ui.common import chrome_trace_download, plain, regime_explanation, show_readouts, show_time_split
-from ui.sim_presets import CALIBRATED_KEY, PRESET_BY_URL_VALUE, PRESET_TITLES, preset_of
-from ui.sim_sections import fusion_view, sweep_view
+from ui.simulator.presets import CALIBRATED_KEY, PRESET_BY_URL_VALUE, PRESET_TITLES, preset_of
+from ui.simulator.sections import fusion_view, sweep_view
 
 # (URL key, label, HardwareConfig field, widget min, widget max, step, number format)
 HARDWARE_INPUTS = (

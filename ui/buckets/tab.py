@@ -18,8 +18,9 @@ from sim.buckets import layouts as bk
 from sim.buckets import report as br
 from sim.buckets import workloads as wl
 from sim.config import DEFAULT_PRESET, PRESETS
-from ui import padding_demo, uploads
-from ui.bucket_charts import padding_figure, tradeoff_figure
+from ui import uploads
+from ui.buckets import padding_demo
+from ui.buckets.charts import padding_figure, tradeoff_figure
 from ui.common import plain
 
 # One checkbox per layout: a URL can carry a yes/no per key, and a link stays readable.

@@ -34,7 +34,7 @@ from ui.common import (
     show_time_split,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 UPLOAD_MB = 500  # the uploader's limit, stated on the page (server.maxUploadSize, 512, allows it)
 MAX_SESSION_TRACES = 3  # uploads a session keeps (the oldest goes first)
 # Parsed uploads with what the page drew from them, all sessions together: a 1.4 M-kernel trace fully drawn
@@ -804,7 +804,7 @@ def render() -> None:
     )
     _more_readouts(report, step)
     if other is not None:
-        from ui.trace_diff_view import show_diff  # before/after by kernel family (core.trace.diff)
+        from ui.trace.diff_view import show_diff  # before/after by kernel family (core.trace.diff)
 
         show_diff(title, report, compare, other[0])
     _gpu_time_by_kind(step)

@@ -31,7 +31,7 @@ from sim.step.tensor_parallel import (
 )
 from ui.charts import COMM_COLOUR, FIRST_LAUNCHES, format_us, lanes_figure
 from ui.common import code, plain
-from ui.probe_charts import share_time_axis
+from ui.probe.charts import share_time_axis
 from ui.probe_results import describe, session_tp_results
 
 # URL key -> spec (ui.url_params), merged into the probe tab's PROBE_PARAMS.
