@@ -305,7 +305,7 @@ def _example_speedups() -> tuple[str, str]:
     from core.trace import analyse
     from sim.trace.report import median_whatifs
 
-    default = constant("ui/trace/tab.py", "DEFAULT_TRACE")
+    default = constant("ui/trace/sources.py", "DEFAULT_TRACE")
     assert default == "HF Llama-1B eager"
     w = median_whatifs(analyse(ROOT / "tests/data/hf/hf_llama_eager_profilerstep.json.gz"), _replay_cost())
     return f"{w['graphs']['speedup']:.1f}", f"{w['graphs']['vs_trace']:.1f}"
@@ -358,7 +358,7 @@ QUOTES = [
         "the chapter's {}-layer model, Llama-3-8B on an H100, the probe's {} B decoder on an H200",
         lambda: (sim_step("chapter").model.n_layers, f"{run().model['n_params'] / 1e9:.1f}"),
     ),
-    Quote("The page", "(up to {} MB a file;", lambda: (constant("ui/trace/tab.py", "UPLOAD_MB"),)),
+    Quote("The page", "(up to {} MB a file;", lambda: (constant("ui/trace/sources.py", "UPLOAD_MB"),)),
     Quote(
         "The page",
         "{} questions on the chapter",
