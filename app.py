@@ -6,7 +6,13 @@
 
 import streamlit as st
 
-from ui import buckets_tab, calibrate_tab, first_paint, probe_tab, quiz, sim_tab, trace_tab, url_params
+from ui import first_paint, url_params
+from ui.buckets import tab as buckets_tab
+from ui.calibration import tab as calibrate_tab
+from ui.probe import tab as probe_tab
+from ui.quiz import tab as quiz
+from ui.simulator import tab as sim_tab
+from ui.trace import tab as trace_tab
 
 st.set_page_config(page_title="launch-bound", layout="wide")
 

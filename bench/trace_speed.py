@@ -5,7 +5,7 @@
 1. A 13 MB trace of 5 steps × 1,200 kernels, written the way Kineto writes one (an aten op, its
    cudaLaunchKernel, the kernel with its launch arguments and the two flow events per kernel), read and
    summarised (every step's readouts) by `core.trace`: goal ≤ 1 s on the 2-core dev machine. The what-ifs
-   of every step (`sim.trace_whatif`) are timed beside it.
+   of every step (`sim.trace.whatif`) are timed beside it.
 2. A trace of about `--big-mb` MB (300 by default), read and summarised in a child process whose peak RSS
    is read from the kernel: goals ≤ 30 s and ≤ 2 GB.
 3. In Chromium, on the "Your trace" tab: a step change (the Step radio, by keyboard) until the lanes and
@@ -190,7 +190,7 @@ def read_and_summarise(path: Path) -> dict:
     report = analyse(path)
     summary = report.summary()
     t1 = time.perf_counter()
-    from sim.trace_whatif import default_replay_cost, whatifs
+    from sim.trace.whatif import default_replay_cost, whatifs
 
     cost = default_replay_cost()
     t2 = time.perf_counter()

@@ -18,7 +18,7 @@ For `refused` and `traces` the sessions are then closed, and after the server's
 `server.disconnectedSessionTTL` (set to `--ttl` seconds here; 120 by default) one new page is opened, which
 lets the server drop the closed sessions. Prints the server's resident memory (VmRSS): the baseline (after
 one session opened the tabs), after each session, the peak (VmHWM, reset at the baseline) and after the
-sessions closed -- the figures issue 24 asks to bound (RESIDENT_MB in ui/trace_tab.py is the documented
+sessions closed -- the figures issue 24 asks to bound (RESIDENT_MB in ui/trace/sources.py is the documented
 budget for parsed traces).
 
 Measured on the 2-core development machine (load 6-10 from other work), 2026-12-03, RSS in MB:

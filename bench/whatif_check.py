@@ -5,8 +5,8 @@
 Reads the eager decode-step traces that ship with the repository (Hugging Face steps in
 tests/data/hf/, recorded on an H200; the probe's batch-1 steps in gpu_probe/recorded/, on an H100), runs
 the graphs what-if on every step of each, taken without the profiler's own cost as the page and the
-CLI take it (`sim.trace_whatif.untraced_steps`), with the replay cost calibrated to the probe's
-recorded run (`sim.trace_whatif.default_replay_cost`), and prints the median over the steps against the
+CLI take it (`sim.trace.untraced.untraced_steps`), with the replay cost calibrated to the probe's
+recorded run (`sim.trace.whatif.default_replay_cost`), and prints the median over the steps against the
 graph step the same session measured without the profiler (CUDA events, each step on an idle GPU):
 `hf_*_measured.json`, or the probe run's graph mode at batch 1. The replay cost's parameters are
 fitted to the small preset's recorded run (gpu_probe/recorded/small.json) only, so its row is marked
@@ -73,9 +73,10 @@ OTHER_MACHINE = HF / "hf_llama_measured_first_machine.json"
 @cache
 def predicted_us(trace: Path, step_range: str | None) -> float:
     """The graphs what-if's step time, median over the trace's steps, each without the profiler (as the page
-    and the CLI make it: `sim.trace_whatif.untraced_steps`)."""
+    and the CLI make it: `sim.trace.untraced.untraced_steps`)."""
     from core.trace import analyse
-    from sim.trace_whatif import default_replay_cost, graphs_whatif, untraced_steps
+    from sim.trace.untraced import untraced_steps
+    from sim.trace.whatif import default_replay_cost, graphs_whatif
 
     cost = default_replay_cost()
     steps = untraced_steps(analyse(trace, step_range=step_range))

@@ -35,22 +35,29 @@ to each launch; `enqueue_us_median` is the same host cost measured without it.
 from __future__ import annotations
 
 import json
-import math
-import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
 from core.decoder import kv_elements
+from core.phase_stamps import PhaseStamps, parse_phases
+from core.result_fields import (
+    MAX_RESULT_BYTES,
+    MAX_US,
+    bounded_block,
+    list_field,
+    number_field,
+    object_field,
+    read_json,
+    text_field,
+)
 from core.step_plan import BASELINE, GRAPH, MODES
 from core.timeline import CPU_BOUND, GPU_BOUND, StepMetrics, Timeline
 
-MAX_RESULT_BYTES = 20 * 1024 * 1024
 RECORDED_PATH = Path(__file__).resolve().parent.parent / "gpu_probe" / "recorded" / "small.json"
 SCHEMA_VERSION = 1
 
-# Sanity limits: anything outside these is a corrupt or hand-made file, not a measurement.
-_MAX_US = 1e7  # 10 s for one decode step
+# Sanity limits: anything outside these is a corrupt or hand-made file, not a measurement (and MAX_US).
 _MAX_BATCH = 65536
 _MAX_GBPS = 1e5  # 100 TB/s: beyond any memory system today
 _MAX_TFLOPS = 1e5  # 100 PFLOP/s on one device: beyond any today
@@ -66,7 +73,6 @@ MAX_CAPTURES = 256
 MAX_ERRORS = 64
 MAX_STRING = 4000  # characters in one error, check name or kernel name (C++ template names run to ~1,000)
 MAX_HEADER_STRING = 500  # device, torch, cuda, created
-_MAX_BLOCK_CHARS = {"model": 64_000, "settings": 64_000, "checks": 256_000}  # free-form objects, as JSON
 LIMITS = (
     f"Up to {MAX_RESULT_BYTES // 2**20} MB and {MAX_RUNS} runs (one per mode and batch size); each step at "
     f"most {MAX_KERNELS_PER_LAYER} kernels per layer plus {MAX_KERNELS_OUTSIDE_LAYERS}, and strings of at most "
@@ -433,105 +439,28 @@ def dump_result(result: ProbeResult | dict, path) -> None:
     Path(path).write_text(text, encoding="utf-8")
 
 
-def read_json(source):
-    if isinstance(source, dict):
-        return source
-    if isinstance(source, (str, Path)):
-        path = Path(source)
-        if not path.is_file():
-            raise ValueError(f"result: no such file {str(path)!r}")
-        if path.stat().st_size > MAX_RESULT_BYTES:
-            raise ValueError(f"result: file is larger than {MAX_RESULT_BYTES // 2**20} MB")
-        raw = path.read_bytes()
-    elif isinstance(source, (bytes, bytearray, memoryview)):
-        raw = bytes(source)
-    elif hasattr(source, "read"):
-        raw = source.read(MAX_RESULT_BYTES + 1)
-        raw = raw.encode() if isinstance(raw, str) else raw
-    else:
-        raise ValueError(f"result: cannot read a {type(source).__name__}")
-    if len(raw) > MAX_RESULT_BYTES:
-        raise ValueError(f"result: file is larger than {MAX_RESULT_BYTES // 2**20} MB")
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"result: not valid JSON ({err})") from None
-    except ValueError as err:  # e.g. an integer past Python's 4,300-digit limit
-        raise ValueError(f"result: not usable JSON ({str(err)[:200]})") from None
-    except RecursionError:  # e.g. "[[[[…": json gives up past Python's recursion limit
-        raise ValueError("result: not valid JSON (nested too deeply)") from None
-    if _SURROGATE_ESCAPE.search(raw):  # "\ud800" alone decodes to a str that no page or terminal can encode
-        try:
-            json.dumps(data, ensure_ascii=False).encode("utf-8")
-        except UnicodeEncodeError:
-            raise ValueError(
-                "result: a string holds a lone UTF-16 surrogate (\\ud800-\\udfff), not text"
-            ) from None
-        except RecursionError:
-            raise ValueError("result: not valid JSON (nested too deeply)") from None
-    return data
-
-
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
-
-
 def _parse(d: dict, timeline_source: str | None) -> ProbeResult:
     # A file from a newer probe may mean something else by the same fields: refuse it rather than guess.
     schema = d.get("schema", SCHEMA_VERSION)
     if isinstance(schema, bool) or schema != SCHEMA_VERSION:
         raise ValueError(f"schema: this app reads version {SCHEMA_VERSION} result files, got {schema!r}")
-    strings = {
-        k: _text(d, k, MAX_HEADER_STRING if k != "command" else MAX_STRING)
-        for k in ("device", "torch", "cuda", "created", "command")
-    }
-    try:
-        datetime.fromisoformat(strings["created"].replace("Z", "+00:00"))
-    except ValueError:
-        raise ValueError("created: must be an ISO 8601 date and time") from None
-    model = _obj(d, "model")
-    bounded_block(model, "model")
-    n_layers = parse_config(_obj(model, "config", "model.config"))
-    number_field(model, "n_params", 1, 1e13, "model.n_params", integer=True)
-    number_field(model, "weight_bytes", 1, 1e14, "model.weight_bytes", integer=True)
-    if model.get("read_bytes") is not None:
-        number_field(model, "read_bytes", 1, 1e14, "model.read_bytes", integer=True)
+    strings = _header(d)
+    model, n_layers = _model(d)
     hbm = number_field(d, "hbm_copy_GBps", 1e-3, _MAX_GBPS)
     matmul = None
     if d.get("matmul_TFLOPs") is not None:
         matmul = number_field(d, "matmul_TFLOPs", 1e-3, _MAX_TFLOPS)
     max_kernels = MAX_KERNELS_PER_LAYER * n_layers + MAX_KERNELS_OUTSIDE_LAYERS
-    raw_runs = _list(d, "runs", MAX_RUNS)
+    raw_runs = list_field(d, "runs", MAX_RUNS)
     runs = tuple(parse_run(r, f"runs[{i}]", timeline_source, max_kernels) for i, r in enumerate(raw_runs))
     seen = set()
     for i, r in enumerate(runs):
         if (r.mode, r.batch) in seen:
             raise ValueError(f"runs[{i}]: a second run of mode {r.mode} at batch {r.batch}")
         seen.add((r.mode, r.batch))
-    raw_captures = _list(d, "captures", MAX_CAPTURES)
+    raw_captures = list_field(d, "captures", MAX_CAPTURES)
     captures = tuple(_parse_capture(c, f"captures[{i}]") for i, c in enumerate(raw_captures))
-    checks = _obj(d, "checks")
-    bounded_block(checks, "checks")
-    for name, check in checks.items():
-        if len(name) > MAX_STRING:
-            raise ValueError(f"checks: a check name is longer than {MAX_STRING:,} characters")
-        if not isinstance(check, dict) or not isinstance(check.get("passed"), bool):
-            raise ValueError(f"checks.{name}: expected an object with a true/false 'passed'")
-        if not isinstance(check.get("detail", ""), str):
-            raise ValueError(f"checks.{name}.detail: expected a string")
-    errors = d.get("errors", [])
-    if not isinstance(errors, list) or not all(isinstance(e, str) for e in errors):
-        raise ValueError("errors: expected a list of strings")
-    if len(errors) > MAX_ERRORS:
-        raise ValueError(f"errors: more than {MAX_ERRORS} entries")
-    if any(len(e) > MAX_STRING for e in errors):
-        raise ValueError(f"errors: an entry is longer than {MAX_STRING:,} characters")
-    settings = d.get("settings", {})
-    if not isinstance(settings, dict):
-        raise ValueError("settings: expected an object")
-    bounded_block(settings, "settings")
-    for key, (lo, hi) in _SETTINGS_INTS.items():
-        if key in settings:
-            number_field(settings, key, lo, hi, f"settings.{key}", integer=True)
+    checks, errors, settings = _checks(d), _errors(d), _settings(d)
     reference = parse_reference(d["reference"], max_kernels) if d.get("reference") is not None else None
     return ProbeResult(
         model=model,
@@ -547,18 +476,79 @@ def _parse(d: dict, timeline_source: str | None) -> ProbeResult:
     )
 
 
+def _header(d: dict) -> dict:
+    """device, torch, cuda, created (ISO 8601) and command: non-empty strings of bounded length."""
+    strings = {
+        k: text_field(d, k, MAX_HEADER_STRING if k != "command" else MAX_STRING)
+        for k in ("device", "torch", "cuda", "created", "command")
+    }
+    try:
+        datetime.fromisoformat(strings["created"].replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError("created: must be an ISO 8601 date and time") from None
+    return strings
+
+
+def _model(d: dict) -> tuple[dict, int]:
+    """(the model block, its layer count), its config and sizes checked."""
+    model = object_field(d, "model")
+    bounded_block(model, "model")
+    n_layers = parse_config(object_field(model, "config", "model.config"))
+    number_field(model, "n_params", 1, 1e13, "model.n_params", integer=True)
+    number_field(model, "weight_bytes", 1, 1e14, "model.weight_bytes", integer=True)
+    if model.get("read_bytes") is not None:
+        number_field(model, "read_bytes", 1, 1e14, "model.read_bytes", integer=True)
+    return model, n_layers
+
+
+def _checks(d: dict) -> dict:
+    """The run's correctness checks: name -> {passed: true or false, detail: text}."""
+    checks = object_field(d, "checks")
+    bounded_block(checks, "checks")
+    for name, check in checks.items():
+        if len(name) > MAX_STRING:
+            raise ValueError(f"checks: a check name is longer than {MAX_STRING:,} characters")
+        if not isinstance(check, dict) or not isinstance(check.get("passed"), bool):
+            raise ValueError(f"checks.{name}: expected an object with a true/false 'passed'")
+        if not isinstance(check.get("detail", ""), str):
+            raise ValueError(f"checks.{name}.detail: expected a string")
+    return checks
+
+
+def _errors(d: dict) -> list[str]:
+    errors = d.get("errors", [])
+    if not isinstance(errors, list) or not all(isinstance(e, str) for e in errors):
+        raise ValueError("errors: expected a list of strings")
+    if len(errors) > MAX_ERRORS:
+        raise ValueError(f"errors: more than {MAX_ERRORS} entries")
+    if any(len(e) > MAX_STRING for e in errors):
+        raise ValueError(f"errors: an entry is longer than {MAX_STRING:,} characters")
+    return errors
+
+
+def _settings(d: dict) -> dict:
+    settings = d.get("settings", {})
+    if not isinstance(settings, dict):
+        raise ValueError("settings: expected an object")
+    bounded_block(settings, "settings")
+    for key, (lo, hi) in _SETTINGS_INTS.items():
+        if key in settings:
+            number_field(settings, key, lo, hi, f"settings.{key}", integer=True)
+    return settings
+
+
 def parse_reference(v, max_kernels: int) -> Reference:
     """The `reference` block; ValueError names the bad field (`reference.runs[2].batch: ...`)."""
     if not isinstance(v, dict):
         raise ValueError("reference: expected an object")
     bounded_block(v, "reference", 64_000)
     if "skipped" in v:
-        return Reference(skipped=_text(v, "skipped", MAX_HEADER_STRING))
+        return Reference(skipped=text_field(v, "skipped", MAX_HEADER_STRING))
     texts = {
-        k: _text(v, k, MAX_HEADER_STRING) if k in v else ""
+        k: text_field(v, k, MAX_HEADER_STRING) if k in v else ""
         for k in ("name", "transformers", "attention", "cache")
     }
-    raw_runs = _list(v, "runs", MAX_RUNS)
+    raw_runs = list_field(v, "runs", MAX_RUNS)
     runs = []
     for i, r in enumerate(raw_runs):
         where = f"reference.runs[{i}]"
@@ -567,13 +557,13 @@ def parse_reference(v, max_kernels: int) -> Reference:
         if r.get("mode") not in REFERENCE_KINDS:
             raise ValueError(f"{where}.mode: must be one of {REFERENCE_KINDS}, got {r.get('mode')!r}")
         times = {
-            k: number_field(r, k, 0, _MAX_US, f"{where}.{k}")
+            k: number_field(r, k, 0, MAX_US, f"{where}.{k}")
             for k in ("step_us_median", "step_us_p10", "step_us_p90", "cpu_launch_us", "gpu_busy_us")
         }
         if times["step_us_median"] <= 0:
             raise ValueError(f"{where}.step_us_median: must be positive")
         optional = {
-            k: number_field(r, k, 0, _MAX_US, f"{where}.{k}") if r.get(k) is not None else None
+            k: number_field(r, k, 0, MAX_US, f"{where}.{k}") if r.get(k) is not None else None
             for k in ("enqueue_us_median", "step_us_back_to_back")
         }
         runs.append(
@@ -623,20 +613,14 @@ def parse_config(config: dict) -> int:
 
 
 def parse_run(r, where: str, timeline_source: str | None, max_kernels: int) -> ProbeRun:
+    """One record of `runs` (a tensor-parallel rank's too): every field checked, the first bad one named."""
     if not isinstance(r, dict):
         raise ValueError(f"{where}: expected an object")
     mode = r.get("mode")
     if not isinstance(mode, str) or mode not in MODES:
         raise ValueError(f"{where}.mode: must be one of {tuple(MODES)}, got {mode!r}")
     batch = int(number_field(r, "batch", 1, _MAX_BATCH, f"{where}.batch", integer=True))
-    times = {
-        k: number_field(r, k, 0, _MAX_US, f"{where}.{k}")
-        for k in ("step_us_median", "step_us_p10", "step_us_p90", "cpu_launch_us", "gpu_busy_us")
-    }
-    if not times["step_us_p10"] <= times["step_us_median"] * (1 + 1e-9) <= times["step_us_p90"] * (1 + 2e-9):
-        raise ValueError(f"{where}.step_us_median: must lie between step_us_p10 and step_us_p90")
-    if times["step_us_median"] <= 0:
-        raise ValueError(f"{where}.step_us_median: must be positive")
+    times = _run_times(r, where)
     # Consistent with the model: a step of n layers runs at most MAX_KERNELS_PER_LAYER per layer plus the rest.
     kernels = int(
         number_field(r, "kernels_per_step", 1, max_kernels, f"{where}.kernels_per_step", integer=True)
@@ -656,6 +640,35 @@ def parse_run(r, where: str, timeline_source: str | None, max_kernels: int) -> P
         raise ValueError(
             f"{where}.{msg}" if msg.startswith("timeline") else f"{where}.timeline.{msg}"
         ) from None
+    return ProbeRun(
+        mode=mode,
+        batch=batch,
+        kernels_per_step=kernels,
+        kernels_per_layer=per_layer,
+        utilisation=util,
+        bound_by=bound,
+        timeline=timeline,
+        **_run_extras(r, where, batch, max_kernels),
+        **times,
+    )
+
+
+def _run_times(r: dict, where: str) -> dict[str, float]:
+    """The step's CUDA-event times (median within p10 and p90) and its profiled CPU launch and GPU busy time."""
+    times = {
+        k: number_field(r, k, 0, MAX_US, f"{where}.{k}")
+        for k in ("step_us_median", "step_us_p10", "step_us_p90", "cpu_launch_us", "gpu_busy_us")
+    }
+    if not times["step_us_p10"] <= times["step_us_median"] * (1 + 1e-9) <= times["step_us_p90"] * (1 + 2e-9):
+        raise ValueError(f"{where}.step_us_median: must lie between step_us_p10 and step_us_p90")
+    if times["step_us_median"] <= 0:
+        raise ValueError(f"{where}.step_us_median: must be positive")
+    return times
+
+
+def _run_extras(r: dict, where: str, batch: int, max_kernels: int) -> dict:
+    """The fields a run may lack: the bucket it replayed and its padding, the enqueue and back-to-back times,
+    its launches, the eager fallback, the persistent kernel's phase stamps."""
     bucket = r.get("bucket")
     if bucket is not None:
         bucket = int(number_field(r, "bucket", batch, _MAX_BATCH, f"{where}.bucket", integer=True))
@@ -666,10 +679,10 @@ def parse_run(r, where: str, timeline_source: str | None, max_kernels: int) -> P
     )
     enqueue = r.get("enqueue_us_median")
     if enqueue is not None:
-        enqueue = number_field(r, "enqueue_us_median", 0, _MAX_US, f"{where}.enqueue_us_median")
+        enqueue = number_field(r, "enqueue_us_median", 0, MAX_US, f"{where}.enqueue_us_median")
     back_to_back = r.get("step_us_back_to_back")
     if back_to_back is not None:
-        back_to_back = number_field(r, "step_us_back_to_back", 1e-3, _MAX_US, f"{where}.step_us_back_to_back")
+        back_to_back = number_field(r, "step_us_back_to_back", 1e-3, MAX_US, f"{where}.step_us_back_to_back")
     launches = (
         int(number_field(r, "launches", 0, max_kernels, f"{where}.launches", integer=True))
         if "launches" in r
@@ -677,117 +690,15 @@ def parse_run(r, where: str, timeline_source: str | None, max_kernels: int) -> P
     )
     if not isinstance(r.get("eager_fallback", False), bool):
         raise ValueError(f"{where}.eager_fallback: expected true or false")
-    return ProbeRun(
-        mode=mode,
-        batch=batch,
-        kernels_per_step=kernels,
-        kernels_per_layer=per_layer,
-        utilisation=util,
-        bound_by=bound,
-        timeline=timeline,
-        bucket=bucket,
-        padded_rows=padded,
-        eager_fallback=bool(r.get("eager_fallback", False)),
-        enqueue_us_median=enqueue,
-        launches=launches,
-        step_us_back_to_back=back_to_back,
-        phases=parse_phases(r["phases"], f"{where}.phases") if r.get("phases") is not None else None,
-        **times,
-    )
-
-
-MAX_PHASES = 4096  # phases of one persistent kernel (the 1b preset has 82; 1024 layers would be 5,122)
-MAX_LANES = 64
-
-
-@dataclass(frozen=True, slots=True)
-class PhaseStamps:
-    """A persistent kernel's in-kernel stamps, per lane of consecutive programs (SMs): the median time (µs
-    from the kernel's first stamp) each phase's wait began, its work started and ended
-    (`gpu_probe.kernels.persistent_trace.compact`)."""
-
-    programs: int
-    total_us: float
-    names: tuple[str, ...]  # per phase, in kernel order
-    kinds: tuple[str, ...]
-    lane_programs: tuple[tuple[int, int], ...]  # first and last program of each lane
-    wait_begin_us: tuple[tuple[float, ...], ...]  # [lane][phase]
-    start_us: tuple[tuple[float, ...], ...]
-    end_us: tuple[tuple[float, ...], ...]
-    by_kind: dict  # kind -> the read_trace summary (critical, release, imbalance, ... µs)
-
-    def to_dict(self) -> dict:
-        return {
-            "programs": self.programs,
-            "total_us": self.total_us,
-            "names": list(self.names),
-            "kinds": list(self.kinds),
-            "lanes": [
-                {"programs": list(p), "wait_begin_us": list(w), "start_us": list(s), "end_us": list(e)}
-                for p, w, s, e in zip(self.lane_programs, self.wait_begin_us, self.start_us, self.end_us)
-            ],
-            "by_kind": self.by_kind,
-        }
-
-
-def parse_phases(v, where: str) -> PhaseStamps:
-    """A run's `phases` block, every field checked (ValueError naming it)."""
-    if not isinstance(v, dict):
-        raise ValueError(f"{where}: expected an object")
-    programs = int(number_field(v, "programs", 1, 1_000_000, f"{where}.programs", integer=True))
-    total = number_field(v, "total_us", 0, _MAX_US, f"{where}.total_us")
-    names, kinds = v.get("names"), v.get("kinds")
-    for key, values in (("names", names), ("kinds", kinds)):
-        if not isinstance(values, list) or not 1 <= len(values) <= MAX_PHASES:
-            raise ValueError(f"{where}.{key}: expected a list of 1 to {MAX_PHASES:,} phases")
-        if not all(isinstance(x, str) and len(x) <= 100 for x in values):
-            raise ValueError(f"{where}.{key}: each must be a string of at most 100 characters")
-    if len(kinds) != len(names):
-        raise ValueError(f"{where}.kinds: {len(kinds)} entries for {len(names)} phases")
-    lanes = v.get("lanes")
-    if not isinstance(lanes, list) or not 1 <= len(lanes) <= MAX_LANES:
-        raise ValueError(f"{where}.lanes: expected a list of 1 to {MAX_LANES} lanes")
-    columns = {"wait_begin_us": [], "start_us": [], "end_us": []}
-    programs_of = []
-    for k, lane in enumerate(lanes):
-        at = f"{where}.lanes[{k}]"
-        if not isinstance(lane, dict):
-            raise ValueError(f"{at}: expected an object")
-        span = lane.get("programs")
-        if not (
-            isinstance(span, list)
-            and len(span) == 2
-            and all(type(x) is int and 0 <= x < programs for x in span)
-            and span[0] <= span[1]
-        ):
-            raise ValueError(f"{at}.programs: expected [first, last] programs below {programs}")
-        programs_of.append((span[0], span[1]))
-        for key, column in columns.items():
-            values = lane.get(key)
-            if not isinstance(values, list) or len(values) != len(names):
-                raise ValueError(f"{at}.{key}: expected {len(names)} numbers, one per phase")
-            if not all(
-                isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x <= _MAX_US for x in values
-            ):
-                raise ValueError(f"{at}.{key}: each must be a number of µs from 0 to {_MAX_US:g}")
-            column.append(tuple(float(x) for x in values))
-        if any(s > e + 1e-6 for s, e in zip(columns["start_us"][-1], columns["end_us"][-1])):
-            raise ValueError(f"{at}.end_us: a phase ends before it starts")
-    by_kind = v.get("by_kind", {})
-    if not isinstance(by_kind, dict):
-        raise ValueError(f"{where}.by_kind: expected an object")
-    bounded_block(by_kind, f"{where}.by_kind", 64_000)
-    return PhaseStamps(
-        programs=programs,
-        total_us=total,
-        names=tuple(names),
-        kinds=tuple(kinds),
-        lane_programs=tuple(programs_of),
-        wait_begin_us=tuple(columns["wait_begin_us"]),
-        start_us=tuple(columns["start_us"]),
-        end_us=tuple(columns["end_us"]),
-        by_kind=by_kind,
-    )
+    return {
+        "bucket": bucket,
+        "padded_rows": padded,
+        "eager_fallback": bool(r.get("eager_fallback", False)),
+        "enqueue_us_median": enqueue,
+        "launches": launches,
+        "step_us_back_to_back": back_to_back,
+        "phases": parse_phases(r["phases"], f"{where}.phases") if r.get("phases") is not None else None,
+    }
 
 
 def _parse_capture(c, where: str) -> dict:
@@ -826,60 +737,3 @@ def _check_timeline_size(data, where: str, max_kernels: int) -> None:
                 raise ValueError(f"{where}.{lane}.name: expected a list of strings")
             if any(len(n) > MAX_STRING for n in names):
                 raise ValueError(f"{where}.{lane}.name: a name is longer than {MAX_STRING:,} characters")
-
-
-# -- field helpers: every message names the field --------------------------------
-def number_field(
-    d: dict, key: str, lo: float, hi: float, where: str | None = None, integer: bool = False
-) -> float:
-    where = where or key
-    if key not in d:
-        raise ValueError(f"{where}: missing")
-    v = d[key]
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise ValueError(f"{where}: expected a number, got {type(v).__name__}")
-    # Range before anything else: a 400-digit integer compares fine but overflows a float.
-    if isinstance(v, float) and not math.isfinite(v):
-        raise ValueError(f"{where}: must be a finite number, got {v}")
-    if not lo <= v <= hi:
-        shown = f"{v:g}" if isinstance(v, float) or abs(v) < 10**15 else f"a {len(str(abs(v)))}-digit number"
-        raise ValueError(f"{where}: {shown} is outside the plausible range [{lo:g}, {hi:g}]")
-    if integer and v != int(v):
-        raise ValueError(f"{where}: must be a whole number, got {v}")
-    return float(v)
-
-
-def _text(d: dict, key: str, limit: int) -> str:
-    v = d.get(key)
-    if not isinstance(v, str) or not v.strip():
-        raise ValueError(f"{key}: expected a non-empty string")
-    if len(v) > limit:
-        raise ValueError(f"{key}: longer than {limit:,} characters")
-    return v
-
-
-def bounded_block(v, where: str, limit: int | None = None) -> None:
-    """A free-form object (settings, checks, model) stays small: its JSON at most `limit` characters."""
-    limit = limit or _MAX_BLOCK_CHARS[where]
-    try:
-        size = len(json.dumps(v, allow_nan=True))
-    except (RecursionError, ValueError, TypeError):
-        raise ValueError(f"{where}: cannot be read back as JSON") from None
-    if size > limit:
-        raise ValueError(f"{where}: {size:,} characters of JSON, more than the {limit:,} allowed")
-
-
-def _obj(d: dict, key: str, where: str | None = None) -> dict:
-    v = d.get(key)
-    if not isinstance(v, dict):
-        raise ValueError(f"{where or key}: expected an object")
-    return v
-
-
-def _list(d: dict, key: str, limit: int) -> list:
-    v = d.get(key)
-    if not isinstance(v, list):
-        raise ValueError(f"{key}: expected a list")
-    if len(v) > limit:
-        raise ValueError(f"{key}: {len(v):,} entries, more than the {limit} a result may hold")
-    return v

@@ -31,13 +31,8 @@ from datetime import datetime
 import numpy as np
 
 from core import probe_result, step_plan
-from core.probe_result import (  # the single-GPU result's parsers: one set of rules for a run record
-    bounded_block,
-    number_field,
-    parse_config,
-    parse_run,
-    read_json,
-)
+from core.probe_result import parse_config, parse_run  # one set of rules for a run record
+from core.result_fields import bounded_block, number_field, read_json
 
 KIND = "tensor_parallel"
 SCHEMA_VERSION = 1

@@ -16,7 +16,7 @@ from sim.report import POWERS_OF_TWO, full_report
 SUBCOMMANDS = {
     "buckets": "bucket layouts in depth: padding waste, graph memory, optimal layouts (sim.buckets.report)",
     "calibrate": "fit the timing model to a probe run; --check OTHER predicts another run (sim.calibration)",
-    "trace": "read torch.profiler traces: steps, lanes' readouts, what graphs and fusion would save (sim.trace_report)",
+    "trace": "read torch.profiler traces: steps, lanes' readouts, what graphs and fusion would save (sim.trace.report)",
 }
 
 
@@ -90,7 +90,7 @@ def main(argv=None) -> int:
 
         return calibrate_main(argv[1:]) or 0
     if argv and argv[0] == "trace":
-        from sim.trace_report import main as trace_main
+        from sim.trace.report import main as trace_main
 
         return trace_main(argv[1:]) or 0
     args = build_parser().parse_args(argv)

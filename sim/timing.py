@@ -24,7 +24,7 @@ what-ifs on an uploaded trace.
 - A profiled step pays `torch.profiler`'s own host cost for every event it records (an op, an API call, a
   Python call, an op's shapes): `ProfilerCost`. Taking it out of each host interval, the step's own kernels
   rescheduled by `schedule_starts`, gives the step as it runs without the profiler
-  (`sim.trace_whatif.untraced`).
+  (`sim.trace.untraced.untraced`).
 
 numpy only.
 """

@@ -28,8 +28,8 @@ from core.trace import analyse  # noqa: E402
 from sim.calibration import calibrate, calibrated_preset  # noqa: E402
 from sim.config import PRESETS  # noqa: E402
 from sim.step.kernels import fusion_table  # noqa: E402
-from sim.trace_report import median_whatifs, untraced_summary  # noqa: E402
-from sim.trace_whatif import default_replay_cost  # noqa: E402
+from sim.trace.report import median_whatifs, untraced_summary  # noqa: E402
+from sim.trace.whatif import default_replay_cost  # noqa: E402
 
 COMBOS = ((False, False), (True, False), (False, True), (True, True))  # (fusion, graphs), as the page toggles
 SNAPSHOT = ROOT / "tests" / "data" / "behaviour_figures.json"

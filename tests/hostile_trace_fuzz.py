@@ -330,8 +330,8 @@ def _maker(base: str, mutate) -> Callable[[], bytes]:
 def check(name: str, data: bytes) -> tuple[str, str]:
     """('read' | 'refused', detail) -- or ('problem', what broke) where anything raised or an answer is malformed."""
     from core.trace import TraceError, analyse
-    from sim.trace_report import format_report, to_json
-    from sim.trace_whatif import default_replay_cost
+    from sim.trace.report import format_report, to_json
+    from sim.trace.whatif import default_replay_cost
 
     try:
         report = analyse(data, name=name)
@@ -355,8 +355,8 @@ def check(name: str, data: bytes) -> tuple[str, str]:
 
 
 def _draw_every_step(report, cost) -> None:
-    from sim.trace_report import kernel_table
-    from sim.trace_whatif import whatifs
+    from core.trace.kernels import kernel_table
+    from sim.trace.whatif import whatifs
     from ui.charts import lanes_figure
 
     for step in report.steps:

@@ -7,7 +7,7 @@ from app_pages import APP, open_tab
 from app_pages import metrics as _metrics
 
 from core.probe_result import recorded_result
-from ui import buckets_tab
+from ui.buckets import tab as buckets_tab
 
 
 def _open(**params):
@@ -125,7 +125,7 @@ def test_download_is_a_csv_of_the_table(app):
 
 
 def test_run_demo_hits_exactly_the_padded_sizes():
-    from ui import padding_demo
+    from ui.buckets import padding_demo
 
     bug = padding_demo.run_demo("real", buckets=(1, 4, 8), max_batch=8)
     assert [r.batch for r in bug if r.hit] == [2, 3, 5, 6, 7]
@@ -155,8 +155,8 @@ def test_the_layouts_view_never_loads_torch():
 
     code = (
         "import sys; from streamlit.testing.v1 import AppTest; "
-        "import ui.buckets_tab, sim.buckets.report; "
-        "at = AppTest.from_string('from ui import buckets_tab; buckets_tab.render()', "
+        "import ui.buckets.tab, sim.buckets.report; "
+        "at = AppTest.from_string('from ui.buckets import tab; tab.render()', "
         "default_timeout=120); "
         "at.run(); assert not at.exception, at.exception; "
         "print('torch' in sys.modules)"

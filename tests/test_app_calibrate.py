@@ -13,7 +13,7 @@ from app_pages import metrics as shown
 from core import probe_result
 from sim.calibration import calibrate
 from sim.calibration.report import loo_summary, main
-from ui.calibrate_tab import LOO_LABEL
+from ui.calibration.tab import LOO_LABEL
 
 
 def calibration_page(**params):
@@ -29,7 +29,7 @@ def shipped_fit():
 def test_page_shows_fit_table_chart_and_the_loo_figure(recorded):
     """The headline and the lanes on every view; one view of the fit below them at a time (issue 29, item 7:
     only the open view runs, so the first open draws two charts and one small table)."""
-    from ui.calibrate_tab import VIEWS
+    from ui.calibration.tab import VIEWS
 
     at = calibration_page()
     assert not at.exception
@@ -99,7 +99,7 @@ def test_overlay_controls_at_their_extremes(recorded, mode, batch, whole):
 def test_calibrated_preset_for_the_simulator_tab(recorded):
     from ui.calibration_cache import preset_for
 
-    preset = preset_for(recorded)  # what ui.sim_presets offers as the calibrated preset
+    preset = preset_for(recorded)  # what ui.simulator.presets offers as the calibrated preset
     assert preset.title == "probe decoder on Test GPU" and preset_for(recorded) is preset  # fitted once
     assert preset.model.n_layers == 4
     assert preset.hardware.hbm_GBps == pytest.approx(calibrate(recorded).params["gemv_GBps"], rel=1e-3)
@@ -187,7 +187,7 @@ def _label_overlaps(fig: dict, width_px: float = 1000.0) -> list[tuple]:
 
 @pytest.mark.parametrize("source", ["shipped", "synthetic"])
 def test_scatter_labels_never_cover_each_other(source):
-    from ui.calibrate_charts import predicted_vs_measured_figure
+    from ui.calibration.charts import predicted_vs_measured_figure
 
     result = probe_result.recorded_result() if source == "shipped" else probe_result.load_result(fake_run())
     cal = calibrate(result, loo=False)

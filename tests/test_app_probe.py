@@ -147,7 +147,7 @@ def test_measure_on_this_gpu_runs_once_and_is_shared(stub_gpu):
 
 def test_a_new_measurement_reuses_the_model_and_graphs(stub_gpu, monkeypatch):
     fake_measure, calls = stub_gpu
-    from ui import probe_live
+    from ui.probe import live as probe_live
 
     assert not probe_page(pr_live="true").exception
     monkeypatch.setattr(probe_live, "LIVE_BATCHES", (1, 8))  # other settings: measured again...

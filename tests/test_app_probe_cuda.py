@@ -14,8 +14,8 @@ def test_measure_on_this_gpu_draws_the_measured_step(monkeypatch):
     pytest.importorskip("streamlit")  # the GPU machine has none unless its wheels are carried (README)
     from streamlit.testing.v1 import AppTest
 
-    from ui import probe_live
     from ui.common import UNTRACED, readout_labels
+    from ui.probe import live as probe_live
 
     monkeypatch.setattr(probe_live, "LIVE_BATCHES", (1, 8))  # two batches keep the run short
     at = AppTest.from_file(APP, default_timeout=600)

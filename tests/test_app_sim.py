@@ -18,8 +18,8 @@ from sim.config import PRESETS
 from sim.step.schedule import simulate_step
 from ui.charts import format_us
 from ui.common import READOUT_LABELS
-from ui.sim_presets import CALIBRATED_KEY, CALIBRATED_TITLE, PRESET_TITLES, preset_of
-from ui.sim_tab import (
+from ui.simulator.presets import CALIBRATED_KEY, CALIBRATED_TITLE, PRESET_TITLES, preset_of
+from ui.simulator.tab import (
     BATCH_STOPS,
     BYTES_INPUT,
     HARDWARE_INPUTS,
@@ -459,7 +459,7 @@ def test_your_model_is_simulated_and_reads_as_a_custom_model():
     assert "40 kernels/layer (6 fused)" in title and "15 µs/launch" in title and "hidden 4,096" in title
     assert "Chapter: 32 layers" in title  # which preset it started from
     # The step and its download are named as the custom model, not the preset's.
-    from ui.sim_tab import _as_custom
+    from ui.simulator.tab import _as_custom
 
     named, named_hw = _as_custom(CHAPTER, replace(model, name=CHAPTER.model.name), hw)
     assert named.name == "custom-chapter-1.2b" and named_hw.name.endswith(", edited")

@@ -154,9 +154,9 @@ def test_an_upload_name_renders_as_text():
 
 def test_an_upload_over_the_limit_is_refused_unread(monkeypatch):
     import core.trace
-    import ui.trace_tab
+    import ui.trace.sources
 
-    monkeypatch.setattr(ui.trace_tab, "UPLOAD_MB", 1)
+    monkeypatch.setattr(ui.trace.sources, "UPLOAD_MB", 1)
 
     def never(*args, **kwargs):
         raise AssertionError("an oversized upload was read")
@@ -172,31 +172,32 @@ def test_the_server_holds_uploaded_traces_within_a_byte_budget(monkeypatch):
     """Issue 24: the parsed uploads of all sessions, with the analyses drawn from them, are bounded by bytes
     (the cap of 8 traces let 16 large ones take 5.7 GB). The newest stays even alone over budget."""
     import core.trace as reader
-    import ui.trace_tab as tab
+    import ui.trace.sources as sources
+    from ui.trace.analysis import report_of, whatifs_of
     from ui.uploads import ByteBudget, deep_nbytes
 
     def upload():
         return (reader.read_trace(HF / "hf_llama_eager_sync.json.gz"),)
 
     one = deep_nbytes(upload())
-    monkeypatch.setattr(tab, "_RESIDENT", ByteBudget(int(2.5 * one), tab.MAX_RESIDENT))
+    monkeypatch.setattr(sources, "_RESIDENT", ByteBudget(int(2.5 * one), sources.MAX_RESIDENT))
     for i in range(5):
-        tab._keep_resident(f"upload-{i}", upload())
-    assert len(tab._RESIDENT) == 2 and tab._RESIDENT.total <= 2.5 * one
-    assert tab._resident("upload-2") is None and tab._resident("upload-4") is not None
+        sources._keep_resident(f"upload-{i}", upload())
+    assert len(sources._RESIDENT) == 2 and sources._RESIDENT.total <= 2.5 * one
+    assert sources._resident("upload-2") is None and sources._resident("upload-4") is not None
     # Drawing the newest caches its steps and what-ifs on it: counted again, the older one goes.
-    ranks = tab._resident("upload-4")
-    report = tab._report(ranks[0], None)
-    tab._whatifs(report, report.steps[0])
-    tab._recount("upload-4")
-    assert len(tab._RESIDENT) == 1 and tab._RESIDENT.total > 1.5 * one
+    ranks = sources._resident("upload-4")
+    report = report_of(ranks[0], None)
+    whatifs_of(report, report.steps[0])
+    sources._recount("upload-4")
+    assert len(sources._RESIDENT) == 1 and sources._RESIDENT.total > 1.5 * one
 
 
 def test_an_upload_pushed_out_of_the_budget_asks_to_be_uploaded_again(monkeypatch):
-    import ui.trace_tab as tab
+    import ui.trace.sources as sources
     from ui.uploads import ByteBudget
 
-    monkeypatch.setattr(tab, "_RESIDENT", ByteBudget(1, tab.MAX_RESIDENT))  # room for the newest only
+    monkeypatch.setattr(sources, "_RESIDENT", ByteBudget(1, sources.MAX_RESIDENT))  # room for the newest only
     data = (HF / "hf_llama_graph.json.gz").read_bytes()
     at = open_tab(TAB)
     at = _upload(at, ("first.json.gz", data))
@@ -237,7 +238,7 @@ def test_bare_urls_from_the_file_the_name_and_the_link_render_as_text():
 
 
 def test_the_step_without_the_profiler_beside_the_traced_one_estimated():
-    from sim.trace_whatif import untraced_steps
+    from sim.trace.untraced import untraced_steps
     from ui.charts import format_us
 
     at = open_tab(TAB)

@@ -7,7 +7,7 @@ import pytest
 
 from core.step_plan import StepPlan, toggled
 from core.timeline import Timeline
-from sim.chrome_trace import CPU_PID, GPU_PID, assign_tracks, to_chrome_trace_json
+from core.trace.chrome import CPU_PID, GPU_PID, assign_tracks, to_chrome_trace_json
 
 
 def eager_timeline() -> Timeline:

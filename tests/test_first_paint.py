@@ -13,7 +13,7 @@ from streamlit.testing.v1 import AppTest
 
 import ui.first_paint as first_paint
 from ui.common import READOUT_LABELS
-from ui.sim_tab import BYTES_INPUT, HARDWARE_INPUTS, MODEL_INPUTS
+from ui.simulator.tab import BYTES_INPUT, HARDWARE_INPUTS, MODEL_INPUTS
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 ADVANCED_KEYS = {key for key, *_ in (*MODEL_INPUTS, BYTES_INPUT, *HARDWARE_INPUTS)}

@@ -197,7 +197,7 @@ def trace_tab() -> str | None:
 def test_trace_uploads(name):
     tab = trace_tab()
     if tab is None:
-        pytest.skip("no profiler-trace uploader on the page yet (ui/trace_tab.py); core.trace runs below")
+        pytest.skip("no profiler-trace uploader on the page yet (ui/trace/tab.py); core.trace runs below")
     # A case known to break the page gets a page of its own: what it leaves behind would fail the rest.
     at = page_on(tab) if ("trace-page", name) in KNOWN else page(tab)
     widget = trace_uploader(at)

@@ -134,9 +134,9 @@ def test_live_measurement_messages_are_text(monkeypatch):
     import streamlit as st
 
     import gpu_probe.live
-    import ui.probe_tab
+    import ui.probe.tab
 
-    monkeypatch.setattr(ui.probe_tab, "_cuda", lambda: True)
+    monkeypatch.setattr(ui.probe.tab, "_cuda", lambda: True)
     monkeypatch.setattr(gpu_probe.live, "open_session", lambda *a, progress=None, **k: progress(HOSTILE))
 
     def fails(*args, **kwargs):
@@ -153,13 +153,13 @@ def test_live_measurement_messages_are_text(monkeypatch):
 
 
 def test_padding_demo_failure_is_text(monkeypatch):
-    import ui.padding_demo
-    from ui.buckets_tab import VIEWS
+    import ui.buckets.padding_demo
+    from ui.buckets.tab import VIEWS
 
     def fails(pad_rows_to):
         raise RuntimeError(HOSTILE)
 
-    monkeypatch.setattr(ui.padding_demo, "_cached_demo", fails)
+    monkeypatch.setattr(ui.buckets.padding_demo, "_cached_demo", fails)
     at = page_on("Bucketing", bk_view=VIEWS[1])
     assert_inert(at, "padding demo failure")
     assert any("The demo could not run" in e.value for e in at.error)

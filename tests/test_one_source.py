@@ -25,9 +25,9 @@ from app_pages import as_read, open_tab
 
 from core import probe_result
 from core.step_plan import MODES
+from ui.probe.tab import HOST_WAIT
 from ui.probe_results import MORE_RECORDED, recorded_label
-from ui.probe_tab import HOST_WAIT
-from ui.trace_tab import PROBE_RUNS, probe_run
+from ui.trace.sources import PROBE_RUNS, probe_run
 
 SHIPPED = (probe_result.RECORDED_PATH.name, *MORE_RECORDED)
 pytestmark = pytest.mark.skipif(

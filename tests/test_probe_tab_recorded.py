@@ -9,8 +9,8 @@ import streamlit as st
 from app_pages import as_read, metrics, open_tab
 
 from core import probe_result
+from ui.probe.tables import MODE_COLUMNS
 from ui.probe_results import MORE_RECORDED
-from ui.probe_tables import MODE_COLUMNS
 
 ONE_B = probe_result.RECORDED_PATH.with_name(MORE_RECORDED[0])
 pytestmark = pytest.mark.skipif(

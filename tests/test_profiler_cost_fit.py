@@ -14,7 +14,7 @@ import pytest
 
 from core.trace import EVENT_KINDS, analyse, read_trace
 from sim.timing import PROFILER_COST, ProfilerCost
-from sim.trace_whatif import _untraced_step, untraced
+from sim.trace.untraced import _untraced_step, untraced
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))

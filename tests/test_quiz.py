@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from ui.quiz import ANSWERS_KEY, QUESTIONS, RIGHT_MARK, WRONG_MARK, Question, option_line
+from ui.quiz.questions import QUESTIONS, Question
+from ui.quiz.tab import ANSWERS_KEY, RIGHT_MARK, WRONG_MARK, option_line
 from ui.url_params import TAB_LABELS
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")

@@ -247,7 +247,7 @@ def _example() -> tuple:
 
 
 def _replay_cost():
-    from sim.trace_whatif import default_replay_cost
+    from sim.trace.whatif import default_replay_cost
 
     return default_replay_cost()
 
@@ -290,9 +290,9 @@ def _traced_over_untraced() -> tuple[str, str]:
 def _example_speedups() -> tuple[str, str]:
     """The graphs what-if on the page's default trace, against its step without the profiler and as traced."""
     from core.trace import analyse
-    from sim.trace_report import median_whatifs
+    from sim.trace.report import median_whatifs
 
-    default = constant("ui/trace_tab.py", "DEFAULT_TRACE")
+    default = constant("ui/trace/sources.py", "DEFAULT_TRACE")
     assert default == "HF Llama-1B eager"
     w = median_whatifs(analyse(ROOT / "tests/data/hf/hf_llama_eager_profilerstep.json.gz"), _replay_cost())
     return f"{w['graphs']['speedup']:.1f}", f"{w['graphs']['vs_trace']:.1f}"
@@ -350,11 +350,11 @@ QUOTES = [
         "the chapter's {}-layer model, Llama-3-8B on an H100, the probe's {} B decoder on an H200",
         lambda: (sim_step("chapter").model.n_layers, f"{run().model['n_params'] / 1e9:.1f}"),
     ),
-    Quote("The page", "(up to {} MB a file;", lambda: (constant("ui/trace_tab.py", "UPLOAD_MB"),)),
+    Quote("The page", "(up to {} MB a file;", lambda: (constant("ui/trace/sources.py", "UPLOAD_MB"),)),
     Quote(
         "The page",
         "{} questions on the chapter",
-        lambda: (WORDS[constant("ui/quiz.py", "QUESTIONS")].capitalize(),),
+        lambda: (WORDS[constant("ui/quiz/questions.py", "QUESTIONS")].capitalize(),),
     ),
     Quote(
         "An example from the simulator",

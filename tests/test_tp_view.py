@@ -1,4 +1,4 @@
-"""The Live GPU probe tab with an uploaded tensor-parallel result (ui/tp_view.py), through AppTest:
+"""The Live GPU probe tab with an uploaded tensor-parallel result (ui/probe/tp_view.py), through AppTest:
 per-rank lanes, all-reduce time per call against message size, TP1 against TP2, the checks."""
 
 import json

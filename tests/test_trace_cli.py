@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.trace_report import main
+from sim.trace.report import main
 
 ROOT = Path(__file__).resolve().parents[1]
 HF = ROOT / "tests" / "data" / "hf"

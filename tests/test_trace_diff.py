@@ -1,5 +1,5 @@
-"""Issue 22, item 4: the before/after diff of two traces (sim/trace_diff.py), by kernel family
-(sim/kernel_families.py), on the real H200 traces, through the CLI (`python -m sim trace A B --diff`) and on
+"""Issue 22, item 4: the before/after diff of two traces (core/trace/diff.py), by kernel family
+(core/trace/families.py), on the real H200 traces, through the CLI (`python -m sim trace A B --diff`) and on
 hostile input."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from core.trace import analyse
-from sim.kernel_families import (
+from core.trace.diff import CHANGES, diff, diff_reports, format_diff, trace_kernels
+from core.trace.families import (
     ATTENTION_FAMILY,
     COMMUNICATION_FAMILY,
     COPY_FAMILY,
@@ -26,9 +27,8 @@ from sim.kernel_families import (
     family,
     foldable,
 )
-from sim.trace_diff import CHANGES, diff, diff_reports, format_diff, trace_kernels
-from sim.trace_kernels import launch_costs
-from sim.trace_report import main
+from core.trace.kernels import launch_costs
+from sim.trace.report import main
 
 ROOT = Path(__file__).resolve().parents[1]
 HF = ROOT / "tests" / "data" / "hf"

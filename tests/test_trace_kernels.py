@@ -1,4 +1,4 @@
-"""Issue 22, item 5: graph-replayed kernels in the per-kernel table (sim/trace_kernels.py). The replay's host
+"""Issue 22, item 5: graph-replayed kernels in the per-kernel table (core/trace/kernels.py). The replay's host
 cost once, in a row of its own; replayed kernels with the gap to the previous kernel on their stream, no
 launch delay and no host time; eager steps as before."""
 
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from core.trace import analyse, short_kernel_name
-from sim.trace_kernels import GRAPH_LAUNCH, kernel_table, launch_costs
-from sim.trace_report import format_report, main
-from sim.trace_whatif import default_replay_cost
+from core.trace.kernels import GRAPH_LAUNCH, kernel_table, launch_costs
+from sim.trace.report import format_report, main
+from sim.trace.whatif import default_replay_cost
 
 ROOT = Path(__file__).resolve().parents[1]
 HF = ROOT / "tests" / "data" / "hf"

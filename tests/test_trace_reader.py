@@ -235,7 +235,7 @@ def test_streaming_reads_the_same_across_any_chunk_boundary(monkeypatch):
     data = trace(*events)
     whole = T.analyse(as_bytes(data)).steps[0].timeline
     for chunk in (1, 7, 64, 333):
-        monkeypatch.setattr(T, "_CHUNK", chunk)
+        monkeypatch.setattr("core.trace.events._CHUNK", chunk)
         again = T.analyse(as_bytes(data, gz=chunk % 2 == 1)).steps[0].timeline
         assert again.cpu_start.tolist() == whole.cpu_start.tolist()
         assert again.gpu_names == whole.gpu_names
@@ -297,10 +297,10 @@ def test_an_nsight_report_by_name_is_named(tmp_path):
 
 
 def test_limits_bound_what_a_trace_can_make_the_reader_hold(monkeypatch):
-    monkeypatch.setattr(T, "MAX_GPU_EVENTS", 10)
+    monkeypatch.setattr("core.trace.read.MAX_GPU_EVENTS", 10)
     with pytest.raises(T.TraceError, match="more than 10 GPU events"):
         T.analyse(as_bytes(trace(*eager_step(0.0, corr0=1, n=20))))
-    monkeypatch.setattr(T, "MAX_TEXT_CHARS", 1000)
+    monkeypatch.setattr("core.trace.events.MAX_TEXT_CHARS", 1000)
     with pytest.raises(T.TraceError, match="larger than"):
         T.analyse(b'{"traceEvents": [' + b" " * 5000 + b"]}")
 
@@ -382,7 +382,7 @@ def test_rows_spilled_to_columns_while_reading_read_the_same(monkeypatch):
     """The reader turns rows into numpy columns every _SPILL_ROWS events (memory): any boundary reads alike."""
     data = as_bytes(trace(*eager_step(1000.0, 1, n=20), *eager_step(2000.0, 50, n=7)))
     whole = T.read_trace(data)
-    monkeypatch.setattr(T, "_SPILL_ROWS", 3)
+    monkeypatch.setattr("core.trace.read._SPILL_ROWS", 3)
     spilled = T.read_trace(data)
     for name in ("call_ts", "call_corr", "gpu_ts", "gpu_corr", "gpu_name", "call_thread"):
         assert np.array_equal(getattr(whole, name), getattr(spilled, name)), name
@@ -412,7 +412,7 @@ def test_a_stream_id_no_profiler_writes_is_not_a_second_stream():
 def test_kernels_stamped_before_their_launches_have_no_launch_delay():
     """Every kernel at ts 0: each is drawn at its call's start, and the readout has no delay to show (it said
     -4.0 µs, minus each launch call's length)."""
-    from sim.trace_kernels import kernel_table
+    from core.trace.kernels import kernel_table
 
     events = eager_step(1000.0, 1, n=5)
     for e in events:

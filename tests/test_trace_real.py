@@ -18,7 +18,7 @@ import pytest
 from core.probe_result import load_result
 from core.timeline import CPU_BOUND, GPU_BOUND, Timeline
 from core.trace import TraceError, analyse, kernels_per_layer
-from sim.trace_whatif import default_replay_cost, whatifs
+from sim.trace.whatif import default_replay_cost, whatifs
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
@@ -242,7 +242,7 @@ def test_fusion_saves_the_intermediates_its_groups_keep_on_chip_not_a_kv_cache()
 
 
 def test_a_fused_group_counts_what_a_later_member_reads():
-    from sim.trace_whatif import fused_group
+    from sim.trace.whatif import fused_group
 
     kv = "[1, 8, 4, 2560, 64] bf16"
     repeat = fused_group(0, (f"aten::copy_ {kv}, {kv}, scalar", f"aten::copy_ {kv}, {kv}, scalar"))

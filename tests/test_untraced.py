@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from core.trace import UNTRACED_KEY, analyse, read_trace
-from sim.trace_report import main as trace_main
-from sim.trace_whatif import default_replay_cost, graphs_whatif, untraced_steps
+from sim.trace.report import main as trace_main
+from sim.trace.untraced import untraced_steps
+from sim.trace.whatif import default_replay_cost, graphs_whatif
 
 DATA = Path(__file__).resolve().parent / "data"
 RECORDED = DATA / "profiler" / "h200" / "qwen2_eager_b1_default.json.gz"  # written by gpu_probe/recorder.py

@@ -169,66 +169,74 @@ def measure_decoder(decoder, args, label, packer, result, save, settings):
             result["skipped"].append(f"{label} {setting}: deadline")
             log(f"skip {label} {setting}: {left:.0f} s left")
             continue
-        t0 = time.monotonic()
-        raw = Path(tempfile.mkdtemp()) / "trace.json"
         calls.clear()
-        rec = record(
-            timed_step,
-            raw,
-            steps=args.timed_steps,
-            warmup=args.warmup,
-            profile_steps=args.profile_steps,
-            device=device,
-            timer=timer,
-            **SETTINGS[setting],
-        )
-        block, who = rec.untraced, rec.metadata_written_by
-        profiled = calls[args.warmup + args.timed_steps :]  # the profiled warm-up step first
-        name = f"{label}_{setting}.json.gz"
-        raw_bytes = raw.stat().st_size
-        tar = packer.add(raw, name)
-        shutil.rmtree(raw.parent, ignore_errors=True)
-        entry = {
-            "label": label,
-            "setting": setting,
-            "trace": name if tar else None,
-            "tar": tar,
-            "raw_trace_bytes": raw_bytes,
-            "metadata_written_by": who,
-            "untraced": block,
-            "untraced_step_us": _round(rec.step_us),
-            "untraced_host_us": _round(rec.host_us),
-            "profiled_host_us": _round(profiled),  # the profiled warm-up step first
-            "seconds": round(time.monotonic() - t0, 2),
-        }
+        entry = _record_setting(timed_step, calls, device, timer, args, label, setting, packer)
         entries.append(entry)
         result["traces"].append(entry)
-        if tar is None:
-            result["errors"].append(f"{name}: no room left in the tars")
-        log(
-            f"{label:24s} {setting:8s} untraced {block['median_us']:9.1f} µs (p10 {block['p10_us']:.0f}, "
-            f"p90 {block['p90_us']:.0f})  profiled {sorted(profiled[1:])[len(profiled[1:]) // 2]:9.1f} µs  "
-            f"trace {raw_bytes / 2**20:.1f} MB  {entry['seconds']:.1f} s"
-        )
+        if entry["tar"] is None:
+            result["errors"].append(f"{label}_{setting}.json.gz: no room left in the tars")
         save()
-    if entries:  # the untraced time after the last profile: each trace then has one before and one after
-        timing = time_untraced(
-            decoder.loop_step, steps=args.timed_steps, warmup=2, device=device, timer=timer
-        )
-        after = {k: timing[k] for k in ("median_us", "p10_us", "p90_us", "host_median_us")}
-        after["untraced_step_us"] = _round(timing["_step_us"])
-        for e, nxt in zip(entries, entries[1:] + [None]):
-            e["untraced_after"] = (
-                {k: nxt["untraced"][k] for k in ("median_us", "p10_us", "p90_us", "host_median_us")}
-                if nxt
-                else {k: after[k] for k in ("median_us", "p10_us", "p90_us", "host_median_us")}
-            )
-        entries[-1]["untraced_after_step_us"] = after["untraced_step_us"]
+    if entries:
+        _untraced_after(decoder, entries, args, device, timer)
         save()
 
 
-def main(argv=None) -> int:
-    global LOG
+def _record_setting(timed_step, calls, device, timer, args, label, setting, packer) -> dict:
+    """One profiler setting: untraced steps timed, a few profiled, the trace packed; its entry of the JSON."""
+    t0 = time.monotonic()
+    raw = Path(tempfile.mkdtemp()) / "trace.json"
+    rec = record(
+        timed_step,
+        raw,
+        steps=args.timed_steps,
+        warmup=args.warmup,
+        profile_steps=args.profile_steps,
+        device=device,
+        timer=timer,
+        **SETTINGS[setting],
+    )
+    block, who = rec.untraced, rec.metadata_written_by
+    profiled = calls[args.warmup + args.timed_steps :]  # the profiled warm-up step first
+    name = f"{label}_{setting}.json.gz"
+    raw_bytes = raw.stat().st_size
+    tar = packer.add(raw, name)
+    shutil.rmtree(raw.parent, ignore_errors=True)
+    entry = {
+        "label": label,
+        "setting": setting,
+        "trace": name if tar else None,
+        "tar": tar,
+        "raw_trace_bytes": raw_bytes,
+        "metadata_written_by": who,
+        "untraced": block,
+        "untraced_step_us": _round(rec.step_us),
+        "untraced_host_us": _round(rec.host_us),
+        "profiled_host_us": _round(profiled),  # the profiled warm-up step first
+        "seconds": round(time.monotonic() - t0, 2),
+    }
+    log(
+        f"{label:24s} {setting:8s} untraced {block['median_us']:9.1f} µs (p10 {block['p10_us']:.0f}, "
+        f"p90 {block['p90_us']:.0f})  profiled {sorted(profiled[1:])[len(profiled[1:]) // 2]:9.1f} µs  "
+        f"trace {raw_bytes / 2**20:.1f} MB  {entry['seconds']:.1f} s"
+    )
+    return entry
+
+
+def _untraced_after(decoder, entries: list[dict], args, device, timer) -> None:
+    """The untraced time after the last profile: each trace then has one before and one after."""
+    timing = time_untraced(decoder.loop_step, steps=args.timed_steps, warmup=2, device=device, timer=timer)
+    after = {k: timing[k] for k in ("median_us", "p10_us", "p90_us", "host_median_us")}
+    after["untraced_step_us"] = _round(timing["_step_us"])
+    for e, nxt in zip(entries, entries[1:] + [None]):
+        e["untraced_after"] = (
+            {k: nxt["untraced"][k] for k in ("median_us", "p10_us", "p90_us", "host_median_us")}
+            if nxt
+            else {k: after[k] for k in ("median_us", "p10_us", "p90_us", "host_median_us")}
+        )
+    entries[-1]["untraced_after_step_us"] = after["untraced_step_us"]
+
+
+def _arguments(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument(
@@ -248,13 +256,11 @@ def main(argv=None) -> int:
     parser.add_argument("--no-micro", dest="micro", action="store_false", help="skip the one-event loops")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--tiny", action="store_true", help="a 2-layer toy shape (a CPU dry run)")
-    args = parser.parse_args(argv)
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        print("no CUDA device", file=sys.stderr)
-        return 2
-    args.out.mkdir(parents=True, exist_ok=True)
-    LOG = open(args.out / "log.txt", "w")
+    return parser.parse_args(argv)
+
+
+def _header(args, device, argv) -> dict:
+    """The JSON's fixed part: the command, the machine and its versions, the settings; lists filled as it runs."""
     import transformers
 
     try:
@@ -263,18 +269,7 @@ def main(argv=None) -> int:
         triton_version = triton.__version__
     except ImportError:
         triton_version = None
-    if device.type == "cpu":
-        torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
-    for knob in (
-        "recompile_limit",
-        "cache_size_limit",
-        "accumulated_recompile_limit",
-        "accumulated_cache_size_limit",
-    ):
-        if hasattr(torch._dynamo.config, knob):
-            setattr(torch._dynamo.config, knob, 256)
-
-    result = {
+    return {
         "schema": 1,
         "command": "python tools/profiler_cost.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -302,32 +297,102 @@ def main(argv=None) -> int:
         "skipped": [],
         "errors": [],
     }
-    out_json = args.out / "profiler_cost.json"
 
-    def save():
-        result["elapsed_s"] = round(time.monotonic() - START, 1)
-        tmp = out_json.with_suffix(".tmp")
-        tmp.write_text(json.dumps(result, indent=1) + "\n")
-        os.replace(tmp, out_json)
 
-    packer = Packer(args.out, args.max_tars)
-    modes = [m for m in args.modes if device.type == "cuda" or m != "graph"]
-    models = {}
+class Grid:
+    """The run's grid of recordings, written to OUT as it goes: the one-event loops, then model by model (eager
+    at every batch, one compile, graph replays), then the remaining compiles, until the deadline."""
 
-    def left():
-        return args.deadline_s - (time.monotonic() - START)
+    def __init__(self, args, device, result: dict):
+        self.args, self.device, self.result = args, device, result
+        self.out_json = args.out / "profiler_cost.json"
+        self.packer = Packer(args.out, args.max_tars)
+        self.modes = [m for m in args.modes if device.type == "cuda" or m != "graph"]
+        self.models = {}
 
-    def one(arch, mode, batch):
+    def save(self):
+        self.result["elapsed_s"] = round(time.monotonic() - START, 1)
+        tmp = self.out_json.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.result, indent=1) + "\n")
+        os.replace(tmp, self.out_json)
+
+    def left(self):
+        return self.args.deadline_s - (time.monotonic() - START)
+
+    def micro_loops(self):
+        args, result = self.args, self.result
+        for kind in ("view", "add", "frames"):
+            t0 = time.monotonic()
+            try:
+                measure_decoder(
+                    Micro(kind, self.device),
+                    args,
+                    f"micro_{kind}",
+                    self.packer,
+                    result,
+                    self.save,
+                    args.settings,
+                )
+            except Exception as err:
+                result["errors"].append(f"micro_{kind}: {type(err).__name__}: {str(err)[:400]}")
+                traceback.print_exc()
+            log(f"micro_{kind}: {time.monotonic() - t0:.1f} s")
+
+    def models_in_turn(self):
+        args, result = self.args, self.result
+        first_compile = {a: b for a, b in zip(args.models, [1, 4, 16, 1, 4, 16])}
+        later = []
+        for arch in args.models:
+            if self.left() < args.reserve_s:
+                result["skipped"].append(f"{arch}: deadline")
+                continue
+            self.build(arch)
+            if "eager" in self.modes:
+                for batch in args.batches:
+                    self.one(arch, "eager", batch)
+            if "compile" in self.modes:
+                b = first_compile[arch] if first_compile[arch] in args.batches else args.batches[0]
+                self.one(arch, "compile", b)
+                later += [(arch, x) for x in args.batches if x != b]
+            if "graph" in self.modes:
+                for batch in args.batches:
+                    self.one(arch, "graph", batch)
+        # The remaining compiles, one batch of each model in turn.
+        later.sort(key=lambda ab: (args.batches.index(ab[1]), args.models.index(ab[0])))
+        for arch, batch in later:
+            self.one(arch, "compile", batch)
+
+    def build(self, arch):
+        t0 = time.monotonic()
+        self.models[arch] = build_model(named_shape(arch, tiny=self.args.tiny), self.device)
+        cfg = self.models[arch].config
+        self.result["models"][arch] = {
+            "class": type(self.models[arch]).__name__,
+            "layers": cfg.num_hidden_layers,
+            "hidden": cfg.hidden_size,
+            "heads": cfg.num_attention_heads,
+            "kv_heads": cfg.num_key_value_heads,
+            "ffn": cfg.intermediate_size,
+            "vocab": cfg.vocab_size,
+            "tied_embeddings": bool(cfg.tie_word_embeddings),
+            "dtype": str(next(self.models[arch].parameters()).dtype),
+            "build_s": round(time.monotonic() - t0, 2),
+        }
+        log(f"{arch}: model built in {self.result['models'][arch]['build_s']:.1f} s")
+        self.save()
+
+    def one(self, arch, mode, batch):
+        args, result, device = self.args, self.result, self.device
         label = f"{arch}_{mode}_b{batch}"
         settings = [s for s in args.settings if mode != "graph" or s in GRAPH_SETTINGS]
         need = args.reserve_s + (args.compile_estimate_s if mode == "compile" else 0)
-        if left() < need:
-            result["skipped"].append(f"{label}: deadline ({left():.0f} s left)")
-            log(f"skip {label}: {left():.0f} s left")
+        if self.left() < need:
+            result["skipped"].append(f"{label}: deadline ({self.left():.0f} s left)")
+            log(f"skip {label}: {self.left():.0f} s left")
             return
         t0 = time.monotonic()
         try:
-            decoder = MAKERS[mode](models[arch], batch, args.context, device, slack=CACHE_SLACK)
+            decoder = MAKERS[mode](self.models[arch], batch, args.context, device, slack=CACHE_SLACK)
         except Exception as err:
             result["errors"].append(f"{label}: build: {type(err).__name__}: {str(err)[:400]}")
             log(f"{label} build failed: {err}")
@@ -339,7 +404,7 @@ def main(argv=None) -> int:
             args.compile_estimate_s = max(args.compile_estimate_s * 0.5, build_s * 1.1)
         log(f"{label}: built in {build_s:.1f} s")
         try:
-            measure_decoder(decoder, args, label, packer, result, save, settings)
+            measure_decoder(decoder, args, label, self.packer, result, self.save, settings)
         except Exception as err:
             result["errors"].append(f"{label}: {type(err).__name__}: {str(err)[:400]}")
             log(f"{label} failed: {err}")
@@ -350,59 +415,35 @@ def main(argv=None) -> int:
         if device.type == "cuda":
             torch.cuda.empty_cache()
 
-    if args.micro:
-        for kind in ("view", "add", "frames"):
-            t0 = time.monotonic()
-            try:
-                measure_decoder(
-                    Micro(kind, device), args, f"micro_{kind}", packer, result, save, args.settings
-                )
-            except Exception as err:
-                result["errors"].append(f"micro_{kind}: {type(err).__name__}: {str(err)[:400]}")
-                traceback.print_exc()
-            log(f"micro_{kind}: {time.monotonic() - t0:.1f} s")
 
-    first_compile = {a: b for a, b in zip(args.models, [1, 4, 16, 1, 4, 16])}
-    later = []
-    for arch in args.models:
-        if left() < args.reserve_s:
-            result["skipped"].append(f"{arch}: deadline")
-            continue
-        t0 = time.monotonic()
-        models[arch] = build_model(named_shape(arch, tiny=args.tiny), device)
-        cfg = models[arch].config
-        result["models"][arch] = {
-            "class": type(models[arch]).__name__,
-            "layers": cfg.num_hidden_layers,
-            "hidden": cfg.hidden_size,
-            "heads": cfg.num_attention_heads,
-            "kv_heads": cfg.num_key_value_heads,
-            "ffn": cfg.intermediate_size,
-            "vocab": cfg.vocab_size,
-            "tied_embeddings": bool(cfg.tie_word_embeddings),
-            "dtype": str(next(models[arch].parameters()).dtype),
-            "build_s": round(time.monotonic() - t0, 2),
-        }
-        log(f"{arch}: model built in {result['models'][arch]['build_s']:.1f} s")
-        save()
-        if "eager" in modes:
-            for batch in args.batches:
-                one(arch, "eager", batch)
-        if "compile" in modes:
-            b = first_compile[arch] if first_compile[arch] in args.batches else args.batches[0]
-            one(arch, "compile", b)
-            later += [(arch, x) for x in args.batches if x != b]
-        if "graph" in modes:
-            for batch in args.batches:
-                one(arch, "graph", batch)
-    # The remaining compiles, one batch of each model in turn.
-    later.sort(key=lambda ab: (args.batches.index(ab[1]), args.models.index(ab[0])))
-    for arch, batch in later:
-        one(arch, "compile", batch)
-    result["tars"] = packer.files
-    save()
+def main(argv=None) -> int:
+    global LOG
+    args = _arguments(argv)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("no CUDA device", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    LOG = open(args.out / "log.txt", "w")
+    result = _header(args, device, argv)
+    if device.type == "cpu":
+        torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    for knob in (
+        "recompile_limit",
+        "cache_size_limit",
+        "accumulated_recompile_limit",
+        "accumulated_cache_size_limit",
+    ):
+        if hasattr(torch._dynamo.config, knob):
+            setattr(torch._dynamo.config, knob, 256)
+    grid = Grid(args, device, result)
+    if args.micro:
+        grid.micro_loops()
+    grid.models_in_turn()
+    result["tars"] = grid.packer.files
+    grid.save()
     log(
-        f"done: {len(result['traces'])} traces in {', '.join(packer.files)}; {len(result['skipped'])} skipped, "
+        f"done: {len(result['traces'])} traces in {', '.join(grid.packer.files)}; {len(result['skipped'])} skipped, "
         f"{len(result['errors'])} errors"
     )
     LOG.close()

@@ -5,17 +5,17 @@
 
 CPU only. The traces are read by the project's one reader (`core.trace`: each step's host rows and the
 events the profiler recorded in each, by kind) and re-timed by the one timing model
-(`sim.trace_whatif.untraced`, `sim.timing.ProfilerCost`); this script only pairs them with the step
+(`sim.trace.untraced.untraced`, `sim.timing.ProfilerCost`); this script only pairs them with the step
 measured without the profiler, fits the costs and prints how well the re-timed step matches.
 
-## The model (sim.timing.ProfilerCost, sim.trace_whatif.untraced)
+## The model (sim.timing.ProfilerCost, sim.trace.untraced.untraced)
 
 `torch.profiler` adds host time to every event it records. Per host row of a step (one launch interval of
 the CPU lane, or a synchronisation between two), `core.trace` counts the events recorded on its thread
 between the previous row's end and its own, by kind: `op` (aten ops and record_function ranges), `runtime`
 (CUDA runtime calls), `driver` (CUDA driver calls), `python` (Python calls, with_stack=True), `shapes` (ops
 with input shapes, record_shapes=True); and, for Python calls, the measured growth of the host time before
-each call with its place in a long caller (the profiler's line lookup: `core.trace._python_line_us`). A
+each call with its place in a long caller (the profiler's line lookup: `core.trace.read._python_line_us`). A
 row's profiler cost is `counts @ cost + line_scale * line_us`; without the profiler the row takes its traced
 time less that cost (never below 10 % of it). The rows are laid end to end again, each thread's in order; a
 row that waits for the GPU (a synchronisation, a copy that returns when done) ends when the work it waits for
@@ -61,7 +61,8 @@ sys.path.insert(0, str(ROOT))
 
 from core.trace import EVENT_KINDS, TraceStep, analyse, count_events, read_trace  # noqa: E402
 from sim.timing import PROFILER_COST, ProfilerCost  # noqa: E402
-from sim.trace_whatif import default_replay_cost, graphs_whatif, untraced  # noqa: E402
+from sim.trace.untraced import untraced  # noqa: E402
+from sim.trace.whatif import default_replay_cost, graphs_whatif  # noqa: E402
 
 # What is fitted: a cost per event of each kind (a runtime and a driver call alike: CUPTI's callbacks on an API
 # call), and the line lookups' scale.

@@ -31,6 +31,12 @@ from sim.calibration import Calibration, calibrate, calibrated_preset
 from sim.config import Preset
 
 _KEYS: dict[int, tuple[object, str]] = {}  # id(result) -> (result, key): hashing a run is ~0.1 s
+# The calibrated preset the Simulator offers, fitted to the shipped run: its key and title are fixed, so that links
+# and the Simulator's URL keys name it without reading the run.
+CALIBRATED_KEY = "probe-calibrated"
+CALIBRATED_TITLE = (
+    "Probe decoder, calibrated to its recorded run"  # no GPU: the preset's note names the run's
+)
 _FITS_LOCK = threading.Lock()
 _PREFIT: dict = {}  # "future": the shipped run's fit in the background process, until collected
 

@@ -313,6 +313,16 @@ def lanes_figure(
         for kind, (lane, start, dur, names) in _intervals(step, cpu_lanes, gpu_lanes).items():
             traces.append(make_trace(kind, lane, start, dur, names, kind + suffix, faded))
 
+    layout = _lanes_layout(lanes, title)
+    if make_trace is _segment_trace and not binned:
+        # Plotly draws no WebGL trace on a reversed category axis (every segment lands in one strip below
+        # the last lane: Streamlit's plotly.js in Chromium): the lanes are listed bottom to top on a plain axis instead.
+        layout["yaxis"].update(categoryarray=lanes[::-1], autorange=False, range=[-0.5, len(lanes) - 0.5])
+    return _figure(traces, layout)
+
+
+def _lanes_layout(lanes: list[str], title: str | None) -> dict:
+    """The lanes chart's layout: a linear µs axis, one category a lane (CPU above GPU, top to bottom)."""
     # Margins that already fit the lane labels, the legend above and the axis below. Streamlit
     # mounts a new chart whenever the figure changes (every slider move), and a margin that
     # automargin has to grow makes Plotly draw everything a second time: ~50 ms per draw in
@@ -350,11 +360,7 @@ def lanes_figure(
     }
     if title:
         layout["title"] = {"text": title}
-    if make_trace is _segment_trace and not binned:
-        # Plotly draws no WebGL trace on a reversed category axis (every segment lands in one strip below
-        # the last lane: Streamlit's plotly.js in Chromium): the lanes are listed bottom to top on a plain axis instead.
-        layout["yaxis"].update(categoryarray=lanes[::-1], autorange=False, range=[-0.5, len(lanes) - 0.5])
-    return _figure(traces, layout)
+    return layout
 
 
 def _figure(traces: list[dict], layout: dict) -> go.Figure:
@@ -405,7 +411,6 @@ def sweep_figure(sweep, *, current: str | None = None, batch: int | None = None)
     `.crossover[name]`, the first GPU-bound batch or None. The panel of mode `current` marks `batch`.
     """
     x = np.asarray(sweep.batches)
-    crossover = sweep.crossover
     series = dict(sweep.series)
     n_panels = len(series)
     # Log time axis: launch costs (µs) and long-batch kernels (ms) both stay readable.
@@ -419,26 +424,9 @@ def sweep_figure(sweep, *, current: str | None = None, batch: int | None = None)
     for i, (key, data) in enumerate(series.items()):
         xa, ya = ("x", "y") if i == 0 else (f"x{i + 1}", f"y{i + 1}")
         x_dom, y_dom = _panel_domains(i, n_panels)
-        bottom_row = i + 2 >= n_panels  # no panel below this one
-        layout["xaxis" if i == 0 else f"xaxis{i + 1}"] = {
-            "type": "log",
-            "domain": list(x_dom),
-            "anchor": ya,
-            "matches": None if i == 0 else "x",
-            "title": {"text": "batch size (log scale)" if bottom_row else ""},
-            "showticklabels": bottom_row,
-            "tickvals": ticks,
-        }
-        layout["yaxis" if i == 0 else f"yaxis{i + 1}"] = {
-            "type": "log",
-            "domain": list(y_dom),
-            "anchor": xa,
-            "range": y_range,
-            "dtick": 1,
-            "matches": None if i == 0 else "y",
-            "showticklabels": i % 2 == 0,
-            "title": {"text": "µs per step (log scale)" if i % 2 == 0 else ""},
-        }
+        x_axis, y_axis = _panel_axes(i, n_panels, x_dom, y_dom, ticks, y_range)
+        layout["xaxis" if i == 0 else f"xaxis{i + 1}"] = x_axis
+        layout["yaxis" if i == 0 else f"yaxis{i + 1}"] = y_axis
         name = mode_named(key).title
         annotations.append(
             {
@@ -452,55 +440,17 @@ def sweep_figure(sweep, *, current: str | None = None, batch: int | None = None)
                 "text": f"<b>{name} (current)</b>" if key == current else name,
             }
         )
-        for field_name, label, colour, dash, width in _SWEEP_LINES:
-            traces.append(
-                {
-                    "type": "scatter",
-                    "mode": "lines",
-                    "x": x,
-                    "y": np.asarray(getattr(data, field_name), dtype=float),
-                    "xaxis": xa,
-                    "yaxis": ya,
-                    "name": label,
-                    "legendgroup": field_name,
-                    "showlegend": i == 0,
-                    "line": {"color": colour, "dash": dash, "width": width},
-                    "hovertemplate": f"batch %{{x}}: {label} %{{y:,.0f}} µs<extra>{name}</extra>",
-                }
-            )
+        traces += _sweep_lines(x, data, xa, ya, name, first=i == 0)
         marks = []
-        cross = crossover.get(key)
+        cross = sweep.crossover.get(key)
         if cross is not None:
             marks.append((cross, "#2a9d55", "dot", f"GPU-bound from {cross}", 0.97))
         if batch is not None and key == current:
             marks.append((batch, "#b03a3a", "solid", f"batch {batch}", 0.04))
-        for where, colour, dash, text, height in marks:
-            shapes.append(
-                {
-                    "type": "line",
-                    "xref": xa,
-                    "yref": f"{ya} domain",
-                    "x0": where,
-                    "x1": where,
-                    "y0": 0,
-                    "y1": 1,
-                    "line": {"color": colour, "dash": dash, "width": 1.5},
-                }
-            )
-            annotations.append(
-                {
-                    "xref": xa,
-                    "yref": f"{ya} domain",
-                    "x": float(np.log10(where)),
-                    "y": height,
-                    "text": text,
-                    "showarrow": False,
-                    "xanchor": "left",
-                    "xshift": 3,
-                    "yanchor": "bottom" if height < 0.5 else "top",
-                    "font": {"size": 11, "color": colour},
-                }
-            )
+        for mark in marks:
+            shape, annotation = _batch_mark(xa, ya, *mark)
+            shapes.append(shape)
+            annotations.append(annotation)
     layout.update(
         {
             "height": 280 * -(-n_panels // 2),
@@ -512,3 +462,80 @@ def sweep_figure(sweep, *, current: str | None = None, batch: int | None = None)
         }
     )
     return _figure(traces, layout)
+
+
+def _panel_axes(
+    i: int, n_panels: int, x_dom, y_dom, ticks: list[int], y_range: list[float]
+) -> tuple[dict, dict]:
+    """Panel i's log axes: every panel on the first's scales, tick labels on the bottom row and the left column."""
+    xa, ya = ("x", "y") if i == 0 else (f"x{i + 1}", f"y{i + 1}")
+    bottom_row = i + 2 >= n_panels  # no panel below this one
+    x_axis = {
+        "type": "log",
+        "domain": list(x_dom),
+        "anchor": ya,
+        "matches": None if i == 0 else "x",
+        "title": {"text": "batch size (log scale)" if bottom_row else ""},
+        "showticklabels": bottom_row,
+        "tickvals": ticks,
+    }
+    y_axis = {
+        "type": "log",
+        "domain": list(y_dom),
+        "anchor": xa,
+        "range": y_range,
+        "dtick": 1,
+        "matches": None if i == 0 else "y",
+        "showticklabels": i % 2 == 0,
+        "title": {"text": "µs per step (log scale)" if i % 2 == 0 else ""},
+    }
+    return x_axis, y_axis
+
+
+def _sweep_lines(x, data, xa: str, ya: str, name: str, first: bool) -> list[dict]:
+    """A panel's three lines (step, CPU launch and GPU time), in the legend once."""
+    return [
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "x": x,
+            "y": np.asarray(getattr(data, field_name), dtype=float),
+            "xaxis": xa,
+            "yaxis": ya,
+            "name": label,
+            "legendgroup": field_name,
+            "showlegend": first,
+            "line": {"color": colour, "dash": dash, "width": width},
+            "hovertemplate": f"batch %{{x}}: {label} %{{y:,.0f}} µs<extra>{name}</extra>",
+        }
+        for field_name, label, colour, dash, width in _SWEEP_LINES
+    ]
+
+
+def _batch_mark(
+    xa: str, ya: str, where, colour: str, dash: str, text: str, height: float
+) -> tuple[dict, dict]:
+    """A vertical line at batch `where` across a panel, and its label at `height` of the panel."""
+    shape = {
+        "type": "line",
+        "xref": xa,
+        "yref": f"{ya} domain",
+        "x0": where,
+        "x1": where,
+        "y0": 0,
+        "y1": 1,
+        "line": {"color": colour, "dash": dash, "width": 1.5},
+    }
+    annotation = {
+        "xref": xa,
+        "yref": f"{ya} domain",
+        "x": float(np.log10(where)),
+        "y": height,
+        "text": text,
+        "showarrow": False,
+        "xanchor": "left",
+        "xshift": 3,
+        "yanchor": "bottom" if height < 0.5 else "top",
+        "font": {"size": 11, "color": colour},
+    }
+    return shape, annotation

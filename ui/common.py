@@ -205,7 +205,7 @@ def chrome_trace_download(timeline, label: str, file_name: str, key: str, *, wea
 
     Streamlit keeps the button's callable for as long as the session lasts: with `weak`, it does not keep
     the timeline alive (an upload's step, which the server may let go of to stay within its memory budget)."""
-    from sim.chrome_trace import to_chrome_trace_json
+    from core.trace.chrome import to_chrome_trace_json
 
     if weak:
         held = weakref.ref(timeline)

@@ -8,7 +8,7 @@ to the default, with no word to the reader) and keeps unknown keys in the URL.
 keys, and says so in one `st.warning` that names each key.
 
 Each tab declares its keys in a dict next to its widgets (`SIM_PARAMS` in
-`ui/sim_tab.py`, `BUCKET_PARAMS`, `PROBE_PARAMS`, `TRACE_PARAMS`, `CALIBRATE_PARAMS`), listed in
+`ui/simulator/tab.py`, `BUCKET_PARAMS`, `PROBE_PARAMS`, `TRACE_PARAMS`, `CALIBRATE_PARAMS`), listed in
 `SPEC_SOURCES`. A spec is one of
     ("int", lo, hi)   ("float", lo, hi)   ("bool",) or "bool"   ("choice", options[, {alias: option}])
     ("text", max_chars)  (free text the page parses itself: only its length is checked here)
@@ -28,7 +28,12 @@ from dataclasses import dataclass
 
 import streamlit as st
 
-from ui import buckets_tab, calibrate_tab, first_paint, probe_tab, sim_tab, trace_tab
+from ui import first_paint
+from ui.buckets import tab as buckets_tab
+from ui.calibration import tab as calibrate_tab
+from ui.probe import tab as probe_tab
+from ui.simulator import tab as sim_tab
+from ui.trace import tab as trace_tab
 
 # The app's tab labels; app.py binds `st.tabs(..., key="tab")` to these.
 TAB_LABELS = ("Simulator", "Live GPU probe", "Your trace", "Bucketing", "Calibration", "Check yourself")

@@ -5,7 +5,7 @@ Streamlit runs each session's script in its own thread. Plotly looks pandas up w
 server twenty sessions starting at once could find pandas half-initialised
 (`AttributeError: partially initialized module 'pandas' has no attribute 'Series'`).
 Every session imports this module before its first Plotly figure or table: `app.py` before any
-tab but the Simulator, `ui/sim_tab.py` after the Simulator's first screen (its controls and
+tab but the Simulator, `ui/simulator/tab.py` after the Simulator's first screen (its controls and
 readouts use neither, and come first: ui/first_paint.py). An `import` statement does wait for
 another thread's import of the same module to finish, so no session gets past that line before
 pandas, pyarrow (st.dataframe) and Plotly are whole. The small figure below is serialised once

@@ -169,7 +169,7 @@ MY_MODEL = {  # URL key -> value: a Llama-3-8B-like shape in fp8 with a long con
 
 def test_c_my_own_model(new_page, app_url):
     """Advanced → Your model: the title reads as a custom model, the readouts are its own, the URL carries it."""
-    from ui.sim_tab import MODEL_INPUTS, custom_title
+    from ui.simulator.tab import MODEL_INPUTS, custom_title
 
     page = new_page()
     open_app(page, app_url, wait_for=CHART)
@@ -327,7 +327,7 @@ def test_g_the_quiz(new_page, app_url):
     """Answer question 2 wrongly and question 1 rightly: a verdict each, marks drawn without an emoji font.
     The score survives switching tabs (session state) and never enters the link: someone opening the
     same link starts from zero."""
-    from ui.quiz import QUESTIONS
+    from ui.quiz.questions import QUESTIONS
 
     page = new_page()
     open_app(page, app_url, "tab=Check+yourself")

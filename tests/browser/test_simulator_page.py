@@ -26,7 +26,7 @@ from core.step_plan import StepPlan, toggled
 from sim.config import DEFAULT_PRESET, PRESETS
 from sim.step.schedule import simulate_step
 from ui.charts import format_us
-from ui.sim_tab import BATCH_STOPS
+from ui.simulator.tab import BATCH_STOPS
 
 pytestmark = pytest.mark.browser
 CHART = "[data-testid=stPlotlyChart]"

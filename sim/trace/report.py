@@ -1,13 +1,13 @@
 """`python -m sim trace FILE [FILE ...] [--step-range NAME] [--json]`: a profiler trace's steps and what-ifs.
 
 `python -m sim trace BEFORE AFTER --diff [--json]`: two traces before and after a change, kernel families
-compared (`sim.trace_diff`).
+compared (`core.trace.diff`).
 
 Each FILE is one rank (a `.json`, `.json.gz` or `.pt.trace.json(.gz)` written by torch.profiler:
 vLLM, SGLang, Hugging Face, torch.compile, your own code). The text report gives the rule that
 found the steps, every step's readouts, their median and spread, the kernels that take the GPU's
 time, the step as it runs without the profiler (the recorder's measured figure where the trace
-carries one, else an estimate: `sim.trace_whatif.untraced`), and what CUDA graphs and fusion would make
+carries one, else an estimate: `sim.trace.untraced.untraced`), and what CUDA graphs and fusion would make
 of that step (an estimate, from the one timing model). `--json` prints one object:
 
     {"rule", "steps": [{index, step_us, step_us_untraced, untraced_source, profiler_us, gpu_busy_us,
@@ -33,8 +33,9 @@ import numpy as np
 
 from core.step_plan import FUSED
 from core.trace import TraceError, TraceReport, analyse
-from sim.trace_kernels import kernel_lines, kernel_table
-from sim.trace_whatif import SOURCES, default_replay_cost, untraced_steps, whatifs
+from core.trace.kernels import kernel_lines, kernel_table
+from sim.trace.untraced import SOURCES, untraced_steps
+from sim.trace.whatif import default_replay_cost, whatifs
 
 _NOTES = 6  # notes on dropped records the text report prints; --json has every one
 WHATIF_KEYS = ("step_us", "gpu_busy_us", "cpu_launch_us", "kernels", "launches", "utilisation")
@@ -179,7 +180,7 @@ def main(argv=None) -> int:
         "--diff",
         action="store_true",
         help="the two files are before and after a change, not ranks: compare their kernels by family "
-        "(sim.trace_diff)",
+        "(core.trace.diff)",
     )
     args = parser.parse_args(argv)
     if args.diff and len(args.files) != 2:
@@ -194,7 +195,7 @@ def main(argv=None) -> int:
         print(f"python -m sim trace: {err}", file=sys.stderr)
         return 2
     if args.diff:
-        from sim.trace_diff import diff_reports, format_diff
+        from core.trace.diff import diff_reports, format_diff
 
         found = diff_reports(*reports)
         print(json.dumps(found.to_dict(), indent=1) if args.json else format_diff(found))

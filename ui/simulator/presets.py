@@ -1,7 +1,7 @@
 """The Simulator tab's preset list: the static presets plus the one calibrated to the recorded run.
 
-The calibrated preset's key and title are fixed here, so that links and `SIM_PARAMS` name it
-without reading the run (the title names no GPU: the preset's own note says which run and GPU it was
+The calibrated preset's key and title are fixed (`ui.calibration_cache`), so that links and `SIM_PARAMS`
+name it without reading the run (the title names no GPU: the preset's own note says which run and GPU it was
 fitted to); the fit itself runs only when it is picked, once per server.
 """
 
@@ -10,9 +10,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from sim.config import DEFAULT_PRESET, PRESETS, Preset
+from ui.calibration_cache import CALIBRATED_KEY, CALIBRATED_TITLE
 
-CALIBRATED_KEY = "probe-calibrated"
-CALIBRATED_TITLE = "Probe decoder, calibrated to its recorded run"
 PRESET_TITLES = {**{k: p.title for k, p in PRESETS.items()}, CALIBRATED_KEY: CALIBRATED_TITLE}
 # Links made while the recorded run was an H200's named the preset so; they still open it.
 OLD_KEYS = {

@@ -216,6 +216,15 @@ def render() -> None:
     except Exception as err:
         st.error(f"The demo could not run: {type(err).__name__}: {plain(err)}")
         return
+    _verdict(rows, PAD_POLICY[choice])
+    st.plotly_chart(demo_figure(rows), width="stretch", key="bk_demo_chart")
+    with st.expander("Every batch size"):
+        st.dataframe(_table(rows), width="stretch", hide_index=True)
+
+
+def _verdict(rows: list, policy: str) -> None:
+    """The demo's three readouts and what they mean for this policy: nothing changed, or where and how the
+    padding corrupted a real sequence and whether the runner's check caught it."""
     hits = [r for r in rows if r.hit]
     padded = [r for r in rows if r.padded_rows > 0]
     fired = [r for r in rows if r.assertion]
@@ -232,7 +241,7 @@ def render() -> None:
         "float rounding from a different batch shape, not corruption.",
     )
     c.metric("Greedy token changed at", f"{sum(1 for r in rows if r.argmax_changed)} sizes")
-    if PAD_POLICY[choice] == "scratch":
+    if policy == "scratch":
         st.success(
             f"Padding writes only the scratch block: no real sequence's output changed at any of the "
             f"{len(rows)} batch sizes, and the runner's check stayed quiet ({len(fired)} firings)."
@@ -257,6 +266,3 @@ def render() -> None:
                 f"sizes and at {unpadded_firings} unpadded ones. The first message:"
             )
             st.code(f"PaddingCorruption: {fired[0].assertion}", language=None, wrap_lines=True)
-    st.plotly_chart(demo_figure(rows), width="stretch", key="bk_demo_chart")
-    with st.expander("Every batch size"):
-        st.dataframe(_table(rows), width="stretch", hide_index=True)

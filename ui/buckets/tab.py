@@ -18,8 +18,9 @@ from sim.buckets import layouts as bk
 from sim.buckets import report as br
 from sim.buckets import workloads as wl
 from sim.config import DEFAULT_PRESET, PRESETS
-from ui import padding_demo, uploads
-from ui.bucket_charts import padding_figure, tradeoff_figure
+from ui import uploads
+from ui.buckets import padding_demo
+from ui.buckets.charts import padding_figure, tradeoff_figure
 from ui.common import plain
 
 # One checkbox per layout: a URL can carry a yes/no per key, and a link stays readable.
@@ -339,49 +340,11 @@ def _layouts_view() -> None:
     """Every control of the layouts view reruns only this (not the page around it): a budget or workload
     change costs the optimiser and the two charts, nothing else (bench/first_view_speed.py)."""
     layouts, max_batch = _controls()
-    w1, w2, w3 = st.columns(3)
-    w1.selectbox(
-        "Workload",
-        WORKLOADS,
-        key="bk_workload",
-        bind="query-params",
-        help="How often each batch size occurs in your server's decode steps.",
-    )
-    w2.slider(
-        "Mean batch (geometric / Poisson)",
-        1.0,
-        float(MAX_BATCH_RANGE[1]),
-        value=16.0,
-        step=1.0,
-        key="bk_mean",
-        bind="query-params",
-        disabled=st.session_state.get("bk_workload", WORKLOADS[0]) not in ("geometric", "Poisson"),
-    )
-    w3.selectbox(
-        "Graph memory",
-        MEMORY_SOURCES,
-        key="bk_memory",
-        bind="query-params",
-        help="Modelled per graph (see below), or the probe's measured per-graph memory.",
-    )
-    workload = _workload(max_batch)
-    o1, o2, o3 = st.columns(3)
-    budget = o1.slider(
-        "Graph memory budget (MiB)", *BUDGET_RANGE, value=256, step=16, key="bk_budget", bind="query-params"
-    )
-    max_graphs = o2.slider(
-        "Most graphs the optimiser may use", *GRAPHS_RANGE, value=64, key="bk_max_graphs", bind="query-params"
-    )
-    objective = o3.radio("Optimise for", OBJECTIVES, key="bk_objective", bind="query-params", horizontal=True)
+    workload = _workload_row(max_batch)
+    budget, max_graphs, objective = _optimiser_row()
     preset = st.session_state.get("bk_preset", DEFAULT_PRESET)
     fusion = bool(st.session_state.get("bk_fusion"))
-    captures = None
-    if st.session_state.get("bk_memory") == MEMORY_SOURCES[1]:
-        captures = _probe_captures(fusion)
-        if captures is None:
-            st.info("No probe measurement of graph memory is available here; using the model instead.")
-        else:
-            st.caption(_memory_gap_note(preset, fusion, captures))
+    captures = _captures(preset, fusion)
     if not layouts:
         st.info("Tick at least one layout to compare; the optimiser's layout is shown on its own.")
     sizes = tuple(int(s) for s in workload.batch_sizes)
@@ -421,6 +384,62 @@ def _layouts_view() -> None:
     st.plotly_chart(tradeoff_figure(stats, budget), width="stretch", key="bk_tradeoff_chart")
     with st.expander("How the numbers are computed"):
         st.markdown(_EXPLAINER)
+
+
+def _workload_row(max_batch: int):
+    """The workload, its mean batch and where graph memory comes from; the workload (sim.buckets.workloads)."""
+    w1, w2, w3 = st.columns(3)
+    w1.selectbox(
+        "Workload",
+        WORKLOADS,
+        key="bk_workload",
+        bind="query-params",
+        help="How often each batch size occurs in your server's decode steps.",
+    )
+    w2.slider(
+        "Mean batch (geometric / Poisson)",
+        1.0,
+        float(MAX_BATCH_RANGE[1]),
+        value=16.0,
+        step=1.0,
+        key="bk_mean",
+        bind="query-params",
+        disabled=st.session_state.get("bk_workload", WORKLOADS[0]) not in ("geometric", "Poisson"),
+    )
+    w3.selectbox(
+        "Graph memory",
+        MEMORY_SOURCES,
+        key="bk_memory",
+        bind="query-params",
+        help="Modelled per graph (see below), or the probe's measured per-graph memory.",
+    )
+    return _workload(max_batch)
+
+
+def _optimiser_row() -> tuple:
+    """(the graph memory budget in MiB, the most graphs, what to optimise for)."""
+    o1, o2, o3 = st.columns(3)
+    budget = o1.slider(
+        "Graph memory budget (MiB)", *BUDGET_RANGE, value=256, step=16, key="bk_budget", bind="query-params"
+    )
+    max_graphs = o2.slider(
+        "Most graphs the optimiser may use", *GRAPHS_RANGE, value=64, key="bk_max_graphs", bind="query-params"
+    )
+    objective = o3.radio("Optimise for", OBJECTIVES, key="bk_objective", bind="query-params", horizontal=True)
+    return budget, max_graphs, objective
+
+
+def _captures(preset: str, fusion: bool):
+    """The probe's measured per-graph memory where the reader asked for it and a run has it, else None (the
+    model's)."""
+    captures = None
+    if st.session_state.get("bk_memory") == MEMORY_SOURCES[1]:
+        captures = _probe_captures(fusion)
+        if captures is None:
+            st.info("No probe measurement of graph memory is available here; using the model instead.")
+        else:
+            st.caption(_memory_gap_note(preset, fusion, captures))
+    return captures
 
 
 _EXPLAINER = """\

@@ -4,7 +4,7 @@ Without CUDA the page shows the recorded H200 run (labelled as such) and accepts
 file made on the reader's own GPU. With CUDA, "Measure on this GPU" runs the probe here;
 torch is imported only then (through `gpu_probe.live`), never by the other tabs.
 Where results come from is `ui.probe_results` (shared with the Calibration tab), the live
-measurement `ui.probe_live`, and the tables under the lanes `ui.probe_tables`.
+measurement `ui.probe.live`, and the tables under the lanes `ui.probe.tables`.
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ import streamlit as st
 from core import step_plan
 from core.step_plan import BASELINE, FUSED_GRAPH
 from core.tp_result import TPResult
-from ui import tp_view
 from ui.charts import FIRST_LAUNCHES, format_us, lanes_figure
 from ui.common import UNTRACED, chrome_trace_download, code, format_utilisation, plain, show_readouts
-from ui.probe_charts import batch_axis_figure, mark_profiler_stretch, share_time_axis, step_split_figure
-from ui.probe_live import LIVE_BATCHES, LIVE_DURATION, measure_live
+from ui.probe import tp_view
+from ui.probe.charts import batch_axis_figure, mark_profiler_stretch, share_time_axis, step_split_figure
+from ui.probe.live import LIVE_BATCHES, LIVE_DURATION, measure_live
+from ui.probe.tables import fusion_table, modes_table, reference_note, run_facts
 from ui.probe_results import available_results, describe, recorded, run_picker, upload_widget
-from ui.probe_tables import fusion_table, modes_table, reference_note, run_facts
 
 MODES = tuple(step_plan.MODES)
 
@@ -34,7 +34,7 @@ PROBE_PARAMS: dict[str, tuple] = {
         "text",
         300,
     ),  # a run's label; checked against the runs there are by ui.probe_results.run_picker
-    **tp_view.TP_PARAMS,  # the tensor-parallel view's controls (ui.tp_view)
+    **tp_view.TP_PARAMS,  # the tensor-parallel view's controls (ui.probe.tp_view)
 }
 
 
@@ -59,7 +59,7 @@ def _pick_result():
             result = measure_live()
             if result is not None:
                 return result, "live"
-    options = {**available_results(), **tp_view.uploaded_options()}  # a TP run is shown by ui.tp_view
+    options = {**available_results(), **tp_view.uploaded_options()}  # a TP run is shown by ui.probe.tp_view
     if not options:
         _, why = recorded()
         st.warning(f"No recorded run could be read ({plain(why)}). Upload a result file (below) to see one.")

@@ -19,7 +19,7 @@ HOST_COLOUR = CPU_COLOUR
 
 def step_split_figure(split: dict, step_us: float, host_name: str) -> go.Figure:
     """One stacked bar: floor | kernel boundaries | the GPU's wait for the host (µs); `host_name` names the
-    last part as the page's text does (`ui.probe_tab.host_wait_phrase`)."""
+    last part as the page's text does (`ui.probe.tab.host_wait_phrase`)."""
     parts = (
         (
             "floor: the bytes at copy bandwidth, or the FLOPs at the matrix rate",

@@ -31,7 +31,7 @@ from sim.step.tensor_parallel import (
 )
 from ui.charts import COMM_COLOUR, FIRST_LAUNCHES, format_us, lanes_figure
 from ui.common import code, plain
-from ui.probe_charts import share_time_axis
+from ui.probe.charts import share_time_axis
 from ui.probe_results import describe, session_tp_results
 
 # URL key -> spec (ui.url_params), merged into the probe tab's PROBE_PARAMS.
@@ -159,32 +159,7 @@ def allreduce_figure(result: TPResult) -> go.Figure:
                 "hoverinfo": "skip",
             }
         )
-    if result.tp in SGLANG_H100_CUSTOM_ALLREDUCE_US:
-        pub = published_allreduce(result.tp)
-        traces.append(
-            {
-                "type": "scatter",
-                "mode": "lines",
-                "x": sizes.tolist(),
-                "y": pub.us(sizes).tolist(),
-                "name": f"published: SGLang custom all-reduce, {result.tp}×H100 (sglang #2904)",
-                "line": {"color": "#555555", "width": 1.5, "dash": "dash"},
-                "hoverinfo": "skip",
-            }
-        )
-    if result.tp == 2:
-        small = sizes[sizes <= 65536]
-        traces.append(
-            {
-                "type": "scatter",
-                "mode": "lines",
-                "x": small.tolist(),
-                "y": [NCCL_NVLS_TREE_2XH100_US] * len(small),
-                "name": "published: NCCL NVLS tree, 2×H100, small messages (nccl #1259)",
-                "line": {"color": COMM_COLOUR, "width": 1.5, "dash": "dot"},
-                "hoverinfo": "skip",
-            }
-        )
+    traces += _published_lines(result.tp, sizes)
     layout = {
         "height": 420,
         "margin": {"l": 60, "r": 10, "t": 30, "b": 50},
@@ -196,6 +171,39 @@ def allreduce_figure(result: TPResult) -> go.Figure:
         "plot_bgcolor": "white",
     }
     return go.Figure({"data": traces, "layout": layout})
+
+
+def _published_lines(tp: int, sizes: np.ndarray) -> list[dict]:
+    """The published figures for `tp` GPUs where there are some: SGLang's custom all-reduce on H100s, and for
+    two GPUs NCCL's NVLS tree at small messages."""
+    out = []
+    if tp in SGLANG_H100_CUSTOM_ALLREDUCE_US:
+        pub = published_allreduce(tp)
+        out.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "x": sizes.tolist(),
+                "y": pub.us(sizes).tolist(),
+                "name": f"published: SGLang custom all-reduce, {tp}×H100 (sglang #2904)",
+                "line": {"color": "#555555", "width": 1.5, "dash": "dash"},
+                "hoverinfo": "skip",
+            }
+        )
+    if tp == 2:
+        small = sizes[sizes <= 65536]
+        out.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "x": small.tolist(),
+                "y": [NCCL_NVLS_TREE_2XH100_US] * len(small),
+                "name": "published: NCCL NVLS tree, 2×H100, small messages (nccl #1259)",
+                "line": {"color": COMM_COLOUR, "width": 1.5, "dash": "dot"},
+                "hoverinfo": "skip",
+            }
+        )
+    return out
 
 
 def _size_range(result: TPResult) -> tuple[float, float]:

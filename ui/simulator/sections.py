@@ -1,7 +1,7 @@
 """The Simulator tab's sections that do not depend on the batch: the batch sweep and the fusion table.
 
 They are drawn on full reruns only; a batch move reruns just the step section above them
-(`ui.sim_tab`), so nothing here may mention the current batch.
+(`ui.simulator.tab`), so nothing here may mention the current batch.
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ import streamlit as st
 from core.step_plan import MODES, modes
 from sim.calibration import PARAMS, Calibration
 from sim.calibration.report import loo_summary, verdict
-from ui.calibrate_charts import predicted_vs_measured_figure
-from ui.calibration_cache import calibration_of, preset_for, result_key
+from ui.calibration.charts import predicted_vs_measured_figure
+from ui.calibration_cache import CALIBRATED_TITLE, calibration_of, preset_for, result_key
 from ui.charts import format_us, lanes_figure
 from ui.common import plain
 from ui.probe_results import available_results, recorded, run_picker, upload_widget
@@ -220,8 +220,6 @@ def _preset(result) -> None:
     st.text(preset.title)  # the device name comes from the file: text, never markdown
     rec, _ = recorded()
     if rec is not None and result_key(rec) == result_key(result):
-        from ui.sim_presets import CALIBRATED_TITLE
-
         st.caption(
             f"The Simulator tab offers it as “{CALIBRATED_TITLE}”: batch sizes and layer counts this run "
             "never measured."

@@ -1,12 +1,12 @@
 """The before/after diff on the "Your trace" tab: the trace picked (before) against the one it is compared
-with (after), by kernel family, and which kernels disappeared, merged or appeared (`sim.trace_diff`)."""
+with (after), by kernel family, and which kernels disappeared, merged or appeared (`core.trace.diff`)."""
 
 from __future__ import annotations
 
 import streamlit as st
 
 from core.trace import TraceReport
-from sim.trace_diff import (
+from core.trace.diff import (
     CHANGES,
     MERGED_RULE,
     Tally,

@@ -4,7 +4,7 @@ Every control is bound to the URL (keys and ranges in `SIM_PARAMS`, which the UR
 sanitiser reads before any widget does). Simulations and sweeps are cached on their
 (hashable, frozen) configs. The batch slider and the step drawn for it are one fragment, so a
 batch move reruns only them: the other controls and the sweep and fusion sections
-(`ui.sim_sections`) do not depend on the batch, and leaving them out of the rerun cuts the
+(`ui.simulator.sections`) do not depend on the batch, and leaving them out of the rerun cuts the
 browser's work per slider move. Every other control reruns the whole tab.
 """
 
@@ -34,8 +34,8 @@ from sim.timing import eager_host_us
 from ui import first_paint
 from ui.charts import FIRST_LAUNCHES, lanes_figure, lanes_height
 from ui.common import chrome_trace_download, plain, regime_explanation, show_readouts, show_time_split
-from ui.sim_presets import CALIBRATED_KEY, OLD_KEYS, PRESET_BY_URL_VALUE, PRESET_TITLES, preset_of
-from ui.sim_sections import fusion_view, sweep_view
+from ui.simulator.presets import CALIBRATED_KEY, OLD_KEYS, PRESET_BY_URL_VALUE, PRESET_TITLES, preset_of
+from ui.simulator.sections import fusion_view, sweep_view
 
 # (URL key, label, HardwareConfig field, widget min, widget max, step, number format)
 HARDWARE_INPUTS = (
@@ -257,6 +257,28 @@ def _as_custom(
 
 def _controls() -> tuple:
     """Draw the controls but the batch slider; return (model, hardware, mode, notices, batch column)."""
+    preset, notices, beyond_col = _preset_row()
+    title_slot, layers, fusion, graphs, batch_cols = _step_row(preset)
+    mode = _mode_beyond_toggles(beyond_col, toggled(fusion, graphs), notices)
+    values, model_values = {}, {}
+    with st.expander("Advanced"):
+        # On the first screen the inputs come with the charts (ui/first_paint.py): unset, each would only
+        # show its preset's figure, which is what checked_model/checked_hardware take for a missing one.
+        if first_paint.seen() or _advanced_asked():
+            model_values, values = _advanced_inputs(preset)
+    layers = _clamped_int(layers, LAYERS_RANGE, "Layers", notices)
+    model, model_notices = checked_model(preset.model, layers, model_values)
+    n_kernels = len(step_kernels(model, mode))
+    hardware, hw_notices = checked_hardware(preset.hardware, values, n_kernels)
+    if is_custom(preset, model, hardware):
+        title_slot.markdown(f"**{custom_title(preset, model, hardware)}**")
+        model, hardware = _as_custom(preset, model, hardware)
+    return model, hardware, mode, notices + model_notices + hw_notices, batch_cols
+
+
+def _preset_row() -> tuple[Preset, list[str], object]:
+    """The first row: the preset and the GPU count; (the preset, its notices, the column for a mode beyond the
+    toggles)."""
     preset_col, beyond_col, tp_col = st.columns([4, 1.6, 1], vertical_alignment="bottom")
     preset_key = preset_col.selectbox(
         "Preset",
@@ -286,6 +308,12 @@ def _controls() -> tuple:
             "the Calibration tab's predictions; what it cannot represent is under Advanced, "
             "“Where the preset's figures come from”."
         )
+    return preset, [preset_notice] if preset_notice else [], beyond_col
+
+
+def _step_row(preset: Preset) -> tuple:
+    """The second row: layers and the two toggles, with room for the batch slider; (the custom model's title
+    slot, layers, fusion, graphs, the batch slider's columns)."""
     title_slot = st.empty()  # the custom model's title, once the Advanced figures are read
     stops_col, exact_col, layers_col, fusion_col, graphs_col = st.columns(
         [2.5, 0.9, 2.6, 1.2, 1.2], vertical_alignment="center"
@@ -315,22 +343,7 @@ def _controls() -> tuple:
         help="Replay the captured step with one CPU call; the batch is padded "
         "up to the nearest captured size.",
     )
-    notices = [preset_notice] if preset_notice else []
-    mode = _mode_beyond_toggles(beyond_col, toggled(fusion, graphs), notices)
-    values, model_values = {}, {}
-    with st.expander("Advanced"):
-        # On the first screen the inputs come with the charts (ui/first_paint.py): unset, each would only
-        # show its preset's figure, which is what checked_model/checked_hardware take for a missing one.
-        if first_paint.seen() or _advanced_asked():
-            model_values, values = _advanced_inputs(preset)
-    layers = _clamped_int(layers, LAYERS_RANGE, "Layers", notices)
-    model, model_notices = checked_model(preset.model, layers, model_values)
-    n_kernels = len(step_kernels(model, mode))
-    hardware, hw_notices = checked_hardware(preset.hardware, values, n_kernels)
-    if is_custom(preset, model, hardware):
-        title_slot.markdown(f"**{custom_title(preset, model, hardware)}**")
-        model, hardware = _as_custom(preset, model, hardware)
-    return model, hardware, mode, notices + model_notices + hw_notices, (stops_col, exact_col)
+    return title_slot, layers, fusion, graphs, (stops_col, exact_col)
 
 
 def _advanced_inputs(preset: Preset) -> tuple[dict, dict]:

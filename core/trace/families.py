@@ -3,10 +3,10 @@
 Two questions are asked of a kernel's (full, lower-cased) name, and both are answered from the same
 name fragments, written once here:
 
-- **Would a fuser fold it?** (`foldable`, the fusion what-if in `sim.trace_whatif`): it matches FOLDABLE
+- **Would a fuser fold it?** (`foldable`, the fusion what-if in `sim.trace.whatif`): it matches FOLDABLE
   (elementwise, copy, norm, Inductor's generated pointwise and reduction kernels) and none of ANCHORS
   (GEMMs, attention, gathers, communication, sampling), whose outputs a pointwise fuser does not absorb.
-- **Which family is it?** (`family`, the before/after diff in `sim.trace_diff`): the first of these that
+- **Which family is it?** (`family`, the before/after diff in `core.trace.diff`): the first of these that
   applies --
   1. communication, copies/memsets: what `core.timeline.gpu_kind` says (CUPTI's memcpy and memset
      records, NCCL and the engines' all-reduces);

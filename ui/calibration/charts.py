@@ -119,12 +119,7 @@ def predicted_vs_measured_figure(cal: Calibration):
         y = predicted[:, col] if col is not None else util_p
         axis = "" if k == 1 else str(k)
         log = col is not None
-        if log:
-            lo, hi = min(x.min(), y.min()) * 0.8, max(x.max(), y.max()) * 1.25
-            axis_range = [math.log10(lo), math.log10(hi)]  # a log axis's range is in powers of ten
-        else:
-            lo, hi = 0, 105
-            axis_range = [lo, hi]
+        lo, hi, axis_range = _panel_range(x, y, log)
         px, py = (
             panel_pixels(x, axis_range, log, xd, width_px),
             panel_pixels(y, axis_range, log, yd, height_px),
@@ -144,30 +139,7 @@ def predicted_vs_measured_figure(cal: Calibration):
                 "hoverinfo": "skip",
             }
         )
-        for mode, colour in ((m.name, m.colour) for m in MODES.values()):
-            idx = [i for i, p in enumerate(cal.points) if p.mode.name == mode]
-            if not idx:
-                continue
-            traces.append(
-                {
-                    "type": "scatter",
-                    "mode": "markers+text",
-                    "x": x[idx].tolist(),
-                    "y": y[idx].tolist(),
-                    "text": [texts[i] if places[i] else "" for i in idx],
-                    "textposition": [places[i] or "top center" for i in idx],
-                    "customdata": [cal.points[i].batch for i in idx],
-                    "name": mode,
-                    "legendgroup": mode,
-                    "showlegend": k == 1,
-                    "xaxis": f"x{axis}",
-                    "yaxis": f"y{axis}",
-                    "marker": {"color": colour, "size": MARKER_PX},
-                    "textfont": {"size": FONT_PX},
-                    "hovertemplate": f"{mode} · batch %{{customdata}}<br>measured %{{x:,.1f}}<br>"
-                    "predicted %{y:,.1f}<extra></extra>",
-                }
-            )
+        traces += _mode_markers(cal, x, y, texts, places, axis, first=k == 1)
         kind = "log" if log else "linear"
         ticks = {"dtick": 1} if log else {}  # powers of ten only: the 2s and 5s in between crowd the axis
         for letter, domain, label in (("x", xd, f"measured {title}"), ("y", yd, "predicted")):
@@ -180,3 +152,44 @@ def predicted_vs_measured_figure(cal: Calibration):
                 **ticks,
             }
     return go.Figure({"data": traces, "layout": layout})
+
+
+def _panel_range(x: np.ndarray, y: np.ndarray, log: bool) -> tuple[float, float, list[float]]:
+    """(low, high, the axis range) of a panel, both axes alike: on a log axis, a margin around every point and the
+    range in powers of ten; utilisation from 0 to 105 %."""
+    if log:
+        lo, hi = min(x.min(), y.min()) * 0.8, max(x.max(), y.max()) * 1.25
+        return lo, hi, [math.log10(lo), math.log10(hi)]
+    return 0, 105, [0, 105]
+
+
+def _mode_markers(
+    cal: Calibration, x, y, texts: list[str], places: list, axis: str, first: bool
+) -> list[dict]:
+    """A panel's points, one trace per mode (in the legend from the first panel), labelled where a label fits."""
+    out = []
+    for mode, colour in ((m.name, m.colour) for m in MODES.values()):
+        idx = [i for i, p in enumerate(cal.points) if p.mode.name == mode]
+        if not idx:
+            continue
+        out.append(
+            {
+                "type": "scatter",
+                "mode": "markers+text",
+                "x": x[idx].tolist(),
+                "y": y[idx].tolist(),
+                "text": [texts[i] if places[i] else "" for i in idx],
+                "textposition": [places[i] or "top center" for i in idx],
+                "customdata": [cal.points[i].batch for i in idx],
+                "name": mode,
+                "legendgroup": mode,
+                "showlegend": first,
+                "xaxis": f"x{axis}",
+                "yaxis": f"y{axis}",
+                "marker": {"color": colour, "size": MARKER_PX},
+                "textfont": {"size": FONT_PX},
+                "hovertemplate": f"{mode} · batch %{{customdata}}<br>measured %{{x:,.1f}}<br>"
+                "predicted %{y:,.1f}<extra></extra>",
+            }
+        )
+    return out

@@ -45,47 +45,7 @@ def padding_figure(layouts: dict, workload: wl.Workload, max_batch: int, optimum
     entries = list(layouts.items()) + ([(br.OPTIMAL_NAME, optimum)] if optimum else [])
     for i, (name, lay) in enumerate(entries):
         colour = OPTIMUM_COLOUR if name == br.OPTIMAL_NAME else COLOURS[i % len(COLOURS)]
-        pad = bk.padded_rows(lay, x).astype(float)
-        eager = x > lay[-1]
-        pad[eager] = np.nan  # no graph there: nothing is padded, the step runs eager
-        fig.add_trace(
-            go.Scatter(
-                x=x,
-                y=pad,
-                name=name,
-                mode="lines",
-                line=dict(color=colour, width=1.5),
-                legendgroup=name,
-                connectgaps=False,
-                customdata=bk.bucket_sizes_for(lay, x),
-                hovertemplate=f"{name}<br>batch %{{x}} → bucket %{{customdata}}"
-                "<br>%{y} padded rows<extra></extra>",
-            )
-        )
-        marks = np.asarray([b for b in lay if b <= top])
-        tick = dict(symbol="line-ns-open", size=10, color=colour, line=dict(width=2))
-        fig.add_trace(
-            go.Scatter(
-                x=marks,
-                y=np.zeros(len(marks)),
-                mode="markers",
-                legendgroup=name,
-                showlegend=False,
-                marker=tick,
-                hovertemplate=f"{name}: bucket %{{x}}<extra></extra>",
-            )
-        )
-        if lay[-1] < top:
-            fig.add_vrect(
-                x0=lay[-1] + 0.5,
-                x1=top + 0.5,
-                fillcolor=colour,
-                opacity=0.08,
-                line_width=0,
-                annotation_text=f"{name}: eager above {lay[-1]}",
-                annotation_position="top left",
-                annotation_font_size=10,
-            )
+        _add_layout(fig, name, lay, x, top, colour)
     fig.update_layout(
         height=420,
         margin=dict(l=10, r=10, t=30, b=10),
@@ -107,6 +67,52 @@ def padding_figure(layouts: dict, workload: wl.Workload, max_batch: int, optimum
         legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0),
     )
     return fig
+
+
+def _add_layout(fig: go.Figure, name: str, lay, x: np.ndarray, top: int, colour: str) -> None:
+    """One layout on the padding chart: its padded rows at each batch, its buckets marked on the axis, and the
+    batches above its largest bucket shaded (no graph: the step runs eager)."""
+    pad = bk.padded_rows(lay, x).astype(float)
+    eager = x > lay[-1]
+    pad[eager] = np.nan  # no graph there: nothing is padded, the step runs eager
+    fig.add_trace(
+        go.Scatter(
+            x=x,
+            y=pad,
+            name=name,
+            mode="lines",
+            line=dict(color=colour, width=1.5),
+            legendgroup=name,
+            connectgaps=False,
+            customdata=bk.bucket_sizes_for(lay, x),
+            hovertemplate=f"{name}<br>batch %{{x}} → bucket %{{customdata}}"
+            "<br>%{y} padded rows<extra></extra>",
+        )
+    )
+    marks = np.asarray([b for b in lay if b <= top])
+    tick = dict(symbol="line-ns-open", size=10, color=colour, line=dict(width=2))
+    fig.add_trace(
+        go.Scatter(
+            x=marks,
+            y=np.zeros(len(marks)),
+            mode="markers",
+            legendgroup=name,
+            showlegend=False,
+            marker=tick,
+            hovertemplate=f"{name}: bucket %{{x}}<extra></extra>",
+        )
+    )
+    if lay[-1] < top:
+        fig.add_vrect(
+            x0=lay[-1] + 0.5,
+            x1=top + 0.5,
+            fillcolor=colour,
+            opacity=0.08,
+            line_width=0,
+            annotation_text=f"{name}: eager above {lay[-1]}",
+            annotation_position="top left",
+            annotation_font_size=10,
+        )
 
 
 def tradeoff_figure(stats: list, budget_mib: float) -> go.Figure:

@@ -2,11 +2,11 @@
 what each family of kernels costs per step in each, and which kernels disappeared, merged or appeared.
 
 Per step means the median over each trace's own steps, so traces with different numbers of steps compare.
-Kernels are grouped by family (`sim.kernel_families.family`: GEMM/GEMV, attention, elementwise,
+Kernels are grouped by family (`core.trace.families.family`: GEMM/GEMV, attention, elementwise,
 reduction/norm, copies/memsets, communication, Triton generated, other) and named by `short_kernel_name`.
 For each family and each kernel, per step: how many ran, their GPU time, and the host time of their
 launches (each launch call counted once; kernels a CUDA graph replays have no launch of their own, so the
-graph launches are a line of their own, `sim.trace_kernels.launch_costs`).
+graph launches are a line of their own, `core.trace.kernels.launch_costs`).
 
 The kernels whose count changed are told apart as
 - **appeared**: not in the before trace at all;
@@ -28,7 +28,7 @@ import numpy as np
 
 from core.timeline import gpu_kind
 from core.trace import TraceReport, short_kernel_name
-from sim.kernel_families import (
+from core.trace.families import (
     COPY_FAMILY,
     ELEMENTWISE_FAMILY,
     FAMILIES,
@@ -36,7 +36,7 @@ from sim.kernel_families import (
     TRITON_FAMILY,
     family,
 )
-from sim.trace_kernels import launch_costs
+from core.trace.kernels import launch_costs
 
 CHANGES = ("disappeared", "merged", "appeared", "fewer", "more")
 MERGEABLE = (ELEMENTWISE_FAMILY, REDUCTION_FAMILY, COPY_FAMILY)  # what a generated kernel takes over

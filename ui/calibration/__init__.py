@@ -1,0 +1,1 @@
+"""The Calibration tab: `tab` (a probe run fitted, predicted against measured), `charts`."""

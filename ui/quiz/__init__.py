@@ -1,0 +1,1 @@
+"""The Check yourself tab: `questions` (the six questions and their explanations), `tab` (asked and scored)."""

@@ -1,0 +1,199 @@
+"""The Your trace tab's estimates: the step without the profiler beside the step as traced, and what CUDA graphs
+and fusion would make of it (`sim.trace`: the trace's own kernel times rescheduled by the simulator's timing
+model), with what fusion would fold away and keep on chip."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import streamlit as st
+
+from core import trace as reader
+from ui.charts import format_us, lanes_figure
+from ui.common import plain
+from ui.trace.analysis import untraced_step, whatifs_of
+
+# What to draw beside the trace: the option (what the URL holds) -> sim.trace.whatif's name for it.
+WHATIFS = {
+    "the trace alone": None,
+    "with CUDA graphs": "graphs",
+    "with fusion": "fusion",
+    "with fusion + graphs": "fusion + graphs",
+}
+
+
+def whatif_table(report: reader.TraceReport, step: reader.TraceStep) -> None:
+    """The step as traced, without the profiler and in each what-if; then what fusion would fold away."""
+    outs = whatifs_of(report, step)
+    untraced = untraced_step(report, step)
+    base, real = step.metrics.step_us, untraced.step_us
+    labels = {v: k for k, v in WHATIFS.items()}
+    st.dataframe(_whatif_rows(step, untraced, outs, labels), hide_index=True, width="stretch")
+    if step.graph_launches:
+        st.caption("This step already replays a CUDA graph, so only fusion is estimated.")
+    quoted = [
+        f"{labels[name]}: {real / w.metrics.step_us:.1f}× faster than your step without the profiler; "
+        f"{base / w.metrics.step_us:.1f}× vs the traced step"
+        for name, w in outs.items()
+    ]
+    notes = " ".join(dict.fromkeys(note for w in outs.values() for note in w.notes))
+    st.caption(
+        "; ".join(quoted).capitalize() + ". Estimates: the step without the profiler, its own kernel times "
+        "rescheduled by the simulator's timing model. " + notes
+    )
+    _folded(outs["fusion"])
+
+
+def _whatif_rows(step: reader.TraceStep, untraced, outs: dict, labels: dict) -> list[dict]:
+    base, real = step.metrics.step_us, untraced.step_us
+
+    def row(name: str, us: float, kernels: int, launches: int, bound: str) -> dict:
+        return {
+            "the step": name,
+            "step time": format_us(us),
+            "vs your step without the profiler": f"{real / us:.2f}×",
+            "vs the traced step": f"{base / us:.2f}×",
+            "kernels": kernels,
+            "launches": launches,
+            "bound by": bound,
+        }
+
+    m = step.metrics
+    rows = [
+        row("as traced", base, step.kernels, step.launches, m.bound_by),
+        row(f"without the profiler ({untraced.source_label})", real, step.kernels, step.launches, m.bound_by),
+    ]
+    for name, w in outs.items():
+        rows.append(
+            row(f"{labels[name]} (estimate)", w.metrics.step_us, w.kernels, w.launches, w.metrics.bound_by)
+        )
+    return rows
+
+
+def _folded(fusion) -> None:
+    """What the fusion what-if folds away, kernel by kernel, and the HBM traffic its groups keep on chip."""
+    folded = fusion.folded
+    if not folded:
+        return
+    st.markdown("**What fusion would fold away**")
+    st.dataframe(
+        [
+            {"kernel": f.name, "count": f.count, "GPU µs": round(f.gpu_us, 1), "host µs": round(f.host_us, 1)}
+            for f in folded
+        ],
+        hide_index=True,
+        width="stretch",
+    )
+    saved = fusion.bytes_saved
+    st.caption(
+        f"{sum(f.count for f in folded):,} launches fewer, in {len(fusion.groups):,} fused groups. "
+        + (
+            f"About {format_bytes(saved)} less HBM traffic: each intermediate a group keeps on chip is neither "
+            "written out nor read back (2 × its bytes). Group by group below, with the shapes the trace recorded: "
+            "an intermediate is a member's output that a later member reads; a group's own output, and a copy the "
+            "next kernel reads (a KV cache expanded for the attention), are written either way."
+            if saved is not None
+            else "Bytes saved need shapes: record with torch.profiler.profile(record_shapes=True)."
+        )
+    )
+    if saved is not None:
+        _fused_groups(fusion.groups)
+
+
+def format_bytes(n: int) -> str:
+    """'3.06 MB', '76.0 kB', '4 B'."""
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:,.{2 if n < 10 * size else 1}f} {unit}"
+    return f"{n:,} B"
+
+
+def _fused_groups(groups) -> None:
+    """The fusion what-if's groups: their ops with the shapes behind them, what stays on chip, the bytes saved."""
+    st.dataframe(
+        [
+            {
+                "group": k + 1,
+                "from kernel": g.first + 1,
+                "kernels": len(g.ops),
+                "stays on chip": "; ".join(
+                    f"{op} → [{', '.join(map(str, shape))}] {dtype}"
+                    for op, shape, dtype, _ in g.intermediates
+                )
+                or "nothing: no member's output is read within the group",
+                "HBM traffic saved": format_bytes(g.bytes_saved),
+                "ops (input shapes)": " → ".join(op or "?" for op in g.ops),
+            }
+            for k, g in enumerate(groups)
+        ],
+        hide_index=True,
+        width="stretch",
+        height=min(36 * (len(groups) + 1) + 4, 320),
+    )
+
+
+def _why_slow() -> str:
+    from sim.timing import PROFILER_COST as c
+
+    return (
+        f"Why a traced host-bound step runs slow: torch.profiler spends host time on every event it records, about "
+        f"{c.op_us:.1f} µs an aten op, {c.api_us:.1f} µs a CUDA runtime or driver call and {c.triton_us:.0f} µs the "
+        f"range Inductor opens around each Triton launch, with {c.shapes_us:.1f} µs more an op under record_shapes "
+        "and Python calls under with_stack (fitted on H200 traces, scaled by how fast this trace's host launched "
+        "kernels). A host-bound step pays all of it, since its GPU waits for the host; a GPU-bound step hides it "
+        "behind kernels that were queued anyway. The what-ifs start from the step without the profiler."
+    )
+
+
+def without_profiler(report: reader.TraceReport, step: reader.TraceStep, whole: bool) -> None:
+    """The step as traced beside the step without the profiler: both sets of lanes on one time axis."""
+    untraced = untraced_step(report, step)
+    traced = step.metrics.step_us
+    st.subheader("The step as traced, and without the profiler")
+    as_traced, without, ratio = st.columns(3)
+    as_traced.metric("Step time (as traced)", format_us(traced), help="The step as the profiler recorded it.")
+    measured_by = report.trace.recorded_untraced or {}
+    without.metric(
+        "Step time (no profiler)" if untraced.source != "estimate" else "Step time (no profiler, estimated)",
+        format_us(untraced.step_us),
+        help={
+            "metadata": "Measured by the recorder (gpu_probe/recorder.py: untraced steps timed before profiling), "
+            "carried in the trace's metadata.",
+            "probe": "Measured by the probe: the median step of its recorded run "
+            f"({plain(measured_by.get('run', ''))}), timed with CUDA events without the profiler; the Live GPU probe "
+            "tab shows the same figure.",
+        }.get(
+            untraced.source,
+            "Estimated: each host interval less the profiler's cost of the events recorded in it, the kernels "
+            "rescheduled. Record with gpu_probe/recorder.py to carry the measured figure in the trace.",
+        ),
+    )
+    ratio.metric(
+        "Traced / without",
+        f"{traced / untraced.step_us:.2f}×",
+        help="How much slower the profiler made this step.",
+    )
+    # One chart, the two steps' lanes one above the other on one time axis: a second chart would cost every step
+    # change another ~30 ms of drawing in the browser (bench/trace_speed.py).
+    both = (
+        replace(step.timeline, label="as traced"),
+        replace(untraced.step.timeline, source=step.timeline.source, label="without the profiler"),
+    )
+    st.plotly_chart(
+        lanes_figure(*both, whole_step=whole),
+        width="stretch",
+        key="tr_untraced_lanes",
+        theme=None,
+        config={"displaylogo": False, "scrollZoom": True},
+    )
+    source = (
+        f"The step without the profiler is {untraced.source_label} ({format_us(untraced.step_us)}); its lanes are "
+        "this step with the profiler's cost taken out of each host interval, scaled to match it."
+        if untraced.source != "estimate"
+        else f"The step without the profiler is estimated: {untraced.profiler_us:,.0f} µs of the profiler's own cost "
+        "taken out of the host lane, the kernels rescheduled by the simulator's timing model."
+    )
+    st.caption(f"{source} {_why_slow()}")
+    notes = [report.trace.recorded_note, *untraced.notes]
+    for note in filter(None, notes):
+        st.caption(plain(note))
