@@ -170,6 +170,7 @@ class ProbeSession:
         from gpu_probe.kernels.linear import (  # Triton: where it runs
             TILE_MAX_ROWS,
             TILE_PDL,
+            split_k_gemms,
             unpipelined_gemms,
         )
 
@@ -177,6 +178,7 @@ class ProbeSession:
             context_len=self.cfg.prefill_len,
             num_blocks=self.num_blocks,
             unpipelined_gemms=unpipelined_gemms(self.cfg),
+            split_k_gemms=split_k_gemms(self.cfg, self.model.device if self.model is not None else "cpu"),
             pdl_max_rows=TILE_MAX_ROWS if TILE_PDL else 4,  # the calibration's PDL chain
             **self.static,
         )

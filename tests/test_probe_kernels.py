@@ -122,6 +122,59 @@ def test_both_kernels_over_several_k_tiles_on_cpu(config, variant):
     assert rel_err(out, fused_linear_reference(x, weight, **kwargs)) < 1e-5
 
 
+@pytest.mark.parametrize("splits", [2, 3, 5])
+@pytest.mark.parametrize("variant", ["plain", "norm", "residual", "swiglu"])
+def test_split_k_sums_every_split_once_in_a_fixed_order_on_cpu(splits, variant):
+    # K = 70 in 16-wide tiles: 5 K tiles over 2, 3 or 5 programs per output tile (3: 2 + 2 + 1 tiles).
+    gen = torch.Generator().manual_seed(splits)
+    m, n, k = 3, 40, 70
+    x = torch.randn(m, k, generator=gen)
+    weight = torch.randn(2 * n if variant == "swiglu" else n, k, generator=gen)
+    kwargs = {
+        "plain": {},
+        "norm": {"rms_eps": 1e-5},
+        "residual": {"residual": torch.randn(m, n, generator=gen)},
+        "swiglu": {"rms_eps": 1e-5, "swiglu": True},
+    }[variant]
+    config = dict(DOT, SPLIT_K=splits)
+    first = fused_linear(x, weight, config=config, **kwargs).clone()
+    assert rel_err(first, fused_linear_reference(x, weight, **kwargs)) < 1e-5
+    # The tile's last split leaves every ticket at zero, so the next call (or graph replay) starts clean
+    # and gives the same bits.
+    assert all(not tickets.any() for _, _, tickets in linear._SPLIT_BUFFERS.values())
+    assert torch.equal(fused_linear(x, weight, config=config, **kwargs), first)
+
+
+def test_split_k_rejects_a_split_without_a_k_tile():
+    x, weight = torch.randn(2, 70), torch.randn(8, 70)
+    with pytest.raises(ValueError, match="without a K tile"):
+        fused_linear(x, weight, config=dict(DOT, SPLIT_K=4))  # 5 K tiles: 2 + 2 + 1, a fourth gets none
+
+
+@pytest.mark.parametrize("sms", [1, 78, 132])
+@pytest.mark.parametrize("tiles", [1, 16, 32, 48, 64, 128, 2004])
+@pytest.mark.parametrize("k, block_k", [(1024, 256), (2048, 128), (2816, 256), (8192, 256), (70, 16)])
+def test_split_k_rule_fills_one_wave_and_leaves_no_split_empty(sms, tiles, k, block_k):
+    splits, k_tiles = linear.split_k(tiles, k, block_k, sms), -(-k // block_k)
+    assert 1 <= splits <= min(linear.SPLIT_K_MAX, k_tiles)
+    assert splits == 1 or tiles * splits <= sms  # never a second wave of programs
+    assert -(-k_tiles // -(-k_tiles // splits)) == splits  # every split has a K tile
+    if tiles * 2 <= sms and k_tiles >= 2:  # a short grid splits (the 1b O and down at 8-64 rows)
+        assert splits >= 2
+    if tiles >= sms:  # the LM head's thousands of tiles never do
+        assert splits == 1
+    assert linear.split_k(tiles, k, block_k, sms, swiglu=True) == 1
+
+
+@pytest.mark.parametrize("shape, splits", list(linear.SPLITS.items()))
+def test_measured_splits_are_the_tiles_choice_and_leave_no_split_empty(shape, splits):
+    n, k, swiglu, block_m = shape
+    cfg = linear._tile_config(block_m, n, k, swiglu, 132)
+    k_tiles = -(-k // cfg["BLOCK_K"])
+    assert cfg["BLOCK_M"] == block_m and cfg["SPLIT_K"] == splits
+    assert 1 <= splits <= linear.SPLIT_K_MAX and -(-k_tiles // -(-k_tiles // splits)) == splits
+
+
 @pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 16, 17, 256])
 @pytest.mark.parametrize(
     "n, k, swiglu",

@@ -14,6 +14,13 @@ MMA's wide side and the batch rows, padded to 16, its narrow side, so a batch of
 weight stream as a batch of 16, and the tile can be as narrow in weight rows as keeps every SM
 streaming (`_tile_config`). Accumulation is fp32 in both.
 
+Split K: a tile of 64 weight rows gives the 1b preset's QKV, O and down projections only 32-64 programs on
+132 SMs, and a short grid cannot pull the weights at the copy bandwidth (QKV at 8 rows: 1.7 of 4.1 TB/s on
+the H200). Such GEMMs split K over up to SPLIT_K_MAX programs per tile: each writes its fp32 partial sums to
+a workspace and takes a ticket from the tile's counter; the last to arrive adds the partials in split order
+(the same bits whichever finishes last), runs the epilogue and sets the counter back to zero for the next
+call or graph replay. The norm's sum of squares is split the same way.
+
 pdl (programmatic dependent launch, Hopper+): the kernel may start while the previous kernel in
 the stream is still finishing. Everything it reads before `gdc_wait` must not depend on that
 kernel -- here only W: both kernels load their first weight tile, then wait for x.
@@ -81,6 +88,23 @@ TILES: dict[tuple[int, int, bool, int], tuple[int, int, int, int]] = {
 # The tensor-core tile loads its first W tile before its PDL wait, as the GEMV does.
 TILE_PDL = True
 SMEM_BUDGET = 160 * 1024  # bytes of pipelined tiles a tensor-core program may stage (of ~228 KB on Hopper)
+SPLIT_K_MAX = 8  # more splits than this and the partials' traffic starts to count against what they save
+# (n_out, k, swiglu, batch tile) -> splits where `tools/split_k_sweep.py` on the H100 (2026-12-06) found
+# another count than the rule's (`split_k`) over 3 % faster per launch. In the whole 1b step at batch 8 the
+# rule's splits took 1,613 -> 1,309 µs, at 64 1,841 -> 1,695; the small preset's step at 64 lost with them
+# (2,779 -> 3,044), its QKV and O unsplit and its down in 4 are this table's answer to that.
+SPLITS: dict[tuple[int, int, bool, int], int] = {
+    (1024, 1024, False, 64): 1,
+    (1024, 2816, False, 64): 4,
+    (2048, 2048, False, 16): 3,
+    (2048, 8192, False, 16): 8,
+    (2048, 8192, False, 32): 6,
+    (3072, 1024, False, 16): 1,
+    (3072, 1024, False, 32): 1,
+    (3072, 1024, False, 64): 1,
+    (3072, 2048, False, 16): 1,
+    (3072, 2048, False, 64): 4,
+}
 
 
 def runs_unpipelined(n_out: int, k: int, swiglu: bool) -> bool:
@@ -94,6 +118,21 @@ def unpipelined_gemms(cfg) -> list[list]:
     h, q, kv, f = cfg.hidden, cfg.q_dim, cfg.kv_dim, cfg.ffn
     shapes = ((q + 2 * kv, h, False), (h, q, False), (f, h, True), (h, f, False), (cfg.vocab, h, False))
     return [list(shape) for shape in dict.fromkeys(shapes) if runs_unpipelined(*shape)]
+
+
+def split_k_gemms(cfg, device: torch.device) -> list[list]:
+    """[n_out, k, swiglu, batch tile, splits] of the decoder's fused GEMMs that split K on `device`: a probe
+    result names them (`settings.split_k_gemms`)."""
+    num_sms = _num_sms(torch.device(device))
+    h, q, kv, f = cfg.hidden, cfg.q_dim, cfg.kv_dim, cfg.ffn
+    shapes = ((q + 2 * kv, h, False), (h, q, False), (f, h, True), (h, f, False), (cfg.vocab, h, False))
+    out = []
+    for n, k, swiglu in dict.fromkeys(shapes):
+        for rows in (16, 32, 64):
+            splits = _tile_config(rows, n, k, swiglu, num_sms)["SPLIT_K"]
+            if splits > 1:
+                out.append([n, k, swiglu, rows, splits])
+    return out
 
 
 @triton.jit
@@ -283,6 +322,52 @@ def _tile_accumulate(
 
 
 @triton.jit
+def _split_k_reduce(
+    acc,
+    acc_up,
+    sum_sq,
+    partials_ptr,
+    sum_sq_ptr,
+    tickets_ptr,
+    SWIGLU: tl.constexpr,
+    NORM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    SPLIT_K: tl.constexpr,
+):
+    """Store this split's partials, take a ticket; the tile's last split returns (True, the sums over every
+    split in split order), the others (False, their own partials)."""
+    tile = tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)
+    tiles = tl.num_programs(0) * tl.num_programs(1)
+    cell = tl.arange(0, BLOCK_N)[:, None] * BLOCK_M + tl.arange(0, BLOCK_M)[None, :]
+    slot = (tl.program_id(2) * tiles + tile).to(tl.int64)
+    up_half = (SPLIT_K * tiles).to(tl.int64) * (BLOCK_N * BLOCK_M)  # the up accumulators follow the gate's
+    tl.store(partials_ptr + slot * (BLOCK_N * BLOCK_M) + cell, acc)
+    if SWIGLU:
+        tl.store(partials_ptr + up_half + slot * (BLOCK_N * BLOCK_M) + cell, acc_up)
+    if NORM:
+        tl.store(sum_sq_ptr + slot * BLOCK_M + tl.arange(0, BLOCK_M), sum_sq)
+    tl.debug_barrier()  # every thread's partials are written before the ticket releases them
+    ticket = tl.atomic_add(tickets_ptr + tile, 1, sem="acq_rel", scope="gpu")
+    last = ticket == SPLIT_K - 1
+    if last:
+        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+        acc_up = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+        sum_sq = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        for split in tl.static_range(SPLIT_K):  # in split order, not arrival order: the same bits every call
+            at = (split * tiles + tile).to(tl.int64)
+            acc += tl.load(partials_ptr + at * (BLOCK_N * BLOCK_M) + cell, cache_modifier=".cg")
+            if SWIGLU:
+                acc_up += tl.load(
+                    partials_ptr + up_half + at * (BLOCK_N * BLOCK_M) + cell, cache_modifier=".cg"
+                )
+            if NORM:
+                sum_sq += tl.load(sum_sq_ptr + at * BLOCK_M + tl.arange(0, BLOCK_M), cache_modifier=".cg")
+        tl.atomic_xchg(tickets_ptr + tile, 0, sem="relaxed", scope="gpu")  # ready for the next call
+    return last, acc, acc_up, sum_sq
+
+
+@triton.jit
 def _fused_linear_kernel(
     a_ptr,
     w_ptr,
@@ -297,6 +382,10 @@ def _fused_linear_kernel(
     stride_om,
     stride_rm,
     eps,
+    partials_ptr,
+    sum_sq_ptr,
+    tickets_ptr,
+    k_per_split,
     NORM: tl.constexpr,
     SWIGLU: tl.constexpr,
     RESIDUAL: tl.constexpr,
@@ -305,13 +394,21 @@ def _fused_linear_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    SPLIT_K: tl.constexpr,
 ):
-    """Program (weight-row block, batch-row block): out[rows, cols] for BLOCK_N output columns."""
+    """Program (weight-row block, batch-row block, K split): out[rows, cols] for BLOCK_N output columns
+    (with SPLIT_K > 1, the partial sums of its share of K; the tile's last split writes out)."""
     pid_n = tl.program_id(0)  # N first: neighbouring programs share the same x rows
     pid_m = tl.program_id(1)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
+    if SPLIT_K == 1:
+        k_start = 0
+        k_end = K
+    else:  # k_per_split is a multiple of BLOCK_K: no K tile straddles two splits
+        k_start = tl.program_id(2) * k_per_split
+        k_end = tl.minimum(K, k_start + k_per_split)
+    offs_k = k_start + tl.arange(0, BLOCK_K)
     mask_m = offs_m < M
     mask_n = offs_n < N
     w_rows = w_ptr + offs_n[:, None] * stride_wn
@@ -328,11 +425,26 @@ def _fused_linear_kernel(
     acc, acc_up, sum_sq = _tile_accumulate(
         a_rows, offs_k, mask_m, K, w, up, acc, acc_up, sum_sq, NORM, SWIGLU, IEEE
     )
-    for k0 in range(BLOCK_K, K, BLOCK_K):
+    for k0 in range(BLOCK_K, k_end - k_start, BLOCK_K):
         w, up = _tile_weights(w_rows, up_shift, k0 + offs_k, mask_n, K, SWIGLU)
         acc, acc_up, sum_sq = _tile_accumulate(
             a_rows, k0 + offs_k, mask_m, K, w, up, acc, acc_up, sum_sq, NORM, SWIGLU, IEEE
         )
+    if SPLIT_K > 1:  # only the tile's last split goes on to write out
+        last, acc, acc_up, sum_sq = _split_k_reduce(
+            acc,
+            acc_up,
+            sum_sq,
+            partials_ptr,
+            sum_sq_ptr,
+            tickets_ptr,
+            SWIGLU,
+            NORM,
+            BLOCK_M,
+            BLOCK_N,
+            SPLIT_K,
+        )
+        mask_m = mask_m & last
     _epilogue(
         tl.trans(acc),
         tl.trans(acc_up),
@@ -378,6 +490,7 @@ def _tile_config(m: int, n: int, k: int, swiglu: bool, num_sms: int, element_siz
         and block_k > 32
     ):
         block_k //= 2
+    tiles = triton.cdiv(n, block_n) * triton.cdiv(m, block_m)
     return {
         "kernel": "dot",
         "BLOCK_M": block_m,
@@ -385,7 +498,20 @@ def _tile_config(m: int, n: int, k: int, swiglu: bool, num_sms: int, element_siz
         "BLOCK_K": block_k,
         "num_warps": warps,
         "num_stages": 1 if runs_unpipelined(n, k, swiglu) else stages,
+        "SPLIT_K": SPLITS.get((n, k, swiglu, block_m)) or split_k(tiles, k, block_k, num_sms, swiglu),
     }
+
+
+def split_k(tiles: int, k: int, block_k: int, num_sms: int, swiglu: bool = False) -> int:
+    """Programs per output tile, each over its share of K: as many as keep the grid within one wave (a
+    pipelined tile program fills an SM's shared memory), at most SPLIT_K_MAX, each with a K tile or more.
+    Never for SwiGLU: its two accumulators double the partials, and every split of the sweep lost (1b
+    gate/up at 8 rows: 24.5 µs whole, 30.6 in two)."""
+    if swiglu:
+        return 1
+    k_tiles = triton.cdiv(k, block_k)
+    wanted = max(1, min(SPLIT_K_MAX, num_sms // tiles, k_tiles))
+    return triton.cdiv(k_tiles, triton.cdiv(k_tiles, wanted))  # no split left without a K tile
 
 
 def _gemv_config(m: int, n: int, k: int, swiglu: bool, num_sms: int) -> dict:
@@ -403,6 +529,21 @@ def _gemv_config(m: int, n: int, k: int, swiglu: bool, num_sms: int) -> dict:
 
 
 _SMS: dict[int, int] = {}
+# (device, partial sums, sums of squares, tiles) -> (partials, sums of squares, tickets) for split-K
+# GEMMs. Kept for the process: a captured graph holds their addresses, and the tickets must start at zero
+# (each call leaves them there). Calls in one stream run one after another, so shapes may share them.
+_SPLIT_BUFFERS: dict[tuple, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+
+
+def _split_buffers(device: torch.device, partials: int, sums: int, tiles: int):
+    key = (device, partials, sums, tiles)
+    if key not in _SPLIT_BUFFERS:
+        _SPLIT_BUFFERS[key] = (
+            torch.empty(partials, dtype=torch.float32, device=device),
+            torch.empty(max(1, sums), dtype=torch.float32, device=device),
+            torch.zeros(tiles, dtype=torch.int32, device=device),
+        )
+    return _SPLIT_BUFFERS[key]
 
 
 def _num_sms(device: torch.device) -> int:
@@ -484,9 +625,28 @@ def fused_linear(
         cfg["launch_pdl"] = True  # only named when set: the CPU interpreter knows no such option
     if kernel == "gemv":
         _gemv_kernel[(triton.cdiv(n_out, cfg["BLOCK_N"]),)](*args, **flags, PDL=pdl, **cfg)
-    else:
-        grid = (triton.cdiv(n_out, cfg["BLOCK_N"]), triton.cdiv(m, cfg["BLOCK_M"]))
-        _fused_linear_kernel[grid](*args, **flags, IEEE=weight.dtype == torch.float32, PDL=pdl, **cfg)
+        return out
+    splits = cfg.pop("SPLIT_K", 1)
+    grid = (triton.cdiv(n_out, cfg["BLOCK_N"]), triton.cdiv(m, cfg["BLOCK_M"]), splits)
+    k_per_split = triton.cdiv(triton.cdiv(k, cfg["BLOCK_K"]), splits) * cfg["BLOCK_K"]
+    if triton.cdiv(k, k_per_split) != splits:
+        raise ValueError(f"{splits} K splits of {k} leave one without a K tile of {cfg['BLOCK_K']}")
+    split = (out, out, out)  # unused without splits
+    if splits > 1:
+        tiles = grid[0] * grid[1]
+        cells = splits * tiles * cfg["BLOCK_N"] * cfg["BLOCK_M"]
+        sums = splits * tiles * cfg["BLOCK_M"] if flags["NORM"] else 0
+        split = _split_buffers(weight.device, cells * (2 if swiglu else 1), sums, tiles)
+    _fused_linear_kernel[grid](
+        *args,
+        *split,
+        k_per_split,
+        **flags,
+        IEEE=weight.dtype == torch.float32,
+        PDL=pdl,
+        SPLIT_K=splits,
+        **cfg,
+    )
     return out
 
 
