@@ -246,4 +246,7 @@ def test_the_calibrations_family_work_is_the_simulators_work():
     fused_work, fused_flops = family_work(model, [3], [fused], unpipelined=UNPIPELINED_BEFORE_2026_12_02)
     one, one_flops = family_work(model, [3], [PERSISTENT], unpipelined=UNPIPELINED_BEFORE_2026_12_02)
     assert one[0][INDEX["persistent"]] == pytest.approx(fused_work[0].sum()) and one[0].sum() == one[0][-1]
-    assert one_flops[0][INDEX["persistent"]] == pytest.approx(fused_flops[0].sum())
+    # ... and computes a power-of-two row tile: 3 rows cost the FLOPs of 4 (gpu_probe.kernels.persistent).
+    four_flops = family_work(model, [4], [fused], unpipelined=UNPIPELINED_BEFORE_2026_12_02)[1]
+    assert one_flops[0][INDEX["persistent"]] == pytest.approx(four_flops[0].sum())
+    assert one_flops[0][INDEX["persistent"]] > fused_flops[0].sum()

@@ -315,13 +315,16 @@ def family_work(model: ModelConfig, rows, modes, *, unpipelined: frozenset) -> t
                 return name
             return _family_of(model, path[name], name, int(rows_k), unpipelined)
 
+        # The persistent kernel computes a power-of-two row tile (gpu_probe.kernels.persistent: 3 rows cost 4):
+        # past a few rows its products on CUDA cores are bound by instructions, so the padded rows count.
+        flop_rows = 1 << (int(rows_k) - 1).bit_length() if one_k else rows_k
         for name, op in ops[bool(fused_k)].items():
             if name not in path:
                 continue  # sampling: the probe stops at the logits
             times = layers if name in layer_names else 1
             col = INDEX[family(name)]
             out_bytes[k, col] += times * (op.weight + rows_k * (op.act + op.kv)) * b
-            out_flops[k, col] += times * rows_k * op.flops
+            out_flops[k, col] += times * flop_rows * op.flops
         for target, elements in moves:
             moved = sum(dims[d] * n for d, n in elements.items())
             out_bytes[k, INDEX[family(target)]] += layers * rows_k * moved * b
