@@ -1,4 +1,4 @@
-"""The probe tab on the shipped H200 runs: the 1b run beside the small one, the "× read floor" and
+"""The probe tab on the shipped runs: the 1b run beside the small one, the "× read floor" and
 "HBM bandwidth used" readouts, what a fused+graph step is made of, one time axis for the measured and
 simulated lanes, and the profiler's stretch of a graph launch marked."""
 
@@ -15,7 +15,7 @@ from ui.probe_results import MORE_RECORDED
 ONE_B = probe_result.RECORDED_PATH.with_name(MORE_RECORDED[0])
 pytestmark = pytest.mark.skipif(
     not (probe_result.RECORDED_PATH.is_file() and ONE_B.is_file()),
-    reason="the recorded H200 runs are not shipped",
+    reason="the recorded runs are not shipped",
 )
 
 
@@ -124,14 +124,20 @@ def _open_persistent(tab: str, key: str, **params):
     st.cache_resource.clear()
     at = open_tab(tab, **params)
     picker = at.selectbox(key=key)
-    picker.set_value(next(o for o in picker.options if "03 Dec 2026 08:58" in o))
+    picker.set_value(
+        next(
+            o
+            for o in picker.options
+            if o.startswith("recorded: 1b preset · fusion + graphs, persistent kernel")
+        )
+    )
     at.run()
     assert not at.exception, at.exception
     return at
 
 
 def test_the_recorded_persistent_run_shows_inside_its_kernel():
-    """The CLI's own run of the persistent mode (H200): its in-kernel stamps drawn beside fused+graph."""
+    """The CLI's own run of the persistent mode: its in-kernel stamps drawn beside fused+graph."""
     res = probe_result.load_result(PERSISTENT_RUN)
     assert res.all_checks_passed and "persistent_barriers" in res.checks
     run = res.run("persistent", 1)
