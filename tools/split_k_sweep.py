@@ -107,10 +107,13 @@ def step_compare(presets, batches, deadline: float) -> list:
             inputs = {name: value[:batch] for name, value in every.items()}
             before = model.kv_cache.kv.clone()
             row = {"preset": preset, "batch": batch}
-            saved = linear.SPLIT_K_MAX
+            saved, table = linear.SPLIT_K_MAX, dict(linear.SPLITS)
             try:
-                for label, most in (("no_split", 1), ("split", saved)):
+                # No split: the rule capped at one and the measured table emptied (it overrides the rule).
+                for label, most, splits in (("no_split", 1, {}), ("split", saved, table)):
                     linear.SPLIT_K_MAX = most
+                    linear.SPLITS.clear()
+                    linear.SPLITS.update(splits)
                     linear._tile_config.cache_clear()
                     model.kv_cache.kv.copy_(before)
                     eager = model(**inputs).clone()
@@ -132,6 +135,8 @@ def step_compare(presets, batches, deadline: float) -> list:
                 row["error"] = f"{type(err).__name__}: {str(err)[:200]}"
             finally:
                 linear.SPLIT_K_MAX = saved
+                linear.SPLITS.clear()
+                linear.SPLITS.update(table)
                 linear._tile_config.cache_clear()
             say(json.dumps(row))
             out.append(row)
