@@ -317,5 +317,5 @@ def test_sharded_on_one_gpu_with_gloo():
     assert all(c["sharded_vs_unsharded"]["passed"] for c in checks)
 
 
-if __name__ == "__main__":
-    sys.exit(pytest.main([__file__, "-q"]))
+if __name__ == "__main__":  # under torchrun: each rank runs this file in its own process, not in workers
+    sys.exit(pytest.main([__file__, "-q", "-o", "addopts=-ra"]))
