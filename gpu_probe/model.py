@@ -481,7 +481,7 @@ class ProbeModel(nn.Module):
             raise RuntimeError(
                 "the fused path needs CUDA, or TRITON_INTERPRET=1 set before triton is imported"
             )
-        from gpu_probe.kernels import fused_linear, paged_decode_attention
+        from gpu_probe.kernels import fused_linear
         from gpu_probe.kernels.linear import TILE_MAX_ROWS
 
         cfg = self.cfg
@@ -497,21 +497,8 @@ class ProbeModel(nn.Module):
         h = F.embedding(input_ids, self.tok_embeddings)
         for index, layer in enumerate(self.layers):
             qkv = fused_linear(h, layer.w_qkv_folded, rms_eps=cfg.norm_eps, out=qkv_out, pdl=pdl)
-            k_cache, v_cache = self.kv_cache.layer(index)
-            attn = paged_decode_attention(
-                qkv,
-                positions,
-                block_tables,
-                slot_mapping,
-                context_lens,
-                k_cache,
-                v_cache,
-                self.rope_cos,
-                self.rope_sin,
-                cfg.n_heads,
-                cfg.n_kv_heads,
-                splits,
-                pdl=pdl,
+            attn = self._attention(
+                index, qkv, positions, block_tables, slot_mapping, context_lens, splits, pdl=pdl
             )
             residual = h if self.adds_residual else None
             h = self._reduced(fused_linear(attn, layer.wo, residual=residual, pdl=pdl))
@@ -522,6 +509,28 @@ class ProbeModel(nn.Module):
             h = self._reduced(fused_linear(act, layer.w_down, residual=residual, pdl=pdl))
         return fused_linear(h, self.lm_head_folded, rms_eps=cfg.norm_eps, out=logits_out, pdl=pdl)
 
+    def _attention(self, index, qkv, positions, block_tables, slot_mapping, context_lens, splits, **options):
+        """Both fused paths' attention of layer `index` over the paged cache, RoPE and the KV write inside it
+        (`options`: PDL at small batch; the norm's 1/rms on q, k and v on the wide path)."""
+        from gpu_probe.kernels import paged_decode_attention
+
+        k_cache, v_cache = self.kv_cache.layer(index)
+        return paged_decode_attention(
+            qkv,
+            positions,
+            block_tables,
+            slot_mapping,
+            context_lens,
+            k_cache,
+            v_cache,
+            self.rope_cos,
+            self.rope_sin,
+            self.cfg.n_heads,
+            self.cfg.n_kv_heads,
+            splits,
+            **options,
+        )
+
     def _wide_fused_forward(
         self, input_ids, positions, block_tables, slot_mapping, context_lens, logits_out=None, workspace=None
     ) -> torch.Tensor:
@@ -530,7 +539,7 @@ class ProbeModel(nn.Module):
         the norm weight folded in; the attention applies the norm's 1/rms to q, k and v (with RoPE and the
         KV write, as at small batch); one kernel applies it to gate and up with SiLU x up; o and down add
         the residual in cuBLAS's own epilogue (beta = 1, into the residual stream)."""
-        from gpu_probe.kernels import ops, paged_decode_attention
+        from gpu_probe.kernels import ops
         from gpu_probe.kernels.linear import rms_swiglu
 
         cfg = self.cfg
@@ -541,19 +550,13 @@ class ProbeModel(nn.Module):
         h = F.embedding(input_ids, self.tok_embeddings)
         for index, layer in enumerate(self.layers):
             qkv = torch.mm(h, layer.w_qkv_folded.t(), out=qkv_out)
-            k_cache, v_cache = self.kv_cache.layer(index)
-            attn = paged_decode_attention(
+            attn = self._attention(
+                index,
                 qkv,
                 positions,
                 block_tables,
                 slot_mapping,
                 context_lens,
-                k_cache,
-                v_cache,
-                self.rope_cos,
-                self.rope_sin,
-                cfg.n_heads,
-                cfg.n_kv_heads,
                 splits,
                 norm_input=h,
                 norm_eps=cfg.norm_eps,

@@ -172,8 +172,9 @@ def _epilogue(
 
 
 @triton.jit
-def _gemv_weights(w_rows, up_shift, offs_k, mask_n, K, SWIGLU: tl.constexpr):
-    """One [BLOCK_N, BLOCK_K] tile of W (and of the up half when SWIGLU; else W again, unused)."""
+def _weight_tile(w_rows, up_shift, offs_k, mask_n, K, SWIGLU: tl.constexpr):
+    """One [BLOCK_N, BLOCK_K] tile of W, K-contiguous (and of the up half when SWIGLU; else W again, unused):
+    both kernels stream W this way."""
     mask = mask_n[:, None] & (offs_k < K)[None, :]
     w = tl.load(w_rows + offs_k[None, :], mask=mask, other=0.0)
     up = w
@@ -243,7 +244,7 @@ def _gemv_kernel(
     up_shift = up_offset * stride_wn
     if PDL:
         gdc_launch_dependents()  # let the next kernel start its own weight loads too
-    w, up = _gemv_weights(w_rows, up_shift, offs_k, mask_n, K, SWIGLU)  # before the wait: W is not an input
+    w, up = _weight_tile(w_rows, up_shift, offs_k, mask_n, K, SWIGLU)  # before the wait: W is not an input
     if PDL:
         gdc_wait()  # x and the residual come from earlier kernels
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -253,7 +254,7 @@ def _gemv_kernel(
         a_ptr, stride_am, offs_m, mask_m, offs_k, K, w, up, acc, acc_up, sum_sq, NORM, SWIGLU
     )
     for k0 in range(BLOCK_K, K, BLOCK_K):
-        w, up = _gemv_weights(w_rows, up_shift, k0 + offs_k, mask_n, K, SWIGLU)
+        w, up = _weight_tile(w_rows, up_shift, k0 + offs_k, mask_n, K, SWIGLU)
         acc, acc_up, sum_sq = _gemv_accumulate(
             a_ptr, stride_am, offs_m, mask_m, k0 + offs_k, K, w, up, acc, acc_up, sum_sq, NORM, SWIGLU
         )
@@ -275,17 +276,6 @@ def _gemv_kernel(
         SWIGLU,
         RESIDUAL,
     )
-
-
-@triton.jit
-def _tile_weights(w_rows, up_shift, offs_k, mask_n, K, SWIGLU: tl.constexpr):
-    """One [BLOCK_N, BLOCK_K] tile of W, K-contiguous (and of the up half when SWIGLU; else W again, unused)."""
-    mask = mask_n[:, None] & (offs_k < K)[None, :]
-    w = tl.load(w_rows + offs_k[None, :], mask=mask, other=0.0)
-    up = w
-    if SWIGLU:
-        up = tl.load(w_rows + up_shift + offs_k[None, :], mask=mask, other=0.0)
-    return w, up
 
 
 @triton.jit
@@ -416,7 +406,7 @@ def _fused_linear_kernel(
     up_shift = up_offset * stride_wn
     if PDL:
         gdc_launch_dependents()
-    w, up = _tile_weights(w_rows, up_shift, offs_k, mask_n, K, SWIGLU)  # before the wait: W is not an input
+    w, up = _weight_tile(w_rows, up_shift, offs_k, mask_n, K, SWIGLU)  # before the wait: W is not an input
     if PDL:
         gdc_wait()
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
@@ -426,7 +416,7 @@ def _fused_linear_kernel(
         a_rows, offs_k, mask_m, K, w, up, acc, acc_up, sum_sq, NORM, SWIGLU, IEEE
     )
     for k0 in range(BLOCK_K, k_end - k_start, BLOCK_K):
-        w, up = _tile_weights(w_rows, up_shift, k0 + offs_k, mask_n, K, SWIGLU)
+        w, up = _weight_tile(w_rows, up_shift, k0 + offs_k, mask_n, K, SWIGLU)
         acc, acc_up, sum_sq = _tile_accumulate(
             a_rows, k0 + offs_k, mask_m, K, w, up, acc, acc_up, sum_sq, NORM, SWIGLU, IEEE
         )
