@@ -9,8 +9,8 @@ changes what another sees.
 Two things keep a fit off the page's path (bench/first_view_speed.py, "first Calibration tab
 open"): the fit with leave-one-out is also the fit without it (same parameters), so a preset or a
 predicted picture reuses whichever fit of that content exists; and the shipped run's fit starts
-when the server does (`prefit_recorded`, from ui/warmup.py) in a separate process at the lowest
-CPU priority, so it uses only cores the first page leaves idle and never holds the server's GIL.
+with the server's first page, before any tab draws (`start_prefit`, from app.py), in a separate process at
+the lowest CPU priority, so it uses only cores the first page leaves idle and never holds the server's GIL.
 The page waits for that fit instead of starting a second one. Meanwhile a thread of the server reads the shipped
 runs and hashes their content (`_read_shipped_runs`), which the first open of the tab paid for otherwise (0.4-0.8 s
 on 2 busy cores, issue 29, item 7). Set LAUNCH_BOUND_NO_PREFIT=1 to turn both off.
@@ -39,6 +39,7 @@ CALIBRATED_TITLE = (
 )
 _FITS_LOCK = threading.Lock()
 _PREFIT: dict = {}  # "future": the shipped run's fit in the background process, until collected
+_READER: dict = {}  # "thread": the thread that read the shipped runs, once per server
 
 
 def result_key(result) -> str:
@@ -101,16 +102,12 @@ def _read_shipped_runs() -> None:
         result_key(result)
 
 
-def prefit_recorded() -> None:
-    """Start fitting the shipped run in a separate, lowest-priority process (once per server), and read the shipped
-    runs in a thread meanwhile."""
+def start_prefit() -> None:
+    """Start fitting the shipped run in a separate, lowest-priority process, once per server. app.py calls it before
+    any tab draws: the fit with its leave-one-out refits takes about 2 s on the shipped run's 24 points, and every
+    second of the first page's load it gets is a second the first Calibration open need not wait."""
     if _PREFIT or os.environ.get("LAUNCH_BOUND_NO_PREFIT"):
         return
-    from streamlit.runtime.scriptrunner import add_script_run_ctx
-
-    reader = threading.Thread(target=_read_shipped_runs, name="read-shipped-runs", daemon=True)
-    add_script_run_ctx(reader)  # the caches are the server's; the context only keeps Streamlit from warning
-    reader.start()
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -124,6 +121,22 @@ def prefit_recorded() -> None:
         _PREFIT["pool"] = pool
     except (OSError, RuntimeError):  # no processes to be had here: the page fits inline instead
         _PREFIT["future"] = None
+
+
+def prefit_recorded() -> None:
+    """The shipped run's fit started (`start_prefit`, if app.py has not already), and the shipped runs read in a
+    thread meanwhile (once per server; after ui/warmup's imports, which that thread's imports must not race)."""
+    if os.environ.get("LAUNCH_BOUND_NO_PREFIT"):
+        return
+    start_prefit()
+    if _READER:
+        return
+    from streamlit.runtime.scriptrunner import add_script_run_ctx
+
+    reader = threading.Thread(target=_read_shipped_runs, name="read-shipped-runs", daemon=True)
+    add_script_run_ctx(reader)  # the caches are the server's; the context only keeps Streamlit from warning
+    _READER["thread"] = reader
+    reader.start()
 
 
 def _prefitted(key: str) -> Calibration | None:
