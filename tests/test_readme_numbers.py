@@ -670,7 +670,7 @@ def persistent_row() -> list[str | None]:
 NOT_RECOMPUTABLE = [
     (
         "Headline measurements",
-        "| the test suite on a fresh clone, 2 CPU cores, no GPU | median 5 min 46 s over four runs (2,333 passed, "
+        "| the test suite on a fresh clone, 2 CPU cores, no GPU | median 5 min 42 s over five runs (2,333 passed, "
         "183 skipped) | 6 min 14 s (.ci/run) | 2026-12-06 |",
         "`python -m pytest` (two xdist workers) on fresh clones of one commit on the 2-core development machine, "
         "2026-12-06, .ci/run's among them; docs/benchmarks.md",
