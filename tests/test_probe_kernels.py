@@ -83,6 +83,13 @@ def check_attention(case, n_splits, tol):
     assert torch.equal(flat(kernel_v)[written], flat(case["v_cache"])[written])
 
 
+def epilogue_kwargs(variant: str, m: int, n: int, gen: torch.Generator) -> dict:
+    """fused_linear's keyword arguments for each epilogue (a residual drawn from `gen` only where one is used)."""
+    if variant == "residual":
+        return {"residual": torch.randn(m, n, generator=gen)}
+    return {"plain": {}, "norm": {"rms_eps": 1e-5}, "swiglu": {"rms_eps": 1e-5, "swiglu": True}}[variant]
+
+
 # ---- CPU, through the interpreter ----------------------------------------------------------------
 @pytest.mark.parametrize("m, n, k", [(1, 40, 64), (3, 20, 36)])
 @pytest.mark.parametrize("variant", ["plain", "norm", "residual", "swiglu"])
@@ -90,12 +97,7 @@ def test_fused_linear_matches_reference_on_cpu(m, n, k, variant):
     gen = torch.Generator().manual_seed(m * 100 + n)
     x = torch.randn(m, k, generator=gen)
     weight = torch.randn(2 * n if variant == "swiglu" else n, k, generator=gen)
-    kwargs = {
-        "plain": {},
-        "norm": {"rms_eps": 1e-5},
-        "residual": {"residual": torch.randn(m, n, generator=gen)},
-        "swiglu": {"rms_eps": 1e-5, "swiglu": True},
-    }[variant]
+    kwargs = epilogue_kwargs(variant, m, n, gen)
     out = fused_linear(x, weight, **kwargs)
     assert out.shape == (m, n)
     assert rel_err(out, fused_linear_reference(x, weight, **kwargs)) < 1e-5
@@ -113,11 +115,7 @@ def test_both_kernels_over_several_k_tiles_on_cpu(config, variant):
     m, n, k = 3, 10, 70
     x = torch.randn(m, k, generator=gen)
     weight = torch.randn(2 * n if variant == "swiglu" else n, k, generator=gen)
-    kwargs = {
-        "norm": {"rms_eps": 1e-5},
-        "residual": {"residual": torch.randn(m, n, generator=gen)},
-        "swiglu": {"rms_eps": 1e-5, "swiglu": True},
-    }[variant]
+    kwargs = epilogue_kwargs(variant, m, n, gen)
     out = fused_linear(x, weight, config=config, pdl=True, **kwargs)  # pdl: a no-op off Hopper
     assert rel_err(out, fused_linear_reference(x, weight, **kwargs)) < 1e-5
 
@@ -130,12 +128,7 @@ def test_split_k_sums_every_split_once_in_a_fixed_order_on_cpu(splits, variant):
     m, n, k = 3, 40, 70
     x = torch.randn(m, k, generator=gen)
     weight = torch.randn(2 * n if variant == "swiglu" else n, k, generator=gen)
-    kwargs = {
-        "plain": {},
-        "norm": {"rms_eps": 1e-5},
-        "residual": {"residual": torch.randn(m, n, generator=gen)},
-        "swiglu": {"rms_eps": 1e-5, "swiglu": True},
-    }[variant]
+    kwargs = epilogue_kwargs(variant, m, n, gen)
     config = dict(DOT, SPLIT_K=splits)
     first = fused_linear(x, weight, config=config, **kwargs).clone()
     assert rel_err(first, fused_linear_reference(x, weight, **kwargs)) < 1e-5

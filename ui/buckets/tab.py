@@ -86,11 +86,7 @@ def _comparison(
 ):
     preset = PRESETS[preset_key]
     workload = wl.Workload(name, np.array(sizes), np.array(weights))
-    memory = None
-    if captures:
-        memory = br.MeasuredGraphMemory.from_captures(
-            [{"bucket": b, "graph_mem_bytes": g, "pool_bytes": p} for b, g, p in captures]
-        )
+    memory = _measured_memory(captures)
     return br.compare(
         preset.model,
         preset.hardware,
@@ -101,6 +97,15 @@ def _comparison(
         budget_bytes=budget_mib * br.MIB,
         max_buckets=max_graphs,
         objective="time" if objective == "step time" else "rows",
+    )
+
+
+def _measured_memory(captures: tuple | None) -> br.MeasuredGraphMemory | None:
+    """The probe's captures (bucket, graph bytes, pool bytes) as graph memory, or None for the model's."""
+    if not captures:
+        return None
+    return br.MeasuredGraphMemory.from_captures(
+        [{"bucket": b, "graph_mem_bytes": g, "pool_bytes": p} for b, g, p in captures]
     )
 
 
@@ -118,11 +123,7 @@ def _binding(
 ) -> br.Binding | None:
     """Which limit binds the optimum (the graph count, the budget, both or neither); same inputs as _comparison."""
     preset = PRESETS[preset_key]
-    memory = None
-    if captures:
-        memory = br.MeasuredGraphMemory.from_captures(
-            [{"bucket": b, "graph_mem_bytes": g, "pool_bytes": p} for b, g, p in captures]
-        )
+    memory = _measured_memory(captures)
     return br.binding_limits(
         preset.model,
         preset.hardware,
