@@ -166,6 +166,7 @@ def calibration_figures() -> dict:
             continue
         out[name] = {
             "params": cal.params,
+            "pins": {n: [pin.status, pin.held_at] for n, pin in cal.pins.items()},
             "rows": [{k: (v if isinstance(v, str) else float(v)) for k, v in r.items()} for r in cal.rows()],
             "replay": [cal.graph_cost.launch_us, cal.graph_cost.per_node_host_us, cal.graph_cost.node_gap_us],
             "timelines": [_timeline_digest(cal.timeline(i)) for i in range(len(cal.points))],

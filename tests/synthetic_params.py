@@ -18,7 +18,7 @@ KNOWN_PARAMS = dict(
     cublas_latency_us=4.2, cublas_GBps=2200.0, cublas_TFLOPs=450.0,
     aten_latency_us=1.3, aten_GBps=600.0,
     persistent_latency_us=140.0, persistent_GBps=3300.0, persistent_TFLOPs=60.0, persistent_issue_GBps=1e5,
-    pdl_hidden_us=1.1,
+    pdl_hidden_share=0.35,
     triton_launch_us=18.0,
     start_launch_share=6.0, aten_launch_share=0.4, cublas_launch_share=0.7, attention_launch_share=1.5,
     merge_launch_share=0.6, op_launch_share=0.9,

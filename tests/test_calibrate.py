@@ -14,7 +14,7 @@ from synthetic_params import KNOWN_PARAMS  # tests/synthetic_params.py
 from core.probe_result import load_result, recorded_result
 from core.step_plan import FUSED_GRAPH, StepPlan, modes
 from sim.calibration import PARAMS, calibrate, calibrated_preset, recorded_graph_cost, synthetic_result
-from sim.calibration.least_squares import bounded_least_squares
+from sim.calibration.least_squares import bounded_least_squares, fit_pinned, log_sigmas
 from sim.calibration.model import model_from_result
 from sim.calibration.report import loo_summary, main
 from sim.config import PRESETS, Preset
@@ -46,7 +46,7 @@ RECOVERED = (
     "split_merge_latency_us",
     "persistent_latency_us",
     "persistent_GBps",
-    "pdl_hidden_us",
+    "pdl_hidden_share",
     "triton_launch_us",
     *LAUNCH_SHARES,
     "replay_us",
@@ -122,7 +122,7 @@ def test_parameters_the_runs_do_not_constrain_are_held():
     assert cal.fitted["triton_launch_us"] and all(cal.fitted[n] for n in LAUNCH_SHARES)
     assert cal.params["triton_launch_us"] == pytest.approx(TRUE["triton_launch_us"], rel=1e-3)
     # No replay, no PDL chain, no persistent kernel: their figures stay where a fit starts.
-    for name in ("replay_us", "node_gap_us", "pdl_hidden_us", "persistent_latency_us"):
+    for name in ("replay_us", "node_gap_us", "pdl_hidden_share", "persistent_latency_us"):
         assert not cal.fitted[name], name
         assert cal.params[name] == next(p.start for p in PARAMS if p.name == name), name
     # A fused step alone launches no cuBLAS matmul, one-op kernel or ATen op but its start: those shares are held.
@@ -142,6 +142,96 @@ def test_bounded_solver_stops_at_the_bound():
     )
     assert u[0] == pytest.approx(1.0) and u[1] == 0.5 and cost == pytest.approx(4.0)
     assert fitted.tolist() == [True, False]
+
+
+# -- what the data pins (issue 36): the figures a fit reports do not depend on where a solver stopped ------------
+def _kernel_times(latency, bandwidth, sizes):
+    """log of a kernel's time at each size, latency + bytes / bandwidth: the model's shape, in log parameters."""
+    return np.log(np.exp(latency) + sizes / np.exp(bandwidth))
+
+
+def test_a_parameter_the_data_does_not_pin_is_held_where_every_start_agrees():
+    """Two rates that the data sees only as their product (log a + log b, fitted to three noisy times): the
+    plain solver stops anywhere along that valley, in a place that moves with the start (as it moved with the
+    CPU's BLAS kernels on the recorded runs); fit_pinned holds one at its prior, so every start gives the same
+    figures."""
+    measured = np.log(6.0) + np.array([0.02, -0.01, -0.01])
+    low, high, prior = np.log([0.01, 0.01]), np.log([100.0, 100.0]), np.log([2.0, 1.5])
+
+    def residuals(u):
+        return np.full(3, u[0] + u[1]) - measured
+
+    starts = [np.log([1.0, 1.0]), np.log([10.0, 0.5]), np.log([0.2, 40.0])]
+    plain = [bounded_least_squares(residuals, u0, low, high)[0] for u0 in starts]
+    assert np.ptp([u[0] for u in plain]) > 1.0  # the same fit quality a factor e apart
+    fits = [fit_pinned(residuals, [u0], low, high, prior) for u0 in starts]
+    for f in fits:
+        assert f.held.sum() == 1 and np.isfinite(f.sigma[~f.held]).all()
+        assert np.exp(f.u.sum()) == pytest.approx(6.0, rel=1e-3)
+    assert np.ptp([f.u for f in fits], axis=0).max() < 1e-7
+
+
+def test_a_bandwidth_whose_bytes_cost_nothing_is_held_at_its_bound():
+    """Sizes so small that the bytes cost nothing beside the latency: the data asks for a high bandwidth and
+    tells nothing more. Held exactly at its upper bound ("at least 20,000 GB/s"); the latency, pinned, is the
+    truth."""
+    sizes = np.array([1.0, 2.0, 3.0])
+    measured = _kernel_times(np.log(2.0), np.log(1e9), sizes)
+    low, high, prior = np.log([0.05, 10.0]), np.log([200.0, 20_000.0]), np.log([2.0, 3000.0])
+
+    def residuals(u):
+        return _kernel_times(u[0], u[1], sizes) - measured
+
+    fit = fit_pinned(residuals, [np.log([1.0, 500.0])], low, high, prior)
+    assert fit.held.tolist() == [False, True] and fit.u[1] == high[1]
+    assert np.exp(fit.u[0]) == pytest.approx(2.0, rel=1e-3)
+
+
+def test_two_parameters_pinned_only_together_are_pinned_once_one_is_held():
+    """One size only: latency + bytes / bandwidth is pinned, neither alone (an infinite interval for both). The
+    wider is held at its prior, and the other then comes out pinned, with a finite interval."""
+    sizes = np.array([100.0])
+    measured = _kernel_times(np.log(2.0), np.log(50.0), sizes)
+    low, high, prior = np.log([0.05, 10.0]), np.log([200.0, 20_000.0]), np.log([1.0, 3000.0])
+
+    def residuals(u):
+        return _kernel_times(u[0], u[1], sizes) - measured
+
+    sigma = log_sigmas(residuals, np.log([2.0, 50.0]), np.array([True, True]))
+    assert np.isinf(sigma).all()
+    fit = fit_pinned(residuals, [np.log([2.0, 3000.0])], low, high, prior)
+    assert fit.held.sum() == 1 and np.isfinite(fit.sigma[~fit.held]).all()
+    assert np.exp(residuals(fit.u)).tolist() == pytest.approx([1.0], abs=1e-6)  # the one time is still met
+
+
+def test_a_parameter_pinned_past_a_kink_is_not_held():
+    """A time that is max(a, b): near the kink the local interval of `a` reaches its bound, but holding it at
+    its prior makes the fit worse than the data allows, so it stays free (pinned)."""
+    measured = np.array([np.log(5.0), np.log(5.0) + 0.5])
+
+    def residuals(u):
+        return np.array([max(u[0], u[1]), u[0] + 0.5]) - measured
+
+    low, high, prior = np.array([-5.0, -5.0]), np.array([5.0, np.log(5.0) - 1e-3]), np.array([0.0, 0.0])
+    fit = fit_pinned(residuals, [np.array([1.0, 1.0])], low, high, prior)
+    assert not fit.held[0] and fit.u[0] == pytest.approx(np.log(5.0), abs=1e-6)
+
+
+def test_the_recorded_fit_says_what_the_data_pins(recorded_cal):
+    pins = recorded_cal.pins
+    assert set(pins) == {p.name for p in PARAMS}
+    # The small run's split merges are a few µs each: their bytes cost nothing measurable (at least the bound).
+    merge = pins["split_merge_GBps"]
+    assert merge.status == "held" and merge.held_at == "upper bound"
+    assert recorded_cal.params["split_merge_GBps"] == next(p.high for p in PARAMS if p.name == merge_name())
+    gemv = pins["gemv_GBps"]
+    assert gemv.status == "pinned" and gemv.low < recorded_cal.params["gemv_GBps"] < gemv.high
+    assert pins["cublas_gemv_latency_us"].status == "no data"  # no step ran cuBLAS at batch 1-4
+    assert "pinned: " in gemv.describe("GB/s") and "upper bound" in merge.describe("GB/s")
+
+
+def merge_name() -> str:
+    return "split_merge_GBps"
 
 
 def test_fitted_values_respect_the_parameter_bounds(recorded_cal):
@@ -165,14 +255,11 @@ def _meets(errors: list[float]) -> bool:
 
 def test_recorded_run_meets_the_goals_where_the_data_allows(recorded_cal):
     # Goals (issue 28): every mode's median leave-one-out error <= 10 %, no point beyond 25 %. On the small run
-    # the graph mode and the host-bound eager and fused modes meet them; fused + graph keeps every point within
-    # 25 % but misses the median (its tile steps at batch 8 and 64 since split K: docs/calibration.md).
-    from sim.calibration import GOAL, WORST_GOAL
-
+    # the four modes the toggles select meet them; the persistent kernel, measured at two batches of its own
+    # (1 and 8; above 8 rows the mode runs the fused step), does not: each is predicted from the other alone.
     by_mode = _loo_by_mode(recorded_cal)
-    assert all(_meets(by_mode[m]) for m in ("graph", "eager", "fused")), by_mode
-    fused_graph = np.abs(by_mode["fused+graph"])
-    assert fused_graph.max() <= WORST_GOAL and np.median(fused_graph) > GOAL
+    assert all(_meets(by_mode[m]) for m in ("eager", "fused", "graph", "fused+graph")), by_mode
+    assert not _meets(by_mode["persistent"])
 
 
 def test_the_1b_run_meets_the_goals_in_its_gpu_bound_modes():

@@ -29,7 +29,7 @@ from core import step_plan
 from core.step_plan import modes
 from core.timeline import Timeline
 from sim.calibration.families import FAMILIES, HOSTS, INDEX, unpipelined_gemms
-from sim.calibration.least_squares import bounded_least_squares
+from sim.calibration.least_squares import Pinned, Z, fit_pinned
 from sim.calibration.model import (
     GPU_PARAMS,
     ISSUE_BOUND,
@@ -52,6 +52,7 @@ _GPU_INDEX = np.array([NAMES.index(n) for n in GPU_PARAMS])
 _LOW = np.log([max(p.low, 1e-9) for p in PARAMS])
 _HIGH = np.log([p.high for p in PARAMS])
 _START = params_vector({p.name: p.start for p in PARAMS})
+_PRIOR = np.log(np.maximum(_START, 1e-9))  # where a parameter the data does not pin is held
 START_VARIANTS = (None, 60.0, 2000.0)  # matrix rates to start from: either side of the roofline's kink
 _RATES = [k for k, n in enumerate(GPU_PARAMS) if n.endswith("_TFLOPs")]
 # Where a product on CUDA cores may be instruction-bound (`model.ISSUE_BOUND`), one more start: its FMAs at 8
@@ -70,8 +71,8 @@ def _modelled_names() -> str:
     return ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else names[0]
 
 
-def _fit_gpu(sim: ProbeModel, use: np.ndarray, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """GPU parameters from the families' exclusive times: (theta, which GPU parameters the data moved)."""
+def _fit_gpu(sim: ProbeModel, use: np.ndarray, theta: np.ndarray) -> tuple[np.ndarray, Pinned]:
+    """GPU parameters from the families' exclusive times: (theta, what the data says of each GPU parameter)."""
     measured = np.array([p.family_us for p in sim.points])
     busy = np.array([p.busy_us for p in sim.points])
     cell = use[:, None] & (sim.counts > 0) & (measured > 0)
@@ -99,16 +100,20 @@ def _fit_gpu(sim: ProbeModel, use: np.ndarray, theta: np.ndarray) -> tuple[np.nd
         for family in shown:
             u0[list(_ISSUE[family])] = np.log(ISSUE_START)
         starts.append(u0)
-    best = None
-    for u0 in starts:
-        u, cost, moved = bounded_least_squares(residuals, u0, _LOW[idx], _HIGH[idx])
-        if best is None or cost < best[1] - 1e-12:
-            best = (u, cost, moved)
+    pinned = fit_pinned(residuals, starts, _LOW[idx], _HIGH[idx], _PRIOR[idx])
     out = theta.copy()
     # exp(log(bound)) can land a rounding step outside the bound the solver held it at
     low, high = np.array([[p.low, p.high] for p in PARAMS])[idx].T
-    out[idx] = np.clip(np.exp(best[0]), low, high)
-    return out, best[2]
+    out[idx] = np.clip(np.exp(pinned.u), low, high)
+    # A held parameter is exactly its stated value (exp(log(x)) can be a rounding step away from x).
+    held = np.flatnonzero(pinned.held | ~pinned.seen)
+    out[idx[held]] = _START[idx[held]]
+    for k in np.flatnonzero(pinned.held):
+        if pinned.u[k] == _HIGH[idx[k]]:
+            out[idx[k]] = high[k]
+        elif pinned.u[k] == _LOW[idx[k]]:
+            out[idx[k]] = low[k]
+    return out, pinned
 
 
 def _fit_host(points: list[Point], use: np.ndarray, theta: np.ndarray) -> tuple[np.ndarray, dict]:
@@ -232,16 +237,72 @@ def _fit_reads(points: list[Point], use: np.ndarray, theta: np.ndarray) -> tuple
     return out, fitted
 
 
-def fit(sim: ProbeModel, use: np.ndarray) -> tuple[np.ndarray, dict]:
-    """Fit on the points where `use` is True: (parameter vector, name -> constrained by the data)."""
-    theta, moved = _fit_gpu(sim, use, _START.copy())
+@dataclass(frozen=True, slots=True)
+class Pin:
+    """What the data says of one fitted parameter (`Calibration.pins`).
+
+    status: "pinned" (its 95 % interval, `low`-`high`, lies inside the parameter's box), "held" (the data
+    depends on it but does not pin it: held at `held_at` -- its prior, or the bound the data leans to -- and the
+    rest fitted with it there), "no data" (nothing the run measured depends on it: it keeps its prior), or
+    "read" (read off the run directly, or fitted to the host times; no interval is computed).
+    """
+
+    status: str
+    value: float
+    low: float = float("nan")
+    high: float = float("nan")
+    held_at: str = ""  # "prior", "upper bound" or "lower bound", where status is "held"
+
+    @property
+    def pinned(self) -> bool:
+        return self.status in ("pinned", "read")
+
+    def describe(self, unit: str) -> str:
+        """How the page and the report say it: "pinned: 2,115-2,731 GB/s (95 %)", "held at its prior, …"."""
+        value = f"{self.value:,.4g} {unit}"
+        if self.status == "pinned":
+            return f"pinned: {self.low:,.4g}-{self.high:,.4g} {unit} (95 %)"
+        if self.status == "held" and self.held_at == "prior":
+            return f"held at its prior, {value}: the runs leave it free"
+        if self.status == "held":
+            side = "at least" if self.held_at == "upper bound" else "at most"
+            return f"held at its {self.held_at}, {value}: the runs ask for {side} this and tell nothing more"
+        if self.status == "no data":
+            return f"held at its prior, {value}: no measured step depends on it"
+        return "read off the runs"
+
+
+def _gpu_pins(theta: np.ndarray, pinned: Pinned) -> dict[str, Pin]:
+    out = {}
+    for k, name in enumerate(GPU_PARAMS):
+        param, value = PARAMS[_GPU_INDEX[k]], float(theta[_GPU_INDEX[k]])
+        if not pinned.seen[k]:
+            out[name] = Pin("no data", value)
+        elif pinned.held[k]:
+            where = (
+                "prior" if value == param.start else "upper bound" if value == param.high else "lower bound"
+            )
+            out[name] = Pin("held", value, held_at=where)
+        else:
+            half = Z * float(pinned.sigma[k])
+            out[name] = Pin("pinned", value, value * float(np.exp(-half)), value * float(np.exp(half)))
+    return out
+
+
+def fit(sim: ProbeModel, use: np.ndarray) -> tuple[np.ndarray, dict, dict[str, Pin]]:
+    """Fit on the points where `use` is True: (parameter vector, name -> constrained by the data, name -> Pin)."""
+    theta, pinned = _fit_gpu(sim, use, _START.copy())
     fitted = {n: False for n in NAMES}
-    fitted.update({n: bool(m) for n, m in zip(GPU_PARAMS, moved)})
+    fitted.update({n: bool(m) for n, m in zip(GPU_PARAMS, pinned.seen)})
     theta, read_fitted = _fit_reads(sim.points, use, theta)  # before the host: the launch kinds' shares
     theta, host_fitted = _fit_host(sim.points, use, theta)
     fitted.update(read_fitted)
     fitted.update(host_fitted)
-    return theta, fitted
+    pins = _gpu_pins(theta, pinned)
+    for name in NAMES:
+        if name not in pins:
+            pins[name] = Pin("read" if fitted[name] else "no data", float(theta[NAMES.index(name)]))
+    return theta, fitted, pins
 
 
 # -- the whole calibration -----------------------------------------------------------
@@ -252,6 +313,7 @@ class Calibration:
     points: tuple[Point, ...]
     params: dict  # name -> fitted value (units in PARAMS)
     fitted: dict  # name -> True where the data constrained it
+    pins: dict  # name -> Pin: pinned by the data (and how tightly), or held, and where
     predicted: np.ndarray  # [n_points, 3] step, host, busy from the fit on all points
     loo_step_us: np.ndarray  # step time predicted by a fit without that point (nan: not computed)
     simulator: ProbeModel
@@ -399,7 +461,7 @@ def calibrate(result, loo: bool = True) -> Calibration:
         raise ValueError(f"runs: calibration needs at least two runs of {_modelled_names()}")
     sim = ProbeModel(model, points, unpipelined_gemms(result))
     use = np.ones(len(points), bool)
-    theta, fitted = fit(sim, use)
+    theta, fitted, pins = fit(sim, use)
     loo_step, loo_host = np.full(len(points), np.nan), np.full(len(points), np.nan)
     if loo:
         for i in range(len(points)):
@@ -412,6 +474,7 @@ def calibrate(result, loo: bool = True) -> Calibration:
         points=tuple(points),
         params=dict(zip(NAMES, theta.tolist())),
         fitted=fitted,
+        pins=pins,
         predicted=sim.predict(theta),
         loo_step_us=loo_step,
         simulator=sim,

@@ -101,7 +101,7 @@ def calibrated_preset(result, cal: Calibration | None = None) -> Preset:
 
 FITTED_SHOWN = (
     "gemv_latency_us",
-    "pdl_hidden_us",
+    "pdl_hidden_share",
     "gemv_GBps",
     "attention_GBps",
     "triton_launch_us",
@@ -126,7 +126,7 @@ def _note(cal, smallest, graph, sim_kernels, latency, context, launch_us, host_s
         f"kernels; between plain kernels it is {p['node_gap_us']:.2f} µs).",
         f"- {latency:.2f} µs latency per kernel: what makes the simulator's fused step ({sim_kernels} kernels) as "
         f"busy as the probe's {smallest.mode.title} step at batch {smallest.batch} ({smallest.kernels} kernels; "
-        f"the GEMV's fitted {p['gemv_latency_us']:.2f} µs, of which PDL hides {p['pdl_hidden_us']:.2f} µs inside "
+        f"the GEMV's fitted {p['gemv_latency_us']:.2f} µs, of which PDL hides {p['pdl_hidden_share'] * p['gemv_latency_us']:.2f} µs inside "
         "a graph).",
         f"- Attention over an effective {context} tokens (the probe's {cal.model.context_len}), since the "
         f"attention reaches {p['attention_GBps']:.0f} GB/s where the GEMV reaches {p['gemv_GBps']:.0f}.",

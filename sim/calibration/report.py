@@ -100,7 +100,8 @@ def by_mode(s: dict) -> str:
 def format_report(cal: Calibration, check: list[dict] | None = None) -> str:
     lines = [f"Calibration of the timing model to a probe run on {cal.device}", "", "Fitted parameters:"]
     for p in PARAMS:
-        note = "" if cal.fitted.get(p.name) else "  (held: no point constrains it)"
+        pin = cal.pins[p.name]
+        note = "" if pin.status == "read" else f"  ({pin.describe(p.unit)})"
         lines.append(f"  {p.name:<24} {cal.params[p.name]:>10.4g} {p.unit:<8} {p.what}{note}")
     lines += [
         "",

@@ -85,7 +85,22 @@ def _points(model: ModelConfig, modes, batches, memsets: bool) -> list[Point]:
             fams = np.array(
                 [INDEX[f] for f in classify_step(model, names, b, unpipelined=UNPIPELINED)], np.int64
             )
-            points.append(Point(m, b, b, ran.graphs, names, fams, 1.0, 1.0, 1.0, np.zeros(0), ran=ran))
+            points.append(
+                Point(
+                    m,
+                    b,
+                    b,
+                    ran.graphs,
+                    names,
+                    fams,
+                    1.0,
+                    1.0,
+                    1.0,
+                    np.zeros(0),
+                    ran=ran,
+                    pdl_rows=TILE_MAX_ROWS,
+                )
+            )
     return points
 
 
@@ -159,5 +174,8 @@ def synthetic_result(
         "captures": [{"bucket": b, "capture_ms": 0.0, "graph_mem_bytes": 0} for b in batches],
         "checks": {},
         "errors": [],
-        "settings": {"synthetic": True},
+        "settings": {
+            "synthetic": True,
+            "pdl_max_rows": TILE_MAX_ROWS,
+        },  # as the probe launches since 2026-12-06
     }

@@ -60,7 +60,7 @@ def _params_view(cal: Calibration) -> None:
             "fitted": float(f"{cal.params[p.name]:.4g}"),
             "unit": p.unit,
             "what it is": p.what,
-            "constrained by the runs": cal.fitted[p.name],
+            "what the runs say of it": cal.pins[p.name].describe(p.unit),
         }
         for p in PARAMS
     ]
@@ -69,7 +69,10 @@ def _params_view(cal: Calibration) -> None:
         "Each kernel family's latency, bandwidth and matrix rate are fitted (bounded least squares on "
         "the logarithms) to the GPU time its kernels add in each profiled step; the host costs to the "
         "unprofiled host times (least absolute deviations); the node gap is read off the profiled "
-        "graph steps. The step time is not fitted: the schedule predicts it from those."
+        "graph steps. The step time is not fitted: the schedule predicts it from those. A GPU figure is "
+        "pinned where its 95 % interval lies inside the range it may take; one the runs leave free (a bandwidth "
+        "whose bytes cost nothing measurable, say) is held at its prior or at the bound the runs lean to, and "
+        "the rest fitted with it there, so no figure is wherever the solver happened to stop."
     )
 
 
