@@ -48,16 +48,19 @@ def _hook_chains():
 
 
 _HOOKS = _hook_chains()
+# The chains' own lists (HookChain.add and .remove change them in place): read on every bound launch.
+_ENTER_CALLS, _EXIT_CALLS = (_HOOKS[0].calls, _HOOKS[1].calls) if _HOOKS else ([], [])
 _SUPPORTED = (
     not INTERPRETED
     and _HOOKS is not None
     and triton.__version__.split(".")[:2] == TRITON_READ.split(".")
     and hasattr(torch._C, "_cuda_getCurrentRawStream")
 )
-
-
-def _raw_stream(device: int) -> int:
-    return torch._C._cuda_getCurrentRawStream(device)
+_raw_stream = getattr(
+    torch._C, "_cuda_getCurrentRawStream", None
+)  # device index -> the current stream's handle
+_data_ptr = torch.Tensor.data_ptr
+_low_bits = (15).__and__  # a pointer's offset from a 16-byte boundary
 
 
 def _current_device() -> int:
@@ -77,7 +80,7 @@ def bound_available() -> bool:
 
 
 def _hooks_quiet() -> bool:
-    return not (_HOOKS[0].calls or _HOOKS[1].calls)
+    return not (_ENTER_CALLS or _EXIT_CALLS)
 
 
 def empty_template(shape, dtype: torch.dtype, device) -> torch.Tensor:
@@ -111,12 +114,9 @@ class Launch:
 
     def __call__(self, *tensors) -> None:
         go = self._go
-        if go is not None and _bound_on and _hooks_quiet():
-            ptrs = [t.data_ptr() for t in tensors]
-            either = 0
-            for p in ptrs:
-                either |= p
-            if not either & 15:
+        if go is not None and _bound_on and not (_ENTER_CALLS or _EXIT_CALLS):
+            ptrs = tuple(map(_data_ptr, tensors))
+            if not any(map(_low_bits, ptrs)):
                 go(ptrs)
                 return
         self.plain(*tensors)
@@ -197,12 +197,21 @@ def _bind(launch: Launch, compiled, tensors):
         and getattr(runner, "profile_scratch_size", 1) == 0
         and hasattr(runner, "launch")
     )
+    stream_of = _raw_stream
     if direct:
         # CudaLauncher.__call__ without its Python frame: it only adds scratch buffers, none here.
         raw, coop, pdl = runner.launch, runner.launch_cooperative_grid, runner.launch_pdl
+        head = (function, coop, pdl, None, None, packed, None, None, None)
 
         def call(stream, args):
-            raw(g0, g1, g2, stream, function, coop, pdl, None, None, packed, None, None, None, *args)
+            raw(g0, g1, g2, stream, *head, *args)
+
+        if prefix:
+
+            def go(ptrs):
+                raw(g0, g1, g2, stream_of(device), *head, *ptrs, *tail)
+
+            return go
     else:
 
         def call(stream, args):
@@ -211,14 +220,14 @@ def _bind(launch: Launch, compiled, tensors):
     if prefix:
 
         def go(ptrs):
-            call(_raw_stream(device), (*ptrs, *tail))
+            call(stream_of(device), (*ptrs, *tail))
     else:
 
         def go(ptrs):
             args = list(full)
             for slot, ptr in zip(slots, ptrs):
                 args[slot] = ptr
-            call(_raw_stream(device), args)
+            call(stream_of(device), args)
 
     return go
 
