@@ -90,7 +90,9 @@ class HostSpeed:
 
             self.kinds["triton_launch_us"] = lambda: _add_kernel[(1,)](self.a, self.b, self.c, 16, BLOCK=16)
             if launch.bound_available():
-                bound = launch.Launch(_add_kernel, (1,), (None, None, None, 16), {"BLOCK": 16}, slots=(0, 1, 2))
+                bound = launch.Launch(
+                    _add_kernel, (1,), (None, None, None, 16), {"BLOCK": 16}, slots=(0, 1, 2)
+                )
                 self.kinds["triton_bound_launch_us"] = lambda: bound(self.a, self.b, self.c)
         for fn in self.kinds.values():  # compile, bind, warm the allocator and the driver
             for _ in range(5):
