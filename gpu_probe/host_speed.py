@@ -39,7 +39,7 @@ KINDS = ("torch_launch_us", "triton_launch_us", "triton_bound_launch_us")
 if triton is not None:
 
     @triton.jit
-    def _add_kernel(a_ptr, b_ptr, c_ptr, n, BLOCK: tl.constexpr):
+    def trivial_kernel(a_ptr, b_ptr, c_ptr, n, BLOCK: tl.constexpr):
         """c = a + b over one block: the trivial kernel whose launch is timed."""
         offs = tl.arange(0, BLOCK)
         mask = offs < n
@@ -88,10 +88,12 @@ class HostSpeed:
         if triton is not None:
             from gpu_probe.kernels import launch
 
-            self.kinds["triton_launch_us"] = lambda: _add_kernel[(1,)](self.a, self.b, self.c, 16, BLOCK=16)
+            self.kinds["triton_launch_us"] = lambda: trivial_kernel[(1,)](
+                self.a, self.b, self.c, 16, BLOCK=16
+            )
             if launch.bound_available():
                 bound = launch.Launch(
-                    _add_kernel, (1,), (None, None, None, 16), {"BLOCK": 16}, slots=(0, 1, 2)
+                    trivial_kernel, (1,), (None, None, None, 16), {"BLOCK": 16}, slots=(0, 1, 2)
                 )
                 self.kinds["triton_bound_launch_us"] = lambda: bound(self.a, self.b, self.c)
         for fn in self.kinds.values():  # compile, bind, warm the allocator and the driver

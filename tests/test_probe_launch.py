@@ -364,3 +364,46 @@ def test_the_bound_launch_is_the_compiled_kernel_kernel_grid_returns_on_cuda():
     assert plan.launch.bound and plan.launch.plain(x, weight, out, out) is plan.launch.compiled
     if torch.cuda.get_device_capability()[0] >= 9:
         assert plan.launch.compiled.metadata.launch_pdl  # PDL is the compiled kernel's, bound or not
+
+
+# ---- bench/launch_cost.py's parts on the CPU: every op item runs, the table and the goals read right --------
+def test_the_launch_cost_bench_times_every_op_of_the_step():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import launch_cost
+
+    from gpu_probe.config import get_config
+    from gpu_probe.decode_batch import make_batch
+    from gpu_probe.model import ProbeModel
+
+    cfg = get_config("tiny")
+    model = ProbeModel(cfg, num_blocks=1 + -(-cfg.prefill_len // cfg.block_size), ops="kernels")
+    model.kv_cache.fill_random_(seed=1)
+    with torch.no_grad():
+        ops_ = launch_cost.op_items(model, make_batch(model, 1, seed=2))
+        costs = launch_cost.per_launch(
+            {name: (fn, True) for name, (fn, _) in ops_.items()}, rounds=1, per_round=2
+        )
+    assert set(costs) == set(ops_) and all(0 < c["p10"] <= c["median"] <= c["p90"] for c in costs.values())
+    assert ops_["attention"][1] == (2 if model.attention_splits(1) > 1 else 1)
+    steps = {
+        "unfused (bound)": {"enqueue_us_per_launch": 12.0, "enqueue_us": {"median": 3000.0}, "launches": 250},
+        "fused (bound)": {"enqueue_us_per_launch": 15.0, "enqueue_us": {"median": 1500.0}, "launches": 100},
+        "hf eager": {"enqueue_us_per_launch": 11.0, "enqueue_us": {"median": 9000.0}, "launches": 818},
+    }
+    rows = launch_cost.goals(steps)
+    assert [(round(r["ratio"], 3), r["met"]) for r in rows] == [
+        (round(12 / 11, 3), True),
+        (round(15 / 11, 3), False),
+    ]
+    assert launch_cost.goals({"unfused (bound)": steps["unfused (bound)"]})[0]["met"] is None  # no reference
+    preset = {"preset": "tiny", "layers": 2, "attention_splits": 2, "goals": rows, "steps": steps}
+    preset["ops"] = {name: {**cost, "launches_a_call": 1} for name, cost in costs.items()}
+    lines = launch_cost.table({"presets": [preset]})
+    assert (
+        lines[-2].endswith("met")
+        and lines[-1].endswith("MISSED")
+        and any("hf eager" in line for line in lines)
+    )
