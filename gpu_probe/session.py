@@ -303,7 +303,7 @@ class ProbeSession:
 
     def _profile_into(self, out, mode, n, step, timing, bucket, fallback, say, trace_dir, checkpoint) -> None:
         """One (mode, batch)'s profiled step, recorded with its timing into `out["runs"]`; then a checkpoint."""
-        say(f"{mode}: profiling batch {n}")
+        say(f"{mode}: profiling batch {n} (its timing done)")
         slug = f"{mode.replace('+', '_')}_b{n}.json"
         try:
             with torch.no_grad():
