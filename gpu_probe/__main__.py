@@ -47,6 +47,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="rounds the modes and batches take turns in, each timing every one a share of --steps "
         "(default: 10, fewer below 50 steps)",
     )
+    p.add_argument(
+        "--launcher",
+        choices=["bound", "plain"],
+        default="bound",
+        help="the probe's Triton kernels launched through a launcher bound once per shape (default), or "
+        "through kernel[grid] every time",
+    )
     p.add_argument("--out", default="results.json", help="result JSON to write")
     p.add_argument("--trace-dir", default=None, help="keep each profiled step's Chrome trace here (Perfetto)")
     p.add_argument(
@@ -105,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         checkpoint=lambda partial: dump_result(partial, args.out),
         reference=args.reference,
         rounds=args.rounds,
+        launcher=args.launcher,
     )  # survives a kill mid-run
     try:
         result = load_result(data)

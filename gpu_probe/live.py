@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # gpu_probe.session imports torch
 DEFAULT_BATCHES = (1, 8, 64, 256)
 MAX_BATCH = 1024  # KV pool and static buffers are sized from this; beyond it the request is refused
 STEPS_RANGE = (5, 100_000)
+LAUNCHERS = ("bound", "plain")  # how the probe's Triton kernels are launched (gpu_probe.kernels.launch)
 WARMUP_RANGE = (0, 10_000)
 
 
@@ -136,20 +137,29 @@ def run_probe(
     session=None,
     reference: str | None = None,
     rounds: int | None = None,
+    launcher: str = "bound",
 ) -> dict:
     """The whole probe as a result dict (see core.probe_result); `checkpoint(out)` after each run.
 
     reference: "hf" also measures Hugging Face transformers' Llama of the same shape at the same batches
     (`gpu_probe.hf_reference`), its steps timed in the same rounds as the probe's own; None leaves it out.
-    rounds: see `validate_request`."""
+    rounds: see `validate_request`. launcher: "bound" launches the probe's Triton kernels through launchers
+    bound once per shape (`gpu_probe.kernels.launch`), "plain" through `kernel[grid]` every time; the result's
+    `settings.launcher` says which ran ("kernel[grid]" also where this process cannot bind)."""
     import torch
 
     from gpu_probe import measure as m
     from gpu_probe.session import ProbeSession
 
     req = validate_request(preset, batches, modes, buckets or CHAPTER_BUCKETS, steps, warmup, rounds)
+    if launcher not in LAUNCHERS:
+        raise ValueError(f"launcher must be one of {LAUNCHERS}, got {launcher!r}")
     if not torch.cuda.is_available():
         raise RuntimeError("no CUDA device: the live probe needs a GPU")
+    from gpu_probe.kernels import launch
+
+    launch.set_bound(launcher == "bound")
+    bound = launcher == "bound" and launch.bound_available()
     say = progress or (lambda msg: None)
     trace_dir = Path(trace_dir) if trace_dir else None
     if trace_dir:
@@ -167,7 +177,7 @@ def run_probe(
         "captures": [],
         "checks": {},
         "errors": [],
-        "settings": {**req},
+        "settings": {**req, "launcher": "bound" if bound else "kernel[grid]"},
     }
     say("measuring HBM copy bandwidth and the bf16 matrix rate")
     out["hbm_copy_GBps"] = m.hbm_copy_GBps()

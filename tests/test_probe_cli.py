@@ -33,6 +33,7 @@ def _cli(*args, env=None, timeout=120):
         (["--buckets", "4", "-1"], "bucket sizes must be positive"),
         (["--steps", "2"], "steps must be"),
         (["--rounds", "0"], "rounds must be"),
+        (["--launcher", "fast"], "invalid choice: 'fast'"),
         (["--steps", "10", "--rounds", "11"], "rounds must be an integer in [1, steps = 10]"),
         (["--batch", "x"], "invalid int value"),
         (["--no-such-flag"], "unrecognized arguments"),
@@ -107,4 +108,5 @@ def test_short_end_to_end_run(tmp_path):
     # The host's speed, before and after the steps, in the same process.
     assert [when for when, _ in res.host.samples] == ["before", "after"]
     assert 0 < res.host.torch_launch_us < 1000 and res.host.index.triton_bound_launch_us is not None
+    assert res.settings["launcher"] == "bound" and res.settings["rounds"] == 1
     assert re.search(r"\[gpu_probe\] +[0-9.]+ s  timing round 1 of 1", proc.stderr)
