@@ -205,6 +205,11 @@ class ProbeSession:
         if host is not None:
             out["host"] = host.block()
             host.close()
+        # Saved at once, so a run stopped while profiling keeps every timing (dropped once each run is whole).
+        out["timed_not_yet_profiled"] = {
+            f"{mode} b{n}": timings[(mode, n)] for mode, n, *_ in items if (mode, n) in timings
+        }
+        self._checkpoint(out, checkpoint, say)
         for mode, n, step, bucket, fallback in items:
             if (mode, n) in errors:
                 record_failure(out["errors"], f"{mode} at batch {n}", errors[(mode, n)], say)
@@ -212,6 +217,7 @@ class ProbeSession:
                 self._profile_into(
                     out, mode, n, step, timings[(mode, n)], bucket, fallback, say, trace_dir, checkpoint
                 )
+        out.pop("timed_not_yet_profiled")
         compiled = [x.name for x in map(mode_named, req["modes"]) if x.kernels == INDUCTOR_KERNELS]
         if compiled and self.peer is not None:  # the peer exists once a compile was tried
             seen = [r["graph_launches"] > 0 for r in out["runs"] if r["mode"] in compiled]
@@ -320,6 +326,11 @@ class ProbeSession:
             except Exception as err:
                 record_failure(out["errors"], f"{mode} at batch {n}: in-kernel stamps", err, say)
         out["runs"].append(record)
+        out.get("timed_not_yet_profiled", {}).pop(f"{mode} b{n}", None)
+        self._checkpoint(out, checkpoint, say)
+
+    @staticmethod
+    def _checkpoint(out: dict, checkpoint, say) -> None:
         if checkpoint:
             try:
                 checkpoint(out)

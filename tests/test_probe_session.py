@@ -83,18 +83,24 @@ def empty_result() -> dict:
 def test_every_step_is_timed_in_the_same_rounds_then_profiled(stand_ins):
     profiled, hosts = stand_ins
     session, out, saved = a_session(), empty_result(), []
+    pending = []
     beside_calls = []
     req = {"modes": ["eager"], "batches": [1, 2], "steps": 6, "warmup": 1, "rounds": 2}
     beside = session.measure_into(
         out,
         req,
         lambda msg: None,
-        checkpoint=lambda o: saved.append(len(o["runs"])),
+        checkpoint=lambda o: (
+            saved.append(len(o["runs"])),
+            pending.append(sorted(o["timed_not_yet_profiled"])),
+        ),
         beside={"ref": lambda: beside_calls.append(1)},
     )
     assert [(r["mode"], r["batch"]) for r in out["runs"]] == [("eager", 1), ("eager", 2)]
     assert all(r["timing_rounds"] == 2 and r["step_us_p10"] <= r["step_us_median"] for r in out["runs"])
-    assert profiled == ["eager · batch 1", "eager · batch 2"] and saved == [1, 2]
+    assert profiled == ["eager · batch 1", "eager · batch 2"] and saved == [0, 1, 2]
+    # Saved once all are timed, before any is profiled: a run stopped while profiling keeps its timings.
+    assert pending == [["eager b1", "eager b2"], ["eager b2"], []] and "timed_not_yet_profiled" not in out
     assert beside["ref"]["timing_rounds"] == 2 and len(beside_calls) == 1 + 2 * (1 + 3 + 3)
     assert hosts[0].whens == ["before", "after"] and out["host"] == {"samples": ["before", "after"]}
     assert not out["errors"] and out["settings"]["context_len"] == session.cfg.prefill_len
