@@ -117,7 +117,9 @@ def op_items(model, batch) -> dict:
     }
 
 
-def measure_preset(preset: str, args, say) -> dict:
+def measure_preset(preset: str, args, say, device: str = "cuda") -> dict:
+    """One preset's op costs, step costs and goals (`device`: "cpu" only for the tests, through Triton's
+    interpreter)."""
     import torch
 
     from gpu_probe import measure
@@ -129,24 +131,22 @@ def measure_preset(preset: str, args, say) -> dict:
 
     say(f"{preset}: building the model")
     cfg = get_config(preset)
-    model = ProbeModel(cfg, device="cuda", num_blocks=1 + -(-cfg.prefill_len // cfg.block_size))
+    model = ProbeModel(
+        cfg, device=device, num_blocks=1 + -(-cfg.prefill_len // cfg.block_size), ops="kernels"
+    )
     model.kv_cache.fill_random_(seed=1)
     batch = make_batch(model, 1, seed=2)
     out = {"preset": preset, "layers": cfg.n_layers, "attention_splits": model.attention_splits(1)}
     with torch.no_grad():
         say(f"{preset}: per-launch costs of each op, bound and through kernel[grid]")
         ops = op_items(model, batch)
-        items = {}
-        for name, (fn, _) in ops.items():
-            triton_op = not name.startswith(("torch.add", "F.linear", "residual_add", "Triton trivial"))
-            items[name] = (fn, True)
-            if triton_op:
-                items[f"{name}, kernel[grid]"] = (fn, False)
+        items, launches = {}, {}
+        for name, (fn, calls) in ops.items():
+            items[name], launches[name] = (fn, True), calls
+            if not name.startswith(("torch.add", "F.linear", "residual_add", "Triton trivial")):
+                items[f"{name}, kernel[grid]"], launches[f"{name}, kernel[grid]"] = (fn, False), calls
         costs = per_launch(items, args.rounds, args.per_round)
-        out["ops"] = {
-            name: {**cost, "launches_a_call": ops[name.removesuffix(", kernel[grid]")][1]}
-            for name, cost in costs.items()
-        }
+        out["ops"] = {name: {**cost, "launches_a_call": launches[name]} for name, cost in costs.items()}
 
         inputs = batch.as_dict()
 
@@ -167,7 +167,7 @@ def measure_preset(preset: str, args, say) -> dict:
         hf = None
         if available() and not args.no_hf:
             say(f"{preset}: building Hugging Face's Llama of the same shape")
-            hf = Decoder(build_model(shape_of(cfg), "cuda", seed=cfg.seed), 1, cfg.prefill_len, "cuda")
+            hf = Decoder(build_model(shape_of(cfg), device, seed=cfg.seed), 1, cfg.prefill_len, device)
             steps[("hf eager", True)] = hf.step
         say(f"{preset}: timing the steps taking turns ({args.steps} each)")
         errors: dict = {}

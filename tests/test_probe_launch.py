@@ -407,3 +407,86 @@ def test_the_launch_cost_bench_times_every_op_of_the_step():
         and lines[-1].endswith("MISSED")
         and any("hf eager" in line for line in lines)
     )
+
+
+def test_the_launch_cost_bench_measures_a_preset_end_to_end(monkeypatch):
+    """On the CPU through the interpreter, the profiler stood in for: every op and every step kind measured,
+    the goals without a Hugging Face reference unmet-for-want-of-data, the JSON's fields all there."""
+    import sys
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import launch_cost
+
+    from gpu_probe import measure
+
+    def profile_step(step, label):
+        step()
+        metrics = SimpleNamespace(cpu_launch_us=100.0)
+        return SimpleNamespace(launches=40, timeline=SimpleNamespace(metrics=lambda: metrics))
+
+    monkeypatch.setattr(measure, "profile_step", profile_step)
+    args = SimpleNamespace(rounds=1, per_round=2, steps=5, no_hf=True)
+    out = launch_cost.measure_preset("tiny", args, lambda msg: None, device="cpu")
+    assert set(out["steps"]) == {
+        "unfused (bound)",
+        "unfused (kernel[grid])",
+        "fused (bound)",
+        "fused (kernel[grid])",
+    }
+    for step in out["steps"].values():
+        assert step["launches"] == 40 and step["enqueue_us_per_launch"] == step["enqueue_us"]["median"] / 40
+    assert "rms_norm, kernel[grid]" in out["ops"] and "torch.add (tiny, out=), kernel[grid]" not in out["ops"]
+    assert [row["met"] for row in out["goals"]] == [None, None]
+    assert launch.set_bound(True)  # the bench leaves the launchers bound
+
+
+def test_the_launch_cost_bench_writes_its_json_and_prints_the_table_last(monkeypatch, tmp_path, capsys):
+    import json
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import launch_cost
+    from probe_results import host_block
+
+    from gpu_probe import host_speed
+
+    class Host:
+        def __init__(self):
+            pass
+
+        def sample(self, when):
+            pass
+
+        def block(self):
+            return host_block()
+
+        def close(self):
+            pass
+
+    steps = {
+        "unfused (bound)": {"enqueue_us": {"median": 2400.0}, "launches": 200, "enqueue_us_per_launch": 12.0}
+    }
+    preset = {
+        "preset": "1b",
+        "layers": 16,
+        "attention_splits": 16,
+        "steps": steps,
+        "goals": launch_cost.goals(steps),
+    }
+    preset["ops"] = {"rms_norm": {"median": 5.0, "p10": 4.5, "p90": 6.0, "launches_a_call": 1}}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "Test GPU")
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(host_speed, "HostSpeed", Host)
+    monkeypatch.setattr(launch_cost, "measure_preset", lambda name, args, say: dict(preset, preset=name))
+    out = tmp_path / "launch_cost.json"
+    assert launch_cost.main(["--preset", "1b", "small", "--out", str(out)]) == 0
+    written = json.loads(out.read_text())
+    assert [p["preset"] for p in written["presets"]] == ["1b", "small"] and written["host"] == host_block()
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].startswith("Test GPU") and printed[-1].endswith("goal <= 1.3  no data")
+    assert any("host Intel" in line for line in printed) and any("goal 0.8-1.2" in line for line in printed)

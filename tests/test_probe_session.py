@@ -180,3 +180,52 @@ def test_the_host_index_measured_on_a_gpu_parses():
     assert [when for when, _ in host.samples] == ["before", "after"] and host.launches == 150
     assert 0.5 < host.torch_launch_us < 200 and host.index.graph_nodes == host_speed.GRAPH_NODES
     assert host.index.triton_launch_us is not None and torch.cuda.is_available()
+
+
+def test_run_probe_times_the_reference_beside_the_probe_s_steps(monkeypatch):
+    """live.run_probe's wiring, the GPU stood in for: the reference's steps go into the session's rounds and
+    its timings come back to it; the launcher asked for is the one recorded."""
+    from gpu_probe import hf_reference, live
+    from gpu_probe.kernels import launch
+
+    seen = {}
+
+    class Reference:
+        def __init__(self, cfg, batches, say):
+            self.block = {"name": "hf"}
+
+        def steps(self):
+            return {("hf", "eager", 1): "the reference's step"}
+
+        def finish(self, timings, say):
+            seen["finish"] = timings
+            return {"name": "hf", "runs": []}
+
+    class Session:
+        cfg = get_config("tiny")
+
+        def serves(self, *args):
+            return True
+
+        def measure_into(self, out, req, say, trace_dir, checkpoint, beside=None):
+            seen["beside"], seen["rounds"] = beside, req["rounds"]
+            return {key: {"timing_rounds": req["rounds"]} for key in beside}
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "Test GPU")
+    monkeypatch.setattr(measure, "hbm_copy_GBps", lambda: 3000.0)
+    monkeypatch.setattr(measure, "matmul_TFLOPs", lambda: 700.0)
+    monkeypatch.setattr(hf_reference, "ReferenceSteps", Reference)
+    previous = launch.set_bound(True)
+    try:
+        out = live.run_probe(
+            "tiny", [1], ["eager"], steps=20, session=Session(), reference="hf", launcher="plain"
+        )
+        assert not launch._bound_on
+    finally:
+        launch.set_bound(previous)
+    assert seen["beside"] == {("hf", "eager", 1): "the reference's step"} and seen["rounds"] == 4
+    assert seen["finish"] == {("hf", "eager", 1): {"timing_rounds": 4}} and out["reference"]["name"] == "hf"
+    assert out["settings"]["launcher"] == "kernel[grid]" and out["settings"]["rounds"] == 4
+    with pytest.raises(ValueError, match="launcher must be one of"):
+        live.run_probe("tiny", [1], ["eager"], session=Session(), launcher="fast")
