@@ -46,6 +46,21 @@ if triton is not None:
         tl.store(c_ptr + offs, tl.load(a_ptr + offs, mask=mask) + tl.load(b_ptr + offs, mask=mask), mask=mask)
 
 
+class _bound_launches:
+    """The bound launcher on while the index is measured, whatever the run launches its steps with."""
+
+    def __enter__(self):
+        from gpu_probe.kernels import launch
+
+        self.previous = launch.set_bound(True)
+
+    def __exit__(self, *exc):
+        from gpu_probe.kernels import launch
+
+        launch.set_bound(self.previous)
+        return False
+
+
 def cpu_name() -> str:
     """The CPU's model name from /proc/cpuinfo (Linux), else what `platform` says, else "unknown"."""
     try:
@@ -81,10 +96,13 @@ class HostSpeed:
     """Trivial launches set up once on the current GPU; `sample(when)` times them; `block()` is the result's
     `host` (None before any sample)."""
 
-    def __init__(self, rounds: int = 10, per_round: int = 300, graph_per_round: int = 8):
+    def __init__(self, rounds: int = 10, per_round: int = 300, graph_per_round: int = 8, device="cuda"):
+        """device: "cpu" only for the tests (Triton's interpreter; the graphs stood in for)."""
         self.rounds, self.per_round, self.graph_per_round = rounds, per_round, graph_per_round
-        self.a, self.b, self.c = (torch.ones(16, device="cuda") for _ in range(3))
+        self.sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
+        self.a, self.b, self.c = (torch.ones(16, device=device) for _ in range(3))
         self.kinds = {"torch_launch_us": lambda: torch.add(self.a, self.b, out=self.c)}
+        bound = None
         if triton is not None:
             from gpu_probe.kernels import launch
 
@@ -96,9 +114,12 @@ class HostSpeed:
                     trivial_kernel, (1,), (None, None, None, 16), {"BLOCK": 16}, slots=(0, 1, 2)
                 )
                 self.kinds["triton_bound_launch_us"] = lambda: bound(self.a, self.b, self.c)
-        for fn in self.kinds.values():  # compile, bind, warm the allocator and the driver
-            for _ in range(5):
-                fn()
+        with _bound_launches():
+            for fn in self.kinds.values():  # compile, bind, warm the allocator and the driver
+                for _ in range(5):
+                    fn()
+        if bound is not None and not bound.bound:
+            del self.kinds["triton_bound_launch_us"]  # it did not bind: what it times would be kernel[grid]
         self.graphs = {n: self._capture(n) for n in GRAPH_NODES}
         self.samples: list[dict] = []
         self._pooled: dict[str, list[float]] = {}
@@ -117,11 +138,8 @@ class HostSpeed:
         torch.cuda.synchronize()
         return graph
 
-    def sample(self, when: str) -> dict:
-        """Time every kind of launch now (`when`: "before" or "after" the steps); returns the sample."""
-        clock, sync = time.perf_counter_ns, torch.cuda.synchronize
-        raw: dict[str, list[int]] = {name: [] for name in self.kinds}
-        graph_raw: dict[int, list[int]] = {n: [] for n in self.graphs}
+    def _rounds(self, raw: dict, graph_raw: dict) -> None:
+        clock, sync = time.perf_counter_ns, self.sync
         for _ in range(self.rounds):
             for name, fn in self.kinds.items():
                 times = raw[name]
@@ -138,6 +156,13 @@ class HostSpeed:
                     graph.replay()
                     times.append(clock() - t0)
         sync()
+
+    def sample(self, when: str) -> dict:
+        """Time every kind of launch now (`when`: "before" or "after" the steps); returns the sample."""
+        raw: dict[str, list[int]] = {name: [] for name in self.kinds}
+        graph_raw: dict[int, list[int]] = {n: [] for n in self.graphs}
+        with _bound_launches():
+            self._rounds(raw, graph_raw)
         out: dict = {"when": when}
         for name, times in raw.items():
             us = [t / 1e3 for t in times]

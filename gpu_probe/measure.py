@@ -122,7 +122,7 @@ def time_interleaved(
     timing.
     """
     clock = _CudaClock if torch.cuda.is_available() else _HostClock
-    rounds = rounds or default_rounds(per_item)
+    rounds = min(rounds or default_rounds(per_item), max(per_item, 1))  # every round times each step
     errors = {} if errors is None else errors
     say = say or (lambda msg: None)
     share = [per_item // rounds + (1 if r < per_item % rounds else 0) for r in range(rounds)]

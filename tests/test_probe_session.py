@@ -229,3 +229,23 @@ def test_run_probe_times_the_reference_beside_the_probe_s_steps(monkeypatch):
     assert out["settings"]["launcher"] == "kernel[grid]" and out["settings"]["rounds"] == 4
     with pytest.raises(ValueError, match="launcher must be one of"):
         live.run_probe("tiny", [1], ["eager"], session=Session(), launcher="fast")
+
+
+def test_the_host_index_assembles_a_block_the_result_format_accepts(monkeypatch):
+    """HostSpeed's rounds, samples and pooling on the CPU (Triton's interpreter; a graph replay stood in for
+    by a no-op): the block parses, each sample and the pooled index have every kind."""
+
+    class Graph:
+        def replay(self):
+            pass
+
+    monkeypatch.setattr(host_speed.HostSpeed, "_capture", lambda self, nodes: Graph())
+    speed = host_speed.HostSpeed(rounds=2, per_round=3, graph_per_round=2, device="cpu")
+    assert set(speed.kinds) == {"torch_launch_us", "triton_launch_us"}  # no bound launcher in the interpreter
+    speed.sample("before")
+    speed.sample("after")
+    block = speed.block()
+    host = parse_host(block)
+    assert host.launches == 6 and [when for when, _ in host.samples] == ["before", "after"]
+    assert host.index.graph_nodes == host_speed.GRAPH_NODES and host.index.triton_launch_us.median > 0
+    assert host.index.triton_bound_launch_us is None and host.python and host.cpu
