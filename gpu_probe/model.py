@@ -233,7 +233,9 @@ TORCH_OPS = UnfusedOps("torch", linear, rms_norm, rope, write_kv, paged_attentio
 def kernel_ops() -> UnfusedOps:
     """One kernel per op: what the probe's unfused modes run on a GPU. The projections run the fused step's
     own GEMM kernels without their epilogues (GEMV or swap-AB tile to TILE_MAX_ROWS rows, cuBLAS above, as
-    the fused step does), so the two steps differ by the merges alone; the other ops are Triton kernels."""
+    the fused step does), so the two steps differ by the merges alone; the other ops are Triton kernels. Each
+    Triton kernel is launched through a launcher bound once per shape (`gpu_probe.kernels.launch`), as an
+    engine's custom op is: what a launch costs the host is the launch, not our Python around it."""
     from gpu_probe.kernels import ops
     from gpu_probe.kernels.attention import paged_attention as paged_kernel
     from gpu_probe.kernels.linear import TILE_MAX_ROWS, fused_linear
