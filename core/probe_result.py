@@ -15,6 +15,9 @@ Layout of the JSON (times in microseconds, sizes in bytes):
             step_us_median, step_us_p10, step_us_p90   CUDA-event step time over many steps
             enqueue_us_median                          host time to enqueue one step, unprofiled
             step_us_back_to_back                       per-step time with no sync between steps (optional)
+            enqueue_us_p10, enqueue_us_p90,            optional: the spread of both, and how many rounds the
+            step_us_back_to_back_p10, _p90,            modes and batches were timed in, taking turns
+            timing_rounds                              (older files: None)
             kernels_per_step, kernels_per_layer        counted in the profiled step's trace
             cpu_launch_us, gpu_busy_us, utilisation, bound_by   Timeline.metrics() of that step
             timeline}]                                 Timeline.to_dict() of the profiled step
@@ -25,6 +28,11 @@ Layout of the JSON (times in microseconds, sizes in bytes):
     reference: {...}     optional: Hugging Face transformers' Llama of the same shape in the same run
                          (name, transformers, attention, cache, runs: [{mode: eager|graph, batch, the
                          timing and profiled-step figures of a run, no timeline}], errors), or {skipped}
+    host: {...}          optional: how fast the run's host launched (`HostSpeed`; older files: None, "host
+                         not measured"): cpu, python, torch, triton, launches, torch_launch_us,
+                         triton_launch_us, triton_bound_launch_us ({median, p10, p90} each),
+                         graph_launch_us ({nodes, median, p10, p90}: lists), graph_fixed_us,
+                         graph_per_node_us, and samples: [{when, the same costs}] (before and after the steps)
 
 `cpu_launch_us`, `gpu_busy_us`, `utilisation` and `bound_by` come from the profiled
 step's timeline through `Timeline.metrics()`, exactly as the simulator computes them,
@@ -35,6 +43,7 @@ to each launch; `enqueue_us_median` is the same host cost measured without it.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -98,6 +107,16 @@ _CONFIG_FIELDS = {
 _SETTINGS_INTS = {"context_len": (1, 1_048_576), "steps": (0, 10**9), "warmup": (0, 10**9)}
 
 
+# A run's optional spread of its unprofiled times (written only where measured).
+SPREAD_FIELDS = (
+    "enqueue_us_p10",
+    "enqueue_us_p90",
+    "step_us_back_to_back_p10",
+    "step_us_back_to_back_p90",
+    "timing_rounds",
+)
+
+
 @dataclass(frozen=True, slots=True)
 class ProbeRun:
     """One (mode, batch) setting: step-time statistics plus one profiled step."""
@@ -123,6 +142,12 @@ class ProbeRun:
     step_us_back_to_back: float | None = None
     # A persistent kernel's in-kernel stamps (`PhaseStamps`), where the run recorded them.
     phases: PhaseStamps | None = None
+    # The spread of the enqueue and back-to-back times, and the rounds they were timed in (SPREAD_FIELDS).
+    enqueue_us_p10: float | None = None
+    enqueue_us_p90: float | None = None
+    step_us_back_to_back_p10: float | None = None
+    step_us_back_to_back_p90: float | None = None
+    timing_rounds: int | None = None
 
     def untraced_metrics(self) -> StepMetrics:
         """The step's readouts without the profiler, from one source: the median step and the median host
@@ -148,7 +173,12 @@ class ProbeRun:
         return MODES[self.mode].graphs and not self.eager_fallback
 
     def to_dict(self) -> dict:
-        out = {name: getattr(self, name) for name in self.__slots__ if name not in ("timeline", "phases")}
+        out = {
+            name: getattr(self, name)
+            for name in self.__slots__
+            if name not in ("timeline", "phases")
+            and (name not in SPREAD_FIELDS or getattr(self, name) is not None)
+        }
         out["timeline"] = self.timeline.to_dict()
         if self.phases is not None:
             out["phases"] = self.phases.to_dict()
@@ -217,6 +247,11 @@ class ReferenceRun:
     launches: int = 0
     enqueue_us_median: float | None = None
     step_us_back_to_back: float | None = None
+    enqueue_us_p10: float | None = None
+    enqueue_us_p90: float | None = None
+    step_us_back_to_back_p10: float | None = None
+    step_us_back_to_back_p90: float | None = None
+    timing_rounds: int | None = None
 
     @property
     def host_us_per_launch(self) -> float | None:
@@ -224,7 +259,11 @@ class ReferenceRun:
         return self.cpu_launch_us / self.launches if self.launches else None
 
     def to_dict(self) -> dict:
-        return {name: getattr(self, name) for name in self.__slots__}
+        return {
+            name: getattr(self, name)
+            for name in self.__slots__
+            if name not in SPREAD_FIELDS or getattr(self, name) is not None
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,6 +294,58 @@ class Reference:
         }
 
 
+# The host speed index (`gpu_probe.host_speed`): what a launch cost the run's host, in µs.
+MAX_LAUNCH_US = 10_000.0  # 10 ms for one launch: no host takes that; a file that says so is not a measurement
+HOST_KINDS = ("torch_launch_us", "triton_launch_us", "triton_bound_launch_us")  # torch's is required
+MAX_GRAPH_SIZES = 16
+MAX_HOST_SAMPLES = 16
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchCost:
+    """One kind of launch's host time: median, p10 and p90 over many launches, in µs."""
+
+    median: float
+    p10: float
+    p90: float
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchCosts:
+    """What each kind of launch cost the host at one time (a sample) or over the whole run (the index)."""
+
+    torch_launch_us: LaunchCost  # torch.add on tiny tensors, out= given
+    triton_launch_us: LaunchCost | None  # a trivial Triton kernel through kernel[grid](...)
+    triton_bound_launch_us: LaunchCost | None  # the same kernel through the probe's bound launcher
+    graph_nodes: tuple[int, ...]  # graphs of that many trivial kernels, replayed
+    graph_launch_us: tuple[LaunchCost, ...]  # CUDAGraph.replay()'s host time for each
+    graph_fixed_us: float  # graph_launch_us ~ fixed + per node x nodes
+    graph_per_node_us: float
+
+
+@dataclass(frozen=True, slots=True)
+class HostSpeed:
+    """How fast the run's host launched, measured in the run's process (`gpu_probe.host_speed`): the index
+    over every launch of the run's samples, and each sample (`when`: before or after the steps)."""
+
+    cpu: str
+    python: str
+    torch: str
+    triton: str | None
+    launches: int  # launches of each kind per sample
+    index: LaunchCosts
+    samples: tuple[tuple[str, LaunchCosts], ...]
+    raw: dict  # the block as read, for to_dict
+
+    @property
+    def torch_launch_us(self) -> float:
+        """The index in one figure: the median host time of a torch launch, in µs."""
+        return self.index.torch_launch_us.median
+
+    def to_dict(self) -> dict:
+        return self.raw
+
+
 @dataclass(frozen=True, slots=True)
 class ProbeResult:
     device: str
@@ -271,6 +362,7 @@ class ProbeResult:
     settings: dict = field(default_factory=dict)
     matmul_TFLOPs: float | None = None  # the bf16 matrix rate measured in the run (older files: None)
     reference: Reference | None = None
+    host: HostSpeed | None = None  # None: the host was not measured (every file before the index)
 
     @property
     def weight_floor_us(self) -> float:
@@ -415,6 +507,7 @@ class ProbeResult:
             "settings": self.settings,
             **({"matmul_TFLOPs": self.matmul_TFLOPs} if self.matmul_TFLOPs is not None else {}),
             **({"reference": self.reference.to_dict()} if self.reference is not None else {}),
+            **({"host": self.host.to_dict()} if self.host is not None else {}),
         }
 
 
@@ -462,6 +555,7 @@ def _parse(d: dict, timeline_source: str | None) -> ProbeResult:
     captures = tuple(_parse_capture(c, f"captures[{i}]") for i, c in enumerate(raw_captures))
     checks, errors, settings = _checks(d), _errors(d), _settings(d)
     reference = parse_reference(d["reference"], max_kernels) if d.get("reference") is not None else None
+    host = parse_host(d["host"]) if d.get("host") is not None else None
     return ProbeResult(
         model=model,
         hbm_copy_GBps=hbm,
@@ -472,6 +566,7 @@ def _parse(d: dict, timeline_source: str | None) -> ProbeResult:
         settings=settings,
         matmul_TFLOPs=matmul,
         reference=reference,
+        host=host,
         **strings,
     )
 
@@ -566,6 +661,7 @@ def parse_reference(v, max_kernels: int) -> Reference:
             k: number_field(r, k, 0, MAX_US, f"{where}.{k}") if r.get(k) is not None else None
             for k in ("enqueue_us_median", "step_us_back_to_back")
         }
+        optional.update(_spread(r, where, optional["enqueue_us_median"], optional["step_us_back_to_back"]))
         runs.append(
             ReferenceRun(
                 mode=r["mode"],
@@ -591,6 +687,121 @@ def parse_reference(v, max_kernels: int) -> Reference:
     ):
         raise ValueError(f"reference.errors: expected a list of at most {MAX_ERRORS} strings")
     return Reference(runs=tuple(runs), errors=tuple(errors), **texts)
+
+
+def parse_host(v) -> HostSpeed:
+    """The `host` block; ValueError names the bad field (`host.torch_launch_us.median: ...`). A launch time
+    that is zero, negative, not finite or over MAX_LAUNCH_US is refused."""
+    if not isinstance(v, dict):
+        raise ValueError("host: expected an object")
+    bounded_block(v, "host", 32_000)
+    texts = {k: text_field(v, k, MAX_HEADER_STRING, f"host.{k}") for k in ("cpu", "python", "torch")}
+    triton = (
+        text_field(v, "triton", MAX_HEADER_STRING, "host.triton") if v.get("triton") is not None else None
+    )
+    launches = int(number_field(v, "launches", 1, 1e9, "host.launches", integer=True))
+    raw_samples = v.get("samples", [])
+    if not isinstance(raw_samples, list) or len(raw_samples) > MAX_HOST_SAMPLES:
+        raise ValueError(f"host.samples: expected a list of at most {MAX_HOST_SAMPLES} samples")
+    samples = []
+    for i, sample in enumerate(raw_samples):
+        where = f"host.samples[{i}]"
+        if not isinstance(sample, dict):
+            raise ValueError(f"{where}: expected an object")
+        samples.append((text_field(sample, "when", 40, f"{where}.when"), _launch_costs(sample, where)))
+    return HostSpeed(
+        triton=triton,
+        launches=launches,
+        index=_launch_costs(v, "host"),
+        samples=tuple(samples),
+        raw=v,
+        **texts,
+    )
+
+
+def _launch_costs(d: dict, where: str) -> LaunchCosts:
+    if d.get(HOST_KINDS[0]) is None:
+        raise ValueError(f"{where}.{HOST_KINDS[0]}: missing")
+    costs = {
+        kind: _launch_cost(d[kind], f"{where}.{kind}") if d.get(kind) is not None else None
+        for kind in HOST_KINDS
+    }
+    graph = d.get("graph_launch_us")
+    if not isinstance(graph, dict):
+        raise ValueError(f"{where}.graph_launch_us: expected an object of lists nodes, median, p10, p90")
+    nodes = graph.get("nodes")
+    if (
+        not isinstance(nodes, list)
+        or not 1 <= len(nodes) <= MAX_GRAPH_SIZES
+        or not all(isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= 1_000_000 for n in nodes)
+        or nodes != sorted(set(nodes))
+    ):
+        raise ValueError(
+            f"{where}.graph_launch_us.nodes: expected 1 to {MAX_GRAPH_SIZES} increasing node counts in [1, 1e6]"
+        )
+    columns = {}
+    for key in ("median", "p10", "p90"):
+        values = graph.get(key)
+        if not isinstance(values, list) or len(values) != len(nodes):
+            raise ValueError(
+                f"{where}.graph_launch_us.{key}: expected one time per node count ({len(nodes)})"
+            )
+        columns[key] = values
+    per_graph = tuple(
+        _launch_cost({k: columns[k][i] for k in columns}, f"{where}.graph_launch_us", suffix=f"[{i}]")
+        for i in range(len(nodes))
+    )
+    fixed = _launch_us(d, "graph_fixed_us", f"{where}.graph_fixed_us")
+    per_node = number_field(d, "graph_per_node_us", 0, MAX_LAUNCH_US, f"{where}.graph_per_node_us")
+    return LaunchCosts(
+        graph_nodes=tuple(nodes),
+        graph_launch_us=per_graph,
+        graph_fixed_us=fixed,
+        graph_per_node_us=per_node,
+        **costs,
+    )
+
+
+def _launch_cost(v, where: str, suffix: str = "") -> LaunchCost:
+    """{median, p10, p90} of one kind of launch: each a launch time, p10 <= median <= p90."""
+    if not isinstance(v, dict):
+        raise ValueError(f"{where}: expected an object with median, p10 and p90")
+    values = {k: _launch_us(v, k, f"{where}.{k}{suffix}") for k in ("median", "p10", "p90")}
+    if not values["p10"] <= values["median"] * (1 + 1e-9) <= values["p90"] * (1 + 2e-9):
+        raise ValueError(f"{where}.median{suffix}: must lie between p10 and p90")
+    return LaunchCost(**values)
+
+
+def _launch_us(d: dict, key: str, where: str) -> float:
+    """A host time of one launch: positive, finite, at most MAX_LAUNCH_US (beyond it, absurd)."""
+    value = number_field(d, key, -math.inf, math.inf, where)
+    if value <= 0:
+        raise ValueError(f"{where}: a launch takes some time, got {value:g} µs")
+    if value > MAX_LAUNCH_US:
+        raise ValueError(f"{where}: {value:g} µs for one launch is absurd (more than {MAX_LAUNCH_US:g} µs)")
+    return value
+
+
+def _spread(r: dict, where: str, median_enqueue, back_to_back) -> dict:
+    """The optional spread of a run's enqueue and back-to-back times (SPREAD_FIELDS), each percentile on its
+    side of the median it goes with, and the timing rounds."""
+    out = {}
+    for key in SPREAD_FIELDS[:4]:
+        lo = 1e-3 if key.startswith("step") else 0
+        out[key] = number_field(r, key, lo, MAX_US, f"{where}.{key}") if r.get(key) is not None else None
+    for name, middle in (("enqueue_us", median_enqueue), ("step_us_back_to_back", back_to_back)):
+        p10, p90 = out[f"{name}_p10"], out[f"{name}_p90"]
+        if middle is not None and p10 is not None and p10 > middle * (1 + 1e-9):
+            raise ValueError(f"{where}.{name}_p10: above the median it goes with")
+        if middle is not None and p90 is not None and middle > p90 * (1 + 2e-9):
+            raise ValueError(f"{where}.{name}_p90: below the median it goes with")
+    rounds = r.get("timing_rounds")
+    out["timing_rounds"] = (
+        int(number_field(r, "timing_rounds", 1, 1e6, f"{where}.timing_rounds", integer=True))
+        if rounds is not None
+        else None
+    )
+    return out
 
 
 def parse_config(config: dict) -> int:
@@ -697,6 +908,7 @@ def _run_extras(r: dict, where: str, batch: int, max_kernels: int) -> dict:
         "enqueue_us_median": enqueue,
         "launches": launches,
         "step_us_back_to_back": back_to_back,
+        **_spread(r, where, enqueue, back_to_back),
         "phases": parse_phases(r["phases"], f"{where}.phases") if r.get("phases") is not None else None,
     }
 

@@ -77,12 +77,13 @@ def number_field(
     return float(v)
 
 
-def text_field(d: dict, key: str, limit: int) -> str:
+def text_field(d: dict, key: str, limit: int, where: str | None = None) -> str:
+    where = where or key
     v = d.get(key)
     if not isinstance(v, str) or not v.strip():
-        raise ValueError(f"{key}: expected a non-empty string")
+        raise ValueError(f"{where}: expected a non-empty string")
     if len(v) > limit:
-        raise ValueError(f"{key}: longer than {limit:,} characters")
+        raise ValueError(f"{where}: longer than {limit:,} characters")
     return v
 
 

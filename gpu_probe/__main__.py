@@ -40,6 +40,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--steps", type=int, default=100, help="timed steps per (mode, batch)")
     p.add_argument("--warmup", type=int, default=10, help="untimed steps before timing")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="rounds the modes and batches take turns in, each timing every one a share of --steps "
+        "(default: 10, fewer below 50 steps)",
+    )
+    p.add_argument(
+        "--launcher",
+        choices=["bound", "plain"],
+        default="bound",
+        help="the probe's Triton kernels launched through a launcher bound once per shape (default), or "
+        "through kernel[grid] every time",
+    )
     p.add_argument("--out", default="results.json", help="result JSON to write")
     p.add_argument("--trace-dir", default=None, help="keep each profiled step's Chrome trace here (Perfetto)")
     p.add_argument(
@@ -70,7 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     from gpu_probe.live import cuda_available, main_progress, run_probe, validate_request
 
     try:
-        validate_request(args.preset, args.batch, args.modes, args.buckets, args.steps, args.warmup)
+        validate_request(
+            args.preset, args.batch, args.modes, args.buckets, args.steps, args.warmup, args.rounds
+        )
     except ValueError as err:
         print(f"gpu_probe: error: {err}", file=sys.stderr)
         return 2
@@ -95,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         command=command,
         checkpoint=lambda partial: dump_result(partial, args.out),
         reference=args.reference,
+        rounds=args.rounds,
+        launcher=args.launcher,
     )  # survives a kill mid-run
     try:
         result = load_result(data)
@@ -127,6 +145,8 @@ def summary(result) -> list[str]:
             f"{r.kernels_per_step:>9}{r.kernels_per_layer:>8g}{r.cpu_launch_us:>9.1f}{r.gpu_busy_us:>9.1f}"
             f"{r.utilisation:>6.0%}  {r.bound_by}{' (eager fallback)' if r.eager_fallback else ''}"
         )
+    if result.host is not None:
+        lines.append(host_line(result.host))
     for batch in result.batches:
         lines.append(
             f"floor at batch {batch}: {result.floor_us(batch):,.1f} µs ({result.floor_bound(batch)}-bound; "
@@ -146,6 +166,23 @@ def summary(result) -> list[str]:
         lines.append(f"check {name}: {'passed' if check['passed'] else 'FAILED'} - {check.get('detail', '')}")
     lines += [f"error: {e}" for e in result.errors]
     return lines
+
+
+def host_line(host) -> str:
+    """The host speed index in one line: each kind of launch's median (p10-p90) and the graph launch's fit."""
+    index = host.index
+    parts = [f"host ({host.cpu}): torch launch {_cost(index.torch_launch_us)}"]
+    if index.triton_launch_us is not None:
+        parts.append(f"Triton [grid] {_cost(index.triton_launch_us)}")
+    if index.triton_bound_launch_us is not None:
+        parts.append(f"Triton bound {_cost(index.triton_bound_launch_us)}")
+    parts.append(f"graph launch {index.graph_fixed_us:.1f} µs + {index.graph_per_node_us:.3f} µs a node")
+    drift = " → ".join(f"{costs.torch_launch_us.median:.1f}" for _, costs in host.samples)
+    return ", ".join(parts) + (f" (torch launch {drift} µs across the run)" if len(host.samples) > 1 else "")
+
+
+def _cost(cost) -> str:
+    return f"{cost.median:.1f} µs ({cost.p10:.1f}-{cost.p90:.1f})"
 
 
 if __name__ == "__main__":

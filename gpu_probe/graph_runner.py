@@ -279,19 +279,19 @@ class GraphRunner:
             )
 
     def _real_slots(self, n: int) -> torch.Tensor:
-        """Every slot of every block the real rows own, minus the slots this step writes."""
-        tables = self.static["block_tables"][:n].cpu()
-        lens = self.static["context_lens"][:n].cpu()
-        written = set(self.static["slot_mapping"][:n].cpu().tolist())
-        blocks = set()
-        for row in range(n):
-            used = -(-int(lens[row]) // self.block_size)
-            blocks.update(int(b) for b in tables[row, :used])
-        blocks.discard(SCRATCH_BLOCK)
-        slots = [b * self.block_size + o for b in sorted(blocks) for o in range(self.block_size)]
-        return torch.tensor(
-            [s for s in slots if s not in written], dtype=torch.long, device=self.model.device
-        )
+        """Every slot of every block the real rows own, minus the slots this step writes (sorted, on the
+        model's device; worked out there rather than slot by slot in Python: 131k slots at 256 rows)."""
+        tables = self.static["block_tables"][:n].long()
+        lens = self.static["context_lens"][:n].long()
+        used = (lens + self.block_size - 1) // self.block_size
+        owned = torch.arange(tables.shape[1], device=tables.device)[None, :] < used[:, None]
+        blocks = torch.unique(tables[owned])
+        blocks = blocks[blocks != SCRATCH_BLOCK]
+        slots = (
+            blocks[:, None] * self.block_size + torch.arange(self.block_size, device=blocks.device)
+        ).flatten()
+        written = self.static["slot_mapping"][:n].long()
+        return slots[~torch.isin(slots, written)].to(self.model.device)
 
     def _flat_kv(self) -> torch.Tensor:
         kv = self.kv_cache.kv  # [layer, K|V, block, slot_in_block, kv_head, head_dim]

@@ -1,7 +1,8 @@
 """What naive eager code of the probe's shape costs: Hugging Face transformers' own Llama, measured beside it.
 
 This is the one harness that builds Hugging Face decoders in the repository: the probe's reference
-(`python -m gpu_probe ... --reference hf`, `measure_reference`) and the tools that trace Hugging Face
+(`python -m gpu_probe ... --reference hf`: `ReferenceSteps`, timed in the same rounds as the probe's own
+steps; `measure_reference` on its own) and the tools that trace Hugging Face
 steps (`tools/hf_traces.py`, `tools/profiler_cost.py`) all build them here.
 
 - `HFShape` is a decoder's shape in transformers' terms; `SHAPES` holds the published ones the tools
@@ -260,51 +261,104 @@ class CompiledDecoder(Decoder):
 MAKERS = {"eager": Decoder, "graph": GraphDecoder, "compile": CompiledDecoder}  # the tools' names
 
 
-def measure_reference(cfg, batches, steps: int, warmup: int, progress=print) -> dict:
-    """The `reference` block of a probe result: Hugging Face's Llama of `cfg`'s shape, eager and one CUDA
-    graph of its eager step, at each batch, timed and profiled as the probe's own modes are.
+class ReferenceSteps:
+    """The probe's reference: Hugging Face's Llama of `cfg`'s shape, eager and one CUDA graph of its eager
+    step, a decoder built for each (kind, batch) of `batches`. `steps()` are timed beside the probe's own
+    (in the same rounds: `ProbeSession.measure_into`'s `beside`), `finish` profiles each and returns the
+    result's `reference` block.
 
-    Never raises: without transformers the block says so (`skipped`); a batch that fails (out of
-    memory, an API change) is recorded under `errors` and the rest goes on."""
-    version = available()
-    if version is None:
-        return {"skipped": "transformers is not installed: no Hugging Face reference in this run"}
-    from core.probe_result import REFERENCE_KINDS
+    Never raises: without transformers the block says so (`skipped`, no steps); a decoder that cannot be
+    built or a step that fails (out of memory, an API change) is recorded under `errors` and the rest goes on."""
+
+    def __init__(self, cfg, batches, progress=print):
+        self.cfg, self.decoders, self.model = cfg, {}, None
+        self.started = time.perf_counter()
+        version = available()
+        if version is None:
+            self.block = {"skipped": "transformers is not installed: no Hugging Face reference in this run"}
+            return
+        self.block = {
+            "name": "Hugging Face transformers LlamaForCausalLM",
+            "transformers": version,
+            "attention": "sdpa",
+            "cache": f"StaticCache of {cfg.prefill_len + DEFAULT_SLACK} positions after a {cfg.prefill_len}-token prefill",
+            "runs": [],
+            "errors": [],
+        }
+        progress("reference: building Hugging Face's Llama of the same shape")
+        try:
+            self.model = build_model(shape_of(cfg), "cuda", seed=cfg.seed)
+        except Exception as err:  # an API change or out of memory: the probe's own results still stand
+            self._failed("building the model", err)
+            return
+        from core.probe_result import REFERENCE_KINDS
+
+        for kind in REFERENCE_KINDS:
+            for batch in batches:
+                progress(f"reference: Hugging Face {kind} at batch {batch}: prefill and warm-up")
+                try:
+                    with torch.no_grad():
+                        self.decoders[(kind, batch)] = MAKERS[kind](
+                            self.model, batch, cfg.prefill_len, "cuda"
+                        )
+                except Exception as err:
+                    self._failed(f"{kind} at batch {batch}", err)
+
+    def _failed(self, where: str, err: Exception) -> None:
+        self.block["errors"].append(f"{where}: {type(err).__name__}: {str(err)[:200]}")
+        if isinstance(err, torch.cuda.OutOfMemoryError):
+            torch.cuda.empty_cache()
+
+    def steps(self) -> dict:
+        """{("hf", kind, batch): its decoder's step}, to time beside the probe's steps."""
+        return {("hf", kind, batch): decoder.step for (kind, batch), decoder in self.decoders.items()}
+
+    def finish(self, timings: dict, progress=print) -> dict:
+        """The `reference` block: each decoder's timing (`timings[("hf", kind, batch)]`: the timing, or the
+        exception its step raised) and one profiled step. Lets the model and decoders go."""
+        if "skipped" in self.block:
+            return self.block
+        from gpu_probe import measure
+
+        for (kind, batch), decoder in self.decoders.items():
+            timing = timings.get(("hf", kind, batch))
+            if not isinstance(timing, dict):
+                self._failed(f"{kind} at batch {batch}", timing or RuntimeError("not timed"))
+                continue
+            progress(f"reference: profiling Hugging Face {kind} at batch {batch}")
+            try:
+                decoder.rewind()
+                with torch.no_grad():
+                    traced = measure.profile_step(decoder.step, label=f"Hugging Face {kind} · batch {batch}")
+                record = measure.run_record(kind, batch, timing, traced, self.cfg.n_layers)
+                del record["timeline"], record["bucket"], record["padded_rows"], record["eager_fallback"]
+                self.block["runs"].append(record)
+            except Exception as err:
+                self._failed(f"{kind} at batch {batch}", err)
+        self.block["seconds"] = round(time.perf_counter() - self.started, 1)
+        self.close()
+        return self.block
+
+    def close(self) -> None:
+        self.decoders.clear()
+        self.model = None
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def measure_reference(
+    cfg, batches, steps: int, warmup: int, progress=print, rounds: int | None = None
+) -> dict:
+    """The `reference` block of a probe result on its own: `ReferenceSteps`, timed taking turns as the probe's
+    modes are (`measure.time_interleaved`), then profiled. Never raises (see `ReferenceSteps`)."""
+    reference = ReferenceSteps(cfg, batches, progress)
+    if "skipped" in reference.block:
+        return reference.block
     from gpu_probe import measure
 
-    block = {
-        "name": "Hugging Face transformers LlamaForCausalLM",
-        "transformers": version,
-        "attention": "sdpa",
-        "cache": f"StaticCache of {cfg.prefill_len + DEFAULT_SLACK} positions after a {cfg.prefill_len}-token prefill",
-        "runs": [],
-        "errors": [],
-    }
-    started = time.perf_counter()
-    try:
-        model = build_model(shape_of(cfg), "cuda", seed=cfg.seed)
-    except Exception as err:  # an API change or out of memory: the probe's own results still stand
-        block["errors"].append(f"building the model: {type(err).__name__}: {str(err)[:200]}")
-        return block
-    for kind in REFERENCE_KINDS:
-        for batch in batches:
-            progress(f"reference: Hugging Face {kind} at batch {batch}")
-            try:
-                with torch.no_grad():
-                    decoder = MAKERS[kind](model, batch, cfg.prefill_len, "cuda")
-                    timing = measure.time_steps(decoder.step, steps=steps, warmup=warmup)
-                    decoder.rewind()
-                    traced = measure.profile_step(decoder.step, label=f"Hugging Face {kind} · batch {batch}")
-                record = measure.run_record(kind, batch, timing, traced, cfg.n_layers)
-                del record["timeline"], record["bucket"], record["padded_rows"], record["eager_fallback"]
-                block["runs"].append(record)
-            except Exception as err:
-                block["errors"].append(f"{kind} at batch {batch}: {type(err).__name__}: {str(err)[:200]}")
-                if isinstance(err, torch.cuda.OutOfMemoryError):
-                    torch.cuda.empty_cache()
-            finally:
-                decoder = None
-    block["seconds"] = round(time.perf_counter() - started, 1)
-    del model
-    torch.cuda.empty_cache()
-    return block
+    errors: dict = {}
+    with torch.no_grad():
+        timings = measure.time_interleaved(
+            reference.steps(), steps, warmup, rounds, say=progress, errors=errors
+        )
+    return reference.finish({**timings, **errors}, progress)

@@ -10,6 +10,7 @@ run by the CLI and kept across runs by the page (`open_session`).
 from __future__ import annotations
 
 import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,6 +25,7 @@ if TYPE_CHECKING:  # gpu_probe.session imports torch
 DEFAULT_BATCHES = (1, 8, 64, 256)
 MAX_BATCH = 1024  # KV pool and static buffers are sized from this; beyond it the request is refused
 STEPS_RANGE = (5, 100_000)
+LAUNCHERS = ("bound", "plain")  # how the probe's Triton kernels are launched (gpu_probe.kernels.launch)
 WARMUP_RANGE = (0, 10_000)
 
 
@@ -41,8 +43,18 @@ def captured_modes() -> tuple[str, ...]:
     return names(m for m in modes(graphs=True, probed=True) if m.kernels != INDUCTOR_KERNELS)
 
 
-def validate_request(preset: str, batches, modes, buckets, steps: int, warmup: int) -> dict:
-    """Normalised settings, or ValueError with a one-line reason (nothing is allocated here)."""
+def default_rounds(steps: int) -> int:
+    """Rounds the timed steps are spread over: ten, fewer where there are fewer than 50 steps (5 a round)."""
+    return max(1, min(10, steps // 5))
+
+
+def validate_request(
+    preset: str, batches, modes, buckets, steps: int, warmup: int, rounds: int | None = None
+) -> dict:
+    """Normalised settings, or ValueError with a one-line reason (nothing is allocated here).
+
+    rounds: how many rounds the (mode, batch) steps take turns in (None: `default_rounds`), 1 to
+    `steps` (each round times every step at least once)."""
     if preset not in PRESETS:
         raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {preset!r}")
     batches = _positive_ints(batches, "batch")
@@ -59,6 +71,10 @@ def validate_request(preset: str, batches, modes, buckets, steps: int, warmup: i
     for name, value, (lo, hi) in (("steps", steps, STEPS_RANGE), ("warmup", warmup, WARMUP_RANGE)):
         if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
             raise ValueError(f"{name} must be an integer in [{lo}, {hi}], got {value!r}")
+    if rounds is None:
+        rounds = default_rounds(steps)
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or not 1 <= rounds <= steps:
+        raise ValueError(f"rounds must be an integer in [1, steps = {steps}], got {rounds!r}")
     return {
         "preset": preset,
         "batches": batches,
@@ -66,6 +82,7 @@ def validate_request(preset: str, batches, modes, buckets, steps: int, warmup: i
         "buckets": buckets,
         "steps": steps,
         "warmup": warmup,
+        "rounds": rounds,
     }
 
 
@@ -119,19 +136,30 @@ def run_probe(
     checkpoint=None,
     session=None,
     reference: str | None = None,
+    rounds: int | None = None,
+    launcher: str = "bound",
 ) -> dict:
     """The whole probe as a result dict (see core.probe_result); `checkpoint(out)` after each run.
 
     reference: "hf" also measures Hugging Face transformers' Llama of the same shape at the same batches
-    (`gpu_probe.hf_reference`), after the probe's own modes; None leaves it out."""
+    (`gpu_probe.hf_reference`), its steps timed in the same rounds as the probe's own; None leaves it out.
+    rounds: see `validate_request`. launcher: "bound" launches the probe's Triton kernels through launchers
+    bound once per shape (`gpu_probe.kernels.launch`), "plain" through `kernel[grid]` every time; the result's
+    `settings.launcher` says which ran ("kernel[grid]" also where this process cannot bind)."""
     import torch
 
     from gpu_probe import measure as m
     from gpu_probe.session import ProbeSession
 
-    req = validate_request(preset, batches, modes, buckets or CHAPTER_BUCKETS, steps, warmup)
+    req = validate_request(preset, batches, modes, buckets or CHAPTER_BUCKETS, steps, warmup, rounds)
+    if launcher not in LAUNCHERS:
+        raise ValueError(f"launcher must be one of {LAUNCHERS}, got {launcher!r}")
     if not torch.cuda.is_available():
         raise RuntimeError("no CUDA device: the live probe needs a GPU")
+    from gpu_probe.kernels import launch
+
+    launch.set_bound(launcher == "bound")
+    bound = launcher == "bound" and launch.bound_available()
     say = progress or (lambda msg: None)
     trace_dir = Path(trace_dir) if trace_dir else None
     if trace_dir:
@@ -149,7 +177,7 @@ def run_probe(
         "captures": [],
         "checks": {},
         "errors": [],
-        "settings": {**req},
+        "settings": {**req, "launcher": "bound" if bound else "kernel[grid]"},
     }
     say("measuring HBM copy bandwidth and the bf16 matrix rate")
     out["hbm_copy_GBps"] = m.hbm_copy_GBps()
@@ -160,15 +188,22 @@ def run_probe(
         raise ValueError(f"this probe session was built for {session.describe()}, not for {req}")
     else:
         say(f"reusing the {session.cfg.name} model and its captured graphs")
-    session.measure_into(out, req, say, trace_dir, checkpoint)
+    hf = None
     if reference == "hf":
-        from gpu_probe.hf_reference import measure_reference
+        from gpu_probe.hf_reference import ReferenceSteps
 
-        out["reference"] = measure_reference(session.cfg, req["batches"], req["steps"], req["warmup"], say)
-        if "skipped" in out["reference"]:
-            say(out["reference"]["skipped"])
+        hf = ReferenceSteps(session.cfg, req["batches"], say)
+        if "skipped" in hf.block:
+            say(hf.block["skipped"])
+    beside = session.measure_into(out, req, say, trace_dir, checkpoint, beside=hf.steps() if hf else None)
+    if hf is not None:
+        out["reference"] = hf.finish(beside, say)
     return out
 
 
+_STARTED = time.perf_counter()
+
+
 def main_progress(msg: str) -> None:
-    print(f"[gpu_probe] {msg}", file=sys.stderr, flush=True)
+    """A progress line on stderr with the seconds since the probe was imported: where a run's time goes."""
+    print(f"[gpu_probe] {time.perf_counter() - _STARTED:7.1f} s  {msg}", file=sys.stderr, flush=True)

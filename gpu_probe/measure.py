@@ -1,12 +1,14 @@
 """Timing, profiling and the correctness checks of one probe run (CUDA).
 
-- `time_steps`: CUDA-event step time over many steps after warm-up. Each step starts on an
-  idle GPU (synchronize between steps, as a decode loop that samples on the host does), so
-  the time is the step's latency: host submission and GPU execution overlapped, whichever
-  is longer. The host time to enqueue (return from the step call) is timed alongside, and
-  the same steps run back to back (no synchronize between them: the host enqueues the next
-  step while the GPU runs this one, as an engine that samples on the GPU or schedules ahead
-  does), so the page can say what the idle start of each step costs.
+- `time_interleaved` (and `time_steps` for one step): CUDA-event step time over many steps after
+  warm-up, every (mode, batch) of a run taking turns over many short rounds so that a drift of the
+  host falls on each alike. Each step starts on an idle GPU (synchronize between steps, as a decode
+  loop that samples on the host does), so the time is the step's latency: host submission and GPU
+  execution overlapped, whichever is longer. The host time to enqueue (return from the step call)
+  is timed alongside, and the same steps run back to back (no synchronize between them: the host
+  enqueues the next step while the GPU runs this one, as an engine that samples on the GPU or
+  schedules ahead does), so the page can say what the idle start of each step costs. p10, median
+  and p90 of each.
 - `profile_step`: one step under torch.profiler (after one profiled warm-up step), exported
   as a Chrome trace and read by `core.trace` (the page's trace reader too) into a Timeline.
 - `hbm_copy_GBps`: a large device-to-device copy, bytes read plus bytes written; `matmul_TFLOPs`: one
@@ -28,6 +30,7 @@ import torch
 from core.step_plan import bucket_for
 from core.trace import STEP_ANNOTATION, TraceStep, analyse, kernels_per_layer
 from gpu_probe.graph_runner import GraphRunner, PaddingCorruption
+from gpu_probe.live import default_rounds
 
 
 def hbm_copy_GBps(nbytes: int = 2 * 2**30, iters: int = 20) -> float:
@@ -68,52 +71,132 @@ def matmul_TFLOPs(size: int = 8192, iters: int = 20) -> float:
     return 2 * size**3 / float(np.median(times)) / 1e12
 
 
-def time_steps(step, steps: int = 100, warmup: int = 10) -> dict:
-    """Median/p10/p90 step time (CUDA events) and median host enqueue time, in µs."""
-    for _ in range(warmup):
-        step()
-    torch.cuda.synchronize()
-    events, enqueue = [], []
-    for _ in range(steps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
+class _CudaClock:
+    """CUDA events on the current stream: what a step's time is read with on a GPU."""
+
+    @staticmethod
+    def mark():
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    @staticmethod
+    def elapsed_us(start, end) -> float:
+        end.synchronize()
+        return start.elapsed_time(end) * 1e3
+
+    sync = staticmethod(torch.cuda.synchronize)
+
+
+class _HostClock:
+    """The host's clock, for steps that run on the CPU (the tests of the timing loop)."""
+
+    mark = staticmethod(time.perf_counter)
+
+    @staticmethod
+    def elapsed_us(start, end) -> float:
+        return (end - start) * 1e6
+
+    @staticmethod
+    def sync() -> None:
+        pass
+
+
+def time_interleaved(
+    steps: dict,
+    per_item: int = 100,
+    warmup: int = 10,
+    rounds: int | None = None,
+    say=None,
+    errors: dict | None = None,
+) -> dict:
+    """Time every step of `steps` ({key: callable}) taking turns: {key: timing} (see `time_steps`).
+
+    Each gets `warmup` untimed steps first, then `rounds` rounds; in each round every step, in an order
+    rotated by one each round, runs one untimed step (its caches, after another step's), its share of the
+    `per_item` synchronised steps (each timed with CUDA events and its host enqueue time, the GPU idle at
+    its start) and a back-to-back window: steps enqueued with no synchronisation between them, timed from
+    the end of the window's first step to the end of its last, so the window's idle start is not in it.
+    A drift of the host or the GPU during the run falls on every step alike. A step that raises is
+    dropped from the rounds; its error is in `errors[key]` (OOM: the cache is emptied) and it has no
+    timing.
+    """
+    clock = _CudaClock if torch.cuda.is_available() else _HostClock
+    rounds = min(rounds or default_rounds(per_item), max(per_item, 1))  # every round times each step
+    errors = {} if errors is None else errors
+    say = say or (lambda msg: None)
+    share = [per_item // rounds + (1 if r < per_item % rounds else 0) for r in range(rounds)]
+    window = max(3, per_item // rounds // 2 + 1)  # steps in a back-to-back window, the first untimed
+    samples = {key: {"step": [], "enqueue": [], "b2b": []} for key in steps}
+    live = list(steps)
+
+    def attempt(key, fn) -> bool:
+        try:
+            fn()
+            return True
+        except Exception as err:
+            errors[key] = err
+            live.remove(key)
+            if isinstance(err, torch.cuda.OutOfMemoryError):
+                torch.cuda.empty_cache()
+            return False
+
+    for key in list(live):
+        attempt(key, lambda step=steps[key]: [step() for _ in range(warmup)])
+    clock.sync()
+    for r in range(rounds):
+        say(
+            f"timing round {r + 1} of {rounds}: {len(live)} steps, {share[r]} synchronised and {window} back to back each"
+        )
+        order = live[r % len(live) :] + live[: r % len(live)] if live else []
+        for key in order:
+            attempt(key, lambda key=key: _one_turn(steps[key], samples[key], share[r], window, clock))
+    return {key: _timing(samples[key], rounds) for key in steps if key not in errors}
+
+
+def _one_turn(step, sample: dict, synchronised: int, window: int, clock) -> None:
+    """One step's turn in a round: one untimed step, `synchronised` timed steps, one back-to-back window."""
+    step()
+    clock.sync()
+    for _ in range(synchronised):
+        start = clock.mark()
         t0 = time.perf_counter()
         step()
-        enqueue.append((time.perf_counter() - t0) * 1e6)
-        end.record()
-        torch.cuda.synchronize()
-        events.append((start, end))
-    step_us = np.array([s.elapsed_time(e) * 1e3 for s, e in events])
-    p10, med, p90 = np.percentile(step_us, [10, 50, 90])
-    return {
-        "step_us_median": float(med),
-        "step_us_p10": float(p10),
-        "step_us_p90": float(p90),
-        "enqueue_us_median": float(np.median(enqueue)),
-        "step_us_back_to_back": back_to_back_us(step, steps),
-    }
+        sample["enqueue"].append((time.perf_counter() - t0) * 1e6)
+        end = clock.mark()
+        clock.sync()
+        sample["step"].append(clock.elapsed_us(start, end))
+    step()  # the window's first step: the GPU starts it idle
+    start = clock.mark()
+    for _ in range(window - 1):
+        step()
+    end = clock.mark()
+    sample["b2b"].append(clock.elapsed_us(start, end) / (window - 1))
+    clock.sync()
 
 
-def back_to_back_us(step, steps: int = 100, windows: int = 5) -> float:
-    """Per-step time of steps enqueued back to back, median over `windows` windows.
+def _timing(sample: dict, rounds: int) -> dict:
+    """Median, p10 and p90 of a step's synchronised steps, enqueue times and back-to-back windows (µs)."""
+    out = {"timing_rounds": rounds}
+    for name, values, key in (
+        ("step", sample["step"], "step_us"),
+        ("enqueue", sample["enqueue"], "enqueue_us"),
+        ("b2b", sample["b2b"], "step_us_back_to_back"),
+    ):
+        p10, med, p90 = (float(v) for v in np.percentile(np.asarray(values, dtype=float), [10, 50, 90]))
+        middle = key if name == "b2b" else f"{key}_median"
+        out.update({middle: med, f"{key}_p10": p10, f"{key}_p90": p90})
+    return out
 
-    Each window runs `steps // windows` steps (at least 2) with no synchronize between them, so
-    the host's work for a step (input copies, launches) overlaps the GPU's work on the one
-    before. The inputs stay where they are: every step re-decodes the same token into the same
-    slot, exactly as the synchronised steps do.
-    """
-    per_window = max(steps // windows, 2)
-    times = []
-    for _ in range(windows):
-        torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(per_window):
-            step()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / per_window)
-    return float(np.median(times))
+
+def time_steps(step, steps: int = 100, warmup: int = 10, rounds: int | None = None) -> dict:
+    """One step timed alone, as `time_interleaved` times several: median/p10/p90 of the step time (CUDA
+    events), of the host enqueue time and of the back-to-back time, in µs. Raises what the step raises."""
+    errors: dict = {}
+    timing = time_interleaved({0: step}, steps, warmup, rounds, errors=errors)
+    if errors:
+        raise errors[0]
+    return timing[0]
 
 
 def profile_step(step, label: str, trace_path: str | os.PathLike | None = None) -> TraceStep:
@@ -252,9 +335,11 @@ def check_padding_assertion(runner: GraphRunner, batch, canary_sizes=None) -> di
     try:
         for policy, fired in (("real", fired_bug), ("scratch", fired_safe)):
             runner.pad_rows_to = policy
-            for n in sizes:
+            for n in sizes:  # the assertion reads the loaded buffers: no replay needed to see it fire
+                bucket = bucket_for(n, runner.buckets)
+                runner.load(batch.head(n), bucket)
                 try:
-                    runner.run(batch.head(n), check="before")
+                    runner.check_padding(n, bucket)
                 except PaddingCorruption:
                     fired.add(n)
         runner.pad_rows_to = "real"

@@ -233,7 +233,9 @@ TORCH_OPS = UnfusedOps("torch", linear, rms_norm, rope, write_kv, paged_attentio
 def kernel_ops() -> UnfusedOps:
     """One kernel per op: what the probe's unfused modes run on a GPU. The projections run the fused step's
     own GEMM kernels without their epilogues (GEMV or swap-AB tile to TILE_MAX_ROWS rows, cuBLAS above, as
-    the fused step does), so the two steps differ by the merges alone; the other ops are Triton kernels."""
+    the fused step does), so the two steps differ by the merges alone; the other ops are Triton kernels. Each
+    Triton kernel is launched through a launcher bound once per shape (`gpu_probe.kernels.launch`), as an
+    engine's custom op is: what a launch costs the host is the launch, not our Python around it."""
     from gpu_probe.kernels import ops
     from gpu_probe.kernels.attention import paged_attention as paged_kernel
     from gpu_probe.kernels.linear import TILE_MAX_ROWS, fused_linear
@@ -249,6 +251,16 @@ def kernel_ops() -> UnfusedOps:
         return paged_kernel(q, block_tables, context_lens, k_cache, v_cache, n_heads, n_kv_heads, splits)
 
     return UnfusedOps("kernels", gemm, ops.rms_norm, rope_in_place, ops.write_kv, attention, ops.silu_mul)
+
+
+@functools.cache
+def triton_kernels():
+    """gpu_probe.kernels (imported on first use: it needs Triton), without an import statement's cost per
+    call (about a microsecond and a half each, per layer on the fused path)."""
+    import gpu_probe.kernels as kernels
+    from gpu_probe.kernels import linear, ops  # noqa: F401 - attributes of `kernels` from here on
+
+    return kernels
 
 
 def triton_runs_on(device: torch.device) -> bool:
@@ -481,8 +493,8 @@ class ProbeModel(nn.Module):
             raise RuntimeError(
                 "the fused path needs CUDA, or TRITON_INTERPRET=1 set before triton is imported"
             )
-        from gpu_probe.kernels import fused_linear
-        from gpu_probe.kernels.linear import TILE_MAX_ROWS
+        kernels = triton_kernels()
+        fused_linear, TILE_MAX_ROWS = kernels.fused_linear, kernels.linear.TILE_MAX_ROWS
 
         cfg = self.cfg
         batch = input_ids.shape[0]
@@ -512,10 +524,8 @@ class ProbeModel(nn.Module):
     def _attention(self, index, qkv, positions, block_tables, slot_mapping, context_lens, splits, **options):
         """Both fused paths' attention of layer `index` over the paged cache, RoPE and the KV write inside it
         (`options`: PDL at small batch; the norm's 1/rms on q, k and v on the wide path)."""
-        from gpu_probe.kernels import paged_decode_attention
-
         k_cache, v_cache = self.kv_cache.layer(index)
-        return paged_decode_attention(
+        return triton_kernels().paged_decode_attention(
             qkv,
             positions,
             block_tables,
@@ -539,8 +549,8 @@ class ProbeModel(nn.Module):
         the norm weight folded in; the attention applies the norm's 1/rms to q, k and v (with RoPE and the
         KV write, as at small batch); one kernel applies it to gate and up with SiLU x up; o and down add
         the residual in cuBLAS's own epilogue (beta = 1, into the residual stream)."""
-        from gpu_probe.kernels import ops
-        from gpu_probe.kernels.linear import rms_swiglu
+        kernels = triton_kernels()
+        ops, rms_swiglu = kernels.ops, kernels.linear.rms_swiglu
 
         cfg = self.cfg
         batch = input_ids.shape[0]

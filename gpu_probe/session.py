@@ -2,7 +2,10 @@
 sequences, the captured CUDA graphs per variant, and the checks made when they were captured.
 
 The CLI builds one per run; the page keeps one per server (st.cache_resource), so a second
-"Measure on this GPU" neither rebuilds the model nor recaptures graphs. Not thread-safe: the
+"Measure on this GPU" neither rebuilds the model nor recaptures graphs. `measure_into` builds every
+(mode, batch)'s step first, times them all taking turns over many short rounds (with any steps given
+beside them, the Hugging Face reference's), with the host's speed measured just before and just after,
+then profiles each. Not thread-safe: the
 graphs' static buffers are shared, so callers serialise capture and replay with one lock.
 Errors never escape: an out-of-memory error while building or measuring is recorded and the
 rest goes on, so what was gathered is still written.
@@ -161,8 +164,14 @@ class ProbeSession:
         return {"persistent_barriers": {"passed": phase is None, "detail": detail}}
 
     # ---- measuring -----------------------------------------------------------------------------
-    def measure_into(self, out: dict, req: dict, say, trace_dir=None, checkpoint=None) -> None:
-        """Time and profile every (mode, batch) of `req` into the result dict `out`."""
+    def measure_into(self, out: dict, req: dict, say, trace_dir=None, checkpoint=None, beside=None) -> dict:
+        """Time and profile every (mode, batch) of `req` into the result dict `out`, with the host's speed
+        before and after the timing (`out["host"]`).
+
+        Every step is built first (torch.compile's compile for each batch included), then all are timed
+        taking turns over many short rounds (`measure.time_interleaved`), then each is profiled once and
+        recorded (a checkpoint after each). `beside` ({key: step}, e.g. the Hugging Face reference's steps)
+        is timed in the same rounds: returns {key: its timing, or the exception it raised}."""
         out["model"] = dict(self.model_info)
         out["errors"] += self.errors
         out["checks"].update({name: dict(check) for name, check in self.checks.items()})
@@ -182,16 +191,56 @@ class ProbeSession:
             pdl_max_rows=TILE_MAX_ROWS if TILE_PDL else 4,  # the calibration's PDL chain
             **self.static,
         )
-        if self.model is None:
-            return
-        compile_ran = False
+        items = self._steps(req, out["errors"], say) if self.model is not None else []
+        steps = {(mode, n): step for mode, n, step, _, _ in items}
+        steps.update(beside or {})
+        host = self._host_speed(out["errors"], say)
+        self._host_sample(host, "before", out["errors"], say)
+        errors: dict = {}
+        with torch.no_grad():
+            timings = m.time_interleaved(
+                steps, req["steps"], req["warmup"], req.get("rounds"), say=say, errors=errors
+            )
+        self._host_sample(host, "after", out["errors"], say)
+        if host is not None:
+            out["host"] = host.block()
+            host.close()
+        # Saved at once, so a run stopped while profiling keeps every timing (dropped once each run is whole).
+        out["timed_not_yet_profiled"] = {
+            f"{mode} b{n}": timings[(mode, n)] for mode, n, *_ in items if (mode, n) in timings
+        }
+        self._checkpoint(out, checkpoint, say)
+        for mode, n, step, bucket, fallback in items:
+            if (mode, n) in errors:
+                record_failure(out["errors"], f"{mode} at batch {n}", errors[(mode, n)], say)
+            else:
+                self._profile_into(
+                    out, mode, n, step, timings[(mode, n)], bucket, fallback, say, trace_dir, checkpoint
+                )
+        out.pop("timed_not_yet_profiled")
+        compiled = [x.name for x in map(mode_named, req["modes"]) if x.kernels == INDUCTOR_KERNELS]
+        if compiled and self.peer is not None:  # the peer exists once a compile was tried
+            seen = [r["graph_launches"] > 0 for r in out["runs"] if r["mode"] in compiled]
+            run_check(
+                out["checks"],
+                out["errors"],
+                "compile_cudagraphs",
+                say,
+                self.peer.check,
+                all(seen) if seen else None,
+            )
+        return {key: timings.get(key, errors.get(key)) for key in beside or {}}
+
+    def _steps(self, req: dict, errors: list[str], say) -> list[tuple]:
+        """(mode, batch, step, bucket replayed, eager fallback) for every (mode, batch) of `req` that can run:
+        torch.compile's compiled for its batch, a graph mode's only where its graphs were captured."""
+        items = []
         for run_mode in map(mode_named, req["modes"]):
             for n in req["batches"]:
                 rows = self.batch.head(n)
                 bucket, fallback = None, False
                 if run_mode.kernels == INDUCTOR_KERNELS:
-                    compile_ran = True
-                    if not self._warm_compile(rows, n, out["errors"], say):
+                    if not self._warm_compile(rows, n, errors, say):
                         continue
                     step = lambda rows=rows: self.peer(rows)  # noqa: E731
                 elif not run_mode.graphs:
@@ -203,18 +252,34 @@ class ProbeSession:
                     step = lambda rows=rows, runner=runner: runner.run(rows)  # noqa: E731
                 else:
                     continue  # its graphs could not be captured: recorded under errors
-                self._time(out, run_mode.name, n, step, req, bucket, fallback, say, trace_dir, checkpoint)
-        compiled = [x.name for x in map(mode_named, req["modes"]) if x.kernels == INDUCTOR_KERNELS]
-        if compile_ran and self.peer is not None:
-            seen = [r["graph_launches"] > 0 for r in out["runs"] if r["mode"] in compiled]
-            run_check(
-                out["checks"],
-                out["errors"],
-                "compile_cudagraphs",
-                say,
-                self.peer.check,
-                all(seen) if seen else None,
-            )
+                items.append((run_mode.name, n, step, bucket, fallback))
+        return items
+
+    @staticmethod
+    def _host_speed(errors: list[str], say):
+        """The trivial launches the host's speed is measured with (None where they cannot be set up)."""
+        from gpu_probe.host_speed import HostSpeed
+
+        try:
+            return HostSpeed()
+        except Exception as err:
+            record_failure(errors, "setting up the host speed index", err, say)
+            return None
+
+    @staticmethod
+    def _host_sample(host, when: str, errors: list[str], say) -> None:
+        if host is None:
+            return
+        say(f"measuring the host's launch costs ({when} the steps)")
+        try:
+            sample = host.sample(when)
+        except Exception as err:
+            record_failure(errors, f"the host speed index {when} the steps", err, say)
+            return
+        say(
+            f"host {when} the steps: torch launch {sample['torch_launch_us']['median']:.1f} µs, "
+            f"graph launch {sample['graph_fixed_us']:.1f} µs + {sample['graph_per_node_us']:.3f} µs a node"
+        )
 
     def _phase_stamps(self, n: int) -> dict:
         """The persistent kernel's in-kernel phase stamps at batch n (a few traced steps, the last kept)."""
@@ -242,12 +307,12 @@ class ProbeSession:
             record_failure(errors, f"compile at batch {n}", err, say)
             return False
 
-    def _time(self, out, mode, n, step, req, bucket, fallback, say, trace_dir, checkpoint) -> None:
-        say(f"{mode}: timing batch {n}")
+    def _profile_into(self, out, mode, n, step, timing, bucket, fallback, say, trace_dir, checkpoint) -> None:
+        """One (mode, batch)'s profiled step, recorded with its timing into `out["runs"]`; then a checkpoint."""
+        say(f"{mode}: profiling batch {n} (its timing done)")
         slug = f"{mode.replace('+', '_')}_b{n}.json"
         try:
             with torch.no_grad():
-                timing = m.time_steps(step, steps=req["steps"], warmup=req["warmup"])
                 traced = m.profile_step(
                     step, label=f"{mode} · batch {n}", trace_path=trace_dir / slug if trace_dir else None
                 )
@@ -261,6 +326,11 @@ class ProbeSession:
             except Exception as err:
                 record_failure(out["errors"], f"{mode} at batch {n}: in-kernel stamps", err, say)
         out["runs"].append(record)
+        out.get("timed_not_yet_profiled", {}).pop(f"{mode} b{n}", None)
+        self._checkpoint(out, checkpoint, say)
+
+    @staticmethod
+    def _checkpoint(out: dict, checkpoint, say) -> None:
         if checkpoint:
             try:
                 checkpoint(out)

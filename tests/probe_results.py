@@ -72,3 +72,34 @@ def probe_result(runs: list[dict] | None = None, **fields) -> dict:
         "settings": {"steps": 10},
     }
     return {**result, **copy.deepcopy(fields)}
+
+
+def host_block(**fields) -> dict:
+    """A `host` block as `gpu_probe.host_speed` writes it: a 6.1 µs torch launch, one sample before the steps
+    and one after; `fields` replace any of its top-level fields."""
+
+    def costs(scale: float) -> dict:
+        return {
+            "torch_launch_us": {"median": 6.1 * scale, "p10": 5.8 * scale, "p90": 7.0 * scale},
+            "triton_launch_us": {"median": 9.8 * scale, "p10": 9.1 * scale, "p90": 11.5 * scale},
+            "triton_bound_launch_us": {"median": 4.2 * scale, "p10": 3.9 * scale, "p90": 5.0 * scale},
+            "graph_launch_us": {
+                "nodes": [1, 16, 64, 256],
+                "median": [4.0 * scale, 4.4 * scale, 5.6 * scale, 10.4 * scale],
+                "p10": [3.8 * scale, 4.2 * scale, 5.3 * scale, 10.0 * scale],
+                "p90": [4.6 * scale, 5.0 * scale, 6.2 * scale, 11.5 * scale],
+            },
+            "graph_fixed_us": 4.0 * scale,
+            "graph_per_node_us": 0.025 * scale,
+        }
+
+    block = {
+        "cpu": "Intel(R) Xeon(R) Platinum 8480+",
+        "python": "3.11.9",
+        "torch": "2.11.0+cu130",
+        "triton": "3.6.0",
+        "launches": 3000,
+        **costs(1.0),
+        "samples": [{"when": "before", **costs(0.98)}, {"when": "after", **costs(1.02)}],
+    }
+    return {**block, **copy.deepcopy(fields)}

@@ -172,3 +172,21 @@ def test_parse_reference_refuses_what_is_not_a_block():
         parse_reference(["eager"], MAX_KERNELS)
     with pytest.raises(ValueError, match=re.escape("skipped: expected a non-empty string")):
         parse_reference({"skipped": 5}, MAX_KERNELS)
+
+
+def test_a_reference_run_keeps_the_spread_of_its_times():
+    block = _block()
+    block["runs"][0].update(
+        enqueue_us_p10=17_000.0,
+        enqueue_us_p90=19_000.0,
+        step_us_back_to_back_p10=21_000.0,
+        step_us_back_to_back_p90=22_000.0,
+        timing_rounds=10,
+    )
+    ref = parse_reference(copy.deepcopy(block), MAX_KERNELS)
+    run = ref.run("eager", 1)
+    assert run.enqueue_us_p10 < run.enqueue_us_median < run.enqueue_us_p90 and run.timing_rounds == 10
+    assert ref.to_dict() == block and "timing_rounds" not in ref.to_dict()["runs"][1]
+    block["runs"][0]["enqueue_us_p90"] = 100.0  # below the median
+    with pytest.raises(ValueError, match=re.escape("reference.runs[0].enqueue_us_p90: below the median")):
+        parse_reference(block, MAX_KERNELS)

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +32,9 @@ def _cli(*args, env=None, timeout=120):
         (["--preset", "huge"], "preset must be one of"),
         (["--buckets", "4", "-1"], "bucket sizes must be positive"),
         (["--steps", "2"], "steps must be"),
+        (["--rounds", "0"], "rounds must be"),
+        (["--launcher", "fast"], "invalid choice: 'fast'"),
+        (["--steps", "10", "--rounds", "11"], "rounds must be an integer in [1, steps = 10]"),
         (["--batch", "x"], "invalid int value"),
         (["--no-such-flag"], "unrecognized arguments"),
     ],
@@ -97,3 +101,12 @@ def test_short_end_to_end_run(tmp_path):
     assert all(r.step_us_back_to_back for r in res.runs)
     fg1 = res.run("fused+graph", 1)
     assert fg1.step_us_back_to_back <= fg1.step_us_median * 1.1
+    # Five steps a (mode, batch): one round; the spread of every unprofiled time is kept.
+    assert all(
+        r.timing_rounds == 1 and r.enqueue_us_p10 <= r.enqueue_us_median <= r.enqueue_us_p90 for r in res.runs
+    )
+    # The host's speed, before and after the steps, in the same process.
+    assert [when for when, _ in res.host.samples] == ["before", "after"]
+    assert 0 < res.host.torch_launch_us < 1000 and res.host.index.triton_bound_launch_us is not None
+    assert res.settings["launcher"] == "bound" and res.settings["rounds"] == 1
+    assert re.search(r"\[gpu_probe\] +[0-9.]+ s  timing round 1 of 1", proc.stderr)

@@ -14,12 +14,19 @@ from gpu_probe import model as torch_ops
 from gpu_probe.kernels import (
     fused_linear,
     fused_linear_reference,
+    launch,
     linear,
     ops,
     paged_decode_attention,
     paged_decode_attention_reference,
 )
 from gpu_probe.kernels.attention import paged_attention
+
+
+@pytest.fixture(autouse=True)
+def _verify_launch_plans(monkeypatch):
+    """Every kernel call rebuilds its launch plan and checks it against the one kept for its key."""
+    monkeypatch.setattr(launch, "VERIFY", True)
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from gpu_probe.compile_peer import COMPILE_OPS
 from gpu_probe.config import PRESETS, ProbeModelConfig, get_config
+from gpu_probe.kernels import launch
 from gpu_probe.kv_cache import PAD_SLOT, SCRATCH_BLOCK, PagedKVCache, pad_decode_inputs
 from gpu_probe.model import (
     FUSED_KERNELS_PER_LAYER,
@@ -18,6 +19,12 @@ from gpu_probe.model import (
     rms_norm,
     rotate_half,
 )
+
+
+@pytest.fixture(autouse=True)
+def _verify_launch_plans(monkeypatch):
+    """Every kernel call rebuilds its launch plan and checks it against the one kept for its key."""
+    monkeypatch.setattr(launch, "VERIFY", True)
 
 
 @pytest.fixture(scope="module")

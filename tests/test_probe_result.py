@@ -5,14 +5,15 @@ import json
 import sys
 
 import pytest
-from probe_results import probe_result, probe_run
+from probe_results import host_block, probe_result, probe_run
 
 from core.probe_result import MAX_RESULT_BYTES, ProbeResult, dump_result, load_result
 from core.step_plan import MODES
 
 
-def valid_result() -> dict:
-    """An eager run at batch 1 and a fused+graph run at batch 3 padded to bucket 4, with a capture and a check."""
+def valid_result(**fields) -> dict:
+    """An eager run at batch 1 and a fused+graph run at batch 3 padded to bucket 4, with a capture and a check;
+    `fields` add or replace top-level fields."""
     graph_run = probe_run(
         mode="fused+graph", batch=3, bucket=4, padded_rows=1, cpu_launch_us=4.0, bound_by="GPU"
     )
@@ -29,6 +30,7 @@ def valid_result() -> dict:
         captures=[{"bucket": 4, "capture_ms": 12.5, "graph_mem_bytes": 2_097_152}],
         checks={"graph_vs_eager": {"passed": True, "detail": "13 buckets"}},
         settings={"steps": 100},
+        **fields,
     )
 
 
@@ -273,3 +275,126 @@ def test_back_to_back_must_be_a_positive_time(bad):
     data["runs"][1]["step_us_back_to_back"] = bad
     with pytest.raises(ValueError, match=r"runs\[1\]\.step_us_back_to_back"):
         load_result(data)
+
+
+# ---- the host speed index and the spread of the unprofiled times ------------------------------------
+def test_a_result_without_the_host_index_loads_as_not_measured():
+    assert load_result(valid_result()).host is None
+    from core.probe_result import recorded_result
+
+    recorded = recorded_result()
+    assert recorded.host is None and "host" not in recorded.to_dict()
+    assert all(r.enqueue_us_p10 is None and r.timing_rounds is None for r in recorded.runs)
+
+
+def test_the_host_index_loads_and_round_trips(tmp_path):
+    res = load_result(valid_result(host=host_block()))
+    host = res.host
+    assert host.cpu.startswith("Intel") and host.triton == "3.6.0" and host.launches == 3000
+    assert host.torch_launch_us == 6.1 and host.index.triton_launch_us.p90 == 11.5
+    assert host.index.graph_nodes == (1, 16, 64, 256) and host.index.graph_launch_us[3].median == 10.4
+    assert [when for when, _ in host.samples] == ["before", "after"]
+    assert host.samples[1][1].torch_launch_us.median == pytest.approx(6.1 * 1.02)
+    path = tmp_path / "r.json"
+    dump_result(res, path)
+    assert load_result(path).to_dict() == res.to_dict() and res.to_dict()["host"] == host_block()
+
+
+def test_a_host_index_without_triton_loads():
+    block = host_block()
+    for key in ("triton", "triton_launch_us", "triton_bound_launch_us"):
+        del block[key]
+        for sample in block["samples"]:
+            sample.pop(key, None)
+    host = load_result(valid_result(host=block)).host
+    assert host.triton is None and host.index.triton_launch_us is None and host.torch_launch_us == 6.1
+
+
+@pytest.mark.parametrize(
+    "path, value, field",
+    [
+        (("torch_launch_us", "median"), 0, "host.torch_launch_us.median: a launch takes some time"),
+        (("torch_launch_us", "p10"), -1.0, "host.torch_launch_us.p10: a launch takes some time"),
+        (("triton_launch_us", "median"), float("nan"), "host.triton_launch_us.median: must be a finite"),
+        (
+            ("triton_bound_launch_us", "p90"),
+            20_000.0,
+            "host.triton_bound_launch_us.p90: 20000 µs for one launch is absurd",
+        ),
+        (("torch_launch_us", "median"), 8.0, "host.torch_launch_us.median: must lie between p10 and p90"),
+        (("torch_launch_us", "median"), "6.1", "host.torch_launch_us.median: expected a number"),
+        (("torch_launch_us",), None, "host.torch_launch_us: missing"),
+        (("graph_fixed_us",), 0.0, "host.graph_fixed_us: a launch takes some time"),
+        (("graph_per_node_us",), -0.5, "host.graph_per_node_us: -0.5 is outside"),
+        (
+            ("graph_launch_us", "median"),
+            [4.0, 4.4],
+            "host.graph_launch_us.median: expected one time per node count",
+        ),
+        (
+            ("graph_launch_us", "nodes"),
+            [16, 1, 64, 256],
+            "host.graph_launch_us.nodes: expected 1 to 16 increasing",
+        ),
+        (
+            ("graph_launch_us", "p90"),
+            [4.6, 5.0, 6.2, 1e5],
+            "host.graph_launch_us.p90[3]: 100000 µs for one launch",
+        ),
+        (
+            ("samples", 1, "torch_launch_us", "median"),
+            1e6,
+            "host.samples[1].torch_launch_us.median: 1e+06 µs",
+        ),
+        (("samples", 0, "when"), "", "host.samples[0].when: expected a non-empty string"),
+        (("samples",), {"when": "before"}, "host.samples: expected a list"),
+        (("cpu",), 3, "host.cpu: expected a non-empty string"),
+        (("launches",), 0, "host.launches: 0 is outside"),
+        ((), "fast", "host: expected an object"),
+    ],
+)
+def test_a_bad_host_index_is_refused_naming_the_field(path, value, field):
+    data = valid_result(host=host_block())
+    load_result(copy.deepcopy(data))  # the block itself is fine
+    if not path:
+        data["host"] = value
+    else:
+        target = data["host"]
+        for key in path[:-1]:
+            target = target[key]
+        if value is None:
+            del target[path[-1]]
+        else:
+            target[path[-1]] = value
+    with pytest.raises(ValueError) as err:
+        load_result(data)
+    assert str(err.value).startswith(field), str(err.value)
+
+
+def test_the_spread_of_the_unprofiled_times_loads_and_is_checked():
+    spread = {
+        "enqueue_us_p10": 9.5,
+        "enqueue_us_p90": 12.0,
+        "step_us_back_to_back": 14.0,
+        "step_us_back_to_back_p10": 13.0,
+        "step_us_back_to_back_p90": 15.5,
+        "timing_rounds": 10,
+    }
+    data = probe_result([probe_run(**spread)])
+    run = load_result(data).runs[0]
+    assert (run.enqueue_us_p10, run.enqueue_us_median, run.enqueue_us_p90) == (9.5, 10.5, 12.0)
+    assert run.step_us_back_to_back_p90 == 15.5 and run.timing_rounds == 10
+    assert load_result(data).to_dict()["runs"][0]["timing_rounds"] == 10
+    assert (
+        "timing_rounds" not in load_result(probe_result()).to_dict()["runs"][0]
+    )  # older files stay as they were
+    for key, value, message in (
+        ("enqueue_us_p10", 11.0, "runs[0].enqueue_us_p10: above the median"),
+        ("step_us_back_to_back_p90", 13.5, "runs[0].step_us_back_to_back_p90: below the median"),
+        ("enqueue_us_p90", float("nan"), "runs[0].enqueue_us_p90: must be a finite"),
+        ("timing_rounds", 2.5, "runs[0].timing_rounds: must be a whole number"),
+    ):
+        bad = probe_result([probe_run(**{**spread, key: value})])
+        with pytest.raises(ValueError) as err:
+            load_result(bad)
+        assert str(err.value).startswith(message), str(err.value)

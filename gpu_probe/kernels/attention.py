@@ -29,6 +29,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from gpu_probe.kernels import launch
 from gpu_probe.kernels.linear import pdl_supported
 
 NEG_BIG = tl.constexpr(-1.0e30)
@@ -299,38 +300,76 @@ def _store_split(
     )
 
 
-def _outputs(batch: int, n_heads: int, head_dim: int, n_splits: int, like: torch.Tensor):
-    """(out, partial, lse): with one split the kernel writes `out` itself; with more, fp32 partials."""
-    out = torch.empty((batch, n_heads * head_dim), dtype=like.dtype, device=like.device)
-    partial = out
-    if n_splits > 1:
-        partial = torch.empty((batch, n_splits, n_heads * head_dim), dtype=torch.float32, device=like.device)
-    lse = torch.empty((batch, n_splits, n_heads), dtype=torch.float32, device=like.device)
-    return out, partial, lse
+class _AttentionPlan:
+    """One attention call's launches at one key: the attention (and the merge of its splits where it splits),
+    and the templates of its output, fp32 partials and log2-sum-exps."""
+
+    __slots__ = ("attend", "merge", "out_like", "partial_like", "lse_like")
+
+    def __init__(self, attend, merge, out_like, partial_like, lse_like):
+        self.attend, self.merge = attend, merge
+        self.out_like, self.partial_like, self.lse_like = out_like, partial_like, lse_like
+
+    def outputs(self):
+        """(out, partial, lse): with one split the kernel writes `out` itself; with more, fp32 partials."""
+        out = torch.empty_like(self.out_like)
+        partial = out if self.partial_like is None else torch.empty_like(self.partial_like)
+        return out, partial, torch.empty_like(self.lse_like)
+
+    def describe(self) -> tuple:
+        likes = (self.out_like, self.partial_like, self.lse_like)
+        shapes = tuple(None if t is None else (tuple(t.shape), t.dtype, t.device) for t in likes)
+        return self.attend.describe(), self.merge.describe() if self.merge else None, shapes
 
 
-def _merge(out, partial, lse, n_splits: int, n_heads: int, head_dim: int, launch: dict) -> torch.Tensor:
+def _plan_outputs(batch: int, n_heads: int, head_dim: int, n_splits: int, like: torch.Tensor):
+    """Templates of (out, partial, lse): partial is None with one split (the kernel writes `out`)."""
+    width = n_heads * head_dim
+    out = launch.empty_template((batch, width), like.dtype, like.device)
+    partial = None
     if n_splits > 1:
-        _merge_splits_kernel[(out.shape[0], n_heads)](
-            partial,
-            lse,
-            out,
-            n_splits,
-            N_HEADS=n_heads,
-            HEAD_DIM=head_dim,
-            SPLITS_P2=triton.next_power_of_2(n_splits),
-            PDL="launch_pdl" in launch,
-            **launch,
-        )
-    return out
+        partial = launch.empty_template((batch, n_splits, width), torch.float32, like.device)
+    return out, partial, launch.empty_template((batch, n_splits, n_heads), torch.float32, like.device)
+
+
+def _merge_launch(batch: int, n_splits: int, n_heads: int, head_dim: int, options: dict):
+    """The merge of the splits' partials into out (slots: partial, lse, out); None with one split."""
+    if n_splits == 1:
+        return None
+    meta = {
+        "N_HEADS": n_heads,
+        "HEAD_DIM": head_dim,
+        "SPLITS_P2": triton.next_power_of_2(n_splits),
+        "PDL": "launch_pdl" in options,
+        **options,
+    }
+    return launch.Launch(
+        _merge_splits_kernel, (batch, n_heads), (None, None, None, n_splits), meta, (0, 1, 2)
+    )
 
 
 def _check_cache(k_cache: torch.Tensor, v_cache: torch.Tensor, n_kv_heads: int, block_tables: torch.Tensor):
     num_blocks, block_size, kv_heads, head_dim = k_cache.shape
-    assert kv_heads == n_kv_heads and block_tables.stride(1) == 1
-    assert k_cache.stride(0) == block_size * k_cache.stride(1) and k_cache.stride(1) == kv_heads * head_dim
-    assert v_cache.stride() == k_cache.stride()
+    if (
+        kv_heads != n_kv_heads
+        or block_tables.stride(1) != 1
+        or k_cache.stride(0) != block_size * k_cache.stride(1)
+        or k_cache.stride(1) != kv_heads * head_dim
+        or k_cache.stride(2) != head_dim
+        or k_cache.stride(3) != 1
+        or v_cache.stride() != k_cache.stride()
+        or v_cache.shape != k_cache.shape
+    ):
+        raise ValueError(
+            f"paged attention: K/V caches [blocks, block_size, {n_kv_heads} KV heads, head_dim] of one "
+            f"contiguous layout and a block table with contiguous rows, got {list(k_cache.shape)} with "
+            f"strides {k_cache.stride()}"
+        )
     return block_size, head_dim
+
+
+_DECODE_PLANS: dict[tuple, _AttentionPlan] = {}
+_PLAIN_PLANS: dict[tuple, _AttentionPlan] = {}
 
 
 def paged_decode_attention(
@@ -359,54 +398,121 @@ def paged_decode_attention(
     that qkv was computed from with the RMSNorm weight folded in: q, k and v are scaled by each
     row's 1/rms(x) here (the wide path, whose QKV GEMM is cuBLAS's).
     """
+    key = (
+        qkv.shape,
+        qkv.stride(),
+        qkv.dtype,
+        positions.dtype,
+        block_tables.shape,
+        block_tables.stride(),
+        block_tables.dtype,
+        slot_mapping.dtype,
+        context_lens.dtype,
+        k_cache.shape,
+        k_cache.stride(),
+        k_cache.dtype,
+        v_cache.shape,
+        v_cache.stride(),
+        v_cache.dtype,
+        cos.shape,
+        cos.dtype,
+        sin.dtype,
+        n_heads,
+        n_kv_heads,
+        n_splits,
+        block_n,
+        pdl,
+        None if norm_input is None else (norm_input.shape, norm_input.stride(), norm_input.dtype),
+        norm_eps,
+        qkv.get_device(),
+    )
+    plan = _DECODE_PLANS.get(key)
+    if plan is None or launch.VERIFY:
+        fresh = _decode_plan(
+            qkv,
+            block_tables,
+            k_cache,
+            v_cache,
+            cos,
+            n_heads,
+            n_kv_heads,
+            n_splits,
+            block_n,
+            pdl,
+            norm_input,
+            norm_eps,
+        )
+        plan = launch.remember(_DECODE_PLANS, key, fresh)
+    out, partial, lse = plan.outputs()
+    x = norm_input if norm_input is not None else qkv
+    plan.attend(
+        qkv, positions, block_tables, slot_mapping, context_lens, k_cache, v_cache, cos, sin, partial, lse, x
+    )
+    if plan.merge is not None:
+        plan.merge(partial, lse, out)
+    return out
+
+
+def _decode_plan(
+    qkv,
+    block_tables,
+    k_cache,
+    v_cache,
+    cos,
+    n_heads,
+    n_kv_heads,
+    n_splits,
+    block_n,
+    pdl,
+    norm_input,
+    norm_eps,
+) -> _AttentionPlan:
     batch = qkv.shape[0]
     block_size, head_dim = _check_cache(k_cache, v_cache, n_kv_heads, block_tables)
-    assert qkv.shape[1] == (n_heads + 2 * n_kv_heads) * head_dim and qkv.stride(1) == 1
-    out, partial, lse = _outputs(batch, n_heads, head_dim, n_splits, qkv)
+    if qkv.shape[1] != (n_heads + 2 * n_kv_heads) * head_dim or qkv.stride(1) != 1:
+        raise ValueError(
+            f"paged_decode_attention: qkv [{batch}, (heads + 2 KV heads) * head_dim] with contiguous rows"
+        )
     group = n_heads // n_kv_heads
     if block_n is None:
         block_n = 32 if n_splits > 1 else 64
     pdl = pdl and pdl_supported(qkv.device)
-    launch = (
+    options = (
         {"launch_pdl": True} if pdl else {}
     )  # only named when set: the CPU interpreter knows no such option
-    _paged_attention_kernel[(batch, n_kv_heads, n_splits)](
-        qkv,
-        positions,
-        block_tables,
-        slot_mapping,
-        context_lens,
-        k_cache,
-        v_cache,
-        cos,
-        sin,
-        partial,
-        lse,
+    args = (
+        *(None,)
+        * 11,  # qkv, positions, block_tables, slot_mapping, context_lens, k/v caches, cos, sin, partial, lse
         qkv.stride(0),
         block_tables.stride(0),
         k_cache.stride(1),
         cos.shape[0] - 1,
         n_splits,
         LOG2E / math.sqrt(head_dim),
-        norm_input if norm_input is not None else qkv,
+        None,  # x: the norm's input, else qkv again
         norm_input.stride(0) if norm_input is not None else 0,
         norm_input.shape[1] if norm_input is not None else 1,
         norm_eps,
-        N_HEADS=n_heads,
-        N_KV_HEADS=n_kv_heads,
-        GROUP=group,
-        ROWS=max(16, triton.next_power_of_2(group)),
-        HEAD_DIM=head_dim,
-        BLOCK_SIZE=block_size,
-        BLOCK_N=block_n,
-        IEEE=qkv.dtype == torch.float32,
-        PDL=pdl,
-        NORM=norm_input is not None,
-        BLOCK_H=triton.next_power_of_2(norm_input.shape[1]) if norm_input is not None else 1,
-        num_warps=4,
-        **launch,
     )
-    return _merge(out, partial, lse, n_splits, n_heads, head_dim, launch)
+    meta = {
+        "N_HEADS": n_heads,
+        "N_KV_HEADS": n_kv_heads,
+        "GROUP": group,
+        "ROWS": max(16, triton.next_power_of_2(group)),
+        "HEAD_DIM": head_dim,
+        "BLOCK_SIZE": block_size,
+        "BLOCK_N": block_n,
+        "IEEE": qkv.dtype == torch.float32,
+        "PDL": pdl,
+        "NORM": norm_input is not None,
+        "BLOCK_H": triton.next_power_of_2(norm_input.shape[1]) if norm_input is not None else 1,
+        "num_warps": 4,
+        **options,
+    }
+    slots = (*range(11), 17)
+    attend = launch.Launch(_paged_attention_kernel, (batch, n_kv_heads, n_splits), args, meta, slots)
+    merge = _merge_launch(batch, n_splits, n_heads, head_dim, options)
+    return _AttentionPlan(attend, merge, *_plan_outputs(batch, n_heads, head_dim, n_splits, qkv))
 
 
 def paged_attention(
@@ -422,34 +528,64 @@ def paged_attention(
 ) -> torch.Tensor:
     """Decode attention of rotated q[B, n_heads * head_dim] over each row's [0, context_len) cached tokens
     (the new token already written); returns [B, n_heads * head_dim] in q's dtype. The unfused step's."""
+    key = (
+        q.shape,
+        q.stride(),
+        q.dtype,
+        block_tables.shape,
+        block_tables.stride(),
+        block_tables.dtype,
+        context_lens.dtype,
+        k_cache.shape,
+        k_cache.stride(),
+        k_cache.dtype,
+        v_cache.shape,
+        v_cache.stride(),
+        v_cache.dtype,
+        n_heads,
+        n_kv_heads,
+        n_splits,
+        block_n,
+        q.get_device(),
+    )
+    plan = _PLAIN_PLANS.get(key)
+    if plan is None or launch.VERIFY:
+        fresh = _plain_plan(q, block_tables, k_cache, v_cache, n_heads, n_kv_heads, n_splits, block_n)
+        plan = launch.remember(_PLAIN_PLANS, key, fresh)
+    out, partial, lse = plan.outputs()
+    plan.attend(q, block_tables, context_lens, k_cache, v_cache, partial, lse)
+    if plan.merge is not None:
+        plan.merge(partial, lse, out)
+    return out
+
+
+def _plain_plan(q, block_tables, k_cache, v_cache, n_heads, n_kv_heads, n_splits, block_n) -> _AttentionPlan:
     batch = q.shape[0]
     block_size, head_dim = _check_cache(k_cache, v_cache, n_kv_heads, block_tables)
-    assert q.shape[1] == n_heads * head_dim and q.stride(1) == 1
-    out, partial, lse = _outputs(batch, n_heads, head_dim, n_splits, q)
+    if q.shape[1] != n_heads * head_dim or q.stride(1) != 1:
+        raise ValueError(f"paged_attention: q [{batch}, {n_heads} heads * {head_dim}] with contiguous rows")
     group = n_heads // n_kv_heads
-    _paged_attention_plain_kernel[(batch, n_kv_heads, n_splits)](
-        q,
-        block_tables,
-        context_lens,
-        k_cache,
-        v_cache,
-        partial,
-        lse,
+    args = (
+        *(None,) * 7,  # q, block_tables, context_lens, k/v caches, partial, lse
         q.stride(0),
         block_tables.stride(0),
         k_cache.stride(1),
         n_splits,
         LOG2E / math.sqrt(head_dim),
-        N_HEADS=n_heads,
-        GROUP=group,
-        ROWS=max(16, triton.next_power_of_2(group)),
-        HEAD_DIM=head_dim,
-        BLOCK_SIZE=block_size,
-        BLOCK_N=block_n or (32 if n_splits > 1 else 64),
-        IEEE=q.dtype == torch.float32,
-        num_warps=4,
     )
-    return _merge(out, partial, lse, n_splits, n_heads, head_dim, {})
+    meta = {
+        "N_HEADS": n_heads,
+        "GROUP": group,
+        "ROWS": max(16, triton.next_power_of_2(group)),
+        "HEAD_DIM": head_dim,
+        "BLOCK_SIZE": block_size,
+        "BLOCK_N": block_n or (32 if n_splits > 1 else 64),
+        "IEEE": q.dtype == torch.float32,
+        "num_warps": 4,
+    }
+    attend = launch.Launch(_paged_attention_plain_kernel, (batch, n_kv_heads, n_splits), args, meta, range(7))
+    merge = _merge_launch(batch, n_splits, n_heads, head_dim, {})
+    return _AttentionPlan(attend, merge, *_plan_outputs(batch, n_heads, head_dim, n_splits, q))
 
 
 def paged_decode_attention_reference(

@@ -35,6 +35,8 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from gpu_probe.kernels import launch
+
 GEMV_MAX_ROWS = 4  # above this the 3-D broadcast of the GEMV costs more registers than it saves
 # Above this the fused step's GEMMs are cuBLAS's (`wide_step` in gpu_probe.model): at 128 and 256 rows the
 # tile lost to cuBLAS by 1.3-2.5x per GEMM on the H200 (the 1b LM head 435 against ~190 µs of FLOPs), and
@@ -455,7 +457,7 @@ def _fused_linear_kernel(
     )
 
 
-@functools.cache  # host time matters in eager mode: one launch is already ~50 us of Python
+@functools.cache  # shared by every fused_linear key of one shape (and by the sweeps and tests)
 def _tile_config(m: int, n: int, k: int, swiglu: bool, num_sms: int, element_size: int = 2) -> dict:
     """Kernel and tiles by shape (no autotuning: deterministic, and nothing to tune inside a capture).
 
@@ -536,6 +538,17 @@ def _split_buffers(device: torch.device, partials: int, sums: int, tiles: int):
     return _SPLIT_BUFFERS[key]
 
 
+_UNUSED: dict[tuple, torch.Tensor] = {}
+
+
+def _unused(device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """A 16-byte aligned tensor for the split buffers' arguments of a GEMM that does not split K."""
+    key = (device, dtype)
+    if key not in _UNUSED:
+        _UNUSED[key] = torch.zeros(16, dtype=dtype, device=device)
+    return _UNUSED[key]
+
+
 def _num_sms(device: torch.device) -> int:
     if device.type != "cuda":
         return 1  # Triton's CPU interpreter runs programs one by one: the fewer, the faster
@@ -549,6 +562,24 @@ def _num_sms(device: torch.device) -> int:
 def pdl_supported(device: torch.device) -> bool:
     """Programmatic dependent launch needs a Hopper-or-newer GPU (the interpreter has no such thing)."""
     return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+
+
+class _LinearPlan:
+    """fused_linear at one key: its launch (x, weight, out, residual at slots 0-3) and, where the caller gives
+    no `out`, the template its output is allocated from."""
+
+    __slots__ = ("launch", "out_like")
+
+    def __init__(self, launch_: launch.Launch, out_like: torch.Tensor | None):
+        self.launch, self.out_like = launch_, out_like
+
+    def describe(self) -> tuple:
+        like = self.out_like
+        return self.launch.describe(), None if like is None else (tuple(like.shape), like.dtype, like.device)
+
+
+# (layouts of x, weight, residual and out, the options) -> _LinearPlan: see `gpu_probe.kernels.launch`.
+_LINEAR_PLANS: dict[tuple, _LinearPlan] = {}
 
 
 def fused_linear(
@@ -569,12 +600,50 @@ def fused_linear(
     config: a `_tile_config`-shaped dict to override the choice of kernel and tiles (sweeps, tests).
     pdl: launch with programmatic dependent launch (ignored where `pdl_supported` is False, and for the
     tensor-core kernel unless TILE_PDL).
+    The kernel, tiles and launch arguments are worked out once per key (the layouts and options) and the
+    kernel launched through its bound launcher (`gpu_probe.kernels.launch`).
     """
+    key = (
+        x.shape,
+        x.stride(),
+        x.dtype,
+        weight.shape,
+        weight.stride(),
+        weight.dtype,
+        x.get_device(),
+        rms_eps,
+        swiglu,
+        pdl,
+        None if residual is None else (residual.shape, residual.stride(), residual.dtype),
+        None if out is None else (out.shape, out.stride(), out.dtype, out.get_device()),
+    )
+    if config is not None:
+        plan = _linear_plan(x, weight, rms_eps, swiglu, residual, out, pdl, config)
+    else:
+        plan = _LINEAR_PLANS.get(key)
+        if plan is None or launch.VERIFY:
+            plan = launch.remember(
+                _LINEAR_PLANS, key, _linear_plan(x, weight, rms_eps, swiglu, residual, out, pdl, None)
+            )
+    if out is None:
+        out = torch.empty_like(plan.out_like)
+    plan.launch(x, weight, out, residual if residual is not None else out)
+    return out
+
+
+def _linear_plan(x, weight, rms_eps, swiglu, residual, out, pdl, config) -> _LinearPlan:
+    """The kernel, tiles, grid and arguments of one fused_linear key (`config`: a one-off override)."""
     m, k = x.shape
     n_out = weight.shape[0] // 2 if swiglu else weight.shape[0]
-    assert x.stride(1) == 1 and weight.stride(1) == 1 and weight.shape[1] == k
+    if x.stride(1) != 1 or weight.stride(1) != 1 or weight.shape[1] != k:
+        raise ValueError(
+            f"fused_linear: x [{m}, {k}] and weight [N, {k}] need contiguous rows, got weight "
+            f"{list(weight.shape)} with strides {weight.stride()}"
+        )
+    out_like = None
     if out is None:
-        out = torch.empty((m, n_out), dtype=weight.dtype, device=weight.device)
+        out_like = launch.empty_template((m, n_out), weight.dtype, weight.device)
+        out_stride = n_out
     elif (
         tuple(out.shape) != (m, n_out)
         or out.dtype != weight.dtype
@@ -585,6 +654,8 @@ def fused_linear(
             f"out must be a [{m}, {n_out}] {weight.dtype} tensor on {weight.device} with contiguous "
             f"rows, got {list(out.shape)} {out.dtype} on {out.device} with strides {out.stride()}"
         )
+    else:
+        out_stride = out.stride(0)
     cfg = dict(
         config or _tile_config(m, n_out, k, swiglu, _num_sms(weight.device), weight.element_size())
     )  # a copy: the cache is shared
@@ -593,51 +664,47 @@ def fused_linear(
         # tests fast. The GPU's tiles are the ones the tests marked cuda run, where they run.
         cfg["BLOCK_N"] = max(cfg["BLOCK_N"], min(32, triton.next_power_of_2(n_out)))
     kernel = cfg.pop("kernel")
-    res = residual if residual is not None else out
     args = (
-        x,
-        weight,
-        out,
-        res,
+        None,  # x, weight, out and the residual (out again without one): the launch's slots
+        None,
+        None,
+        None,
         m,
         n_out,
         k,
         n_out,
         x.stride(0),
         weight.stride(0),
-        out.stride(0),
-        res.stride(0),
+        out_stride,
+        residual.stride(0) if residual is not None else out_stride,
         rms_eps if rms_eps is not None else 0.0,
     )
     flags = dict(NORM=rms_eps is not None, SWIGLU=swiglu, RESIDUAL=residual is not None)
     pdl = pdl and pdl_supported(weight.device) and (kernel == "gemv" or TILE_PDL)
     if pdl:
         cfg["launch_pdl"] = True  # only named when set: the CPU interpreter knows no such option
+    bind = config is None
+    slots = (0, 1, 2, 3)  # x, weight, out and the residual, given per call
     if kernel == "gemv":
-        _gemv_kernel[(triton.cdiv(n_out, cfg["BLOCK_N"]),)](*args, **flags, PDL=pdl, **cfg)
-        return out
+        grid = (triton.cdiv(n_out, cfg["BLOCK_N"]),)
+        return _LinearPlan(
+            launch.Launch(_gemv_kernel, grid, args, {**flags, "PDL": pdl, **cfg}, slots, bind), out_like
+        )
     splits = cfg.pop("SPLIT_K", 1)
     grid = (triton.cdiv(n_out, cfg["BLOCK_N"]), triton.cdiv(m, cfg["BLOCK_M"]), splits)
     k_per_split = triton.cdiv(triton.cdiv(k, cfg["BLOCK_K"]), splits) * cfg["BLOCK_K"]
     if triton.cdiv(k, k_per_split) != splits:
         raise ValueError(f"{splits} K splits of {k} leave one without a K tile of {cfg['BLOCK_K']}")
-    split = (out, out, out)  # unused without splits
     if splits > 1:
         tiles = grid[0] * grid[1]
         cells = splits * tiles * cfg["BLOCK_N"] * cfg["BLOCK_M"]
         sums = splits * tiles * cfg["BLOCK_M"] if flags["NORM"] else 0
         split = _split_buffers(weight.device, cells * (2 if swiglu else 1), sums, tiles)
-    _fused_linear_kernel[grid](
-        *args,
-        *split,
-        k_per_split,
-        **flags,
-        IEEE=weight.dtype == torch.float32,
-        PDL=pdl,
-        SPLIT_K=splits,
-        **cfg,
-    )
-    return out
+    else:  # never read: a fixed tensor of out's dtype stands in (the same specialisation as out itself)
+        split = (_unused(weight.device, weight.dtype),) * 3
+    meta = {**flags, "IEEE": weight.dtype == torch.float32, "PDL": pdl, "SPLIT_K": splits, **cfg}
+    tile = launch.Launch(_fused_linear_kernel, grid, (*args, *split, k_per_split), meta, slots, bind)
+    return _LinearPlan(tile, out_like)
 
 
 @triton.jit
@@ -671,29 +738,51 @@ def _rms_swiglu_kernel(
     )
 
 
+_RMS_SWIGLU_PLANS: dict[tuple, _LinearPlan] = {}
+
+
 def rms_swiglu(
     gate_up: torch.Tensor, x: torch.Tensor, eps: float, out: torch.Tensor | None = None
 ) -> torch.Tensor:
     """gate_up [M, 2F] (from x [M, H] with the norm weight folded into the weights) -> silu(gate) * up, [M, F]."""
+    key = (
+        gate_up.shape,
+        gate_up.stride(),
+        gate_up.dtype,
+        x.shape,
+        x.stride(),
+        x.dtype,
+        gate_up.get_device(),
+        eps,
+        None if out is None else (out.shape, out.stride(), out.dtype),
+    )
+    plan = _RMS_SWIGLU_PLANS.get(key)
+    if plan is None or launch.VERIFY:
+        plan = launch.remember(_RMS_SWIGLU_PLANS, key, _rms_swiglu_plan(gate_up, x, eps, out))
+    if out is None:
+        out = torch.empty_like(plan.out_like)
+    plan.launch(gate_up, x, out)
+    return out
+
+
+def _rms_swiglu_plan(gate_up, x, eps: float, out) -> _LinearPlan:
     m, two_f = gate_up.shape
     f = two_f // 2
+    if gate_up.stride(1) != 1 or x.stride(1) != 1 or x.shape[0] != m:
+        raise ValueError(f"rms_swiglu: gate_up [{m}, 2F] and x [{m}, H] need contiguous rows")
+    out_like = None
     if out is None:
-        out = torch.empty((m, f), dtype=gate_up.dtype, device=gate_up.device)
+        out_like = launch.empty_template((m, f), gate_up.dtype, gate_up.device)
+        out_stride = f
+    elif tuple(out.shape) != (m, f) or out.stride(1) != 1 or out.dtype != gate_up.dtype:
+        raise ValueError(f"rms_swiglu: out must be a [{m}, {f}] {gate_up.dtype} tensor with contiguous rows")
+    else:
+        out_stride = out.stride(0)
     block = min(1024, triton.next_power_of_2(f))
-    _rms_swiglu_kernel[(m, triton.cdiv(f, block))](
-        gate_up,
-        x,
-        out,
-        f,
-        x.shape[1],
-        gate_up.stride(0),
-        x.stride(0),
-        out.stride(0),
-        eps,
-        BLOCK_H=triton.next_power_of_2(x.shape[1]),
-        BLOCK=block,
-    )
-    return out
+    args = (None, None, None, f, x.shape[1], gate_up.stride(0), x.stride(0), out_stride, eps)
+    meta = {"BLOCK_H": triton.next_power_of_2(x.shape[1]), "BLOCK": block}
+    grid = (m, triton.cdiv(f, block))
+    return _LinearPlan(launch.Launch(_rms_swiglu_kernel, grid, args, meta, slots=(0, 1, 2)), out_like)
 
 
 # ---- plain-PyTorch references ------------------------------------------------------------------

@@ -16,6 +16,8 @@ import torch
 import triton
 import triton.language as tl
 
+from gpu_probe.kernels import launch
+
 
 @triton.jit
 def _rms_norm_kernel(x_ptr, w_ptr, out_ptr, N, stride_x, stride_o, eps, BLOCK: tl.constexpr):
@@ -100,15 +102,31 @@ def _silu_mul_kernel(gate_ptr, up_ptr, out_ptr, N, stride_g, stride_u, stride_o,
     )
 
 
+# One plan per op and key (`gpu_probe.kernels.launch`): a key holds every layout, dtype and scalar its plan
+# reads, so the checks and the launch arguments below are worked out once per shape, not per call.
+_PLANS: dict[str, dict] = {"rms_norm": {}, "rope": {}, "write_kv": {}, "silu_mul": {}}
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """RMSNorm of each row of x[M, N]: one program a row."""
-    m, n = x.shape
-    assert x.stride(1) == 1 and weight.shape == (n,)
     out = torch.empty_like(x)
-    _rms_norm_kernel[(m,)](
-        x, weight, out, n, x.stride(0), out.stride(0), eps, BLOCK=triton.next_power_of_2(n)
-    )
+    key = (x.shape, x.stride(), x.dtype, weight.shape, weight.stride(), weight.dtype, x.get_device(), eps)
+    plans = _PLANS["rms_norm"]
+    plan = plans.get(key)
+    if plan is None or launch.VERIFY:
+        plan = launch.remember(plans, key, _rms_norm_plan(x, weight, out, eps))
+    plan(x, weight, out)
     return out
+
+
+def _rms_norm_plan(x, weight, out, eps: float) -> launch.Launch:
+    m, n = x.shape
+    if x.stride(1) != 1 or tuple(weight.shape) != (n,) or weight.stride(0) != 1:
+        raise ValueError(
+            f"rms_norm: x [{m}, {n}] needs contiguous rows and weight [{n}], got {list(weight.shape)}"
+        )
+    args = (None, None, None, n, x.stride(0), out.stride(0), eps)
+    return launch.Launch(_rms_norm_kernel, (m,), args, {"BLOCK": triton.next_power_of_2(n)}, slots=(0, 1, 2))
 
 
 def rope_(
@@ -120,52 +138,101 @@ def rope_(
     head_dim: int,
 ) -> None:
     """Rotate q[M, Hq * D] and k[M, Hkv * D] in place at each row's position (cos/sin: [max_pos, D/2], fp32)."""
+    key = (
+        q.shape,
+        q.stride(),
+        q.dtype,
+        k.shape,
+        k.stride(),
+        k.dtype,
+        positions.dtype,
+        cos.shape,
+        cos.stride(),
+        cos.dtype,
+        sin.dtype,
+        head_dim,
+        q.get_device(),
+    )
+    plans = _PLANS["rope"]
+    plan = plans.get(key)
+    if plan is None or launch.VERIFY:
+        plan = launch.remember(plans, key, _rope_plan(q, k, cos, head_dim))
+    plan(q, k, positions, cos, sin)
+
+
+def _rope_plan(q, k, cos, head_dim: int) -> launch.Launch:
     m = q.shape[0]
     n_q, n_k = q.shape[1] // head_dim, k.shape[1] // head_dim
-    assert q.stride(1) == 1 and k.stride(1) == 1 and cos.shape[1] == head_dim // 2
-    _rope_kernel[(m, n_q + n_k)](
-        q,
-        k,
-        positions,
-        cos,
-        sin,
-        q.stride(0),
-        k.stride(0),
-        cos.shape[0] - 1,
-        N_Q_HEADS=n_q,
-        HEAD_DIM=head_dim,
-    )
+    if q.stride(1) != 1 or k.stride(1) != 1 or tuple(cos.stride()) != (head_dim // 2, 1):
+        raise ValueError(
+            "rope_: q and k need contiguous rows, cos and sin [max_pos, head_dim / 2] contiguous"
+        )
+    args = (None, None, None, None, None, q.stride(0), k.stride(0), cos.shape[0] - 1)
+    meta = {"N_Q_HEADS": n_q, "HEAD_DIM": head_dim}
+    return launch.Launch(_rope_kernel, (m, n_q + n_k), args, meta, slots=(0, 1, 2, 3, 4))
 
 
 def write_kv(
     k: torch.Tensor, v: torch.Tensor, slot_mapping: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor
 ) -> None:
     """k, v [M, Hkv * D] into [num_blocks, block_size, Hkv, D] caches at slot_mapping (-1: no write)."""
-    width = k.shape[1]
-    assert k_cache.stride(1) == width and v_cache.stride() == k_cache.stride() and k.stride(1) == 1
-    _write_kv_kernel[(k.shape[0],)](
-        k,
-        v,
-        slot_mapping,
-        k_cache,
-        v_cache,
-        k.stride(0),
-        v.stride(0),
-        k_cache.stride(1),
-        WIDTH=width,
-        BLOCK=triton.next_power_of_2(width),
+    key = (
+        k.shape,
+        k.stride(),
+        k.dtype,
+        v.shape,
+        v.stride(),
+        v.dtype,
+        slot_mapping.dtype,
+        k_cache.stride(),
+        k_cache.dtype,
+        v_cache.stride(),
+        v_cache.dtype,
+        k.get_device(),
     )
+    plans = _PLANS["write_kv"]
+    plan = plans.get(key)
+    if plan is None or launch.VERIFY:
+        plan = launch.remember(plans, key, _write_kv_plan(k, v, k_cache, v_cache))
+    plan(k, v, slot_mapping, k_cache, v_cache)
+
+
+def _write_kv_plan(k, v, k_cache, v_cache) -> launch.Launch:
+    width = k.shape[1]
+    if (
+        k_cache.stride(1) != width
+        or v_cache.stride() != k_cache.stride()
+        or k.stride(1) != 1
+        or v.stride(1) != 1
+        or v.shape != k.shape
+    ):
+        raise ValueError("write_kv: k and v [M, Hkv * D] with contiguous rows into caches of one layout")
+    args = (None, None, None, None, None, k.stride(0), v.stride(0), k_cache.stride(1))
+    meta = {"WIDTH": width, "BLOCK": triton.next_power_of_2(width)}
+    return launch.Launch(_write_kv_kernel, (k.shape[0],), args, meta, slots=(0, 1, 2, 3, 4))
 
 
 def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     """silu(gate) * up, both [M, F]."""
-    m, n = gate.shape
     out = torch.empty_like(gate)
-    block = min(1024, triton.next_power_of_2(n))
-    _silu_mul_kernel[(m, triton.cdiv(n, block))](
-        gate, up, out, n, gate.stride(0), up.stride(0), out.stride(0), BLOCK=block
-    )
+    key = (gate.shape, gate.stride(), gate.dtype, up.shape, up.stride(), up.dtype, gate.get_device())
+    plans = _PLANS["silu_mul"]
+    plan = plans.get(key)
+    if plan is None or launch.VERIFY:
+        plan = launch.remember(plans, key, _silu_mul_plan(gate, up, out))
+    plan(gate, up, out)
     return out
+
+
+def _silu_mul_plan(gate, up, out) -> launch.Launch:
+    m, n = gate.shape
+    if up.shape != gate.shape or gate.stride(1) != 1 or up.stride(1) != 1:
+        raise ValueError(f"silu_mul: gate and up [{m}, {n}] with contiguous rows, got up {list(up.shape)}")
+    block = min(1024, triton.next_power_of_2(n))
+    args = (None, None, None, n, gate.stride(0), up.stride(0), out.stride(0))
+    return launch.Launch(
+        _silu_mul_kernel, (m, triton.cdiv(n, block)), args, {"BLOCK": block}, slots=(0, 1, 2)
+    )
 
 
 # ---- plain-PyTorch references (the model dtype after each op, as the kernels round) ------------------
