@@ -761,3 +761,30 @@ def test_the_docs_persistent_run_figures_are_the_fit():
     cal = calibrate(load_result(RECORDED / DOC_RUNS["1b persistent"]))
     assert columns == [FUSED_GRAPH.name, "persistent", f"{FUSED_GRAPH.name} b1"]
     assert cells == _cells(loo_summary(cal), columns)
+
+
+# -- issue 35: a run's host speed carried over to another host --------------------------------------------------
+def test_a_fit_predicts_a_faster_hosts_run_at_that_hosts_speed():
+    """Two synthetic runs of one GPU, the second's host twice as fast in every launch (its Triton launch and its
+    replays cost half) and its index half: the fit on the slow run, carried to the fast one by the indices,
+    predicts the fast run's host times as measured; without the indices it predicts them twice as long."""
+    from probe_results import host_block
+
+    fast_params = {
+        **TRUE,
+        **{name: TRUE[name] / 2 for name in ("triton_launch_us", "replay_us", "replay_per_node_us")},
+        "replay_per_row_us": TRUE["replay_per_row_us"] / 2,
+    }
+    slow = synthetic_result(TRUE, MODEL, batches=(1, 8, 64))
+    fast = synthetic_result(fast_params, MODEL, batches=(1, 8, 64))
+    slow["host"], fast["host"] = host_block(), host_block()
+    fast["host"]["torch_launch_us"] = {"median": 3.05, "p10": 2.9, "p90": 3.5}
+    cal = calibrate(load_result(slow), loo=False)
+    assert cal.host_index == pytest.approx(6.1)
+    carried = cal.check(load_result(fast))
+    for p in carried:
+        assert p["host_us_predicted"] == pytest.approx(p["host_us_measured"], rel=1e-3), p
+    del fast["host"]
+    as_fitted = cal.check(load_result(fast))
+    ratios = [p["host_us_predicted"] / p["host_us_measured"] for p in as_fitted]
+    assert ratios == pytest.approx([2.0] * len(ratios), rel=1e-3)

@@ -47,6 +47,8 @@ from sim.config import ModelConfig
 from sim.timing import GraphReplayCost
 
 GOAL = 0.10  # median leave-one-out error per mode, and fused+graph at batch 1
+# What a host's speed scales: the µs figures of its launches and replays (the kinds' shares are ratios).
+HOST_SCALED = ("triton_launch_us", "replay_us", "replay_per_node_us", "replay_per_row_us")
 WORST_GOAL = 0.25  # no single point beyond this
 _GPU_INDEX = np.array([NAMES.index(n) for n in GPU_PARAMS])
 _LOW = np.log([max(p.low, 1e-9) for p in PARAMS])
@@ -63,6 +65,12 @@ _ISSUE = {
     family: (GPU_PARAMS.index(f"{family}_TFLOPs"), GPU_PARAMS.index(f"{family}_issue_GBps"))
     for family in ISSUE_BOUND
 }
+
+
+def host_index_of(result) -> float | None:
+    """A result's host speed index (µs a torch launch), or None where the run did not measure it."""
+    host = getattr(result, "host", None)
+    return host.torch_launch_us if host is not None else None
 
 
 def _modelled_names() -> str:
@@ -318,6 +326,8 @@ class Calibration:
     loo_step_us: np.ndarray  # step time predicted by a fit without that point (nan: not computed)
     simulator: ProbeModel
     loo_host_us: np.ndarray | None = None  # host time predicted by that fit (nan: not computed)
+    # The run's host speed index: the median host time of a torch launch in its process (None: not measured).
+    host_index: float | None = None
 
     @property
     def theta(self) -> np.ndarray:
@@ -326,6 +336,18 @@ class Calibration:
     @property
     def graph_cost(self) -> GraphReplayCost:
         return graph_cost(self.params)
+
+    def on_host(self, index: float | None) -> np.ndarray:
+        """The parameters with the host's costs moved to a host whose index is `index` (µs a torch launch):
+        a Triton launch and a replay cost what they cost here times index / this run's index, the launch
+        kinds' shares and everything on the GPU unchanged. Without both indices, the parameters as fitted."""
+        theta = self.theta
+        if not (index and self.host_index):
+            return theta
+        scale = index / self.host_index
+        for name in HOST_SCALED:
+            theta[NAMES.index(name)] *= scale
+        return theta
 
     def measured(self) -> np.ndarray:
         return np.array([[p.step_us, p.host_us, p.busy_us] for p in self.points])
@@ -430,12 +452,15 @@ class Calibration:
 
         `unfitted` names the kernel families a point runs that this fit had no data for (e.g. a run
         made after a kernel change that another run predates): their figures are the held defaults.
+        Where both runs measured their host's speed, the host's costs are carried over at the other
+        host's speed (`on_host`): a run made on a slow host does not make a fast one's steps slow.
         """
         model = model_from_result(other)
         points = points_from_result(other)
         if not points:
             raise ValueError(f"runs: the other run has no run of {_modelled_names()}")
-        predicted = ProbeModel(model, points, unpipelined_gemms(other)).predict(self.theta)
+        theta = self.on_host(host_index_of(other))
+        predicted = ProbeModel(model, points, unpipelined_gemms(other)).predict(theta)
         names = [f.name for f in FAMILIES]
         return [
             {
@@ -470,6 +495,7 @@ def calibrate(result, loo: bool = True) -> Calibration:
             loo_step[i], loo_host[i] = sim.predict(fit(sim, without)[0])[i, :2]
     return Calibration(
         device=result.device,
+        host_index=host_index_of(result),
         model=model,
         points=tuple(points),
         params=dict(zip(NAMES, theta.tolist())),
