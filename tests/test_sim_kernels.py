@@ -6,7 +6,7 @@ import pytest
 from core.step_plan import toggled
 from sim.config import PRESETS
 from sim.step import kernels as sk
-from sim.step.kernels import FUSED_PER_LAYER, FUSIONS, UNFUSED_PER_LAYER, fusion_table
+from sim.step.ops import FUSED_PER_LAYER, FUSIONS, UNFUSED_PER_LAYER, fusion_table
 from sim.timing import kernel_us
 
 CHAPTER = PRESETS["chapter"]
