@@ -17,8 +17,6 @@ A new kernel set is its name in `core.step_plan.KERNEL_SETS` and its rows in `MO
 here, and on the probe's side how the step is built and captured (`tests/test_a_new_mode.py` adds
 one, a toy, from outside both files). Inductor's set (`torch.compile`) has no object: the timing model
 does not represent it (its rows are not `modelled`).
-
-numpy only.
 """
 
 from __future__ import annotations
