@@ -5,9 +5,11 @@
   pays per eager launch relative to the hardware's figure, whether the timing model represents
   it and whether the simulator and the probe offer it. What follows from a row is derived from it
   once: its title (`Mode.title`), whether it is fused, the mode it runs as above its largest
-  bucket (`without_graphs`), and in the simulator its kernel list and how the host submits it
-  (`sim.step.submission`). Every subset the code needs is read from the table (`modes(...)`), so
-  adding a mode is one row here (a new kernel set also needs its kernels).
+  bucket (`without_graphs`). What the simulator makes of its kernel set (its kernels, how the host
+  submits them, the probe's kernels of it for the calibration) is that set's object,
+  `sim.step.kernel_sets`. Every subset the code needs is read from the table (`modes(...)`), so
+  adding a mode is one row here (a new kernel set also needs its name in `KERNEL_SETS` and its
+  objects: the simulator's, the probe's).
 - A **step plan** (`StepPlan`) is one mode at one batch on `tp` GPUs with a bucket list: it
   says which bucket a graph mode replays (the smallest that holds the batch; above the
   largest the step runs eagerly), how many rows are padding, and what the step is compared
@@ -28,9 +30,8 @@ import numpy as np
 # A mode's kernel set: which kernels run. The probe's own, unfused (its PyTorch ops, one kernel each) or
 # fused (its Triton kernels); Inductor's (torch.compile builds its own); or the probe's one persistent
 # kernel (gpu_probe/kernels/persistent/): the fused kernels as phases of one launch, separated by grid
-# barriers instead of kernel boundaries. The simulator builds each modelled set's kernel list
-# (`sim.step.kernels.step_kernels`) and derives from the set and `graphs` how the host submits it
-# (`sim.step.submission`).
+# barriers instead of kernel boundaries. Each layer keys its own object per set by this name: the
+# simulator's (its kernels, its submission, its calibration family) in `sim.step.kernel_sets`.
 UNFUSED_KERNELS = "unfused"
 FUSED_KERNELS = "fused"
 INDUCTOR_KERNELS = "inductor"
@@ -72,7 +73,10 @@ class Mode:
 
     @property
     def one_kernel(self) -> bool:
-        """The whole step is one kernel: its phases are separated by grid barriers, not kernel boundaries."""
+        """The whole step is one kernel: its phases are separated by grid barriers, not kernel boundaries.
+
+        The simulator reads no such branch (its kernel-set objects say how a set runs); the page's Simulator
+        tab and the probe still do, until their own kernel-set objects replace it."""
         return self.kernels == PERSISTENT_KERNELS
 
     @property

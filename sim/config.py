@@ -34,7 +34,7 @@ class ModelConfig(DecoderShape):
 
     bytes_per_el: float = 2  # bf16 weights and activations; 1 for fp8, 0.5 for int4 weights
     context_len: int = 1024  # tokens already in each sequence's KV cache at this decode step
-    # Kernels one layer launches (sim.step.kernels): the chapter's 11 ops unfused, its 4 fused kernels.
+    # Kernels one layer launches (sim.step.ops): the chapter's 11 ops unfused, its 4 fused kernels.
     # More unfused is a real eager PyTorch layer (the probe measured 51); the extra ones are small
     # elementwise kernels that each pay a launch and the kernel latency.
     unfused_per_layer: int = 11

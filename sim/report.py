@@ -8,7 +8,7 @@ import numpy as np
 
 from core.step_plan import BASELINE, CHAPTER_BUCKETS, FUSED, StepPlan
 from sim.config import HardwareConfig, ModelConfig
-from sim.step.kernels import MODEL_LEVEL, fusion_table
+from sim.step.ops import MODEL_LEVEL, fusion_table
 from sim.step.schedule import simulate_step, sweep
 
 POWERS_OF_TWO = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)

@@ -27,7 +27,7 @@ from core.probe_result import load_result  # noqa: E402
 from core.trace import analyse  # noqa: E402
 from sim.calibration import calibrate, calibrated_preset  # noqa: E402
 from sim.config import PRESETS  # noqa: E402
-from sim.step.kernels import fusion_table  # noqa: E402
+from sim.step.ops import fusion_table  # noqa: E402
 from sim.trace.report import median_whatifs, untraced_summary  # noqa: E402
 from sim.trace.whatif import default_replay_cost  # noqa: E402
 

@@ -1,15 +1,29 @@
-"""Adding a mode is one row of the modes table.
+"""Adding a mode is one row of the modes table; adding a kernel set is one object more.
 
 Two toy modes are put in `core.step_plan.MODES` and nowhere else:
 
 - ONE_LAUNCH changes the schedule: the persistent kernel launched once, without a graph. No mode had
   this schedule (one eager launch, then the fused kernels as phases back to back, each paying a
   barrier), and nothing in the simulator names it: both schedulers derive the host's calls, when the
-  phases may start and what separates them from the row (`sim.step.submission`), and must agree.
+  phases may start and what separates them from the row and its kernel set's submission
+  (`sim.step.kernel_sets`), and must agree.
 - HALF_LAUNCH changes a cost: fused, no graphs, half the launch cost. The calibration reads the
   launch scale from the row.
+
+A toy kernel set is put in the table (its name in `KERNEL_SETS`, its row in `MODES`) and in the simulator's
+kernel sets (`sim.step.kernel_sets.SETS`), and nowhere else (`register`):
+
+- PAIRS changes the schedule: the fused layer's four kernels merged pairwise into two launches, each a small
+  persistent kernel across the one grid-wide dependency inside it (attention: norm_qkv + rope_attn_o; the
+  FFN: norm_gate_up + down_proj), as `sim.step.ops` merges fused kernels where a model has fewer than four.
+  Its object says which kernels a layer launches (two, each doing the work of the two it merges), how the
+  host submits them (a launch or a node each) and what the probe's kernels of it are for the calibration
+  (its two kernels a layer in the persistent kernel's family, the embedding ATen's, the LM head a GEMV;
+  their names in a synthetic run).
+  The simulator, its sweep, the calibration and the page run it from that object alone.
 """
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -21,10 +35,18 @@ from core import step_plan
 from core.probe_result import load_result
 from core.step_plan import FUSED, FUSED_KERNELS, PERSISTENT, PERSISTENT_KERNELS, Mode, StepPlan, modes
 from sim.calibration import calibrate, synthetic_result
+from sim.calibration.families import INDEX
 from sim.config import PRESETS
+from sim.step import kernel_sets
+from sim.step.kernel_sets import FUSED_PATH, PROBE_KEPT, KernelSet, ProbeKernels, kernel_set
+from sim.step.kernels import step_kernels
+from sim.step.ops import fused_groups, merged_kernels
 from sim.step.schedule import simulate_step, sweep
+from sim.step.submission import kernel_by_kernel
+from ui.charts import format_us
 
-APP = str(Path(__file__).resolve().parents[1] / "app.py")
+ROOT = Path(__file__).resolve().parents[1]
+APP = str(ROOT / "app.py")
 CHAPTER = PRESETS["chapter"]
 ONE_LAUNCH = Mode(
     "one-launch", PERSISTENT_KERNELS, graphs=False, probed=False, toggles=False, colour="#2a9d55"
@@ -42,6 +64,48 @@ def one_launch(monkeypatch):
 def half_launch(monkeypatch):
     monkeypatch.setitem(step_plan.MODES, HALF_LAUNCH.name, HALF_LAUNCH)
     return HALF_LAUNCH
+
+
+# -- the toy kernel set: its object, written as a new kernel set's would be in sim/step/kernel_sets.py ---------
+def _pairs_layer(model):
+    """The fused layer's kernels merged pairwise: norm_qkv+rope_attn_o, norm_gate_up+down_proj."""
+    return merged_kernels(model, fused_groups(2))
+
+
+def _pairs_path(rows):
+    """Its layer's ops in the persistent kernel's family (the split merge too), the embedding ATen's, the final
+    norm and the LM head one GEMV."""
+    own = {"embedding": "aten", "final_norm": "gemv", "lm_head": "gemv"}
+    return {**dict.fromkeys(FUSED_PATH, "persistent"), "split_merge": "persistent", **own}, ()
+
+
+def _pairs_names(model, rows, memsets):
+    return ("indexSelectSmallIndex",) + ("_decode_step_kernel",) * (2 * model.n_layers) + ("_gemv_kernel",)
+
+
+PAIRS_SET = KernelSet(
+    "pairs", _pairs_layer, kernel_by_kernel, ProbeKernels(_pairs_path, PROBE_KEPT, _pairs_names)
+)
+
+
+def register(monkeypatch, row_of, kset: KernelSet) -> tuple[Mode, set]:
+    """Put a kernel set in the table and in the simulator's kernel sets, as a new one is added: its name in
+    `KERNEL_SETS`, its row in `MODES`, its object in `SETS`. (the row, the files that took it)."""
+    monkeypatch.setattr(step_plan, "KERNEL_SETS", (*step_plan.KERNEL_SETS, kset.name))
+    row = row_of()  # a row names a kernel set of the table: made once the name is in it
+    monkeypatch.setitem(step_plan.MODES, row.name, row)
+    monkeypatch.setitem(kernel_sets.SETS, kset.name, kset)
+    return row, {Path(m.__file__).relative_to(ROOT).as_posix() for m in (step_plan, kernel_sets)}
+
+
+@pytest.fixture
+def pairs(monkeypatch):
+    row, _ = register(
+        monkeypatch,
+        lambda: Mode("pairs", "pairs", graphs=False, probed=False, toggles=False, colour="#e76f51"),
+        PAIRS_SET,
+    )
+    return row
 
 
 def _step(m, batch: int = 1):
@@ -101,16 +165,107 @@ def test_the_calibration_fits_a_cost_read_from_the_row(half_launch):
     assert np.isfinite(cal.mode_loo_error("half-launch"))
 
 
-def test_the_page_offers_it(one_launch):
+def test_the_page_offers_it(one_launch, pairs):
+    """Both the toy row and the toy kernel set's row, by their titles, drawn as the simulator runs them."""
     at = AppTest.from_file(APP, default_timeout=60)
     at.run()
     assert not at.exception, at.exception
-    choice = at.selectbox(key="mode")
-    assert one_launch.title in choice.options  # shown by its title
-    choice.set_value(one_launch.title).run()
-    assert not at.exception, at.exception
-    expected = _step(one_launch).metrics
-    shown = {m.label: m.value for m in at.metric}
-    assert shown["Kernels / step"] == f"1 · {expected.kernels:,} phases"
-    sweep_chart = next(c for c in at.get("plotly_chart") if c.key == "sim_sweep")
-    assert f"{one_launch.title} (current)" in sweep_chart.proto.spec
+    for toy, kernels in ((one_launch, "1 · {:,} phases"), (pairs, "{:,}")):
+        choice = at.selectbox(key="mode")
+        assert toy.title in choice.options  # shown by its title
+        choice.set_value(toy.title).run()
+        assert not at.exception, at.exception
+        expected = _step(toy).metrics
+        shown = {m.label: m.value for m in at.metric}
+        assert shown["Kernels / step"] == kernels.format(expected.kernels)
+        assert shown["Step time"] == format_us(expected.step_us)
+        sweep_chart = next(c for c in at.get("plotly_chart") if c.key == "sim_sweep")
+        assert f"{toy.title} (current)" in sweep_chart.proto.spec
+
+
+# -- the toy kernel set -----------------------------------------------------------------------------
+def test_a_kernel_set_is_its_object_and_a_row(monkeypatch):
+    row, touched = register(monkeypatch, lambda: Mode("pairs", "pairs", graphs=False), PAIRS_SET)
+    assert kernel_set(row) is PAIRS_SET and row in modes(modelled=True) and step_plan.mode("pairs") is row
+    # The files it took are the ones docs/architecture.md names for a new kernel set, besides the probe's (and
+    # this test).
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    bullet = re.search(r"^- \*\*A new kernel set\*\*.*?(?=^- \*\*|^#)", doc, re.M | re.S).group(0)
+    named = set(re.findall(r"`([\w/]+\.py)`", bullet))
+    assert touched == {"core/step_plan.py", "sim/step/kernel_sets.py"}
+    assert touched == {f for f in named if not f.startswith(("gpu_probe/", "tests/"))}, named
+
+
+def test_nothing_in_the_simulator_branches_on_a_kernel_set():
+    """What a kernel set does is its object's: no other module of sim/ names a set or asks `one_kernel`."""
+    branch = re.compile(
+        r"\bone_kernel\b|\b(UNFUSED|FUSED|INDUCTOR|PERSISTENT)_KERNELS\b|\.kernels\s*(==|!=|in\b)|\bkernels\s*(==|!=)"
+    )
+    found = [
+        f"{p.relative_to(ROOT)}:{i}: {line.strip()}"
+        for p in sorted((ROOT / "sim").rglob("*.py"))
+        if p.name != "kernel_sets.py"
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if branch.search(line)
+    ]
+    assert not found, found
+
+
+def test_the_simulator_runs_its_layer_and_its_submission(pairs):
+    model, hw = CHAPTER.model, CHAPTER.hardware
+    toy, fused = step_kernels(model, pairs), step_kernels(model, FUSED)
+    assert toy.layer.names == ("norm_qkv+rope_attn_o", "norm_gate_up+down_proj")
+    assert len(toy) == 2 * model.n_layers + 4 < len(fused) == 4 * model.n_layers + 4
+    # Each of its kernels does the work of the two fused kernels it merges, no more.
+    for arr in ("weight", "per_row", "flops"):
+        f = getattr(fused.layer, arr)
+        np.testing.assert_allclose(getattr(toy.layer, arr), f[0::2] + f[1::2], rtol=1e-12)
+    step, fused_step = _step(pairs), _step(FUSED)
+    tl, ftl = step.timeline, fused_step.timeline
+    # Half the fused step's launches per layer, each an eager launch.
+    assert step.metrics.launches == len(toy) and np.allclose(tl.cpu_dur, hw.eager_launch_us)
+    # Each pays one kernel's latency: at batch 1 (memory-bound) its time beyond it is the two fused kernels'.
+    layer = slice(1, 3)  # the first layer's kernels, after the embedding
+    beyond = np.asarray(ftl.gpu_dur[1:5]) - hw.min_kernel_us
+    np.testing.assert_allclose(tl.gpu_dur[layer] - hw.min_kernel_us, beyond[0::2] + beyond[1::2], rtol=1e-9)
+    # Kernel i starts once its launch is submitted and kernel i-1 has ended, plus the node gap.
+    ready = hw.eager_launch_us * np.arange(1, len(toy) + 1)
+    start = [ready[0]]
+    for i in range(1, len(toy)):
+        start.append(max(ready[i], start[-1] + tl.gpu_dur[i - 1] + hw.graph_node_gap_us))
+    np.testing.assert_allclose(tl.gpu_start, start, rtol=1e-12)
+    # So the host's lane loses two launches a layer, the GPU two kernel latencies.
+    n = model.n_layers
+    assert step.metrics.cpu_launch_us == pytest.approx(
+        fused_step.metrics.cpu_launch_us - 2 * n * hw.eager_launch_us
+    )
+    saved = 2 * n * hw.min_kernel_us
+    assert step.metrics.gpu_busy_us == pytest.approx(fused_step.metrics.gpu_busy_us - saved, rel=1e-12)
+
+
+def test_the_sweep_runs_the_kernel_set_as_the_step_does(pairs):
+    batches = np.array([1, 3, 8, 17, 64, 100, 300, 512])
+    s = sweep(CHAPTER.model, CHAPTER.hardware, batches)[pairs]
+    assert (s.launches == 2 * CHAPTER.model.n_layers + 4).all() and not s.replayed.any()
+    for i, b in enumerate(batches):
+        step = _step(pairs, int(b)).metrics
+        assert s.step_us[i] == pytest.approx(step.step_us, rel=1e-12)
+        assert s.gpu_busy_us[i] == pytest.approx(step.gpu_busy_us, rel=1e-12)
+
+
+def test_the_calibration_fits_the_kernel_set_from_its_object(pairs):
+    """A synthetic run with the toy among its modes: its kernels named and put in families as its object says,
+    its work the object's path's, and the fit recovers it."""
+    model = PRESETS["probe-0.5b-h200"].model.with_layers(8)
+    result = load_result(synthetic_result(KNOWN_PARAMS, model, batches=(1, 8, 64)))
+    cal = calibrate(result, loo=False)
+    points = [p for p in cal.points if p.mode is pairs]
+    assert len(points) == 3
+    for p in points:
+        assert p.kernels == 2 * model.n_layers + 2 and not p.replays
+        assert p.counts[INDEX["persistent"]] == 2 * model.n_layers and p.counts[INDEX["gemv"]] == 1
+    rows = [r for r in cal.rows() if r["mode"] == "pairs"]
+    assert all(abs(r["step error %"]) < 1.0 for r in rows)
+    assert cal.params["persistent_latency_us"] == pytest.approx(
+        KNOWN_PARAMS["persistent_latency_us"], rel=0.02
+    )

@@ -360,17 +360,18 @@ def test_calibration_imports_neither_torch_nor_scipy():
 
 
 def test_families_follow_the_probe_kernels_choices():
-    # sim.calibration.families restates the probe kernels' rules (sim imports no torch): the GEMV's row limit,
-    # the 16-row tile, cuBLAS above the tiles' rows, the persistent kernel's rows, the shapes that run
-    # unpipelined. They must agree.
+    # sim.calibration.families and sim.step.kernel_sets restate the probe kernels' rules (sim imports no torch):
+    # the GEMV's row limit, the 16-row tile, cuBLAS above the tiles' rows, the persistent kernel's rows, the
+    # shapes that run unpipelined. They must agree.
     linear = pytest.importorskip("gpu_probe.kernels.linear")
     persistent = pytest.importorskip("gpu_probe.kernels.persistent")
     from gpu_probe.config import get_config
     from sim.calibration import families
+    from sim.step import kernel_sets
 
-    assert families.GEMV_MAX_ROWS == linear.GEMV_MAX_ROWS
-    assert families.TILE_MAX_ROWS == linear.TILE_MAX_ROWS
-    assert families.PERSISTENT_MAX_ROWS == persistent.MAX_ROWS
+    assert kernel_sets.GEMV_MAX_ROWS == linear.GEMV_MAX_ROWS
+    assert kernel_sets.TILE_MAX_ROWS == linear.TILE_MAX_ROWS
+    assert kernel_sets.PERSISTENT_SET.probe.max_rows == persistent.MAX_ROWS
     for preset in ("small", "1b"):
         cfg = get_config(preset)
         # What a result file records is what the kernel does, read back as the calibration reads it.
@@ -456,8 +457,9 @@ def test_the_1b_runs_gemms_are_told_apart_by_shape():
 
 def test_a_check_names_the_families_the_fit_had_no_data_for():
     # A run made after the kernel change (gate/up unpipelined) predicted by a fit on one made before it.
-    from sim.calibration.families import GEMV_MAX_ROWS, PERSISTENT_MAX_ROWS, TILE_MAX_ROWS, gemm_shape
+    from sim.calibration.families import gemm_shape
     from sim.calibration.report import format_report
+    from sim.step.kernel_sets import GEMV_MAX_ROWS, PERSISTENT_MAX_ROWS, TILE_MAX_ROWS
 
     cal = calibrate(recorded_result(), loo=False)
     before = load_result(RECORDED / "small-holdout.json")

@@ -225,7 +225,7 @@ class Quote:
 
 def _example() -> tuple:
     off, fused, both = (sim_step("chapter", m) for m in ("eager", "fused", "fused+graph"))
-    from sim.step.kernels import MODEL_LEVEL
+    from sim.step.ops import MODEL_LEVEL
 
     m = off.metrics
     return (

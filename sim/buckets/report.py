@@ -107,7 +107,7 @@ class TimeModel:
 
     A batch of n real rows replayed in a graph of B rows is the simulator's padded step: the
     B-row step less what its B - n dummy rows skip, their KV-cache reads (`kv_row_us` each:
-    engines point them at a scratch slot, `sim.step.kernels.roofline_us` takes their KV bytes off).
+    engines point them at a scratch slot, `sim.step.kernels.KernelGroup.us` takes their KV bytes off).
     That is exactly the simulator's figure while the KV-reading kernels are memory-bound and the
     replayed GPU does not wait for the host between nodes (a decode step's attention reads bytes
     far faster than it can compute on them; tests check it against `simulate_step`).

@@ -6,13 +6,14 @@ paths use them), the paged attention and the kernel that merges its context spli
 unfused step's one-op Triton kernels (RMSNorm, RoPE, the KV write, SiLU x up) and every
 other ATen kernel (the residual adds, the embedding). Each family has one fixed latency and
 one bandwidth (`sim.timing.kernel_us`). What a family moves and computes in a step is the
-simulator's work (`sim.step.kernels`, where the decoder's bytes and FLOPs are written once), op by
-op, summed over the family that runs each op in the probe's fused or unfused path
-(`FUSED_PATH`, `WIDE_FUSED_PATH` above 64 rows, `UNFUSED_PATH`): the two paths run the same GEMM
-and attention kernels, so they differ in the one-op kernels and in the bytes the fused kernels keep
-on chip. Where a probe kernel moves activations that the simulator's ops count in another op (its
-residual adds and SiLU x up ride in GEMM epilogues; the probe's unfused step runs them as kernels of
-their own), those bytes go to the family that moves them (`UNFUSED_MOVES`, `WIDE_FUSED_MOVES`):
+simulator's work (`sim.step.ops`, where the decoder's bytes and FLOPs are written once), op by
+op, summed over the family that runs each op in the probe's path of the step's kernel set (its
+`sim.step.kernel_sets.ProbeKernels`: the fused and unfused paths run the same GEMM and attention
+kernels, so they differ in the one-op kernels and in the bytes the fused kernels keep on chip; the
+persistent kernel runs the fused path's work in a family of its own). Where a probe kernel moves
+activations that the simulator's ops count in another op (its residual adds and SiLU x up ride in
+GEMM epilogues; the probe's unfused step runs them as kernels of their own), those bytes go to the
+family that moves them (the path's moves):
 
 - the matmul families read every weight once and each row's activations;
 - the attention reads each row's K and V over the context;
@@ -29,15 +30,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.config import ModelConfig
-from sim.step.kernels import KEPT_ON_CHIP, layer_ops, ops_keeping
+from sim.step.kernel_sets import GEMV_MAX_ROWS, TILE_MAX_ROWS, kernel_set
+from sim.step.ops import layer_ops, ops_keeping
 
-GEMV_MAX_ROWS = 4  # gpu_probe.kernels.linear.GEMV_MAX_ROWS; cuBLAS also switches to GEMV-shaped tiles there
 # gpu_probe.kernels.linear._tile_config: up to 16 rows one 16-row tensor-core tile, above that 32- or
 # 64-row tiles: two kernels as far as speed goes (tests check the rule).
 TILE_ROWS = 16
-TILE_MAX_ROWS = 64  # gpu_probe.kernels.linear.TILE_MAX_ROWS: above it both paths' GEMMs are cuBLAS's
-# gpu_probe.kernels.persistent.MAX_ROWS: above it the persistent mode runs the fused kernels, eagerly
-PERSISTENT_MAX_ROWS = 8
 # Which (n_out, k, swiglu) shapes a run's tensor-core GEMM ran unpipelined (num_stages=1; pipelined,
 # they raced on the H200): a result file names them in `settings.unpipelined_gemms`
 # (gpu_probe.kernels.linear.runs_unpipelined: every SwiGLU GEMM and the 1b LM head). Files without it
@@ -223,61 +221,7 @@ def classify(kernel_name: str, rows: int) -> str:
     return "aten"
 
 
-# Which probe kernel family runs each of the simulator's logical ops (`sim.step.kernels`), in each path.
-# "gemm" is the probe's GEMV, tensor-core tile or cuBLAS matmul by rows (`gemm_family`), in both paths.
-# Fused: RMSNorm folded into the GEMMs that read its output (and the final norm into the LM head's), RoPE
-# inside the paged attention; the probe returns logits, so no sampling kernel.
-# Unfused: the norms and RoPE one Triton kernel each (SiLU x up rides in up_proj's work, as the simulator
-# counts it; the KV write in the attention's).
-_GEMM_OPS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head")
-FUSED_PATH = {
-    **dict.fromkeys(_GEMM_OPS, "gemm"),
-    **dict.fromkeys(("attn_norm", "ffn_norm", "final_norm"), "gemm"),
-    "rope": "attention",
-    "attention": "attention",
-    "embedding": "aten",
-}
-UNFUSED_PATH = {
-    **dict.fromkeys(_GEMM_OPS, "gemm"),
-    **dict.fromkeys(("attn_norm", "ffn_norm", "final_norm", "rope"), "triton_op"),
-    "attention": "attention",
-    "embedding": "aten",
-}
-# Above TILE_MAX_ROWS the fused step's GEMMs are cuBLAS's, without the Triton GEMMs' prologues and epilogues
-# (gpu_probe.model._wide_fused_forward): the final norm is a one-op kernel of its own.
-WIDE_FUSED_PATH = {**FUSED_PATH, "final_norm": "triton_op"}
-# The probe's fused attention writes its output and o_proj reads it back: the simulator's rope_attn_o
-# keeps it on chip, the probe does not.
-PROBE_KEPT = tuple(t for t in KEPT_ON_CHIP if t.tensor != "attention output")
 SPLIT_PARTIAL_BYTES = 4  # the attention's context splits write fp32 partial outputs for the merge
-
-# Where the probe's kernels move activations the simulator's ops count elsewhere (`sim.step.kernels` rides the
-# residual adds and SiLU x up in GEMM epilogues, and the KV write in the attention): per row and layer,
-# (an op, whose path's family it is, or a family; {dimension: elements}).
-UNFUSED_MOVES = (
-    # the residual adds are ATen kernels of their own (each reads the residual and the projection, writes h)
-    ("o_proj", {"hidden": -1}),
-    ("down_proj", {"hidden": -1}),
-    ("aten", {"hidden": 6}),
-    # SiLU x up is a one-op kernel: it reads gate and up and writes their product (up_proj no longer reads gate)
-    ("up_proj", {"ffn": -1}),
-    ("triton_op", {"ffn": 3}),
-    # the KV write is a one-op kernel reading k and v; the attention reads q and the cache
-    ("attention", {"kv_dim": -2}),
-    ("triton_op", {"kv_dim": 2}),
-)
-WIDE_FUSED_MOVES = (
-    ("attention", {"hidden": 1}),  # reads the rows to scale q, k and v by their 1/rms
-    ("gate_proj", {"ffn": 1}),  # cuBLAS writes gate and up out (the tile kept gate on chip)
-    ("triton_op", {"ffn": 3, "hidden": 1}),  # _rms_swiglu_kernel: reads gate, up and the row, writes SwiGLU
-)
-
-
-def probe_path(fused: bool, rows: int) -> tuple[dict, tuple]:
-    """(which family runs each op, the activations the probe's kernels move elsewhere) of a step at `rows`."""
-    if not fused:
-        return UNFUSED_PATH, UNFUSED_MOVES
-    return (WIDE_FUSED_PATH, WIDE_FUSED_MOVES) if rows > TILE_MAX_ROWS else (FUSED_PATH, ())
 
 
 def _family_of(model: ModelConfig, path_family: str, op: str, rows: int, unpipelined: frozenset) -> str:
@@ -290,35 +234,31 @@ def family_work(model: ModelConfig, rows, modes, *, unpipelined: frozenset) -> t
     """(bytes, FLOPs) each family moves and computes in one step: two [n_rows, n_families] arrays.
 
     `rows` and `modes` (`core.step_plan.Mode`: which kernels the step runs) are one entry per step. The
-    work is the simulator's, op by op (`sim.step.kernels.ops_keeping`: the fused path without the
-    intermediates its kernels keep on chip), summed over the family that runs each op in that path at
-    those rows; a persistent kernel does the fused path's work in its one family. A family's work is the
-    same whatever its kernel count; how many kernels it takes is the measured (or assumed) count, each
-    paying the family's latency. `unpipelined`: `unpipelined_gemms`.
+    work is the simulator's, op by op (`sim.step.ops.ops_keeping`: without the intermediates the probe's
+    kernels of the mode's kernel set keep on chip), summed over the family that runs each op in the set's
+    path at those rows (`sim.step.kernel_sets.ProbeKernels`). A family's work is the same whatever its
+    kernel count; how many kernels it takes is the measured (or assumed) count, each paying the family's
+    latency. `unpipelined`: `unpipelined_gemms`.
     """
     r = np.asarray(rows, np.float64).reshape(-1)
-    modes = list(modes)
-    fused = np.array([m.fused for m in modes], bool)
-    one_kernel = np.array([m.one_kernel for m in modes], bool)
+    probes = [kernel_set(m).probe for m in modes]
     b, layers = model.bytes_per_el, model.n_layers
     layer_names = {op.name for op in layer_ops(model)}
-    ops = {False: ops_keeping(model, ()), True: ops_keeping(model, PROBE_KEPT)}
+    kept_ops = {}  # each set of intermediates kept on chip -> the ops' work without them
     out_bytes, out_flops = np.zeros((len(r), len(FAMILIES))), np.zeros((len(r), len(FAMILIES)))
     dims = {"hidden": model.hidden, "q_dim": model.q_dim, "kv_dim": model.kv_dim, "ffn": model.ffn}
-    for k, (rows_k, fused_k, one_k) in enumerate(zip(r, fused, one_kernel)):
-        path, moves = probe_path(bool(fused_k), int(rows_k))
+    for k, (rows_k, probe) in enumerate(zip(r, probes)):
+        path, moves = probe.path(int(rows_k))
 
         def family(name):
-            if one_k:
-                return "persistent"
-            if name in INDEX:
-                return name
-            return _family_of(model, path[name], name, int(rows_k), unpipelined)
+            """The family an op runs in, or the one a family named by a move (or the merge) runs in."""
+            named = path.get(name, name)
+            return _family_of(model, named, name, int(rows_k), unpipelined)
 
-        # The persistent kernel computes a power-of-two row tile (gpu_probe.kernels.persistent: 3 rows cost 4):
-        # past a few rows its products on CUDA cores are bound by instructions, so the padded rows count.
-        flop_rows = 1 << (int(rows_k) - 1).bit_length() if one_k else rows_k
-        for name, op in ops[bool(fused_k)].items():
+        flop_rows = probe.flop_rows(rows_k)
+        if probe.kept not in kept_ops:
+            kept_ops[probe.kept] = ops_keeping(model, probe.kept)
+        for name, op in kept_ops[probe.kept].items():
             if name not in path:
                 continue  # sampling: the probe stops at the logits
             times = layers if name in layer_names else 1
@@ -328,7 +268,6 @@ def family_work(model: ModelConfig, rows, modes, *, unpipelined: frozenset) -> t
         for target, elements in moves:
             moved = sum(dims[d] * n for d, n in elements.items())
             out_bytes[k, INDEX[family(target)]] += layers * rows_k * moved * b
-        # Both paths split the attention's context the same way; the merge reads every split's fp32 output.
-        merge = "persistent" if one_k else "split_merge"
-        out_bytes[k, INDEX[merge]] += rows_k * layers * model.q_dim * SPLIT_PARTIAL_BYTES
+        # Every path splits the attention's context the same way; the merge reads every split's fp32 output.
+        out_bytes[k, INDEX[family("split_merge")]] += rows_k * layers * model.q_dim * SPLIT_PARTIAL_BYTES
     return out_bytes, out_flops

@@ -220,11 +220,12 @@ def _fit_reads(points: list[Point], use: np.ndarray, theta: np.ndarray) -> tuple
     out, fitted = theta.copy(), {}
     used = [p for p, u in zip(points, use) if u]
     # Between queued replayed kernels: as the unprofiled steps leave them (`Point.unprofiled_gap_us`), else as the
-    # profiled ones show them (wider); not a persistent kernel's step, whose one gap is before its whole-GPU launch
-    # (12 µs on the 1b run at batch 8, where a fused + graph step's queued kernels are 0.4 µs apart).
+    # profiled ones show them (wider); not a kernel set's without node gaps: the persistent kernel's step, whose one
+    # gap is before its whole-GPU launch (12 µs on the 1b run at batch 8, where a fused + graph step's queued
+    # kernels are 0.4 µs apart).
     gaps = np.array([p.unprofiled_gap_us for p in used])
     if not np.isfinite(gaps).any():
-        profiled = [p.node_gaps for p in used if p.replays and not p.pdl_chain and not p.runs.one_kernel]
+        profiled = [p.node_gaps for p in used if p.replays and not p.pdl_chain and p.probe.node_gaps]
         gaps = np.concatenate(profiled) if profiled else np.zeros(0)
     reads = {
         "node_gap_us": gaps,

@@ -34,7 +34,6 @@ from core.step_plan import MODES, Mode, without_graphs
 from core.timeline import Timeline
 from sim.calibration.families import (
     FAMILIES,
-    GEMV_MAX_ROWS,
     HOSTS,
     INDEX,
     MATMUL,
@@ -45,6 +44,7 @@ from sim.calibration.families import (
 )
 from sim.calibration.families import NAMES as FAMILY_NAMES
 from sim.config import ModelConfig
+from sim.step.kernel_sets import GEMV_MAX_ROWS, ProbeKernels, kernel_set
 from sim.timing import (
     GraphReplayCost,
     eager_ready_us,
@@ -259,12 +259,13 @@ class Point:
         return self.ran or self.mode
 
     @property
-    def kernels(self) -> int:
-        return len(self.kernel_names)
+    def probe(self) -> ProbeKernels:
+        """The probe's kernels of the kernel set the step ran, as the calibration reads them."""
+        return kernel_set(self.runs).probe
 
     @property
-    def fused(self) -> bool:
-        return self.runs.fused
+    def kernels(self) -> int:
+        return len(self.kernel_names)
 
     @property
     def counts(self) -> np.ndarray:
@@ -294,8 +295,9 @@ class Point:
 
     @property
     def pdl_chain(self) -> bool:
-        """The probe launches its fused kernels with PDL up to the run's `pdl_rows`; inside a graph they overlap."""
-        return self.replays and self.fused and self.rows <= self.pdl_rows
+        """The probe launches the kernels of a PDL kernel set (the fused kernels) with PDL up to the run's
+        `pdl_rows`; inside a graph they overlap."""
+        return self.replays and self.probe.pdl and self.rows <= self.pdl_rows
 
     @property
     def unprofiled_gap_us(self) -> float:
@@ -303,10 +305,17 @@ class Point:
 
         Its nodes start once the call has returned and then queue, so what the step takes beyond the call and
         the kernels is the gaps between them. nan where that does not hold: a replay made in pieces (its
-        nodes start during the call), a PDL chain (no gaps), the persistent kernel (one node), an eager step.
+        nodes start during the call), a PDL chain (no gaps), a kernel set without node gaps (the persistent
+        kernel: one node), an eager step.
         The profiler widens the gaps it reads (its kernel records): 0.42 µs a gap profiled in every graph of
         the runs of 2026-12-06, 0.27-0.37 µs so read off their unprofiled steps."""
-        if not self.replays or self.in_pieces or self.pdl_chain or self.runs.one_kernel or self.kernels < 2:
+        if (
+            not self.replays
+            or self.in_pieces
+            or self.pdl_chain
+            or not self.probe.node_gaps
+            or self.kernels < 2
+        ):
             return np.nan
         return (self.step_us - self.host_us - self.busy_us) / (self.kernels - 1)
 

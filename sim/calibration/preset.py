@@ -31,8 +31,8 @@ def calibrated_preset(result, cal: Calibration | None = None) -> Preset:
     """The preset of `result`'s calibration (fitted here without leave-one-out when not given)."""
     cal = cal or calibrate(result, loo=False)
     p = cal.params
-    # The probe's fused kernels (not the persistent kernel, whose step is one launch).
-    fused = [pt for pt in cal.points if pt.fused and not pt.mode.one_kernel] or list(cal.points)
+    # The probe's fused kernels: the steps of the rows the Simulator's fusion toggle selects (eager, or replayed).
+    fused = [pt for pt in cal.points if pt.mode.toggles and pt.mode.fused] or list(cal.points)
     smallest = min(fused, key=lambda pt: (pt.batch, not pt.replays))
     # The probe's own fused layer: as many kernels a layer as it measured at that batch (5 or 6, not the
     # chapter's 4), so the preset's step launches what the run's did.

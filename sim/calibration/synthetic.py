@@ -15,49 +15,23 @@ import numpy as np
 from core.step_plan import Mode, without_graphs
 from core.step_plan import mode as mode_named
 from core.step_plan import modes as table_modes
-from sim.calibration.families import (
-    GEMV_MAX_ROWS,
-    INDEX,
-    PERSISTENT_MAX_ROWS,
-    TILE_MAX_ROWS,
-    UNPIPELINED_BEFORE_2026_12_02,
-    classify_step,
-)
+from sim.calibration.families import INDEX, UNPIPELINED_BEFORE_2026_12_02, classify_step
 from sim.calibration.model import Point, ProbeModel, params_vector
 from sim.config import ModelConfig
+from sim.step.kernel_sets import TILE_MAX_ROWS, kernel_set
 
 # The synthetic runs name no `settings.unpipelined_gemms`: they are read with the rule of the files without it.
 UNPIPELINED = UNPIPELINED_BEFORE_2026_12_02
-SPLIT_MAX_ROWS = 8  # up to here the probe's attention splits the context (one merge kernel a layer)
 
 
 def kernel_names(model: ModelConfig, mode: Mode, rows: int, memsets: bool = False) -> tuple[str, ...]:
-    """A probe-like step's kernels in `mode`: the names the profiler reports, in launch order
-    (gpu_probe.model: the unfused step's one-op kernels, the fused step's GEMMs, cuBLAS above 64 rows).
+    """A probe-like step's kernels in `mode`: the names the profiler reports, in launch order: a graph's two
+    input copies, then the kernel set's own (`sim.step.kernel_sets.ProbeKernels.names`).
 
     `memsets`: above TILE_MAX_ROWS cuBLAS zeroes a split-K workspace before the LM head, as in the probe (a
     memset node in the graph, which is then replayed in pieces)."""
     copies = ("multi_tensor_apply_kernel",) * 2 if mode.graphs else ()
-    if mode.one_kernel:
-        return copies + ("_decode_step_kernel",)
-    wide = rows > TILE_MAX_ROWS
-    gemm = "_gemv_kernel" if rows <= GEMV_MAX_ROWS else "nvjet_tst" if wide else "_fused_linear_kernel"
-    merge = ("_merge_splits_kernel",) if rows <= SPLIT_MAX_ROWS else ()
-    lm_head = (("Memset (Device)",) if memsets and wide else ()) + (gemm,)
-    embedding = ("indexSelectSmallIndex",)
-    if mode.fused and wide:
-        layer = (gemm, "_paged_attention_kernel", *merge, gemm, gemm, "_rms_swiglu_kernel", gemm)
-        return copies + embedding + layer * model.n_layers + ("_rms_norm_kernel", *lm_head)
-    if mode.fused:
-        layer = (gemm, "_paged_attention_kernel", *merge, gemm, gemm, gemm)
-        return copies + embedding + layer * model.n_layers + lm_head
-    add = "vectorized_elementwise_kernel"
-    layer = (
-        *("_rms_norm_kernel", gemm, gemm, gemm, "_rope_kernel", "_write_kv_kernel"),
-        *("_paged_attention_plain_kernel", *merge, gemm, add),
-        *("_rms_norm_kernel", gemm, gemm, "_silu_mul_kernel", gemm, add),
-    )
-    return copies + embedding + layer * model.n_layers + ("_rms_norm_kernel", *lm_head)
+    return copies + kernel_set(mode).probe.names(model, rows, memsets)
 
 
 # The model's fields a synthetic result's `model.config` carries, as the probe writes them.
@@ -75,12 +49,14 @@ CONFIG_FIELDS = (
 
 
 def _points(model: ModelConfig, modes, batches, memsets: bool) -> list[Point]:
-    """One calibration point per mode and batch, its kernels named and classified as in a probe run (the
-    persistent kernel above its rows: the fused kernels eagerly, as the probe falls back)."""
+    """One calibration point per mode and batch, its kernels named and classified as in a probe run (above the
+    rows the probe runs a kernel set at, its mode without graphs: the persistent kernel's, the fused kernels
+    eagerly, as the probe falls back)."""
     points = []
     for m in table_modes(modelled=True) if modes is None else [mode_named(m) for m in modes]:
         for b in batches:
-            ran = without_graphs(m) if m.one_kernel and b > PERSISTENT_MAX_ROWS else m
+            most = kernel_set(m).probe.max_rows
+            ran = without_graphs(m) if most is not None and b > most else m
             names = kernel_names(model, ran, b, memsets)
             fams = np.array(
                 [INDEX[f] for f in classify_step(model, names, b, unpipelined=UNPIPELINED)], np.int64

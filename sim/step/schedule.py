@@ -1,11 +1,12 @@
 """One decode step as a schedule, vectorised over kernels and batch sizes, on the one timing model.
 
 A `core.step_plan.StepPlan` says how the step runs (mode, batch, GPUs, bucket); its kernels are
-`sim.step.kernels.step_kernels` (the mode's kernel set, sharded with its all-reduces on several GPUs),
-each costed by `sim.timing.kernel_us`. How the host submits them is derived from the mode once,
-`sim.step.submission`: eager, the host issues launch i over [i·L, (i+1)·L] (L the hardware's launch
-cost times the mode's scale) and kernel i starts once it is submitted and kernel i-1 has
-finished, plus the node gap when it was already queued; a graph replay is one host call
+`sim.step.kernels.step_kernels` (the layer of the mode's kernel set, sharded with its all-reduces on
+several GPUs), each costed by `sim.timing.kernel_us`. How the host submits them is the kernel set's
+(`sim.step.kernel_sets`), one `sim.step.submission.Submission` for the row: eager, the host issues
+launch i over [i·L, (i+1)·L] (L the hardware's launch cost times the mode's scale) and kernel i
+starts once it is submitted and kernel i-1 has finished, plus the node gap when it was already
+queued; a graph replay is one host call
 (`sim.timing.GraphReplayCost`), after which the nodes run back to back with the node gap; a
 persistent kernel's phases run back to back, each paying a barrier. The GPU-side gap applies to
 eager kernels that were waiting in the stream too, so graphs never lose to eager by the gap
@@ -14,7 +15,7 @@ alone; it is hidden whenever the GPU waits for the host.
 `simulate_step` draws one step; `sweep` needs only each step's end, so it asks the same
 recurrence for the last kernel's end (`sim.timing.stream_end_us`), over one layer's kernels
 repeated n_layers times: [n_batches, kernels per layer] of work instead of [n_batches, kernels
-per step]. Both take the step's submission from the same function.
+per step]. Both take the step's submission from the same kernel set.
 """
 
 from __future__ import annotations
@@ -36,8 +37,8 @@ from core.step_plan import (
 )
 from core.timeline import CPU_BOUND, GPU_BOUND, StepMetrics, Timeline
 from sim.config import MAX_SIM_BATCH, HardwareConfig, ModelConfig
+from sim.step.kernel_sets import kernel_set
 from sim.step.kernels import step_kernels
-from sim.step.submission import submission
 from sim.step.tensor_parallel import published_allreduce
 from sim.timing import AllReduceCost
 
@@ -59,7 +60,7 @@ class SimulatedStep:
 def _timeline(model: ModelConfig, hw: HardwareConfig, plan: StepPlan, allreduce: AllReduceCost) -> Timeline:
     runs_as = plan.runs_as
     kernels = step_kernels(model, runs_as, plan.tp)
-    how = submission(hw, runs_as, len(kernels), plan.bucket)
+    how = kernel_set(runs_as).submission(hw, runs_as, len(kernels), plan.bucket)
     dur = kernels.us(hw, allreduce, plan.rows, plan.padded_rows, how.latency_us)
     return how.timeline(dur, kernels.names, label=plan.label(model.name))
 
@@ -166,7 +167,7 @@ def _sweep_series(model, hw, batches: np.ndarray, m: Mode, buckets, tp: int, all
     def steps(as_mode: Mode):
         """(step time, GPU busy time, submission) of every batch run as `as_mode`."""
         kernels = step_kernels(model, as_mode, tp)
-        how = submission(hw, as_mode, len(kernels))
+        how = kernel_set(as_mode).submission(hw, as_mode, len(kernels))
         durs = [g.us(hw, allreduce, rows, padded, how.latency_us) for g in kernels.groups]
         return how.step_end_us(zip(durs, kernels.repeats)), kernels.busy_us(durs), how
 

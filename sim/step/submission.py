@@ -1,7 +1,8 @@
-"""How the host hands one step's kernels to the GPU: derived from the mode once, for both schedulers.
+"""How the host hands one step's kernels to the GPU: one `Submission`, for both schedulers.
 
-A mode's row (`core.step_plan.Mode`) says which kernels run and whether a graph is replayed. On
-one hardware that fixes everything the schedule needs besides the kernels' own work:
+A mode's kernel set says which way it is submitted (`sim.step.kernel_sets`: `kernel_by_kernel`, or
+`as_one_kernel`), its row (`core.step_plan.Mode`) whether a graph is replayed and what an eager launch
+costs. On one hardware that fixes everything the schedule needs besides the kernels' own work:
 
 - the host's calls: a launch per kernel (eager), or one call for the whole step (a graph replay,
   or the one launch of a persistent kernel) -- the CPU lane;
@@ -55,18 +56,31 @@ class Submission:
         return np.maximum(stream_end_us(self.first_ready_us, parts), self.host_us)
 
 
-def submission(hw: HardwareConfig, m: Mode, n_kernels: int, bucket: int | None = None) -> Submission:
-    """How `m` submits a step of `n_kernels` kernels on `hw`. A graph mode replays (`bucket`: the size
-    captured, for the CPU lane's name); a plan above its largest bucket passes the mode it runs as."""
-    latency = hw.barrier_us if m.one_kernel else hw.min_kernel_us
-    gap = 0.0 if m.one_kernel else hw.graph_node_gap_us
-    nodes = 1 if m.one_kernel else n_kernels
+def _replayed(
+    hw: HardwareConfig, nodes: int, gap_us: float, latency_us: float, what: str, bucket
+) -> Submission:
+    """One graph replay of `nodes` nodes (`bucket`: the size captured, for the CPU lane's name)."""
+    host = float(hw.replay_cost.host_us(nodes))
+    return Submission(1, host, 0.0, host, gap_us, latency_us, f"cudaGraphLaunch (bucket {bucket}, {what})")
+
+
+def kernel_by_kernel(
+    hw: HardwareConfig, m: Mode, n_kernels: int, bucket: int | None = None, latency_us: float | None = None
+) -> Submission:
+    """Each kernel its own launch (eager), or its own node of one replayed graph: the node gap between any two,
+    each paying a kernel's latency (or `latency_us`)."""
+    latency = hw.min_kernel_us if latency_us is None else latency_us
+    gap = hw.graph_node_gap_us
     if m.graphs:
-        host = float(hw.replay_cost.host_us(nodes))
-        what = "one persistent kernel" if m.one_kernel else f"{nodes} nodes"
-        name = f"cudaGraphLaunch (bucket {bucket}, {what})"
-        return Submission(1, host, 0.0, host, gap, latency, name)
+        return _replayed(hw, n_kernels, gap, latency, f"{n_kernels} nodes", bucket)
     launch = hw.eager_launch_us * m.launch_scale
-    if m.one_kernel:  # one launch, its phases back to back once it is submitted
-        return Submission(1, launch, 0.0, launch, gap, latency, "launch persistent kernel")
     return Submission(n_kernels, n_kernels * launch, launch, 0.0, gap, latency, "")
+
+
+def as_one_kernel(hw: HardwareConfig, m: Mode, n_phases: int, bucket: int | None = None) -> Submission:
+    """The step as one persistent kernel of `n_phases` phases: one launch (or a graph of one node), then the
+    phases back to back, no gap between them, each paying a grid barrier (`HardwareConfig.barrier_us`)."""
+    if m.graphs:
+        return _replayed(hw, 1, 0.0, hw.barrier_us, "one persistent kernel", bucket)
+    launch = hw.eager_launch_us * m.launch_scale
+    return Submission(1, launch, 0.0, launch, 0.0, hw.barrier_us, "launch persistent kernel")
