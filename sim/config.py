@@ -52,6 +52,22 @@ class ModelConfig(DecoderShape):
         return replace(self, n_layers=n_layers)
 
 
+def model_from_hf(decoder: DecoderShape, context_len: int = 1024, **kernels) -> ModelConfig:
+    """The simulator's model of a decoder read from a Hugging Face config (`core.hf_config.HFDecoder`): its
+    shape, its bytes per element from the config's dtype, at `context_len` tokens of context; `kernels`:
+    unfused_per_layer and fused_per_layer where they differ from the chapter's. A bias on q, k and v (Qwen2)
+    is a few KB a layer and not modelled."""
+    shape = {f: getattr(decoder, f) for f in ("n_layers", "hidden", "n_heads", "n_kv_heads", "ffn", "vocab")}
+    return ModelConfig(
+        decoder.name,
+        **shape,
+        tie_embeddings=decoder.tie_embeddings,
+        bytes_per_el=getattr(decoder, "bytes_per_el", 2),
+        context_len=context_len,
+        **kernels,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class HardwareConfig:
     """How fast the GPU moves bytes and does math, and what the host pays per submission."""

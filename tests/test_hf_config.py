@@ -107,3 +107,24 @@ def test_a_sliding_window_longer_than_the_context_is_full_attention():
     assert from_dict(config, "m", context=640).n_layers == 16
     with pytest.raises(ConfigError, match="sliding_window = 4096"):
         from_dict(config, "m", context=8192)
+
+
+def test_the_simulator_builds_each_shipped_config():
+    from core.step_plan import BASELINE, FUSED_GRAPH, StepPlan
+    from sim.config import PRESETS, model_from_hf
+    from sim.step.schedule import simulate_step
+
+    hw = PRESETS["llama3-8b-h100"].hardware
+    for name, path in shipped().items():
+        decoder = from_file(path)
+        model = model_from_hf(decoder, context_len=2048)
+        bias = decoder.n_layers * (decoder.q_dim + 2 * decoder.kv_dim) if decoder.qkv_bias else 0
+        assert model.n_params == decoder.n_params - bias  # the bias, a few KB a layer, is not modelled
+        eager, fast = (simulate_step(model, hw, StepPlan(m, 1)).metrics for m in (BASELINE, FUSED_GRAPH))
+        assert eager.step_us > fast.step_us > 0, name
+    # The 8B config is the simulator's Llama-3-8B preset's shape (its model, read from the file).
+    llama = model_from_hf(from_file(shipped()["llama-3.1-8b"]), context_len=2048)
+    preset = PRESETS["llama3-8b-h100"].model
+    assert [getattr(llama, f) for f in ("n_layers", "hidden", "n_heads", "n_kv_heads", "ffn", "vocab")] == [
+        getattr(preset, f) for f in ("n_layers", "hidden", "n_heads", "n_kv_heads", "ffn", "vocab")
+    ]
