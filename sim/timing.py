@@ -22,9 +22,9 @@ what-ifs on an uploaded trace.
   programmatic dependent launch partly hides, so it may be negative: the next kernel's
   prologue overlaps the previous one's tail): `GraphReplayCost`, `graph_replay_timeline`.
 - A profiled step pays `torch.profiler`'s own host cost for every event it records (an op, an API call, a
-  Python call, an op's shapes), and its own host work runs slower: `ProfilerCost`. Taking it out of each host interval, the step's own kernels
-  rescheduled by `schedule_starts`, gives the step as it runs without the profiler
-  (`sim.trace.untraced.untraced`).
+  Python call, an op's shapes), and its own host work runs slower: `ProfilerCost`. Taking it out of each host
+  interval, the step's own kernels rescheduled by `schedule_starts`, gives the step as it runs without the
+  profiler (`sim.trace.untraced.untraced`).
 
 numpy only.
 """

@@ -148,8 +148,10 @@ def test_a_host_bound_step_loses_the_cost_of_its_events_and_the_slowdown_of_the_
     u = untraced(step, PROFILER_COST)
     host = _rows(step).pre.sum()  # the host time the rows took, traced
     # What the events leave runs 1 + slowdown times faster (1 %: the few short intervals that keep 10 %).
-    assert host - u.profiler_us == pytest.approx((host - events.profiler_us) / 1.277, rel=0.01)
-    assert PROFILER_COST.slowdown == 0.277
+    assert PROFILER_COST.slowdown > 0.1
+    assert host - u.profiler_us == pytest.approx(
+        (host - events.profiler_us) / (1 + PROFILER_COST.slowdown), rel=0.01
+    )
     assert step.metrics.step_us - u.step_us == pytest.approx(u.profiler_us, rel=0.01)  # the GPU waited for it
     assert u.source == "estimate" and u.scale == 1.0
 
@@ -168,7 +170,7 @@ def test_a_slower_host_pays_more_for_each_event():
     assert untraced(slow, PROFILER_COST).profiler_us > untraced(fast, PROFILER_COST).profiler_us
 
 
-def test_inductor_ranges_with_shapes_cost_more_than_without():
+def test_inductor_ranges_are_priced_apart_where_they_carry_shapes():
     only = ProfilerCost(0.0, 0.0, 0.0, triton_shapes_us=1.0, line_scale=0.0)  # counts the ranges with shapes
     for name, ranges in (("llama_compile_b1_shapes", 164), ("llama_compile_b1_default", 0)):
         (step,) = _steps(H200 / f"{name}.json.gz")
