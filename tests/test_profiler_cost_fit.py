@@ -14,7 +14,7 @@ import pytest
 
 from core.trace import EVENT_KINDS, analyse, read_trace
 from sim.timing import PROFILER_COST, ProfilerCost
-from sim.trace.untraced import _untraced_step, untraced
+from sim.trace.untraced import _rows, _untraced_step, untraced
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
@@ -135,13 +135,23 @@ def test_the_line_lookups_grow_in_inductors_long_function_and_not_in_a_loop():
     assert eager.host.line_us.sum() == 0.0
 
 
-def test_a_host_bound_step_loses_the_cost_of_its_events():
+EVENTS_ONLY = replace(PROFILER_COST, slowdown=0.0)  # the cost of the recorded events alone
+
+
+def test_a_host_bound_step_loses_the_cost_of_its_events_and_the_slowdown_of_the_rest():
     (step,) = _steps(H200 / "qwen2_eager_b1_default.json.gz")
     speed = PROFILER_COST.speed(step.host.launch_call_us, step.host.launch_calls)
     cost = float(PROFILER_COST.host_us(step.host.counts, step.host.line_us, EVENT_KINDS, speed).sum())
-    u = untraced(step, PROFILER_COST)
+    events = untraced(step, EVENTS_ONLY)
     # All of it, but where an interval would keep less than 10 % of itself (a few short ones).
-    assert 0.9 * cost < u.profiler_us <= cost
+    assert 0.9 * cost < events.profiler_us <= cost
+    u = untraced(step, PROFILER_COST)
+    host = _rows(step).pre.sum()  # the host time the rows took, traced
+    # What the events leave runs 1 + slowdown times faster (1 %: the few short intervals that keep 10 %).
+    assert PROFILER_COST.slowdown > 0.1
+    assert host - u.profiler_us == pytest.approx(
+        (host - events.profiler_us) / (1 + PROFILER_COST.slowdown), rel=0.01
+    )
     assert step.metrics.step_us - u.step_us == pytest.approx(u.profiler_us, rel=0.01)  # the GPU waited for it
     assert u.source == "estimate" and u.scale == 1.0
 
@@ -150,12 +160,40 @@ def test_a_slower_host_pays_more_for_each_event():
     (step,) = _steps(H200 / "qwen2_eager_b1_default.json.gz")
     slow = replace(step, host=replace(step.host, launch_call_us=2 * PROFILER_COST.launch_ref_us))
     fast = replace(step, host=replace(step.host, launch_call_us=PROFILER_COST.launch_ref_us))
-    taken = [untraced(s, PROFILER_COST).profiler_us for s in (fast, slow)]
+    taken = [untraced(s, EVENTS_ONLY).profiler_us for s in (fast, slow)]
     assert taken[1] == pytest.approx(2 * taken[0], rel=0.03)  # short intervals keep 10 % of themselves
     few = replace(
         slow, host=replace(slow.host, launch_calls=3)
     )  # three launch calls tell nothing of the host
-    assert untraced(few, PROFILER_COST).profiler_us == pytest.approx(taken[0], rel=0.01)
+    assert untraced(few, EVENTS_ONLY).profiler_us == pytest.approx(taken[0], rel=0.01)
+    # The slowdown is a share of the host's own work, which the trace measured at its own speed.
+    assert untraced(slow, PROFILER_COST).profiler_us > untraced(fast, PROFILER_COST).profiler_us
+
+
+def test_inductor_ranges_are_priced_apart_where_they_carry_shapes():
+    only = ProfilerCost(0.0, 0.0, 0.0, triton_shapes_us=1.0, line_scale=0.0)  # counts the ranges with shapes
+    for name, ranges in (("llama_compile_b1_shapes", 164), ("llama_compile_b1_default", 0)):
+        (step,) = _steps(H200 / f"{name}.json.gz")
+        assert step.host.totals()["triton"] == 164
+        assert only.host_us(step.host.counts, step.host.line_us, EVENT_KINDS).sum() == ranges
+    (eager,) = _steps(H200 / "qwen2_eager_b4_shapes.json.gz")  # shapes, but no Inductor range
+    assert only.host_us(eager.host.counts, eager.host.line_us, EVENT_KINDS).sum() == 0
+
+
+def test_a_graph_launch_is_not_slowed_and_every_eager_row_is():
+    (replay,) = _steps(H200 / "llama_graph_b1_default.json.gz")
+    launch = replay.host.interval == 0  # '2 input copies + cudaGraphLaunch'
+    assert "cudaGraphLaunch" in replay.timeline.cpu_names[0]
+    assert _rows(replay).slowed.tolist() == (~launch).tolist()
+    (eager,) = _steps(H200 / "qwen2_eager_b1_default.json.gz")
+    assert _rows(eager).slowed.all()
+
+
+def test_no_multiple_of_the_cost_is_the_traced_step():
+    """The recorder's figure is matched by a multiple of the whole cost, the slowdown included: 0 is the trace."""
+    (step,) = _steps(H200 / "qwen2_eager_b1_default.json.gz")
+    same, taken = _untraced_step(step, PROFILER_COST, 0.0)
+    assert taken == 0.0 and same.metrics.step_us == pytest.approx(step.metrics.step_us, abs=1e-6)
 
 
 @pytest.mark.parametrize(
@@ -191,8 +229,9 @@ def test_the_fit_gives_the_shipped_costs(fitted):
 def test_leave_one_model_out_on_the_reliable_host_bound_pairs(fitted):
     """The figures docs/trace-reader.md quotes: the estimate on each model's pairs, fitted without them."""
     s = fitted["summary"]["lomo_host_bound_reliable"]
-    assert s["n"] == 41 and s["median"] < 0.08 and s["within_15"] >= 34
+    assert s["n"] == 41 and s["median"] < 0.075 and s["within_15"] >= 36
     assert fitted["summary"]["gpu_bound_change"]["median"] < 0.01
+    assert abs(fitted["summary"]["gpu_bound_change"]["worst"]) <= 0.03
 
 
 def test_an_unreliable_pair_is_flagged_and_not_fitted_on(fitted):
@@ -205,15 +244,32 @@ def test_an_unreliable_pair_is_flagged_and_not_fitted_on(fitted):
 
 def test_the_graphs_what_if_speedup_against_the_measured_one(fitted):
     s = fitted["summary"]["speedup_reliable"]
-    assert s["n"] >= 20 and s["median"] < 0.08
+    assert s["n"] >= 20 and s["median"] < 0.06
 
 
 def test_a_run_nothing_was_fitted_on_with_the_shipped_costs(fitted):
     """Batches 2 and 8, which the fit never saw: what a user's trace gets (docs/trace-reader.md quotes these)."""
     s = fitted["summary"]
     assert s["held_out_host_bound_reliable"]["n"] == 15
-    assert s["held_out_host_bound_reliable"]["median"] < 0.08
-    assert abs(s["held_out_host_bound_reliable"]["worst"]) < 0.20
+    assert s["held_out_host_bound_reliable"]["median"] < 0.05
+    assert abs(s["held_out_host_bound_reliable"]["worst"]) <= 0.15  # issue 35's goal: every one within 15 %
     assert abs(s["held_out_gpu_bound_change"]["worst"]) <= 0.03
     assert s["held_out_speedup_reliable"]["median"] < 0.08
     assert all(r["source"] == "held-out run" and not r["fitted_on"] for r in fitted["held_out"])
+
+
+def test_the_loop_of_launches_no_one_fitted_on(fitted):
+    """400 torch.add, each an op and a kernel launch with no model around it: every profiler setting within 15 %."""
+    s = fitted["summary"]["micro_add"]
+    assert s["n"] == 3 and abs(s["worst"]) <= 0.15
+    assert not any(r["fitted_on"] for r in fitted["micro_add"])
+
+
+def test_pairs_timed_on_an_unsteady_host_are_flagged(fitted):
+    """A run's untraced p10 and p90 more than 15 % apart: the host changed speed while it was timed."""
+    rows = {r["case"]: r for r in fitted["cases"]}
+    assert not rows["trace_1b_eager_b1.json.gz"]["reliable"]  # p10 8,268 µs, p90 16,628 µs
+    assert not rows["hf_qwen2_eager_sync"]["reliable"]
+    assert rows["hf_llama_graph"]["reliable"] and rows["trace_1b_fused_graph_b1.json"]["reliable"]
+    # Each Hugging Face eager step is unreliable or slower untraced than traced: no speed-up to check on.
+    assert not any(r["reliable"] for r in fitted["other_speedup"])

@@ -394,12 +394,14 @@ QUOTES = [
     ),
     Quote(
         "Reading your own trace",
-        "about {} µs an aten op, {} µs a CUDA runtime or driver call, {} µs the range Inductor opens around each "
-        "Triton launch",
+        "about {} µs an aten op, {} µs the range Inductor opens around each Triton launch ({} µs more with "
+        "`record_shapes`), more under `record_shapes` and `with_stack`; and the host's own work between events "
+        "runs {} % slower",
         lambda: (
             f"{(c := _profiler_cost()).op_us:.1f}",
-            f"{c.api_us:.1f}",
             f"{c.triton_us:.1f}",
+            f"{c.triton_shapes_us:.1f}",
+            f"{100 * c.slowdown:.0f}",
         ),
     ),
     Quote(

@@ -5,7 +5,8 @@ Run on a CUDA machine with torch and transformers (not needed by the app), from 
     PYTHONUNBUFFERED=1 python tools/profiler_cost.py --out OUT
 
 For each model shape (Llama-3.2-1B's, Qwen2.5-0.5B's, TinyLlama-1.1B's: random weights, bf16, a static
-KV cache after a 512-token prefill), batch (1, 4, 16) and mode -- eager; `torch.compile` in its default
+KV cache after a 512-token prefill; `--layers N` makes each N layers deep, named e.g. `llama-l8`), batch
+(1, 4, 16) and mode -- eager; `torch.compile` in its default
 mode (Inductor, no CUDA graphs); the step captured once with `torch.cuda.graph` and replayed (GPU-bound)
 -- the step is the loop a server runs (`loop_step` of `gpu_probe/hf_reference.py`'s decoders): the
 host writes the step's token ids and position into pinned memory, copies them to the GPU, runs the
@@ -242,6 +243,9 @@ def _arguments(argv):
     parser.add_argument(
         "--models", nargs="*", default=list(SHAPES), choices=list(SHAPES), help="none: the loops only"
     )
+    parser.add_argument(
+        "--layers", type=int, default=None, help="every model with this many layers (named e.g. llama-l8)"
+    )
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 4, 16])
     parser.add_argument("--modes", nargs="+", default=["eager", "graph", "compile"], choices=list(MAKERS))
     parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
@@ -362,11 +366,16 @@ class Grid:
         for arch, batch in later:
             self.one(arch, "compile", batch)
 
+    def name(self, arch) -> str:
+        """The model's name in labels and the JSON: its shape's, and its layer count where `--layers` set it."""
+        return arch if self.args.layers is None else f"{arch}-l{self.args.layers}"
+
     def build(self, arch):
         t0 = time.monotonic()
-        self.models[arch] = build_model(named_shape(arch, tiny=self.args.tiny), self.device)
+        shape = named_shape(arch, tiny=self.args.tiny, layers=self.args.layers)
+        self.models[arch] = build_model(shape, self.device)
         cfg = self.models[arch].config
-        self.result["models"][arch] = {
+        self.result["models"][self.name(arch)] = {
             "class": type(self.models[arch]).__name__,
             "layers": cfg.num_hidden_layers,
             "hidden": cfg.hidden_size,
@@ -378,12 +387,12 @@ class Grid:
             "dtype": str(next(self.models[arch].parameters()).dtype),
             "build_s": round(time.monotonic() - t0, 2),
         }
-        log(f"{arch}: model built in {self.result['models'][arch]['build_s']:.1f} s")
+        log(f"{self.name(arch)}: model built in {self.result['models'][self.name(arch)]['build_s']:.1f} s")
         self.save()
 
     def one(self, arch, mode, batch):
         args, result, device = self.args, self.result, self.device
-        label = f"{arch}_{mode}_b{batch}"
+        label = f"{self.name(arch)}_{mode}_b{batch}"
         settings = [s for s in args.settings if mode != "graph" or s in GRAPH_SETTINGS]
         need = args.reserve_s + (args.compile_estimate_s if mode == "compile" else 0)
         if self.left() < need:

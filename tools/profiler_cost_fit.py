@@ -10,17 +10,19 @@ measured without the profiler, fits the costs and prints how well the re-timed s
 
 ## The model (sim.timing.ProfilerCost, sim.trace.untraced.untraced)
 
-`torch.profiler` adds host time to every event it records. Per host row of a step (one launch interval of
-the CPU lane, or a synchronisation between two), `core.trace` counts the events recorded on its thread
-between the previous row's end and its own, by kind: `op` (aten ops and record_function ranges), `runtime`
-(CUDA runtime calls), `driver` (CUDA driver calls), `python` (Python calls, with_stack=True), `shapes` (ops
-with input shapes, record_shapes=True); and, for Python calls, the measured growth of the host time before
-each call with its place in a long caller (the profiler's line lookup: `core.trace.read._python_line_us`). A
-row's profiler cost is `counts @ cost + line_scale * line_us`; without the profiler the row takes its traced
-time less that cost (never below 10 % of it). The rows are laid end to end again, each thread's in order; a
-row that waits for the GPU (a synchronisation, a copy that returns when done) ends when the work it waits for
-ends on the re-timed GPU; the kernels are rescheduled by the one recurrence (`sim.timing.schedule_starts`).
-A graph launch's cost per replayed node is not taken out, so graph replays stay as traced.
+`torch.profiler` adds host time to every event it records, and slows the host's own work between them. Per
+host row of a step (one launch interval of the CPU lane, or a synchronisation between two), `core.trace`
+counts the events recorded on its thread between the previous row's end and its own, by kind: `op` (aten ops
+and record_function ranges), `triton` (Inductor's range around a Triton launch), `runtime` (CUDA runtime
+calls), `driver` (CUDA driver calls), `python` (Python calls, with_stack=True), `shapes` (ops with input
+shapes, record_shapes=True; an Inductor range with shapes costs `triton_shapes` more); and, for Python calls,
+the measured growth of the host time before each call with its place in a long caller (the profiler's line
+lookup: `core.trace.read._python_line_us`). A row's profiler cost is `counts @ cost + line_scale * line_us`;
+without the profiler the row takes its traced time less that cost, the rest `1 + slowdown` times faster
+(never below 10 % of it). The rows are laid end to end again, each thread's in order; a row that waits for
+the GPU (a synchronisation, a copy that returns when done) ends when the work it waits for ends on the
+re-timed GPU; the kernels are rescheduled by the one recurrence (`sim.timing.schedule_starts`). A graph
+launch's cost per replayed node is not taken out, nor is it slowed, so graph replays stay as traced.
 
 ## The data (all real, none edited)
 
@@ -35,12 +37,14 @@ A graph launch's cost per replayed node is not taken out, so graph replays stay 
 - `tests/data/hf/`: `tools/hf_traces.py`'s Hugging Face traces with `hf_*_measured.json` (measured in the same
   session as the traces, not back to back with each profile).
 - `gpu_probe/recorded/`: the probe's full traces against their runs' untraced medians (same run, not back to
-  back).
+  back). These and the Hugging Face pairs are unreliable where the untraced p10 and p90 differ by more than
+  15 %.
 
 Fitted by non-negative least absolute relative error on the reliable, consistent (untraced below traced),
 host-bound (GPU busy under half the step) pairs of the H200 run without graph launches: `traced - untraced =
-counts @ cost + line_scale * line_us`, per step. Checked leave-one-model-out: costs fitted on two of the three
-model shapes, every pair of the third re-timed with them.
+counts @ cost + line_scale * line_us + slowdown * untraced`, per step (a host-bound step's untraced time is
+nearly all host work). Checked leave-one-model-out: costs fitted on two of the three model shapes, every pair
+of the third re-timed with them; and on a second run the fit never saw (`--check-dir`).
 """
 
 from __future__ import annotations
@@ -64,16 +68,26 @@ from sim.timing import PROFILER_COST, ProfilerCost  # noqa: E402
 from sim.trace.untraced import untraced  # noqa: E402
 from sim.trace.whatif import default_replay_cost, graphs_whatif  # noqa: E402
 
-# What is fitted: a cost per event of each kind (a runtime and a driver call alike: CUPTI's callbacks on an API
-# call), and the line lookups' scale.
-PARAMS = ("op", "triton", "api", "python", "shapes", "line")
-_TO_PARAMS = np.array(
-    [[k == p or (p == "api" and k in ("runtime", "driver")) for p in PARAMS] for k in (*EVENT_KINDS, "line")],
-    float,
-)
+# What is fitted (the field of sim.timing.ProfilerCost each sets): a cost per event of each kind (a runtime and a
+# driver call alike: CUPTI's callbacks on an API call), Inductor's ranges with shapes apart, the line lookups'
+# scale, and the share by which the profiler slows the host's own work.
+FIELDS = {
+    "op": "op_us",
+    "triton": "triton_us",
+    "api": "api_us",
+    "python": "python_us",
+    "shapes": "shapes_us",
+    "triton_shapes": "triton_shapes_us",
+    "line": "line_scale",
+    "slowdown": "slowdown",
+}
+PARAMS = tuple(FIELDS)
+PRICES = PARAMS[:-1]  # what `ProfilerCost.host_us` charges; the slowdown is `ProfilerCost.untraced_us`'s
 HOST_BOUND = 0.5  # a pair is host-bound when the traced GPU busy time is below this share of its step
 GPU_BOUND = 0.5  # and GPU-bound (goal: changed by <= 3 %) from this share, or where it replays a graph
-UNRELIABLE = 0.15  # untraced medians timed before and after a profile that differ by more than this
+# Untraced steps that differ by more than this: the medians timed before and after a profile, or the p10 and
+# p90 of one timing (the host changed speed while it was timed).
+UNRELIABLE = 0.15
 MODELS = ("llama", "qwen2", "tinyllama")  # the model shapes left out one at a time
 
 
@@ -116,10 +130,13 @@ class Case:
         return float(np.median([s.host.launch_call_us for s in self.steps]))
 
     def features(self, launch_ref_us: float) -> np.ndarray:
-        """What the fit prices (PARAMS order): the counts at the host speed of the step, the line lookups."""
-        unit = ProfilerCost(0, 0, 0, 0, launch_ref_us=launch_ref_us)
-        speed = np.median([unit.speed(s.host.launch_call_us, s.host.launch_calls) for s in self.steps])
-        return np.concatenate((self.counts[:-1] * speed, self.counts[-1:])) @ _TO_PARAMS
+        """What the fit prices (PARAMS order): each price's share of the step's profiler cost at its host speed
+        (`priced`), and the untraced step (the host work the slowdown applies to, near enough when host-bound)."""
+        per_step = [
+            priced(s.host.counts, s.host.line_us, s.host.launch_call_us, s.host.launch_calls, launch_ref_us)
+            for s in self.steps
+        ]
+        return np.append(np.median(per_step, axis=0), self.untraced_us)
 
     def estimate(self, cost: ProfilerCost) -> float:
         return float(np.median([untraced(s, cost).step_us for s in self.steps]))
@@ -131,6 +148,19 @@ class Case:
         return self.gpu_share >= GPU_BOUND or self.graphs
 
 
+def priced(counts, line_us, launch_call_us=float("nan"), launch_calls=0, launch_ref_us=float("nan")):
+    """Per price (PRICES order): the profiler's cost of the rows (`ProfilerCost.host_us`, summed) with that price
+    1 and the others 0, so that the cost is `priced(...) @ prices` by the model's own formula."""
+    out = []
+    for p in PRICES:
+        unit = ProfilerCost(
+            **{f: float(f == FIELDS[p]) for f in FIELDS.values()}, launch_ref_us=launch_ref_us
+        )
+        speed = unit.speed(launch_call_us, launch_calls)
+        out.append(float(unit.host_us(counts, line_us, EVENT_KINDS, speed).sum()))
+    return np.array(out)
+
+
 @cache
 def _steps(path: Path, step_range: str | None = None) -> tuple[tuple[TraceStep, ...], dict | None]:
     report = analyse(path, step_range=step_range)
@@ -138,18 +168,22 @@ def _steps(path: Path, step_range: str | None = None) -> tuple[tuple[TraceStep, 
 
 
 def _parts(label: str) -> tuple[str, str, int]:
-    """'llama_eager_b4' -> ('llama', 'eager', 4)."""
+    """'llama_eager_b4' -> ('llama', 'eager', 4); a one-event loop 'micro_add' -> ('micro', 'add', 1)."""
+    if label.startswith("micro_"):
+        return "micro", label.removeprefix("micro_"), 1
     model, mode, batch = label.split("_")
     return model, mode, int(batch.removeprefix("b"))
 
 
-def cases_profiler_run(folder: Path, source: str) -> list[Case]:
+def cases_profiler_run(folder: Path, source: str, labels: tuple[str, ...] = ()) -> list[Case]:
+    """Every model's pair of the run; with `labels`, only those recordings (`micro_add`, the loop of 400
+    `torch.add`: an op and a kernel launch each, with none of a model's Python around them)."""
     run = json.loads((folder / "profiler_cost.json").read_text())
     out = []
     for t in run["traces"]:
         path = folder / (t.get("trace") or "")
-        if t["label"].startswith("micro") or not t.get("trace") or not path.exists():
-            continue  # the one-event loops run no GPU work: the reader cannot read them
+        if (t["label"] not in labels if labels else t["label"].startswith("micro")) or not path.is_file():
+            continue  # the loops with no GPU work (micro_view, micro_frames) are `loops`, as the reader needs GPU work
         model, mode, batch = _parts(t["label"])
         before = t["untraced"]["median_us"]
         after = (t.get("untraced_after") or {}).get("median_us")
@@ -189,16 +223,35 @@ HF_PAIRS = {  # trace -> (measured file, its mode)
 }
 
 
+def _spread(timed: dict) -> tuple[str, bool]:
+    """A measured timing's note and whether it is reliable: its p10 and p90 within UNRELIABLE of each other."""
+    p10, p90 = timed["step_us_p10"], timed["step_us_p90"]
+    return f"untraced p10 {p10:,.0f}, p90 {p90:,.0f}", p90 / p10 - 1 <= UNRELIABLE
+
+
 def cases_hf(folder: Path) -> list[Case]:
     out = []
     for trace, (measured, mode) in HF_PAIRS.items():
-        step_us = json.loads((folder / measured).read_text())["modes"][mode]["step_us_median"]
+        timed = json.loads((folder / measured).read_text())["modes"][mode]
         steps, recorded = _steps(folder / trace)
         setting = "shapes" if "profilerstep" in trace else "default"
         name = trace.removesuffix(".json.gz")
         mode = "reduce-overhead" if mode == "compile" else mode
+        note, reliable = _spread(timed)
         out.append(
-            Case(name, name.split("_")[1], mode, setting, 1, "hf", step_us, steps, recorded, "same session")
+            Case(
+                name,
+                name.split("_")[1],
+                mode,
+                setting,
+                1,
+                "hf",
+                timed["step_us_median"],
+                steps,
+                recorded,
+                f"same session, {note}",
+                reliable,
+            )
         )
     return out
 
@@ -215,10 +268,25 @@ def cases_probe(folder: Path) -> list[Case]:
     out = []
     for trace, (run, mode) in PROBE.items():
         runs = json.loads((folder / run).read_text())["runs"]
-        (step_us,) = [r["step_us_median"] for r in runs if r["mode"] == mode and r["batch"] == 1]
+        (timed,) = [r for r in runs if r["mode"] == mode and r["batch"] == 1]
         steps, recorded = _steps(folder / trace, "decode_step")
         model = "probe-1b" if "1b" in trace else "probe-small"
-        out.append(Case(trace, model, mode, "default", 1, "probe run", step_us, steps, recorded, "same run"))
+        note, reliable = _spread(timed)
+        out.append(
+            Case(
+                trace,
+                model,
+                mode,
+                "default",
+                1,
+                "probe run",
+                timed["step_us_median"],
+                steps,
+                recorded,
+                f"same run, {note}",
+                reliable,
+            )
+        )
     return out
 
 
@@ -272,9 +340,16 @@ class Loop:
     range, its events counted by the reader, against the untraced median. The host speed is the fitted one."""
 
     name: str
-    counts: np.ndarray  # PARAMS order, median over the steps
+    counts: np.ndarray  # PRICES order (`priced`), median over the steps
     traced_us: float
     untraced_us: float
+
+    @property
+    def features(self) -> np.ndarray:
+        return np.append(self.counts, self.untraced_us)
+
+    def estimate(self, cost: ProfilerCost) -> float:
+        return float(cost.untraced_us(self.traced_us, self.counts @ _vector(cost)[:-1]))
 
 
 def loops(folder: Path) -> list[Loop]:
@@ -296,7 +371,7 @@ def loops(folder: Path) -> list[Loop]:
         out.append(
             Loop(
                 f"{t['label']}_{t['setting']}",
-                np.median(np.column_stack((counts, line)), axis=0) @ _TO_PARAMS,
+                np.median([priced(c, lu) for c, lu in zip(counts, line)], axis=0),
                 float(np.median(trace.range_dur[rows])),
                 (before + after) / 2,
             )
@@ -311,16 +386,15 @@ def launch_ref(cases: list[Case]) -> float:
 
 def fit(cases: list[Case], loops_: list[Loop] = (), source: str = "") -> ProfilerCost:
     """The costs from the fittable pairs and the loops: least absolute relative error of
-    `traced - untraced = features @ cost`."""
+    `traced - untraced = features @ cost` (the slowdown's feature the untraced step itself)."""
     rows = [c for c in cases if fittable(c)]
     ref = launch_ref(cases) if rows else float("nan")
-    a = [c.features(ref) / c.untraced_us for c in rows] + [lp.counts / lp.untraced_us for lp in loops_]
+    a = [c.features(ref) / c.untraced_us for c in rows] + [lp.features / lp.untraced_us for lp in loops_]
     b = [(c.traced_us - c.untraced_us) / c.untraced_us for c in rows]
     b += [(lp.traced_us - lp.untraced_us) / lp.untraced_us for lp in loops_]
     x = nnls_l1(np.array(a), np.array(b)) if a else np.zeros(len(PARAMS))
     return ProfilerCost(
-        **{f"{k}_us": round(float(v), 3) for k, v in zip(PARAMS[:-1], x)},
-        line_scale=round(float(x[-1]), 3),
+        **{FIELDS[k]: round(float(v), 3) for k, v in zip(PARAMS, x)},
         launch_ref_us=ref,
         source=source,
     )
@@ -384,7 +458,7 @@ def speedup_rows(cases: list[Case], cost: ProfilerCost, replay=None, source: str
                 "true_speedup": round(true, 3),
                 "vs_trace": round(c.traced_us / float(np.median(what)), 3),
                 "error": round(ours / true - 1, 4),
-                "reliable": c.reliable and g.reliable,
+                "reliable": c.reliable and c.traced_us > c.untraced_us and g.reliable,
             }
         )
     return out
@@ -404,8 +478,38 @@ def summary(rows: list[dict], key: str = "error") -> dict:
     }
 
 
+def by_batch(rows: list[dict]) -> dict:
+    """Per mode (eager, compile): the median error at each batch and its trend, the Theil-Sen slope against
+    log2(batch) with a bootstrap 95 % interval (2,000 resamples, seeded): is a batch-dependent cost missing?"""
+    out = {}
+    for mode in ("eager", "compile"):
+        mine = [r for r in rows if r["mode"] == mode]
+        if len({r["batch"] for r in mine}) < 2:
+            continue  # no trend to read
+        x = np.log2([r["batch"] for r in mine])
+        y = np.array([r["error"] for r in mine])
+
+        def slope(i):
+            a, b = np.triu_indices(len(i), 1)
+            dx = x[i][b] - x[i][a]
+            return float(np.median((y[i][b] - y[i][a])[dx != 0] / dx[dx != 0]))
+
+        rng = np.random.default_rng(0)
+        boot = [slope(i) for i in (rng.integers(0, len(x), len(x)) for _ in range(2000)) if np.ptp(x[i]) > 0]
+        out[mode] = {
+            "n": len(mine),
+            "median_by_batch": {
+                int(b): round(float(np.median([r["error"] for r in mine if r["batch"] == b])), 4)
+                for b in sorted({r["batch"] for r in mine})
+            },
+            "slope_per_doubling": round(slope(np.arange(len(x))), 4),
+            "slope_95": [round(float(v), 4) for v in np.percentile(boot, [2.5, 97.5])],
+        }
+    return out
+
+
 def _vector(cost: ProfilerCost) -> np.ndarray:
-    return np.array([*(getattr(cost, f"{k}_us") for k in PARAMS[:-1]), cost.line_scale])
+    return np.array([getattr(cost, FIELDS[k]) for k in PARAMS])
 
 
 def _costs(cost: ProfilerCost) -> dict:
@@ -427,7 +531,17 @@ def report(args) -> dict:
                 lomo.append(r)
         speed += [r for r in speedup_rows(cases, c_fit) if r["model"] == model]  # fitted without it too
     host = [r for r in lomo if r["host_bound"]]
+    # Pairs not timed back to back with their profile (the first run, Hugging Face's session, the probe's runs):
+    # costs fitted on every H200 pair, as a user's trace gets them.
+    other = [r for r in rows if r["source"] != "H200 run" and r["host_bound"]]
+    other_speed = speedup_rows(cases, cost, source="hf")
+    micro = [row(c, cost) for c in cases_profiler_run(args.profiler_dir, "loop", ("micro_add",))]
     held_out = held_out_report(args.check_dir) if args.check_dir else {}
+    reliable = [
+        r
+        for r in host + held_out.get("held_out", [])
+        if r["host_bound"] and r["reliable"] and r["consistent"]
+    ]
     return {
         "params": list(PARAMS),
         "cost": _costs(cost),
@@ -437,13 +551,15 @@ def report(args) -> dict:
                 "case": lp.name,
                 "traced_us": lp.traced_us,
                 "untraced_us": lp.untraced_us,
-                "estimate_us": round(lp.traced_us - float(lp.counts @ _vector(cost)), 1),
+                "estimate_us": round(lp.estimate(cost), 1),
             }
             for lp in loops_
         ],
         "cases": rows,
         "leave_one_model_out": lomo,
         "speedup": speed,
+        "other_speedup": other_speed,
+        "micro_add": micro,
         "summary": {
             "lomo_host_bound": summary(host),
             "lomo_host_bound_reliable": summary([r for r in host if r["reliable"] and r["consistent"]]),
@@ -454,9 +570,15 @@ def report(args) -> dict:
             "gpu_bound_change": summary([r for r in rows if r["gpu_bound"]], "change"),
             "speedup": summary(speed),
             "speedup_reliable": summary([r for r in speed if r["reliable"]]),
+            "other_host_bound": summary(other),
+            "other_host_bound_reliable": summary([r for r in other if r["reliable"] and r["consistent"]]),
+            "other_speedup": summary(other_speed),
+            "micro_add": summary(micro),
             **held_out.pop("summary", {}),
         },
         **held_out,
+        # leave one model out and the held-out run's reliable host-bound pairs, against the batch
+        "by_batch": by_batch(reliable),
     }
 
 
@@ -469,6 +591,7 @@ def held_out_report(folder: Path) -> dict:
     host = [r for r in rows if r["host_bound"]]
     return {
         "held_out": rows,
+        "held_out_by_batch": by_batch([r for r in host if r["reliable"] and r["consistent"]]),
         "held_out_speedup": speed,
         "summary": {
             "held_out_host_bound": summary(host),
@@ -524,17 +647,20 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps(out, indent=1))
         return 0
-    print("Profiler cost per recorded event (µs), fitted on the H200 run's reliable host-bound pairs:")
+    print(
+        "Profiler cost (µs an event; line, slowdown: multiples), fitted on the H200 run's reliable host-bound pairs:"
+    )
     print("  " + "  ".join(f"{k} {v:.3f}" for k, v in out["cost"].items()))
     print("  shipped in sim/timing.py: " + "  ".join(f"{k} {v:.3f}" for k, v in out["shipped"].items()))
     _print_rows("Every pair, re-timed with the fitted costs", out["cases"])
     _print_rows(
         "Leave one model out (each model's pairs, costs fitted on the other two)", out["leave_one_model_out"]
     )
+    _print_rows("The loop of 400 torch.add (not fitted on)", out["micro_add"])
     print(
         "\nThe graphs what-if's speed-up against the re-timed eager step (leave one model out), and the measured one:"
     )
-    for r in out["speedup"]:
+    for r in out["speedup"] + out["other_speedup"]:
         print(
             f"  {r['case'][:34]:34s} what-if {r['whatif_us']:7.0f} µs (graph measured {r['graph_untraced_us']:7.0f}) "
             f"{r['speedup']:5.2f}× (true {r['true_speedup']:5.2f}×, {r['vs_trace']:5.2f}× vs the trace) "
@@ -550,6 +676,15 @@ def main(argv=None) -> int:
     print("\nSummary:")
     for name, s in out["summary"].items():
         print(_line(name, s))
+    for key, title in (("by_batch", "leave one model out and held out"), ("held_out_by_batch", "held out")):
+        print(f"\nThe error against the batch (reliable host-bound pairs, {title}):")
+        for mode, b in out.get(key, {}).items():
+            medians = ", ".join(f"b{k} {v * 100:+.1f} %" for k, v in b["median_by_batch"].items())
+            lo, hi = b["slope_95"]
+            print(
+                f"  {mode} ({b['n']}): median {medians}; {b['slope_per_doubling'] * 100:+.1f} % per doubling "
+                f"(95 %: {lo * 100:+.1f} to {hi * 100:+.1f})"
+            )
     return 0
 
 

@@ -4,8 +4,9 @@ torch.profiler spends host time on every event it records, so a traced host-boun
 same step untraced. Where the trace carries the step timed without the profiler (gpu_probe/recorder.py's block,
 or the probe's own run for its traces), that figure is quoted and the lanes are this step with the profiler's
 cost taken out of each host row, scaled to match it. Otherwise the step is estimated: each host row
-(`core.trace.HostRecord`) less the profiler's fitted cost of the events recorded in it (`sim.timing.ProfilerCost`),
-the kernels rescheduled by the one recurrence. The what-ifs (`sim.trace.whatif`) start from this step.
+(`core.trace.HostRecord`) less the profiler's fitted cost of the events recorded in it, the rest of its host
+work as much faster as the profiler slows it (`sim.timing.ProfilerCost`), the kernels rescheduled by the one
+recurrence. The what-ifs (`sim.trace.whatif`) start from this step.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import numpy as np
 
 from core.timeline import Timeline
 from core.trace import EVENT_KINDS, TraceReport, TraceStep
+from core.trace.kernels import launch_costs
 from sim.timing import PROFILER_COST, ProfilerCost, schedule_starts
 from sim.trace.whatif import ESTIMATE, eager_habits
 
@@ -47,6 +49,7 @@ class _Rows:
     """One step's host rows (core.trace.HostRecord) and GPU events, as the re-timing needs them."""
 
     waits: np.ndarray  # per row: it waits for GPU work (a synchronisation, a copy that returns when done)
+    slowed: np.ndarray  # per row: its own host work is slowed by the profiler (all but a graph launch)
     blocking: np.ndarray  # per row: a launch call that returned only once its own copy was done
     awaited: np.ndarray  # per GPU event: the first wait row that waits for it (-1: none)
     pre: np.ndarray  # per row: traced host time before its call (a wait row) or in all (any other row)
@@ -132,8 +135,11 @@ def _rows(step: TraceStep) -> _Rows:
     launcher = _launch_rows(step)
     waits, blocking, awaited, tail = _waits(step, launcher)
     anchor_row, lat, gap = _anchors(step, launcher, waits, blocking)
+    replay = np.zeros(len(tl.cpu_start), bool)  # per CPU interval: it launched a graph
+    replay[tl.launched_by[launch_costs(step).replayed]] = True
     out = _Rows(
         waits=waits,
+        slowed=~((host.interval >= 0) & replay[np.maximum(host.interval, 0)]),
         blocking=blocking,
         awaited=awaited,
         pre=np.where(waits, host.call_start - host.start, host.end - host.start),
@@ -182,13 +188,14 @@ class _GpuRetiming:
 def _retime(step: TraceStep, row_cost: np.ndarray, cost: ProfilerCost):
     """(cpu_start, cpu_end, gpu_start, host time taken out) of the step with `row_cost` taken out of its host rows.
 
-    The host rows of each thread are laid end to end again, each shortened by its cost (`ProfilerCost.untraced_us`);
+    The host rows of each thread are laid end to end again, each shortened by its cost and the profiler's
+    slowdown of the rest (`ProfilerCost.untraced_us`);
     a row that waits for the GPU ends when the work it waits for ends on the re-timed GPU, plus the time it
     took after that in the trace. The kernels are rescheduled by the one recurrence, stream by stream, as far as
     the host has got at each wait (`schedule_starts`)."""
     tl, host, r = step.timeline, step.host, _rows(step)
     n_rows = len(host.end)
-    shrunk = cost.untraced_us(r.pre, row_cost)  # a wait row: the host time before its call
+    shrunk = cost.untraced_us(r.pre, row_cost, r.slowed)  # a wait row: the host time before its call
     new_end, anchor, base = np.zeros(n_rows), np.zeros(n_rows), np.zeros(n_rows)
     gpu = _GpuRetiming(step, r, anchor)
     cursor: dict[int, float] = {}
@@ -227,8 +234,9 @@ def _untraced_step(step: TraceStep, cost: ProfilerCost, scale: float) -> tuple[T
     """The step re-timed with `scale` × the profiler's cost taken out, as a TraceStep the what-ifs read."""
     tl = step.timeline
     host = step.host
+    cost = cost.scaled(scale)
     speed = cost.speed(host.launch_call_us, host.launch_calls)
-    row_cost = scale * cost.host_us(host.counts, host.line_us, EVENT_KINDS, speed)
+    row_cost = cost.host_us(host.counts, host.line_us, EVENT_KINDS, speed)
     cpu_start, cpu_end, gpu_start, taken = _retime(step, row_cost, cost)
     owner = tl.launched_by
     known = owner >= 0
