@@ -47,6 +47,7 @@ from core.tp_result import KIND as TP_KIND
 from core.tp_result import SCHEMA_VERSION as TP_SCHEMA_VERSION
 from core.tp_result import tp_modes
 from gpu_probe.config import ProbeModelConfig, get_config
+from gpu_probe.kernel_sets import kernel_set
 from gpu_probe.kv_cache import PagedKVCache
 from gpu_probe.model import ProbeModel
 
@@ -350,7 +351,7 @@ def _measure_modes(
     model.kv_cache.fill_random_()
     runs, checks = [], {}
     for mode in map(mode_named, modes):
-        model.fused = mode.fused
+        model.fused = kernel_set(mode).fused  # a set a shard runs is one of the model's forwards
         runner = GraphRunner(model, buckets=buckets, use_graphs=mode.graphs, progress=progress)
         if mode.graphs:
             for name, check in check_graph_vs_eager(runner, model, batch).items():
