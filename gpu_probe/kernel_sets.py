@@ -41,8 +41,8 @@ class ProbeKernelSet:
 
     def step(self, session, rows, errors: list[str], say):
         """A step at these rows of a mode the runner does not replay; None where it cannot run (recorded)."""
-        decoder, inputs = self.decoder(session, say)[0], rows.as_dict()
-        return lambda: decoder(**inputs)
+        decoder, _ = self.decoder(session, say)
+        return lambda: decoder(rows)
 
     def after_capture(self, session, say) -> None:
         """Checks of its own once its graphs are captured (into `session.checks`)."""
@@ -68,11 +68,11 @@ class ModelForward(ProbeKernelSet):
         return session.model, session.buckets
 
     def step(self, session, rows, errors: list[str], say):
-        model, fused, inputs = session.model, self.fused, rows.as_dict()
+        model, fused = session.model, self.fused
 
         def step():
             model.fused = fused
-            return model(**inputs)
+            return model(rows)
 
         return step
 
@@ -122,10 +122,10 @@ class PersistentKernel(ProbeKernelSet):
         from gpu_probe.kernels.persistent_trace import compact, read_trace
 
         decoder = session.decoders[self.name]
-        inputs = session.batch.head(n).as_dict()
+        rows = session.batch.head(n)
         with torch.no_grad():
             for _ in range(3):
-                decoder(**inputs, trace=True)
+                decoder(rows, trace=True)
         torch.cuda.synchronize()
         return {"phases": compact(read_trace(decoder.trace_buffer, decoder.phases))}
 

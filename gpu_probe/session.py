@@ -20,6 +20,7 @@ import torch
 from core.step_plan import FUSED_GRAPH, Mode, bucket_for
 from core.step_plan import mode as mode_named
 from gpu_probe import measure as m
+from gpu_probe import padding
 from gpu_probe.config import get_config
 from gpu_probe.decode_batch import make_batch
 from gpu_probe.graph_runner import GraphRunner
@@ -110,7 +111,7 @@ class ProbeSession:
         if self.runners:
             runner = self.runners.get(FUSED_GRAPH.name) or next(iter(self.runners.values()))
             say("checking the padding assertion with the bug on and off")
-            self._check("padding_assertion", say, m.check_padding_assertion, runner, self.batch)
+            self._check("padding_assertion", say, padding.check_padding_assertion, runner, self.batch)
             # Allocated once outside the graph pool (inputs, logits, fused workspace): not in any graph_mem_bytes.
             self.static = {
                 "static_buffer_bytes": runner.static_buffer_bytes,

@@ -110,9 +110,9 @@ class PairsDecoder:
             model.device,
         )
 
-    def __call__(self, logits_out=None, workspace=None, **inputs):
-        self.calls.append(inputs["input_ids"].shape[0])
-        return self.model.unfused_forward(**inputs, logits_out=logits_out)
+    def __call__(self, batch, logits_out=None, workspace=None):
+        self.calls.append(batch.size)
+        return self.model.unfused_forward(batch, logits_out)
 
 
 class PairsProbe(probe_kernel_sets.ProbeKernelSet):

@@ -329,24 +329,24 @@ def test_a_step_bound_is_the_step_plain_and_replays_the_same_in_a_graph_on_cuda(
     model.kv_cache.fill_random_(seed=4)
     batch = make_batch(model, 8, seed=5)
     for n in (1, 8):
-        inputs = batch.head(n).as_dict()
+        inputs = batch.head(n)
         with torch.no_grad():
-            plain, bound = _bound_and_plain(lambda inputs=inputs: [model(**inputs)])
+            plain, bound = _bound_and_plain(lambda inputs=inputs: [model(inputs)])
         assert torch.equal(plain[0], bound[0])
     # Captured with bound launches (the side stream's handle is asked for per launch): replays equal eager.
-    inputs = batch.head(8).as_dict()
+    inputs = batch.head(8)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.no_grad(), torch.cuda.stream(side):
-        model(**inputs)
+        model(inputs)
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.no_grad(), torch.cuda.graph(graph):
-        captured = model(**inputs)
+        captured = model(inputs)
     graph.replay()
     torch.cuda.synchronize()
     with torch.no_grad():
-        assert torch.equal(captured, model(**inputs))
+        assert torch.equal(captured, model(inputs))
 
 
 @cuda

@@ -20,10 +20,10 @@ def a_session(fail_at=None):
     session = probe_sessions.a_session()
     forward = session.model.forward
 
-    def failing(*args, **inputs):
-        if (args[0] if args else inputs["input_ids"]).shape[0] == fail_at:
+    def failing(batch, *args):
+        if batch.size == fail_at:
             raise RuntimeError("CUDA out of memory (stand-in)")
-        return forward(*args, **inputs)
+        return forward(batch, *args)
 
     session.model.forward = failing
     return session
