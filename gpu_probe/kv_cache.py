@@ -58,10 +58,6 @@ class PagedKVCache(nn.Module):
         """(k_cache, v_cache) of one layer, each [num_blocks, block_size, kv_heads, head_dim]."""
         return self.kv[index, 0], self.kv[index, 1]
 
-    @property
-    def free_blocks(self) -> int:
-        return len(self._free)
-
     def fill_random_(self, seed: int = 0, std: float = 1.0) -> PagedKVCache:
         """Random K/V everywhere: stands in for a prefill (the values do not matter for timing)."""
         gen = torch.Generator(device=self.kv.device).manual_seed(seed)
