@@ -6,8 +6,8 @@ are the same four, in Triton, so the probe's unfused layer is the chapter's per-
 its inputs from HBM and writes its output back, and nothing is merged. `gpu_probe.kernels.linear` and
 `attention` hold the fused kernels that merge them.
 
-Each kernel has a plain-PyTorch reference with the same rounding points (the model dtype after each
-op), used on machines without Triton and by the tests.
+Each kernel has a plain-PyTorch twin with the same rounding points (the model dtype after each op):
+`gpu_probe.model.TORCH_OPS`, which runs on machines without Triton and which the tests compare with.
 """
 
 from __future__ import annotations
