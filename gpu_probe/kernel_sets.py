@@ -31,9 +31,8 @@ class ProbeKernelSet:
 
     name: str
     captured: bool = True  # its graph modes replay graphs the probe's GraphRunner captured of `decoder`
-    extras: str = (
-        ""  # what `profiled_extras` records beside a traced step, as an error names it ("": nothing)
-    )
+    # What `profiled_extras` records beside a traced step, as an error names it ("": nothing).
+    extras: str = ""
 
     def decoder(self, session, say) -> tuple:
         """(what runs a step, called with a DecodeBatch; the buckets its graphs are captured at)."""
