@@ -74,9 +74,11 @@ def op_items(model, batch) -> dict:
     from gpu_probe.model import kernel_ops
 
     op, cfg, layer = kernel_ops(), model.cfg, model.layers[0]
-    inputs = batch.as_dict()
     positions, slots, tables, lens = (
-        inputs[k] for k in ("positions", "slot_mapping", "block_tables", "context_lens")
+        batch.positions,
+        batch.slot_mapping,
+        batch.block_tables,
+        batch.context_lens,
     )
     splits = model.attention_splits(batch.size)
     # The weights as locals: each call times its op, not nn.Module's attribute lookup (the step pays that too).
@@ -90,7 +92,7 @@ def op_items(model, batch) -> dict:
         cfg.norm_eps,
         cfg.head_dim,
     )
-    h = F.embedding(inputs["input_ids"], model.tok_embeddings)
+    h = F.embedding(batch.input_ids, model.tok_embeddings)
     x = op.rms_norm(h, attn_norm, eps)
     q, k, v = op.linear(x, wq), op.linear(x, wk), op.linear(x, wv)
     gate, up = op.linear(x, w_gate), op.linear(x, w_up)
@@ -148,13 +150,11 @@ def measure_preset(preset: str, args, say, device: str = "cuda") -> dict:
         costs = per_launch(items, args.rounds, args.per_round)
         out["ops"] = {name: {**cost, "launches_a_call": launches[name]} for name, cost in costs.items()}
 
-        inputs = batch.as_dict()
-
         def probe_step(fused: bool, bound: bool):
             def step():
                 launch.set_bound(bound)
                 model.fused = fused
-                return model(**inputs)
+                return model(batch)
 
             return step
 

@@ -1,4 +1,5 @@
-"""The probe's result file: schema, loading with checks, and the shipped H200 run.
+"""The probe's result file: schema, loading with checks, and the shipped H200 run (the roofline floor a run
+gives is `core.roofline`'s, asked of the run through `ProbeResult.roofline`).
 
 Torch-free on purpose: the app shows recorded and uploaded results on machines with
 no GPU and no torch. `load_result` accepts a path, raw bytes, a file-like object or
@@ -48,7 +49,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from core.decoder import kv_elements
 from core.phase_stamps import PhaseStamps, parse_phases
 from core.result_fields import (
     MAX_RESULT_BYTES,
@@ -60,6 +60,7 @@ from core.result_fields import (
     read_json,
     text_field,
 )
+from core.roofline import Roofline
 from core.step_plan import BASELINE, GRAPH, MODES
 from core.timeline import CPU_BOUND, GPU_BOUND, StepMetrics, Timeline
 
@@ -365,114 +366,53 @@ class ProbeResult:
     host: HostSpeed | None = None  # None: the host was not measured (every file before the index)
 
     @property
-    def weight_floor_us(self) -> float:
-        """Weight-read floor of one decode step: bytes a step must read / copy bandwidth.
+    def roofline(self) -> Roofline:
+        """The floor of a step of this run (`core.roofline`): the weights it reads (`read_bytes`, else all weight
+        bytes), the two ceilings it measured, the model's shape and the context from the file."""
+        cfg = self.model.get("config") or {}
+        return Roofline(
+            weight_read_bytes=self.model.get("read_bytes") or self.model["weight_bytes"],
+            copy_GBps=self.hbm_copy_GBps,
+            matmul_TFLOPs=self.matmul_TFLOPs,
+            element=4 if cfg.get("dtype") == "float32" else 2,
+            context=_int_or_none(self.settings, "context_len"),
+            **{k: _int_or_none(cfg, k) for k in ("n_layers", "hidden", "n_heads", "n_kv_heads")},
+        )
 
-        Uses `read_bytes` (weights a step actually reads: an untied embedding table is
-        only gathered row by row) when the file has it, else all weight bytes.
-        """
-        return float(self._weight_read_bytes) / (self.hbm_copy_GBps * 1e3)
-
+    # The roofline's figures, asked of the run (the page, the bench and the CLI read them here).
     @property
-    def _weight_read_bytes(self) -> int:
-        return self.model.get("read_bytes") or self.model["weight_bytes"]
+    def weight_floor_us(self) -> float:
+        return self.roofline.weight_floor_us
 
     def kv_read_bytes(self, batch: int) -> int:
-        """Cached K and V a step reads: every layer, `settings.context_len` tokens per sequence.
-        0 where the file does not say (an older or hand-made result)."""
-        cfg = self.model.get("config") or {}
-        try:
-            layers, hidden, heads, kv_heads = (
-                int(cfg[k]) for k in ("n_layers", "hidden", "n_heads", "n_kv_heads")
-            )
-            context = int(self.settings["context_len"])
-        except (KeyError, TypeError, ValueError):
-            return 0
-        if min(layers, hidden, heads, kv_heads, context, batch) < 1:
-            return 0
-        element = 4 if cfg.get("dtype") == "float32" else 2
-        return kv_elements(kv_heads * (hidden // heads), batch * context, layers) * element
+        return self.roofline.kv_read_bytes(batch)
 
     def read_bytes(self, batch: int) -> int:
-        """Bytes one step at this batch must read: the weights it reads plus the KV cache at the run's context."""
-        return int(self._weight_read_bytes) + self.kv_read_bytes(batch)
+        return self.roofline.read_bytes(batch)
 
     def read_floor_us(self, batch: int) -> float:
-        """The memory side of the floor: `read_bytes(batch)` over the copy bandwidth, in µs."""
-        return self.read_bytes(batch) / (self.hbm_copy_GBps * 1e3)
+        return self.roofline.read_floor_us(batch)
 
     def step_flops(self, batch: int) -> float:
-        """FLOPs one step at this batch must do: 2 per weight it multiplies, per row (the weights it reads:
-        the projections, the LM head and the tiny norms), plus the attention's q.K and p.V over the run's
-        context, every layer. 0 where the file does not say enough."""
-        cfg = self.model.get("config") or {}
-        element = 4 if cfg.get("dtype") == "float32" else 2
-        try:
-            layers, hidden, context = (
-                int(cfg["n_layers"]),
-                int(cfg["hidden"]),
-                int(self.settings["context_len"]),
-            )
-        except (KeyError, TypeError, ValueError):
-            return 2.0 * self._weight_read_bytes / element * batch
-        return 2.0 * self._weight_read_bytes / element * batch + 4.0 * hidden * context * layers * batch
+        return self.roofline.step_flops(batch)
 
     def compute_floor_us(self, batch: int) -> float | None:
-        """The compute side of the floor: `step_flops(batch)` over the run's measured matrix rate (None
-        for a file without one)."""
-        if not self.matmul_TFLOPs:
-            return None
-        return self.step_flops(batch) / (self.matmul_TFLOPs * 1e6)
+        return self.roofline.compute_floor_us(batch)
 
     def floor_us(self, batch: int) -> float:
-        """The roofline floor of one step: the larger of its bytes over the copy bandwidth and its FLOPs over
-        the matrix rate (the bytes alone for a file without the rate). No step can be faster."""
-        return max(self.read_floor_us(batch), self.compute_floor_us(batch) or 0.0)
-
-    def times_floor(self, run) -> float:
-        """A run's median step over the floor at its batch: the page's and the bench's "× floor"."""
-        return run.step_us_median / self.floor_us(run.batch)
+        return self.roofline.floor_us(batch)
 
     def floor_bound(self, batch: int) -> str:
-        """Which ceiling sets the floor at this batch: "memory" or "compute"."""
-        return "compute" if (self.compute_floor_us(batch) or 0.0) > self.read_floor_us(batch) else "memory"
+        return self.roofline.floor_bound(batch)
+
+    def times_floor(self, run) -> float:
+        return self.roofline.times_floor(run)
 
     def hbm_used_GBps(self, run: ProbeRun) -> float:
-        """Bandwidth the step's median time implies for the bytes it must read."""
-        return self.read_bytes(run.batch) / (run.step_us_median * 1e3)
+        return self.roofline.hbm_used_GBps(run)
 
     def step_split(self, run: ProbeRun) -> dict:
-        """A step's median time cut into the floor (`floor_us`), the host's launch and input copies, and the
-        rest, spread over the step's kernels: kernel boundaries.
-
-        Each timed step starts on an idle GPU, which waits through the host's copies and launch.
-        Where the run has its back-to-back time (the host's work hidden under the previous step),
-        the host's share is measured: median − back to back (`host_from` "back to back"). Older
-        files give only the median enqueue time, used as the host's share (`host_from` "enqueue").
-        The share is kept within [0, median − floor] (`host_clamped` says which end held it, else
-        None): a back-to-back time below the floor leaves no boundaries, one above the median no
-        host share. The boundaries include the GPU's side of the input copies and, back to back,
-        the gap between two graph launches.
-        """
-        floor = min(self.floor_us(run.batch), run.step_us_median)
-        if run.step_us_back_to_back is not None:
-            raw, host_from = run.step_us_median - run.step_us_back_to_back, "back to back"
-        else:
-            raw, host_from = run.enqueue_us_median or 0.0, "enqueue"
-        most = run.step_us_median - floor
-        host = min(max(raw, 0.0), most)
-        clamped = "to the floor" if raw > most else "to zero" if raw < 0 else None
-        boundaries = run.step_us_median - floor - host
-        kernels = max(run.kernels_per_step, 1)
-        return {
-            "floor_us": floor,
-            "host_us": host,
-            "host_from": host_from,
-            "host_clamped": clamped,
-            "boundaries_us": boundaries,
-            "kernels": run.kernels_per_step,
-            "per_kernel_us": boundaries / kernels,
-        }
+        return self.roofline.step_split(run)
 
     @property
     def modes(self) -> tuple[str, ...]:
@@ -509,6 +449,14 @@ class ProbeResult:
             **({"reference": self.reference.to_dict()} if self.reference is not None else {}),
             **({"host": self.host.to_dict()} if self.host is not None else {}),
         }
+
+
+def _int_or_none(d: dict, key: str) -> int | None:
+    """d[key] as an int, or None where the file does not say (or says something else)."""
+    try:
+        return int(d[key])
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 # -- loading -----------------------------------------------------------------

@@ -31,12 +31,16 @@ import numpy as np
 # fused (its Triton kernels); Inductor's (torch.compile builds its own); or the probe's one persistent
 # kernel (gpu_probe/kernels/persistent/): the fused kernels as phases of one launch, separated by grid
 # barriers instead of kernel boundaries. Each layer keys its own object per set by this name: the
-# simulator's (its kernels, its submission, its calibration family) in `sim.step.kernel_sets`.
+# simulator's (its kernels, its submission, its calibration family) in `sim.step.kernel_sets`; the probe's (how
+# a step of it is built and captured) in `gpu_probe.kernel_sets`.
 UNFUSED_KERNELS = "unfused"
 FUSED_KERNELS = "fused"
 INDUCTOR_KERNELS = "inductor"
 PERSISTENT_KERNELS = "persistent"
 KERNEL_SETS = (UNFUSED_KERNELS, FUSED_KERNELS, INDUCTOR_KERNELS, PERSISTENT_KERNELS)
+# The sets a rank of the tensor-parallel probe runs (`gpu_probe.tensor_parallel` shards the probe's own model,
+# whose two forwards these are): what a two-GPU result file may hold (`core.tp_result.tp_modes`).
+SHARDED_KERNEL_SETS = (UNFUSED_KERNELS, FUSED_KERNELS)
 
 # A title is the name with its words spelled out: "fused+graph" is titled "fusion + graphs".
 TITLE_WORDS = {
@@ -75,8 +79,8 @@ class Mode:
     def one_kernel(self) -> bool:
         """The whole step is one kernel: its phases are separated by grid barriers, not kernel boundaries.
 
-        The simulator reads no such branch (its kernel-set objects say how a set runs); the page's Simulator
-        tab and the probe still do, until their own kernel-set objects replace it."""
+        Neither the simulator nor the probe reads it (their kernel-set objects say how a set runs); the page's
+        Simulator tab still does, to count phases, until it reads its step's kernel set instead."""
         return self.kernels == PERSISTENT_KERNELS
 
     @property

@@ -39,9 +39,11 @@ SCHEMA_VERSION = 1
 
 
 def tp_modes() -> tuple[str, ...]:
-    """What a TP run measures (gpu_probe.tensor_parallel): every mode the probe runs with its own kernels."""
-    own = (step_plan.UNFUSED_KERNELS, step_plan.FUSED_KERNELS)
-    return step_plan.names(m for m in step_plan.modes(probed=True) if m.kernels in own)
+    """What a TP run measures (gpu_probe.tensor_parallel): every mode the probe runs whose kernel set a rank's
+    shard of the model runs (`step_plan.SHARDED_KERNEL_SETS`)."""
+    return step_plan.names(
+        m for m in step_plan.modes(probed=True) if m.kernels in step_plan.SHARDED_KERNEL_SETS
+    )
 
 
 MAX_RANKS = 8

@@ -128,7 +128,7 @@ class CompilePeer:
     def __call__(self, batch) -> torch.Tensor:
         # Tells cudagraph trees a new step begins, so the previous step's outputs may be overwritten.
         torch.compiler.cudagraph_mark_step_begin()
-        return self._fn(**batch.as_dict())
+        return self._fn(batch)
 
     def warm(self, batch, calls: int = 3) -> float:
         """Compile for this batch size (the first call) and run until the graph is recorded."""

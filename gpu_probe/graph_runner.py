@@ -1,4 +1,4 @@
-"""Bucketed CUDA-graph capture and replay of the decode step, with the padding checks.
+"""Bucketed CUDA-graph capture and replay of the decode step: the mechanics.
 
 After nano-vllm's `capture_cudagraph`: static input buffers and a static logits buffer
 allocated once at the largest bucket (outside the graphs' pool), one graph per bucket captured
@@ -9,12 +9,9 @@ output alive in the pool and each smaller capture reuses the blocks of the large
 A graph records addresses, not values, so every step copies its real rows into the same
 buffers and the padded rows must be made harmless: they get a block table full of the scratch
 block, a slot inside it and a context of one token, so they read and write only scratch memory.
-
-`pad_rows_to="real"` is the chapter's bug on purpose: padded rows are aimed at the first
-block of the batch's first sequence (as if the scratch block had never been reserved), so
-they overwrite that sequence's cached first token at exactly the batch sizes that need
-padding. `check_padding` (before replay) and the KV canary (after) catch it and raise
-`PaddingCorruption`.
+What checks that (the assertion before a replay, the KV canary after it) and the chapter's bug on
+purpose (`pad_rows_to="real"`) are beside the runner, in `gpu_probe.padding`; `run(check=...)`
+calls the checks.
 
 `use_graphs=False` runs the same bookkeeping eagerly over the static buffers: the CPU
 version the tests and the page's padding demo use.
@@ -28,21 +25,18 @@ from dataclasses import dataclass
 import torch
 
 from core.step_plan import CHAPTER_BUCKETS, bucket_for, check_buckets
+from gpu_probe import padding
 from gpu_probe.decode_batch import INPUT_NAMES, DecodeBatch
-from gpu_probe.kv_cache import PAD_SLOT, SCRATCH_BLOCK
+from gpu_probe.kv_cache import SCRATCH_BLOCK
+from gpu_probe.padding import PaddingCorruption
 
-PAD_POLICIES = ("scratch", "real")
+__all__ = [
+    "CaptureStats",
+    "GraphRunner",
+    "PaddingCorruption",
+]  # the page's padding demo imports all three here
+PAD_POLICIES = ("scratch", "real")  # where padded rows point: the scratch block, or (the bug) a real block
 CHECKS = (False, True, "before", "after", "both")
-# Above this many bytes of real KV the canary keeps per-slot checksums instead of a full copy.
-EXACT_CANARY_BYTES = 512 * 2**20
-
-
-class PaddingCorruption(AssertionError):
-    """Padded rows aimed at, or wrote into, a real sequence's KV blocks."""
-
-    def __init__(self, message: str, kind: str, batch: int, bucket: int, slots: tuple[int, ...] = ()):
-        super().__init__(message)
-        self.kind, self.batch, self.bucket, self.slots = kind, batch, bucket, slots
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,17 +76,17 @@ class GraphRunner:
         self.scratch_slot = SCRATCH_BLOCK * self.block_size
         dev, width, big = model.device, self.kv_cache.max_blocks_per_seq, self.max_bucket
         # Allocated once at the largest bucket; every graph reads views of these addresses.
-        self.static = {
-            "input_ids": torch.zeros(big, dtype=torch.long, device=dev),
-            "positions": torch.zeros(big, dtype=torch.long, device=dev),
-            "block_tables": torch.full((big, width), SCRATCH_BLOCK, dtype=torch.int32, device=dev),
-            "slot_mapping": torch.full((big,), self.scratch_slot, dtype=torch.long, device=dev),
-            "context_lens": torch.ones(big, dtype=torch.int32, device=dev),
-        }
+        self.static = DecodeBatch(
+            input_ids=torch.zeros(big, dtype=torch.long, device=dev),
+            positions=torch.zeros(big, dtype=torch.long, device=dev),
+            block_tables=torch.full((big, width), SCRATCH_BLOCK, dtype=torch.int32, device=dev),
+            slot_mapping=torch.full((big,), self.scratch_slot, dtype=torch.long, device=dev),
+            context_lens=torch.ones(big, dtype=torch.int32, device=dev),
+        )
         # Inputs grouped by dtype: `load` copies each group with one launch (torch._foreach_copy_).
         groups: dict[torch.dtype, list[str]] = {}
         for name in INPUT_NAMES:
-            groups.setdefault(self.static[name].dtype, []).append(name)
+            groups.setdefault(getattr(self.static, name).dtype, []).append(name)
         self._copy_groups = tuple(tuple(names) for names in groups.values())
         # The LM head's output, also at a fixed address: every bucket's graph writes rows [0, bucket).
         self.static_logits = torch.zeros((big, model.cfg.vocab), dtype=model.dtype, device=dev)
@@ -100,7 +94,7 @@ class GraphRunner:
         self.workspace = (
             model.fused_workspace(big) if self.fused and hasattr(model, "fused_workspace") else {}
         )
-        self._dirty = 0  # rows [0, _dirty) may hold a previous batch's real rows
+        self.dirty = 0  # rows [0, dirty) may hold a previous batch's real rows
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.outputs: dict[int, torch.Tensor] = {}
         self.captures: list[CaptureStats] = []
@@ -112,7 +106,7 @@ class GraphRunner:
 
     @property
     def static_input_bytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.static.values())
+        return sum(t.numel() * t.element_size() for t in self.static.as_dict().values())
 
     @property
     def static_logits_bytes(self) -> int:
@@ -127,8 +121,9 @@ class GraphRunner:
         """Inputs, logits, workspace: allocated once, shared by every bucket, not in graph memory."""
         return self.static_input_bytes + self.static_logits_bytes + self.workspace_bytes
 
-    def views(self, bucket: int) -> dict[str, torch.Tensor]:
-        return {name: buf[:bucket] for name, buf in self.static.items()}
+    def views(self, bucket: int) -> DecodeBatch:
+        """The static buffers' first `bucket` rows: what the bucket's graph reads."""
+        return self.static.head(bucket)
 
     # ---- capture -------------------------------------------------------------------------------
     @torch.no_grad()
@@ -182,29 +177,33 @@ class GraphRunner:
         bucket = bucket_for(n, self.buckets)
         self.last_bucket, self.last_eager_fallback = bucket, bucket is None
         if bucket is None:
-            return self.eager(**batch.as_dict())
+            return self.eager(batch)
         self.load(batch, bucket)
         if check in (True, "both", "before"):
-            self.check_padding(n, bucket)
-        canary = self._canary_before(n) if check in (True, "both", "after") else None
+            padding.check_padding(self, n, bucket)
+        canary = padding.canary_before(self, n) if check in (True, "both", "after") else None
         if self.use_graphs:
             self.graphs[bucket].replay()
             out = self.outputs[bucket]
         else:
             out = self._step(bucket)
         if canary is not None:
-            self._canary_after(canary, n, bucket)
+            padding.canary_after(self, canary, n, bucket)
         return out[:n]
 
-    def eager(self, **inputs) -> torch.Tensor:
+    def check_padding(self, n: int, bucket: int) -> None:
+        """`gpu_probe.padding.check_padding` on the loaded buffers (the page's padding demo asks the runner)."""
+        padding.check_padding(self, n, bucket)
+
+    def eager(self, batch: DecodeBatch, logits_out=None, workspace=None) -> torch.Tensor:
+        """The captured model's step, launched eagerly (with the variant it was captured with)."""
         if hasattr(self.model, "fused"):
             self.model.fused = self.fused
-        return self.model(**inputs)
+        return self.model(batch, logits_out, workspace)
 
     def _step(self, bucket: int) -> torch.Tensor:
         """One step over the static buffers at this bucket, logits into static_logits[:bucket]."""
-        extra = {"workspace": self.workspace} if self.workspace else {}
-        return self.eager(**self.views(bucket), logits_out=self.static_logits[:bucket], **extra)
+        return self.eager(self.views(bucket), self.static_logits[:bucket], self.workspace or None)
 
     def load(self, batch: DecodeBatch, bucket: int) -> None:
         """Copy the real rows into the static buffers and make rows [n, bucket) padding."""
@@ -213,120 +212,23 @@ class GraphRunner:
         # host time of every launch before the graph (5 copies -> 2).
         for names in self._copy_groups:
             torch._foreach_copy_(
-                [self.static[name][:n] for name in names],
+                [getattr(self.static, name)[:n] for name in names],
                 [getattr(batch, name) for name in names],
                 non_blocking=True,
             )
         if self.pad_rows_to == "real":
-            if bucket > n:
-                # The bug: padding aimed at a real sequence's first block (slot 0 of it).
-                victim = self.static["block_tables"][0, 0]
-                self.static["block_tables"][n:bucket] = victim
-                self.static["slot_mapping"][n:bucket] = victim.long() * self.block_size
-                self.static["positions"][n:bucket] = 0
-                self.static["context_lens"][n:bucket] = 1
-            self._dirty = max(self._dirty, bucket)
+            padding.aim_at_real_block(self, n, bucket)  # the bug on purpose
         else:
-            if self._dirty > n:
+            if self.dirty > n:
                 # Rows a previous, larger batch left behind would write into its sequences' blocks.
-                self._reset_padding(self._dirty, start=n)
-            self._dirty = n
+                self._reset_padding(self.dirty, start=n)
+            self.dirty = n
 
     def _reset_padding(self, stop: int, start: int = 0) -> None:
         s = self.static
-        s["input_ids"][start:stop] = 0
-        s["positions"][start:stop] = 0
-        s["block_tables"][start:stop] = SCRATCH_BLOCK
-        s["slot_mapping"][start:stop] = self.scratch_slot
-        s["context_lens"][start:stop] = 1
-        self._dirty = min(self._dirty, start)
-
-    # ---- the assertion that catches the padding bug ----------------------------------------------
-    def check_padding(self, n: int, bucket: int) -> None:
-        """Padded rows [n, bucket) of the loaded buffers may reference the scratch block only."""
-        tables = self.static["block_tables"][n:bucket].cpu()
-        slots = self.static["slot_mapping"][n:bucket].cpu()
-        lens = self.static["context_lens"][n:bucket].cpu()
-        bad_rows = torch.nonzero((tables != SCRATCH_BLOCK).any(1)).flatten().tolist()
-        if bad_rows:
-            row = bad_rows[0]
-            block = int(tables[row][tables[row] != SCRATCH_BLOCK][0])
-            raise PaddingCorruption(
-                f"batch {n} padded to {bucket}: {len(bad_rows)} padded row(s) have a block table pointing at "
-                f"real block {block} (first: row {n + row}); they must point at scratch block {SCRATCH_BLOCK}",
-                kind="block_table",
-                batch=n,
-                bucket=bucket,
-            )
-        in_scratch = (slots == PAD_SLOT) | ((slots // self.block_size) == SCRATCH_BLOCK)
-        if not bool(in_scratch.all()):
-            bad = slots[~in_scratch].tolist()
-            raise PaddingCorruption(
-                f"batch {n} padded to {bucket}: padded rows would write KV slot(s) {bad[:4]} outside the "
-                f"scratch block",
-                kind="slot_mapping",
-                batch=n,
-                bucket=bucket,
-                slots=tuple(bad),
-            )
-        if bool((lens > self.block_size).any()) or bool((lens < 1).any()):
-            raise PaddingCorruption(
-                f"batch {n} padded to {bucket}: padded rows must attend over 1..{self.block_size} "
-                f"scratch tokens",
-                kind="context_lens",
-                batch=n,
-                bucket=bucket,
-            )
-
-    def _real_slots(self, n: int) -> torch.Tensor:
-        """Every slot of every block the real rows own, minus the slots this step writes (sorted, on the
-        model's device; worked out there rather than slot by slot in Python: 131k slots at 256 rows)."""
-        tables = self.static["block_tables"][:n].long()
-        lens = self.static["context_lens"][:n].long()
-        used = (lens + self.block_size - 1) // self.block_size
-        owned = torch.arange(tables.shape[1], device=tables.device)[None, :] < used[:, None]
-        blocks = torch.unique(tables[owned])
-        blocks = blocks[blocks != SCRATCH_BLOCK]
-        slots = (
-            blocks[:, None] * self.block_size + torch.arange(self.block_size, device=blocks.device)
-        ).flatten()
-        written = self.static["slot_mapping"][:n].long()
-        return slots[~torch.isin(slots, written)].to(self.model.device)
-
-    def _flat_kv(self) -> torch.Tensor:
-        kv = self.kv_cache.kv  # [layer, K|V, block, slot_in_block, kv_head, head_dim]
-        return kv.view(kv.shape[0], 2, kv.shape[2] * kv.shape[3], -1)
-
-    def _canary_before(self, n: int):
-        slots = self._real_slots(n)
-        flat = self._flat_kv()
-        nbytes = flat.shape[0] * 2 * len(slots) * flat.shape[-1] * flat.element_size()
-        if nbytes <= EXACT_CANARY_BYTES:
-            return slots, "exact", flat[:, :, slots].clone()
-        return slots, "checksum", self._checksums(slots)
-
-    def _checksums(self, slots: torch.Tensor) -> torch.Tensor:
-        """Per-slot sums of the raw bit patterns, one layer at a time (no full copy of the cache)."""
-        flat = self._flat_kv()
-        bits = {2: torch.int16, 4: torch.int32, 8: torch.int64}[flat.element_size()]
-        return torch.stack(
-            [flat[layer].view(bits).sum(-1, dtype=torch.int64)[:, slots] for layer in range(flat.shape[0])]
-        )
-
-    def _canary_after(self, canary, n: int, bucket: int) -> None:
-        slots, kind, before = canary
-        if kind == "exact":
-            changed = (self._flat_kv()[:, :, slots] != before).any(-1).any(0).any(0)
-        else:
-            changed = (self._checksums(slots) != before).any(0).any(0)
-        if bool(changed.any()):
-            hit = slots[changed].tolist()
-            raise PaddingCorruption(
-                f"batch {n} padded to {bucket}: KV canary changed at {len(hit)} slot(s) of real sequences that "
-                f"this step was not meant to write (first: block {hit[0] // self.block_size}, "
-                f"offset {hit[0] % self.block_size})",
-                kind="canary",
-                batch=n,
-                bucket=bucket,
-                slots=tuple(hit),
-            )
+        s.input_ids[start:stop] = 0
+        s.positions[start:stop] = 0
+        s.block_tables[start:stop] = SCRATCH_BLOCK
+        s.slot_mapping[start:stop] = self.scratch_slot
+        s.context_lens[start:stop] = 1
+        self.dirty = min(self.dirty, start)

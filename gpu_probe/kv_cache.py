@@ -9,7 +9,7 @@ A sequence owns a list of blocks (its block table); token t of it lives in block
 
 Padding convention (what makes padded rows of a captured batch harmless):
 - block `SCRATCH_BLOCK` (= 0) is never handed to a sequence; a padded row gets a block table
-  full of SCRATCH_BLOCK, a slot inside the scratch block (e.g. `scratch_slot()` = 0) and a
+  full of SCRATCH_BLOCK, a slot inside the scratch block (e.g. slot 0) and a
   context length of 1, so it writes and reads only scratch memory;
 - a slot of `PAD_SLOT` (= -1, vLLM's convention) is also accepted: the fused kernel skips the
   write, the unfused path redirects it to slot 0, which is in the scratch block.
@@ -57,10 +57,6 @@ class PagedKVCache(nn.Module):
     def layer(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(k_cache, v_cache) of one layer, each [num_blocks, block_size, kv_heads, head_dim]."""
         return self.kv[index, 0], self.kv[index, 1]
-
-    @property
-    def free_blocks(self) -> int:
-        return len(self._free)
 
     def fill_random_(self, seed: int = 0, std: float = 1.0) -> PagedKVCache:
         """Random K/V everywhere: stands in for a prefill (the values do not matter for timing)."""
@@ -141,47 +137,3 @@ class PagedKVCache(nn.Module):
             "slot_mapping": torch.tensor(slots, dtype=torch.long, device=device),
             "context_lens": torch.tensor(lens, dtype=torch.int32, device=device),
         }
-
-
-def scratch_slot(row: int = 0, block_size: int = 1) -> int:
-    """A slot inside the scratch block (row % block_size keeps padded rows spread over it)."""
-    return SCRATCH_BLOCK * block_size + row % block_size
-
-
-def pad_decode_inputs(
-    inputs: dict[str, torch.Tensor], batch: int, input_ids: torch.Tensor | None = None, block_size: int = 1
-) -> dict[str, torch.Tensor]:
-    """Pad a decode batch to `batch` rows with harmless rows aimed at the scratch block.
-
-    A convenience for CPU tests and eager runs; the graph runner does the same into its
-    static buffers.
-    """
-    real = inputs["positions"].shape[0]
-    pad = batch - real
-    if pad < 0:
-        raise ValueError(f"batch ({batch}) is smaller than the real rows ({real})")
-    device = inputs["positions"].device
-    width = inputs["block_tables"].shape[1]
-    out = {
-        "positions": torch.cat([inputs["positions"], torch.zeros(pad, dtype=torch.long, device=device)]),
-        "block_tables": torch.cat(
-            [
-                inputs["block_tables"],
-                torch.full((pad, width), SCRATCH_BLOCK, dtype=torch.int32, device=device),
-            ]
-        ),
-        "slot_mapping": torch.cat(
-            [
-                inputs["slot_mapping"],
-                torch.tensor(
-                    [scratch_slot(r, block_size) for r in range(pad)], dtype=torch.long, device=device
-                ),
-            ]
-        ),
-        "context_lens": torch.cat(
-            [inputs["context_lens"], torch.ones(pad, dtype=torch.int32, device=device)]
-        ),
-    }
-    if input_ids is not None:
-        out["input_ids"] = torch.cat([input_ids, torch.zeros(pad, dtype=input_ids.dtype, device=device)])
-    return out

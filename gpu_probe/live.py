@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from core.probe_result import ProbeResult, load_result
-from core.step_plan import CHAPTER_BUCKETS, INDUCTOR_KERNELS, modes, names, probe_modes
+from core.step_plan import CHAPTER_BUCKETS, modes, names, probe_modes
 from gpu_probe.config import PRESETS
+from gpu_probe.kernel_sets import kernel_set
 
 if TYPE_CHECKING:  # gpu_probe.session imports torch
     from gpu_probe.session import ProbeSession
@@ -39,8 +40,9 @@ def cuda_available() -> bool:
 
 
 def captured_modes() -> tuple[str, ...]:
-    """The graph modes whose graphs the probe captures itself (torch.compile captures its own)."""
-    return names(m for m in modes(graphs=True, probed=True) if m.kernels != INDUCTOR_KERNELS)
+    """The graph modes whose graphs the probe captures itself (its kernel set's `captured`: torch.compile
+    captures its own)."""
+    return names(m for m in modes(graphs=True, probed=True) if kernel_set(m).captured)
 
 
 def default_rounds(steps: int) -> int:

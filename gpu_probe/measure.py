@@ -13,8 +13,8 @@
   as a Chrome trace and read by `core.trace` (the page's trace reader too) into a Timeline.
 - `hbm_copy_GBps`: a large device-to-device copy, bytes read plus bytes written; `matmul_TFLOPs`: one
   large bf16 matrix product. The two ceilings of the roofline floor.
-- checks: graph == eager per bucket, the KV canary, the padding assertion with the bug on
-  and off, fused == unfused.
+- checks: graph == eager per bucket with the KV canary quiet, fused == unfused (the padding assertion
+  with the bug on and off is `gpu_probe.padding`'s).
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from core.step_plan import bucket_for
 from core.trace import STEP_ANNOTATION, TraceStep, analyse, kernels_per_layer
-from gpu_probe.graph_runner import GraphRunner, PaddingCorruption
+from gpu_probe.graph_runner import GraphRunner
 from gpu_probe.live import default_rounds
+from gpu_probe.padding import PaddingCorruption
 
 
 def hbm_copy_GBps(nbytes: int = 2 * 2**30, iters: int = 20) -> float:
@@ -287,13 +287,13 @@ def check_graph_vs_eager(runner: GraphRunner, model, batch, tolerance: float | N
             previous = bucket
             rows = batch.head(n)
             runner.load(rows, bucket)
-            eager_padded = runner.eager(**runner.views(bucket))[:n].clone()
+            eager_padded = runner.eager(runner.views(bucket))[:n].clone()
             try:
                 graph_out = runner.run(rows, check="both").clone()
                 quiet = True
             except PaddingCorruption:
                 graph_out, quiet = runner.outputs[bucket][:n].clone(), False
-            eager = runner.eager(**rows.as_dict())
+            eager = runner.eager(rows)
             exact = bool(torch.equal(graph_out, eager_padded))
             err = rel_err(graph_out, eager)
             ok = exact and err <= tolerance and quiet
@@ -322,58 +322,6 @@ def check_graph_vs_eager(runner: GraphRunner, model, batch, tolerance: float | N
     }
 
 
-def check_padding_assertion(runner: GraphRunner, batch, canary_sizes=None) -> dict:
-    """With the bug on, the assertion fires for exactly the sizes that need padding; off, never.
-
-    Restores the cache afterwards (the bug really overwrites a sequence's first token)."""
-    sizes = range(1, runner.max_bucket + 1)
-    need = {n for n in sizes if bucket_for(n, runner.buckets) != n}
-    # The bug writes only into the first block of the batch's first sequence: save just that block.
-    victim = int(batch.block_tables[0, 0])
-    saved_policy, saved_block = runner.pad_rows_to, runner.kv_cache.kv[:, :, victim].clone()
-    fired_bug, fired_safe, canary_hits = set(), set(), set()
-    try:
-        for policy, fired in (("real", fired_bug), ("scratch", fired_safe)):
-            runner.pad_rows_to = policy
-            for n in sizes:  # the assertion reads the loaded buffers: no replay needed to see it fire
-                bucket = bucket_for(n, runner.buckets)
-                runner.load(batch.head(n), bucket)
-                try:
-                    runner.check_padding(n, bucket)
-                except PaddingCorruption:
-                    fired.add(n)
-        runner.pad_rows_to = "real"
-        canary_sizes = sorted(canary_sizes or {b - 1 for b in runner.buckets if b > 1})
-        for n in canary_sizes:
-            try:
-                runner.run(batch.head(n), check="after")
-            except PaddingCorruption as err:
-                if err.kind == "canary":
-                    canary_hits.add(n)
-            runner.kv_cache.kv[:, :, victim] = saved_block
-    finally:
-        runner.pad_rows_to = saved_policy
-        runner.kv_cache.kv[:, :, victim] = saved_block
-        runner.load(batch.head(runner.max_bucket), runner.max_bucket)  # leave no buggy rows behind
-    padded_canary = [n for n in canary_sizes if n in need]
-    canary_ok = canary_hits == set(padded_canary)
-    passed = fired_bug == need and not fired_safe and canary_ok
-    return {
-        "padding_assertion": {
-            "passed": passed,
-            "detail": f"bug on: fired for {len(fired_bug)} of the {len(need)} batch sizes in 1..{runner.max_bucket} that "
-            f"need padding and {len(fired_bug - need)} others; bug off: fired {len(fired_safe)} times; "
-            f"KV canary caught the write at {len(canary_hits & need)}/{len(padded_canary)} padded sizes tried",
-            "sizes_needing_padding": len(need),
-            "fired_with_bug": len(fired_bug & need),
-            "fired_without_padding": len(fired_bug - need),
-            "fired_with_fix": len(fired_safe),
-            "canary_sizes": canary_sizes,
-            "canary_fired": sorted(canary_hits),
-        }
-    }
-
-
 def check_fused_vs_unfused(model, batch, sizes=(1, 8), tolerance: float | None = None) -> dict:
     tolerance = logit_tolerance(model) if tolerance is None else tolerance
     errs = {}
@@ -382,11 +330,11 @@ def check_fused_vs_unfused(model, batch, sizes=(1, 8), tolerance: float | None =
         for n in sizes:
             if n > batch.size:
                 continue
-            rows = batch.head(n).as_dict()
+            rows = batch.head(n)
             model.fused = False
-            ref = model(**rows).clone()
+            ref = model(rows).clone()
             model.fused = True
-            errs[n] = rel_err(model(**rows), ref)
+            errs[n] = rel_err(model(rows), ref)
     model.fused = saved
     passed = all(e <= tolerance for e in errs.values()) and bool(errs)
     return {

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gpu_probe.config import ProbeModelConfig, get_config
+from gpu_probe.decode_batch import DecodeBatch
 from gpu_probe.kv_cache import PagedKVCache
 
 # The unfused layer's kernels, in launch order: one per op (the attention adds a merge of its context
@@ -275,7 +276,8 @@ def triton_runs_on(device: torch.device) -> bool:
 
 
 class ProbeModel(nn.Module):
-    """model(input_ids[B], positions[B], block_tables[B, W], slot_mapping[B], context_lens[B]) -> logits[B, vocab].
+    """model(batch) -> logits[B, vocab], for a `DecodeBatch` of B rows (input_ids[B], positions[B],
+    block_tables[B, W], slot_mapping[B], context_lens[B]).
 
     Writes the new token's K/V at slot_mapping, then attends over tokens [0, context_lens) of each
     row through its block table (context_lens counts the new token; positions = context_lens - 1
@@ -414,39 +416,31 @@ class ProbeModel(nn.Module):
 
     def forward(
         self,
-        input_ids,
-        positions,
-        block_tables,
-        slot_mapping,
-        context_lens,
+        batch: DecodeBatch | None = None,
         logits_out: torch.Tensor | None = None,
         workspace: dict | None = None,
+        **inputs,
     ) -> torch.Tensor:
         """logits_out: a [B, vocab] tensor (model dtype, contiguous rows) the LM head writes into and
         that is returned, e.g. a graph runner's static buffer kept outside the graph pool.
-        workspace: `fused_workspace` buffers (at least B rows) for the fused path's activations."""
+        workspace: `fused_workspace` buffers (at least B rows) for the fused path's activations.
+        inputs: the batch's five tensors by name instead, as ui/buckets/padding_demo.py still passes them
+        (until it passes its DecodeBatch)."""
+        if inputs:
+            batch = DecodeBatch(**inputs)
         if self.fused:
-            return self.fused_forward(
-                input_ids, positions, block_tables, slot_mapping, context_lens, logits_out, workspace
-            )
-        return self.unfused_forward(
-            input_ids, positions, block_tables, slot_mapping, context_lens, logits_out
-        )
+            return self.fused_forward(batch, logits_out, workspace)
+        return self.unfused_forward(batch, logits_out)
 
     def unfused_forward(
-        self,
-        input_ids,
-        positions,
-        block_tables,
-        slot_mapping,
-        context_lens,
-        logits_out: torch.Tensor | None = None,
-        ops: UnfusedOps | None = None,
+        self, batch: DecodeBatch, logits_out: torch.Tensor | None = None, ops: UnfusedOps | None = None
     ) -> torch.Tensor:
         """The chapter's per-op step (`UNFUSED_OPS`): `ops` runs the non-GEMM ops (default `unfused_ops()`)."""
         cfg, op = self.cfg, ops or self.unfused_ops()
-        splits = self.attention_splits(input_ids.shape[0])
-        h = F.embedding(input_ids, self.tok_embeddings)
+        positions, slot_mapping = batch.positions, batch.slot_mapping
+        block_tables, context_lens = batch.block_tables, batch.context_lens
+        splits = self.attention_splits(batch.size)
+        h = F.embedding(batch.input_ids, self.tok_embeddings)
         for index, layer in enumerate(self.layers):
             x = op.rms_norm(h, layer.attn_norm, cfg.norm_eps)
             q, k, v = (
@@ -480,14 +474,7 @@ class ProbeModel(nn.Module):
         }
 
     def fused_forward(
-        self,
-        input_ids,
-        positions,
-        block_tables,
-        slot_mapping,
-        context_lens,
-        logits_out: torch.Tensor | None = None,
-        workspace: dict | None = None,
+        self, batch: DecodeBatch, logits_out: torch.Tensor | None = None, workspace: dict | None = None
     ) -> torch.Tensor:
         if self.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
             raise RuntimeError(
@@ -497,21 +484,17 @@ class ProbeModel(nn.Module):
         fused_linear, TILE_MAX_ROWS = kernels.fused_linear, kernels.linear.TILE_MAX_ROWS
 
         cfg = self.cfg
-        batch = input_ids.shape[0]
-        if batch > TILE_MAX_ROWS:
-            return self._wide_fused_forward(
-                input_ids, positions, block_tables, slot_mapping, context_lens, logits_out, workspace
-            )
-        splits = self.attention_splits(batch)
+        rows = batch.size
+        if rows > TILE_MAX_ROWS:
+            return self._wide_fused_forward(batch, logits_out, workspace)
+        splits = self.attention_splits(rows)
         pdl = self.pdl
-        qkv_out = workspace["qkv"][:batch] if workspace is not None else None
-        act_out = workspace["act"][:batch] if workspace is not None else None
-        h = F.embedding(input_ids, self.tok_embeddings)
+        qkv_out = workspace["qkv"][:rows] if workspace is not None else None
+        act_out = workspace["act"][:rows] if workspace is not None else None
+        h = F.embedding(batch.input_ids, self.tok_embeddings)
         for index, layer in enumerate(self.layers):
             qkv = fused_linear(h, layer.w_qkv_folded, rms_eps=cfg.norm_eps, out=qkv_out, pdl=pdl)
-            attn = self._attention(
-                index, qkv, positions, block_tables, slot_mapping, context_lens, splits, pdl=pdl
-            )
+            attn = self._attention(index, qkv, batch, splits, pdl=pdl)
             residual = h if self.adds_residual else None
             h = self._reduced(fused_linear(attn, layer.wo, residual=residual, pdl=pdl))
             act = fused_linear(
@@ -521,16 +504,16 @@ class ProbeModel(nn.Module):
             h = self._reduced(fused_linear(act, layer.w_down, residual=residual, pdl=pdl))
         return fused_linear(h, self.lm_head_folded, rms_eps=cfg.norm_eps, out=logits_out, pdl=pdl)
 
-    def _attention(self, index, qkv, positions, block_tables, slot_mapping, context_lens, splits, **options):
+    def _attention(self, index: int, qkv, batch: DecodeBatch, splits: int, **options):
         """Both fused paths' attention of layer `index` over the paged cache, RoPE and the KV write inside it
         (`options`: PDL at small batch; the norm's 1/rms on q, k and v on the wide path)."""
         k_cache, v_cache = self.kv_cache.layer(index)
         return triton_kernels().paged_decode_attention(
             qkv,
-            positions,
-            block_tables,
-            slot_mapping,
-            context_lens,
+            batch.positions,
+            batch.block_tables,
+            batch.slot_mapping,
+            batch.context_lens,
             k_cache,
             v_cache,
             self.rope_cos,
@@ -541,9 +524,7 @@ class ProbeModel(nn.Module):
             **options,
         )
 
-    def _wide_fused_forward(
-        self, input_ids, positions, block_tables, slot_mapping, context_lens, logits_out=None, workspace=None
-    ) -> torch.Tensor:
+    def _wide_fused_forward(self, batch: DecodeBatch, logits_out=None, workspace=None) -> torch.Tensor:
         """The fused step above TILE_MAX_ROWS rows, where a GEMM has enough rows to be cuBLAS's business: the
         same merges around cuBLAS's GEMMs, six kernels a layer. QKV and gate/up are one packed GEMM each with
         the norm weight folded in; the attention applies the norm's 1/rms to q, k and v (with RoPE and the
@@ -553,24 +534,14 @@ class ProbeModel(nn.Module):
         ops, rms_swiglu = kernels.ops, kernels.linear.rms_swiglu
 
         cfg = self.cfg
-        batch = input_ids.shape[0]
-        splits = self.attention_splits(batch)
-        qkv_out = workspace["qkv"][:batch] if workspace is not None else None
-        act_out = workspace["act"][:batch] if workspace is not None else None
-        h = F.embedding(input_ids, self.tok_embeddings)
+        rows = batch.size
+        splits = self.attention_splits(rows)
+        qkv_out = workspace["qkv"][:rows] if workspace is not None else None
+        act_out = workspace["act"][:rows] if workspace is not None else None
+        h = F.embedding(batch.input_ids, self.tok_embeddings)
         for index, layer in enumerate(self.layers):
             qkv = torch.mm(h, layer.w_qkv_folded.t(), out=qkv_out)
-            attn = self._attention(
-                index,
-                qkv,
-                positions,
-                block_tables,
-                slot_mapping,
-                context_lens,
-                splits,
-                norm_input=h,
-                norm_eps=cfg.norm_eps,
-            )
+            attn = self._attention(index, qkv, batch, splits, norm_input=h, norm_eps=cfg.norm_eps)
             h = self._reduced(h.addmm_(attn, layer.wo.t()) if self.adds_residual else attn @ layer.wo.t())
             act = rms_swiglu(h @ layer.w_gate_up_folded.t(), h, cfg.norm_eps, out=act_out)
             h = self._reduced(

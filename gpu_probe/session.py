@@ -2,7 +2,9 @@
 sequences, the captured CUDA graphs per variant, and the checks made when they were captured.
 
 The CLI builds one per run; the page keeps one per server (st.cache_resource), so a second
-"Measure on this GPU" neither rebuilds the model nor recaptures graphs. `measure_into` builds every
+"Measure on this GPU" neither rebuilds the model nor recaptures graphs. How a mode's step is built and
+captured is its kernel set's object (`gpu_probe.kernel_sets`); what a set builds beside the model (the
+persistent kernel's decoder, torch.compile's peer) is kept here too (`decoders`). `measure_into` builds every
 (mode, batch)'s step first, times them all taking turns over many short rounds (with any steps given
 beside them, the Hugging Face reference's), with the host's speed measured just before and just after,
 then profiles each. Not thread-safe: the
@@ -15,13 +17,14 @@ from __future__ import annotations
 
 import torch
 
-from core.step_plan import FUSED_GRAPH, INDUCTOR_KERNELS, Mode, bucket_for
+from core.step_plan import FUSED_GRAPH, Mode, bucket_for
 from core.step_plan import mode as mode_named
 from gpu_probe import measure as m
-from gpu_probe.compile_peer import CompilePeer
+from gpu_probe import padding
 from gpu_probe.config import get_config
 from gpu_probe.decode_batch import make_batch
 from gpu_probe.graph_runner import GraphRunner
+from gpu_probe.kernel_sets import kernel_set
 from gpu_probe.model import UNFUSED_OPS, ProbeModel
 
 
@@ -53,9 +56,9 @@ class ProbeSession:
         self.checks: dict = {}
         self.captures: list[dict] = []
         self.runners: dict[str, GraphRunner] = {}
-        self.persistent = None  # the persistent kernel's decoder, when its mode is captured
+        self.decoders: dict = {}  # what a kernel set built beside the model, by set name (gpu_probe.kernel_sets)
         self.static: dict[str, int] = {}
-        self.model = self.batch = self.peer = None
+        self.model = self.batch = None
         self.model_info = {
             "config": cfg.to_dict(),
             "n_params": cfg.n_params,
@@ -108,7 +111,7 @@ class ProbeSession:
         if self.runners:
             runner = self.runners.get(FUSED_GRAPH.name) or next(iter(self.runners.values()))
             say("checking the padding assertion with the bug on and off")
-            self._check("padding_assertion", say, m.check_padding_assertion, runner, self.batch)
+            self._check("padding_assertion", say, padding.check_padding_assertion, runner, self.batch)
             # Allocated once outside the graph pool (inputs, logits, fused workspace): not in any graph_mem_bytes.
             self.static = {
                 "static_buffer_bytes": runner.static_buffer_bytes,
@@ -117,13 +120,11 @@ class ProbeSession:
             }
 
     def _capture(self, graph_mode: Mode, say) -> None:
-        variant = graph_mode.name if graph_mode.one_kernel else "fused" if graph_mode.fused else "unfused"
-        self.model.fused = graph_mode.fused
+        kernels = kernel_set(graph_mode)
+        variant = kernels.name
         try:
-            step_model, buckets = self.model, self.buckets
-            if graph_mode.one_kernel:
-                step_model, buckets = self._persistent_decoder(say)
-            runner = GraphRunner(step_model, buckets=buckets, progress=lambda s: say(f"{variant}: {s}"))
+            decoder, buckets = kernels.decoder(self, say)
+            runner = GraphRunner(decoder, buckets=buckets, progress=lambda s: say(f"{variant}: {s}"))
         except Exception as err:
             record_failure(self.errors, f"capturing {variant} graphs", err, say)
             return
@@ -138,30 +139,7 @@ class ProbeSession:
         except Exception as err:
             record_failure(self.errors, f"check graph_vs_eager ({variant})", err, say)
             self.checks["graph_vs_eager"] = {"passed": False, "detail": f"raised {type(err).__name__}"}
-        if graph_mode.one_kernel:
-            self._check("persistent_barriers", say, self._barrier_check)
-
-    def _persistent_decoder(self, say):
-        """The persistent kernel over the model, its kernels compiled in parallel first: (decoder, buckets)."""
-        from gpu_probe.kernels.persistent import MAX_ROWS, PersistentDecoder, precompile_in_workers
-
-        decoder = PersistentDecoder(self.model)
-        buckets = [b for b in self.buckets if b <= MAX_ROWS]  # above them the decoder runs the fused path
-        say(f"persistent: compiling its kernels for buckets {buckets} in worker processes")
-        for err in precompile_in_workers(
-            self.cfg.name, buckets, self.num_blocks, decoder.programs, trace=True
-        ):
-            say(f"persistent: a precompile failed ({err}); the launch compiles it instead")
-        self.persistent = decoder
-        return decoder, buckets
-
-    def _barrier_check(self) -> dict:
-        """No barrier wait of the persistent kernel gave up while it was captured and checked."""
-        phase = self.persistent.error_phase()
-        detail = (
-            "every grid-barrier wait completed" if phase is None else f"a wait gave up before {phase.name}"
-        )
-        return {"persistent_barriers": {"passed": phase is None, "detail": detail}}
+        kernels.after_capture(self, say)
 
     # ---- measuring -----------------------------------------------------------------------------
     def measure_into(self, out: dict, req: dict, say, trace_dir=None, checkpoint=None, beside=None) -> dict:
@@ -218,33 +196,27 @@ class ProbeSession:
                     out, mode, n, step, timings[(mode, n)], bucket, fallback, say, trace_dir, checkpoint
                 )
         out.pop("timed_not_yet_profiled")
-        compiled = [x.name for x in map(mode_named, req["modes"]) if x.kernels == INDUCTOR_KERNELS]
-        if compiled and self.peer is not None:  # the peer exists once a compile was tried
-            seen = [r["graph_launches"] > 0 for r in out["runs"] if r["mode"] in compiled]
-            run_check(
-                out["checks"],
-                out["errors"],
-                "compile_cudagraphs",
-                say,
-                self.peer.check,
-                all(seen) if seen else None,
-            )
+        by_set: dict = {}
+        for run_mode in map(mode_named, req["modes"]):
+            by_set.setdefault(kernel_set(run_mode), []).append(run_mode.name)
+        for kernels, names in by_set.items():
+            kernels.after_runs(self, out, names, say)
         return {key: timings.get(key, errors.get(key)) for key in beside or {}}
 
     def _steps(self, req: dict, errors: list[str], say) -> list[tuple]:
         """(mode, batch, step, bucket replayed, eager fallback) for every (mode, batch) of `req` that can run:
-        torch.compile's compiled for its batch, a graph mode's only where its graphs were captured."""
+        a graph mode's replayed by its runner only where its graphs were captured, any other built by its
+        kernel set's object (torch.compile's compiled for its batch)."""
         items = []
         for run_mode in map(mode_named, req["modes"]):
+            kernels = kernel_set(run_mode)
             for n in req["batches"]:
                 rows = self.batch.head(n)
                 bucket, fallback = None, False
-                if run_mode.kernels == INDUCTOR_KERNELS:
-                    if not self._warm_compile(rows, n, errors, say):
-                        continue
-                    step = lambda rows=rows: self.peer(rows)  # noqa: E731
-                elif not run_mode.graphs:
-                    step = lambda inputs=rows.as_dict(), fused=run_mode.fused: self._eager(inputs, fused)  # noqa: E731, B008 - bound now, on purpose
+                if not (run_mode.graphs and kernels.captured):
+                    step = kernels.step(self, rows, errors, say)
+                    if step is None:
+                        continue  # it could not be built: recorded under errors
                 elif run_mode.name in self.runners:
                     runner = self.runners[run_mode.name]
                     bucket = bucket_for(n, runner.buckets)
@@ -281,32 +253,6 @@ class ProbeSession:
             f"graph launch {sample['graph_fixed_us']:.1f} µs + {sample['graph_per_node_us']:.3f} µs a node"
         )
 
-    def _phase_stamps(self, n: int) -> dict:
-        """The persistent kernel's in-kernel phase stamps at batch n (a few traced steps, the last kept)."""
-        from gpu_probe.kernels.persistent_trace import compact, read_trace
-
-        inputs = self.batch.head(n).as_dict()
-        with torch.no_grad():
-            for _ in range(3):
-                self.persistent(**inputs, trace=True)
-        torch.cuda.synchronize()
-        return compact(read_trace(self.persistent.trace_buffer, self.persistent.phases))
-
-    def _eager(self, inputs: dict, fused: bool):
-        self.model.fused = fused
-        return self.model(**inputs)
-
-    def _warm_compile(self, rows, n: int, errors: list[str], say) -> bool:
-        if self.peer is None:
-            self.peer = CompilePeer(self.model)  # kept: torch.compile's graphs are reused by later runs
-        say(f"compile: compiling for batch {n}")
-        try:
-            self.peer.warm(rows)
-            return True
-        except Exception as err:
-            record_failure(errors, f"compile at batch {n}", err, say)
-            return False
-
     def _profile_into(self, out, mode, n, step, timing, bucket, fallback, say, trace_dir, checkpoint) -> None:
         """One (mode, batch)'s profiled step, recorded with its timing into `out["runs"]`; then a checkpoint."""
         say(f"{mode}: profiling batch {n} (its timing done)")
@@ -320,11 +266,12 @@ class ProbeSession:
             record_failure(out["errors"], f"{mode} at batch {n}", err, say)
             return
         record = m.run_record(mode, n, timing, traced, self.cfg.n_layers, bucket, fallback)
-        if trace_dir is not None and mode_named(mode).one_kernel and not fallback:
+        kernels = kernel_set(mode_named(mode))
+        if trace_dir is not None and kernels.extras and not fallback:
             try:
-                record["phases"] = self._phase_stamps(n)
+                record.update(kernels.profiled_extras(self, n))
             except Exception as err:
-                record_failure(out["errors"], f"{mode} at batch {n}: in-kernel stamps", err, say)
+                record_failure(out["errors"], f"{mode} at batch {n}: {kernels.extras}", err, say)
         out["runs"].append(record)
         out.get("timed_not_yet_profiled", {}).pop(f"{mode} b{n}", None)
         self._checkpoint(out, checkpoint, say)

@@ -47,6 +47,7 @@ from core.tp_result import KIND as TP_KIND
 from core.tp_result import SCHEMA_VERSION as TP_SCHEMA_VERSION
 from core.tp_result import tp_modes
 from gpu_probe.config import ProbeModelConfig, get_config
+from gpu_probe.kernel_sets import kernel_set
 from gpu_probe.kv_cache import PagedKVCache
 from gpu_probe.model import ProbeModel
 
@@ -204,8 +205,8 @@ def check_sharded_vs_unsharded(
     tolerance = logit_tolerance(full) if tolerance is None else tolerance
     errs = {}
     for n in sizes:
-        rows = batch.head(n).as_dict()
-        errs[n] = rel_err(shard(**rows), full(**rows))
+        rows = batch.head(n)
+        errs[n] = rel_err(shard(rows), full(rows))
     # The same slots were written: the shard's cache must equal the full one's heads.
     kv_equal = bool(
         torch.allclose(
@@ -350,7 +351,7 @@ def _measure_modes(
     model.kv_cache.fill_random_()
     runs, checks = [], {}
     for mode in map(mode_named, modes):
-        model.fused = mode.fused
+        model.fused = kernel_set(mode).fused  # a set a shard runs is one of the model's forwards
         runner = GraphRunner(model, buckets=buckets, use_graphs=mode.graphs, progress=progress)
         if mode.graphs:
             for name, check in check_graph_vs_eager(runner, model, batch).items():
@@ -360,7 +361,7 @@ def _measure_modes(
             if not mode.graphs:
 
                 def step(rows=rows):
-                    return model(**rows.as_dict())
+                    return model(rows)
             else:
 
                 def step(rows=rows, runner=runner):

@@ -10,8 +10,9 @@ Two toy modes are put in `core.step_plan.MODES` and nowhere else:
 - HALF_LAUNCH changes a cost: fused, no graphs, half the launch cost. The calibration reads the
   launch scale from the row.
 
-A toy kernel set is put in the table (its name in `KERNEL_SETS`, its row in `MODES`) and in the simulator's
-kernel sets (`sim.step.kernel_sets.SETS`), and nowhere else (`register`):
+A toy kernel set is put in the table (its name in `KERNEL_SETS`, its rows in `MODES`), in the simulator's
+kernel sets (`sim.step.kernel_sets.SETS`) and in the probe's (`gpu_probe.kernel_sets.SETS`), and nowhere else
+(`register`):
 
 - PAIRS changes the schedule: the fused layer's four kernels merged pairwise into two launches, each a small
   persistent kernel across the one grid-wide dependency inside it (attention: norm_qkv + rope_attn_o; the
@@ -21,16 +22,22 @@ kernel sets (`sim.step.kernel_sets.SETS`), and nowhere else (`register`):
   (its two kernels a layer in the persistent kernel's family, the embedding ATen's, the LM head a GEMV;
   their names in a synthetic run).
   The simulator, its sweep, the calibration and the page run it from that object alone.
+  Its probe object builds its step as a decoder of its own over the model (on the CPU, the model's PyTorch
+  ops), which the probe's session captures for its graph row and calls for its eager row, with a check of its
+  own after the capture, a field of its own beside a traced step and a check of its own after the runs: the
+  session runs it from that object alone.
 """
 
 import re
 from pathlib import Path
 
 import numpy as np
+import probe_sessions
 import pytest
 from streamlit.testing.v1 import AppTest
 from synthetic_params import KNOWN_PARAMS
 
+import gpu_probe.kernel_sets as probe_kernel_sets
 from core import step_plan
 from core.probe_result import load_result
 from core.step_plan import FUSED, FUSED_KERNELS, PERSISTENT, PERSISTENT_KERNELS, Mode, StepPlan, modes
@@ -88,21 +95,66 @@ PAIRS_SET = KernelSet(
 )
 
 
-def register(monkeypatch, row_of, kset: KernelSet) -> tuple[Mode, set]:
-    """Put a kernel set in the table and in the simulator's kernel sets, as a new one is added: its name in
-    `KERNEL_SETS`, its row in `MODES`, its object in `SETS`. (the row, the files that took it)."""
+# -- its probe object, written as a new kernel set's would be in gpu_probe/kernel_sets.py ---------------------
+class PairsDecoder:
+    """The toy's step on the probe: a decoder of its own over the model, called like it (on the CPU the model's
+    PyTorch ops stand in for its two kernels a layer). Counts the rows of each call."""
+
+    def __init__(self, model):
+        self.model, self.calls = model, []
+        # what the graph runner reads of what it captures
+        self.cfg, self.dtype, self.kv_cache, self.device = (
+            model.cfg,
+            model.dtype,
+            model.kv_cache,
+            model.device,
+        )
+
+    def __call__(self, batch, logits_out=None, workspace=None):
+        self.calls.append(batch.size)
+        return self.model.unfused_forward(batch, logits_out)
+
+
+class PairsProbe(probe_kernel_sets.ProbeKernelSet):
+    name = "pairs"
+    extras = "pair count"
+
+    def decoder(self, session, say):
+        decoder = session.decoders.setdefault(self.name, PairsDecoder(session.model))
+        return decoder, session.buckets
+
+    def after_capture(self, session, say):
+        session.checks["pairs_captured"] = {"passed": True, "detail": "its decoder captured"}
+
+    def profiled_extras(self, session, n):
+        return {"pairs": 2 * session.cfg.n_layers}
+
+    def after_runs(self, session, out, modes, say):
+        out["checks"]["pairs_ran"] = {"passed": True, "detail": ", ".join(modes)}
+
+
+PAIRS_PROBE = PairsProbe()
+
+
+def register(monkeypatch, rows_of, kset: KernelSet, probe=PAIRS_PROBE) -> tuple[tuple[Mode, ...], set]:
+    """Put a kernel set in the table and in each layer's kernel sets, as a new one is added: its name in
+    `KERNEL_SETS`, its rows in `MODES`, its objects in the simulator's `SETS` and the probe's.
+    (the rows, the files that took it)."""
     monkeypatch.setattr(step_plan, "KERNEL_SETS", (*step_plan.KERNEL_SETS, kset.name))
-    row = row_of()  # a row names a kernel set of the table: made once the name is in it
-    monkeypatch.setitem(step_plan.MODES, row.name, row)
+    rows = rows_of()  # a row names a kernel set of the table: made once the name is in it
+    for row in rows:
+        monkeypatch.setitem(step_plan.MODES, row.name, row)
     monkeypatch.setitem(kernel_sets.SETS, kset.name, kset)
-    return row, {Path(m.__file__).relative_to(ROOT).as_posix() for m in (step_plan, kernel_sets)}
+    monkeypatch.setitem(probe_kernel_sets.SETS, probe.name, probe)
+    took = (step_plan, kernel_sets, probe_kernel_sets)
+    return rows, {Path(m.__file__).relative_to(ROOT).as_posix() for m in took}
 
 
 @pytest.fixture
 def pairs(monkeypatch):
-    row, _ = register(
+    (row,), _ = register(
         monkeypatch,
-        lambda: Mode("pairs", "pairs", graphs=False, probed=False, toggles=False, colour="#e76f51"),
+        lambda: (Mode("pairs", "pairs", graphs=False, probed=False, toggles=False, colour="#e76f51"),),
         PAIRS_SET,
     )
     return row
@@ -185,30 +237,94 @@ def test_the_page_offers_it(one_launch, pairs):
 
 # -- the toy kernel set -----------------------------------------------------------------------------
 def test_a_kernel_set_is_its_object_and_a_row(monkeypatch):
-    row, touched = register(monkeypatch, lambda: Mode("pairs", "pairs", graphs=False), PAIRS_SET)
+    (row,), touched = register(monkeypatch, lambda: (Mode("pairs", "pairs", graphs=False),), PAIRS_SET)
     assert kernel_set(row) is PAIRS_SET and row in modes(modelled=True) and step_plan.mode("pairs") is row
-    # The files it took are the ones docs/architecture.md names for a new kernel set, besides the probe's (and
-    # this test).
+    assert probe_kernel_sets.kernel_set(row) is PAIRS_PROBE
+    # Three files: the table and one object a layer; the ones docs/architecture.md names for a new kernel set
+    # (besides this test).
     doc = (ROOT / "docs" / "architecture.md").read_text()
     bullet = re.search(r"^- \*\*A new kernel set\*\*.*?(?=^- \*\*|^#)", doc, re.M | re.S).group(0)
     named = set(re.findall(r"`([\w/]+\.py)`", bullet))
-    assert touched == {"core/step_plan.py", "sim/step/kernel_sets.py"}
-    assert touched == {f for f in named if not f.startswith(("gpu_probe/", "tests/"))}, named
+    assert touched == {"core/step_plan.py", "sim/step/kernel_sets.py", "gpu_probe/kernel_sets.py"}
+    assert touched == {f for f in named if not f.startswith("tests/")}, named
 
 
-def test_nothing_in_the_simulator_branches_on_a_kernel_set():
-    """What a kernel set does is its object's: no other module of sim/ names a set or asks `one_kernel`."""
-    branch = re.compile(
-        r"\bone_kernel\b|\b(UNFUSED|FUSED|INDUCTOR|PERSISTENT)_KERNELS\b|\.kernels\s*(==|!=|in\b)|\bkernels\s*(==|!=)"
-    )
+# What a kernel set does is its objects': outside them, no module names a set, asks a mode `one_kernel` or
+# compares a mode's kernel set with one; nor, in the probe, asks a mode `fused` (which of the model's forwards
+# runs is its set's object's to say; the simulator's calibration reads the toggle's `fused` of a toggled row).
+BRANCH = re.compile(
+    r"\bone_kernel\b|\b(UNFUSED|FUSED|INDUCTOR|PERSISTENT)_KERNELS\b|\.kernels\s*(==|!=|in\b)|\bkernels\s*(==|!=)"
+)
+ROOMS = {"sim": BRANCH, "gpu_probe": re.compile(BRANCH.pattern + r"|\b(mode|m|run_mode|graph_mode)\.fused\b")}
+
+
+@pytest.mark.parametrize("room", sorted(ROOMS))
+def test_nothing_outside_the_kernel_set_objects_branches_on_one(room):
     found = [
         f"{p.relative_to(ROOT)}:{i}: {line.strip()}"
-        for p in sorted((ROOT / "sim").rglob("*.py"))
+        for p in sorted((ROOT / room).rglob("*.py"))
         if p.name != "kernel_sets.py"
         for i, line in enumerate(p.read_text().splitlines(), 1)
-        if branch.search(line)
+        if ROOMS[room].search(line)
     ]
     assert not found, found
+
+
+def test_the_guard_sees_the_branches_it_forbids():
+    """The lines the probe's session, its live module and the two-GPU result format branched on before their
+    kernel sets were objects."""
+    for line in (
+        'variant = graph_mode.name if graph_mode.one_kernel else "fused" if graph_mode.fused else "unfused"',
+        "if run_mode.kernels == INDUCTOR_KERNELS:",
+        "model.fused = mode.fused",
+        "own = (step_plan.UNFUSED_KERNELS, step_plan.FUSED_KERNELS)",
+    ):
+        assert ROOMS["gpu_probe"].search(line), line
+    for line in ("FUSED_KERNELS_PER_LAYER = len(FUSIONS)", "model.fused = fused"):
+        assert not ROOMS["gpu_probe"].search(line), line
+
+
+def test_the_probe_builds_and_captures_it_from_its_object(monkeypatch, tmp_path):
+    """The probe's session on the CPU (the tiny model, PyTorch ops; the runner's bookkeeping without CUDA
+    graphs): the toy's graph row captured from its decoder, its eager row called through it, each hook of its
+    object run, and nothing of the session's own kernel sets involved."""
+    rows, _ = register(
+        monkeypatch,
+        lambda: (
+            Mode("pairs", "pairs", graphs=False, toggles=False),
+            Mode("pairs+graph", "pairs", graphs=True, toggles=False),
+        ),
+        PAIRS_SET,
+    )
+    from gpu_probe.live import captured_modes
+
+    assert {"pairs+graph"} <= set(captured_modes()) and "pairs" not in captured_modes()
+    probe_sessions.cpu_runners(monkeypatch)
+    profiled, _ = probe_sessions.stand_in(monkeypatch)
+    session, said = probe_sessions.a_session(rows=4, buckets=(1, 2, 4)), []
+    session._capture(rows[1], said.append)
+    decoder = session.decoders["pairs"]
+    assert session.runners["pairs+graph"].model is decoder and not session.errors
+    assert session.captures == []  # no CUDA graphs on the CPU: what the runner captured is its bookkeeping
+    assert session.checks["graph_vs_eager"]["pairs"]["passed"] and session.checks["pairs_captured"]["passed"]
+    out = probe_sessions.empty_result()
+    out["checks"].update(session.checks)
+    decoder.calls.clear()
+    req = {"modes": ["pairs", "pairs+graph"], "batches": [1, 3], "steps": 5, "warmup": 1, "rounds": 1}
+    session.measure_into(out, req, lambda msg: None, trace_dir=tmp_path)
+    assert not out["errors"], out["errors"]
+    runs = {(r["mode"], r["batch"]): r for r in out["runs"]}
+    assert set(runs) == {("pairs", 1), ("pairs", 3), ("pairs+graph", 1), ("pairs+graph", 3)}
+    assert runs[("pairs+graph", 3)]["bucket"] == 4 and runs[("pairs", 3)]["bucket"] is None
+    assert all(r["pairs"] == 2 * session.cfg.n_layers for r in runs.values())
+    # The eager row calls the decoder at its rows, the graph row at its bucket (the runner's padded step).
+    assert set(decoder.calls) == {1, 3, 4} and out["checks"]["pairs_ran"]["detail"] == "pairs, pairs+graph"
+    assert profiled == [
+        "pairs · batch 1",
+        "pairs · batch 3",
+        "pairs+graph · batch 1",
+        "pairs+graph · batch 3",
+    ]
 
 
 def test_the_simulator_runs_its_layer_and_its_submission(pairs):

@@ -9,9 +9,10 @@ and 1b presets on the GPU -- logits per batch 1..8, graph replay == eager per bu
 
 import pytest
 import torch
+from padded_batch import pad_batch
 
 from gpu_probe.config import get_config
-from gpu_probe.decode_batch import make_batch
+from gpu_probe.decode_batch import DecodeBatch, make_batch
 from gpu_probe.kernels.persistent import (
     MAX_ROWS,
     PersistentConfig,
@@ -22,7 +23,7 @@ from gpu_probe.kernels.persistent import (
     step_layout,
 )
 from gpu_probe.kernels.persistent_trace import lanes, read_trace
-from gpu_probe.kv_cache import PAD_SLOT, pad_decode_inputs
+from gpu_probe.kv_cache import PAD_SLOT
 from gpu_probe.measure import logit_tolerance, rel_err
 from gpu_probe.model import ProbeModel
 
@@ -49,16 +50,18 @@ def gqa_setup():
     return model, make_batch(model, MAX_ROWS, seed=2, context=13)
 
 
-def fused_and_persistent(model, inputs: dict, config: PersistentConfig = ONE_PROGRAM, fused_too: bool = True):
+def fused_and_persistent(
+    model, inputs: DecodeBatch, config: PersistentConfig = ONE_PROGRAM, fused_too: bool = True
+):
     """Logits and KV caches after one step of each path from the same cache (the fused path's None unless
     fused_too: in the interpreter each path's step takes seconds)."""
     before = model.kv_cache.kv.clone()
     fused = fused_kv = None
     if fused_too:
-        fused = model.fused_forward(**inputs).clone()
+        fused = model.fused_forward(inputs).clone()
         fused_kv = model.kv_cache.kv.clone()
         model.kv_cache.kv.copy_(before)
-    persistent = PersistentDecoder(model, config)(**inputs).clone()
+    persistent = PersistentDecoder(model, config)(inputs).clone()
     persistent_kv = model.kv_cache.kv.clone()
     model.kv_cache.kv.copy_(before)
     return before, fused, fused_kv, persistent, persistent_kv
@@ -68,7 +71,7 @@ def fused_and_persistent(model, inputs: dict, config: PersistentConfig = ONE_PRO
 @pytest.mark.parametrize("batch", [1, 3, 8])
 def test_logits_match_the_fused_path_on_cpu(setup, batch):
     model, rows = setup
-    _, fused, _, persistent, _ = fused_and_persistent(model, rows.head(batch).as_dict())
+    _, fused, _, persistent, _ = fused_and_persistent(model, rows.head(batch))
     assert persistent.shape == fused.shape == (batch, model.cfg.vocab)
     assert rel_err(persistent, fused) <= logit_tolerance(model)
 
@@ -77,13 +80,13 @@ def test_split_context_is_merged_like_the_fused_path_on_cpu(gqa_setup):
     # 12 cached tokens in 16-token tiles: with 3 splits of 16 the last two are empty (only the new token).
     model, rows = gqa_setup
     config = PersistentConfig(max_programs=1, attention_tokens=16, splits=3)
-    _, fused, _, persistent, _ = fused_and_persistent(model, rows.head(2).as_dict(), config)
+    _, fused, _, persistent, _ = fused_and_persistent(model, rows.head(2), config)
     assert rel_err(persistent, fused) <= logit_tolerance(model)
 
 
 def test_kv_written_exactly_where_the_fused_path_writes_it_on_cpu(gqa_setup):
     model, rows = gqa_setup
-    inputs = rows.head(5).as_dict()
+    inputs = rows.head(5)
     before, _, fused_kv, _, persistent_kv = fused_and_persistent(model, inputs)
     changed_fused = (fused_kv != before).any(-1)
     assert torch.equal((persistent_kv != before).any(-1), changed_fused)
@@ -94,20 +97,15 @@ def test_kv_written_exactly_where_the_fused_path_writes_it_on_cpu(gqa_setup):
 def test_padded_rows_write_only_scratch_and_pad_slot_writes_nothing_on_cpu(gqa_setup):
     model, rows = gqa_setup
     cfg = model.cfg
-    padded = pad_decode_inputs(
-        {k: v for k, v in rows.head(3).as_dict().items() if k != "input_ids"},
-        8,
-        rows.input_ids[:3],
-        cfg.block_size,
-    )
+    padded = pad_batch(rows.head(3), 8, cfg.block_size)
     before, _, fused_kv, _, persistent_kv = fused_and_persistent(model, padded)
     assert torch.equal((persistent_kv != before).any(-1), (fused_kv != before).any(-1))
-    padded["slot_mapping"][1] = PAD_SLOT  # a real row with vLLM's padding slot: no write at all
+    padded.slot_mapping[1] = PAD_SLOT  # a real row with vLLM's padding slot: no write at all
     before, _, _, _, persistent_kv = fused_and_persistent(model, padded, fused_too=False)
     flat = lambda kv: kv.view(cfg.n_layers, 2, -1, cfg.n_kv_heads, cfg.head_dim)  # noqa: E731
     changed = (flat(persistent_kv) != flat(before)).any(-1).any(-1).any(0).any(0)
     assert not bool(changed[int(rows.slot_mapping[1])])
-    assert int(changed.sum()) == len(set(padded["slot_mapping"].tolist()) - {PAD_SLOT})
+    assert int(changed.sum()) == len(set(padded.slot_mapping.tolist()) - {PAD_SLOT})
 
 
 def test_batches_above_the_kernel_fall_back_to_the_fused_path_on_cpu():
@@ -115,11 +113,11 @@ def test_batches_above_the_kernel_fall_back_to_the_fused_path_on_cpu():
     batch = make_batch(model, MAX_ROWS + 1, seed=3, context=9)
     decoder = PersistentDecoder(model, ONE_PROGRAM)
     before = model.kv_cache.kv.clone()
-    out = decoder(**batch.as_dict())
+    out = decoder(batch)
     assert decoder.last_fallback
     model.kv_cache.kv.copy_(before)
-    assert torch.equal(out, model.fused_forward(**batch.as_dict()))
-    decoder(**batch.head(2).as_dict())
+    assert torch.equal(out, model.fused_forward(batch))
+    decoder(batch.head(2))
     assert not decoder.last_fallback
 
 
@@ -129,7 +127,7 @@ def test_a_barrier_that_cannot_complete_sets_the_flag_instead_of_hanging_on_cpu(
     model = tiny_model(True)
     batch = make_batch(model, 2, seed=4, context=9)
     decoder = PersistentDecoder(model, PersistentConfig(max_programs=2, spin_limit=5, attention_tokens=16))
-    out = decoder(**batch.as_dict())
+    out = decoder(batch)
     assert out.shape == (2, model.cfg.vocab)
     phase = decoder.error_phase()
     assert phase is not None and (phase.index, phase.kind, phase.layer) == (1, "qkv", 0)
@@ -148,7 +146,7 @@ def test_one_program_never_flags_on_cpu(gqa_setup):
     decoder = PersistentDecoder(model, ONE_PROGRAM)
     before = model.kv_cache.kv.clone()
     for _ in range(2):  # the counter carries over: the second step's barriers are relative to its own base
-        decoder(**rows.head(2).as_dict())
+        decoder(rows.head(2))
     model.kv_cache.kv.copy_(before)
     decoder.check_error()
     assert int(decoder.state[0]) == 2 * (len(decoder.phases) - 1)
@@ -158,7 +156,7 @@ def test_trace_buffer_layout_and_reading_on_cpu(gqa_setup):
     model, rows = gqa_setup
     decoder = PersistentDecoder(model, ONE_PROGRAM)
     before = model.kv_cache.kv.clone()
-    decoder(**rows.head(1).as_dict(), trace=True)
+    decoder(rows.head(1), trace=True)
     model.kv_cache.kv.copy_(before)
     stamps = decoder.trace_buffer
     phases = phase_plan(model.cfg.n_layers)
@@ -176,7 +174,7 @@ def test_trace_buffer_layout_and_reading_on_cpu(gqa_setup):
     assert {s["lane"] for s in segments} == {0} and {s["what"] for s in segments} <= {"wait", "work"}
     assert all(s["end_us"] >= s["start_us"] for s in segments)
     with pytest.raises(ValueError, match="trace must be"):
-        decoder(**rows.head(1).as_dict(), trace=torch.zeros(2, 2, 3, dtype=torch.int64))
+        decoder(rows.head(1), trace=torch.zeros(2, 2, 3, dtype=torch.int64))
     with pytest.raises(ValueError, match="unwritten"):
         read_trace(torch.full((1, len(phases), 3), -1), phases)
 
@@ -232,14 +230,14 @@ def gpu_setup(request):
 @pytest.mark.parametrize("batch", range(1, MAX_ROWS + 1))
 def test_logits_match_the_fused_path_on_cuda(gpu_setup, batch):
     model, rows, decoder = gpu_setup
-    inputs = rows.head(batch).as_dict()
+    inputs = rows.head(batch)
     kv = model.kv_cache.kv  # the slots this step writes get a value no step computes: every write shows
-    kv.view(kv.shape[0], 2, -1, *kv.shape[4:])[:, :, inputs["slot_mapping"]] = 100.0
+    kv.view(kv.shape[0], 2, -1, *kv.shape[4:])[:, :, inputs.slot_mapping] = 100.0
     before = model.kv_cache.kv.clone()
-    fused = model.fused_forward(**inputs).clone()
+    fused = model.fused_forward(inputs).clone()
     fused_kv = model.kv_cache.kv.clone()
     model.kv_cache.kv.copy_(before)
-    out = decoder(**inputs)
+    out = decoder(inputs)
     decoder.check_error()
     assert rel_err(out, fused) <= logit_tolerance(model)
     assert torch.equal((model.kv_cache.kv != before).any(-1), (fused_kv != before).any(-1))
@@ -263,18 +261,18 @@ def test_graph_replay_equals_eager_per_bucket_and_kv_canary_on_cuda(gpu_setup):
 @pytest.mark.parametrize("batch", [1, 2, 4, 8])
 def test_25_calls_are_bit_identical_on_cuda(gpu_setup, batch):
     model, rows, decoder = gpu_setup
-    inputs = rows.head(batch).as_dict()  # every call re-decodes the same token into the same slot
-    first = decoder(**inputs).clone()
-    assert all(torch.equal(decoder(**inputs), first) for _ in range(24))
+    inputs = rows.head(batch)  # every call re-decodes the same token into the same slot
+    first = decoder(inputs).clone()
+    assert all(torch.equal(decoder(inputs), first) for _ in range(24))
     decoder.check_error()
 
 
 @cuda
 def test_1000_steps_without_a_hang_or_an_error_on_cuda(gpu_setup):
     model, rows, decoder = gpu_setup
-    inputs = rows.head(1).as_dict()
+    inputs = rows.head(1)
     for _ in range(1000):
-        decoder(**inputs)
+        decoder(inputs)
     torch.cuda.synchronize()
     decoder.check_error()
 
@@ -284,13 +282,13 @@ def test_a_grid_larger_than_co_resident_is_refused_on_cuda(gpu_setup):
     model, rows, _ = gpu_setup
     decoder = PersistentDecoder(model, PersistentConfig(programs_per_sm=8))
     with pytest.raises(ValueError, match="co-resident"):
-        decoder(**rows.head(1).as_dict())
+        decoder(rows.head(1))
 
 
 @cuda
 def test_trace_on_cuda_is_ordered_per_program(gpu_setup):
     model, rows, decoder = gpu_setup
-    decoder(**rows.head(1).as_dict(), trace=True)
+    decoder(rows.head(1), trace=True)
     torch.cuda.synchronize()
     stamps = decoder.trace_buffer.cpu()
     assert bool((stamps[:, :, 1] >= stamps[:, :, 0]).all()) and bool(

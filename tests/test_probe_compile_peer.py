@@ -34,9 +34,9 @@ def test_inductor_writes_the_kv_cache_in_place_and_matches_eager():
         twin = with_per_layer_cache(model)
         k_before, v_before = (t.clone() for t in twin.kv_cache.layer(0))
         with torch.no_grad():
-            eager = model.unfused_forward(**batch.as_dict())
+            eager = model.unfused_forward(batch)
             compiled = torch.compile(twin.unfused_forward, fullgraph=True)
-            out, codes = run_and_get_code(compiled, **batch.as_dict(), ops=COMPILE_OPS)
+            out, codes = run_and_get_code(compiled, batch, ops=COMPILE_OPS)
     finally:
         torch.set_num_threads(threads)
     torch.testing.assert_close(out, eager, rtol=1e-5, atol=1e-5)

@@ -9,8 +9,10 @@ import math
 
 import pytest
 import torch
+from padded_batch import pad_batch
 
 from gpu_probe import model as torch_ops
+from gpu_probe.decode_batch import DecodeBatch
 from gpu_probe.kernels import (
     fused_linear,
     fused_linear_reference,
@@ -433,10 +435,10 @@ def test_model_fused_step_equals_unfused_on_cuda(preset):
     ids = torch.tensor([1, 2, 3, 4], device="cuda")
     before = cache.kv.clone()
     reference.kv_cache.kv.copy_(before.float())
-    exact = reference.unfused_forward(ids, **inputs)
-    unfused = model.unfused_forward(ids, **inputs)
+    exact = reference.unfused_forward(DecodeBatch(ids, inputs))
+    unfused = model.unfused_forward(DecodeBatch(ids, inputs))
     cache.kv.copy_(before)
-    fused = model.fused_forward(ids, **inputs)
+    fused = model.fused_forward(DecodeBatch(ids, inputs))
     fused_err, unfused_err = rel_err(fused, exact), rel_err(unfused, exact)
     assert fused_err < 5e-2 and fused_err < 1.5 * unfused_err + 1e-2, (fused_err, unfused_err)
 
@@ -444,23 +446,24 @@ def test_model_fused_step_equals_unfused_on_cuda(preset):
 @cuda
 @pytest.mark.parametrize("preset", ["small", "1b"])
 def test_captured_fused_step_replays_like_eager_on_cuda(preset):
-    from gpu_probe.kv_cache import pad_decode_inputs
     from gpu_probe.model import ProbeModel
 
     model = ProbeModel(preset, device="cuda", num_blocks=1 + 8 * 40, fused=True)
     cache = model.kv_cache.fill_random_(2)
     seqs = [cache.add_sequence(n) for n in (500, 37, 260)]
-    inputs = pad_decode_inputs(cache.decode_inputs(seqs), 8, torch.tensor([5, 6, 7], device="cuda"), 16)
+    inputs = pad_batch(
+        DecodeBatch(torch.tensor([5, 6, 7], device="cuda"), **cache.decode_inputs(seqs)), 8, 16
+    )
     before = cache.kv.clone()
-    eager = model(**inputs)
+    eager = model(inputs)
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
-        model(**inputs)  # warm-up off the default stream, as capture requires
+        model(inputs)  # warm-up off the default stream, as capture requires
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        static_out = model(**inputs)
+        static_out = model(inputs)
     cache.kv.copy_(before)
     graph.replay()
     torch.cuda.synchronize()
@@ -477,21 +480,23 @@ def test_pdl_changes_timing_not_results_on_cuda(batch, preset):
 
     model = ProbeModel(preset, device="cuda", num_blocks=1 + batch * 40, fused=True)
     cache = model.kv_cache.fill_random_(3)
-    inputs = cache.decode_inputs([cache.add_sequence(300 + 40 * (i % 8)) for i in range(batch)])
-    inputs["input_ids"] = torch.arange(batch, device="cuda") + 7
+    ids = torch.arange(batch, device="cuda") + 7
+    inputs = DecodeBatch(
+        ids, **cache.decode_inputs([cache.add_sequence(300 + 40 * (i % 8)) for i in range(batch)])
+    )
     before = cache.kv.clone()
     model.pdl = False
-    plain = model(**inputs).clone()
+    plain = model(inputs).clone()
     plain_kv = cache.kv.clone()
     model.pdl = True
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
-        model(**inputs)
+        model(inputs)
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        static_out = model(**inputs)
+        static_out = model(inputs)
     cache.kv.copy_(before)
     for _ in range(3):  # back to back (each rewrites the same new slot): kernels start early inside each
         graph.replay()

@@ -62,11 +62,11 @@ def test_padding_points_at_scratch_and_outputs_match_eager(setup):
     out = runner.run(small, check=True)
     assert out.shape == (3, model.cfg.vocab) and runner.last_bucket == 4
     padded = runner.views(4)
-    assert padded["block_tables"][3].eq(SCRATCH_BLOCK).all()
-    assert int(padded["slot_mapping"][3]) // model.cfg.block_size == SCRATCH_BLOCK
-    assert int(padded["context_lens"][3]) == 1
-    assert torch.equal(padded["slot_mapping"][:3], small.slot_mapping)
-    ref = model(**small.as_dict())
+    assert padded.block_tables[3].eq(SCRATCH_BLOCK).all()
+    assert int(padded.slot_mapping[3]) // model.cfg.block_size == SCRATCH_BLOCK
+    assert int(padded.context_lens[3]) == 1
+    assert torch.equal(padded.slot_mapping[:3], small.slot_mapping)
+    ref = model(small)
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
 
 
@@ -75,7 +75,7 @@ def test_stale_rows_of_a_larger_batch_are_reset(setup):
     runner = GraphRunner(model, buckets=(8,), use_graphs=False)
     runner.run(batch.head(8))
     runner.run(batch.head(2), check="before")  # rows 2..7 held real sequences a step ago
-    assert runner.views(8)["block_tables"][2:].eq(SCRATCH_BLOCK).all()
+    assert runner.views(8).block_tables[2:].eq(SCRATCH_BLOCK).all()
 
 
 def test_above_largest_bucket_runs_eager(setup):
@@ -84,7 +84,7 @@ def test_above_largest_bucket_runs_eager(setup):
     out = runner.run(batch.head(5))
     assert out.shape[0] == 5 and runner.last_eager_fallback and runner.last_bucket is None
     assert out.data_ptr() != runner.static_logits.data_ptr()  # not squeezed into the 2-row buffer
-    torch.testing.assert_close(out, model(**batch.head(5).as_dict()), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out, model(batch.head(5)), rtol=1e-5, atol=1e-5)
 
 
 def test_logits_land_in_one_static_buffer_sized_for_the_largest_bucket(setup):
@@ -95,7 +95,7 @@ def test_logits_land_in_one_static_buffer_sized_for_the_largest_bucket(setup):
     assert runner.static_buffer_bytes == runner.static_input_bytes + runner.static_logits_bytes
     out = runner.run(batch.head(3))
     assert out.shape == (3, model.cfg.vocab) and out.data_ptr() == runner.static_logits.data_ptr()
-    torch.testing.assert_close(out, model(**batch.head(3).as_dict()), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out, model(batch.head(3)), rtol=1e-5, atol=1e-5)
     first = out.clone()
     again = runner.run(batch.head(1))  # the next run overwrites the buffer: callers clone what they keep
     assert again.data_ptr() == out.data_ptr() and torch.equal(out[:1], again)
@@ -119,7 +119,7 @@ def test_fused_runner_keeps_its_widest_activations_in_a_static_workspace():
         == runner.static_input_bytes + runner.static_logits_bytes + runner.workspace_bytes
     )
     out = runner.run(batch.head(3), check=True)
-    torch.testing.assert_close(out, model(**batch.head(3).as_dict()), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out, model(batch.head(3)), rtol=1e-5, atol=1e-5)
     checks = check_graph_vs_eager(runner, model, batch)  # bit-exact with the workspace-free eager step
     assert checks["graph_vs_eager"]["passed"] and checks["kv_canary"]["passed"]
     assert (
@@ -156,9 +156,9 @@ def test_canary_catches_the_write_and_the_output_changes(setup):
         victim_slot = int(small.block_tables[0, 0]) * model.cfg.block_size
         assert victim_slot in err.value.slots
         # What a user would see: sequence 0 now attends over a garbage first token.
-        corrupted = model(**small.as_dict()).clone()
+        corrupted = model(small).clone()
         cache.kv.copy_(saved)
-        clean = model(**small.as_dict())
+        clean = model(small)
         assert not torch.allclose(corrupted[0], clean[0])
         torch.testing.assert_close(corrupted[1:], clean[1:])  # the others are untouched
     finally:
@@ -200,7 +200,8 @@ def test_invalid_arguments(setup):
 
 
 def test_run_checks_pass_on_cpu_and_catch_the_bug(setup):
-    from gpu_probe.measure import check_graph_vs_eager, check_padding_assertion
+    from gpu_probe.measure import check_graph_vs_eager
+    from gpu_probe.padding import check_padding_assertion
 
     model, batch = setup
     runner = GraphRunner(model, buckets=(1, 2, 4, 8, 16, 24), use_graphs=False)
@@ -233,5 +234,5 @@ def test_compile_peer_twin_has_one_cache_buffer_per_layer(setup):
         k, v = twin.kv_cache.layer(i)
         assert k.data_ptr() != model.kv_cache.layer(i)[0].data_ptr()
         assert torch.equal(k, model.kv_cache.layer(i)[0]) and torch.equal(v, model.kv_cache.layer(i)[1])
-    rows = batch.head(3).as_dict()
-    torch.testing.assert_close(twin.unfused_forward(**rows), model.unfused_forward(**rows))
+    rows = batch.head(3)
+    torch.testing.assert_close(twin.unfused_forward(rows), model.unfused_forward(rows))

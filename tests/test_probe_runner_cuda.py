@@ -52,7 +52,7 @@ def test_graph_equals_eager_per_bucket_and_canary_quiet(setup):
 
 
 def test_padding_assertion_with_graphs(setup):
-    from gpu_probe.measure import check_padding_assertion
+    from gpu_probe.padding import check_padding_assertion
 
     model, batch, runner = setup
     pad = check_padding_assertion(runner, batch)["padding_assertion"]
@@ -72,7 +72,7 @@ def test_profiled_graph_step_has_one_launch_and_all_kernels(setup):
 
     model, batch, runner = setup
     rows = batch.head(3)
-    eager = profile_step(lambda: runner.eager(**runner.views(4)), label="eager")
+    eager = profile_step(lambda: runner.eager(runner.views(4)), label="eager")
     graph = profile_step(lambda: runner.run(rows), label="graph")
     assert graph.graph_launches == 1 and graph.timeline.metrics().launches == 1
     # The replayed kernels are in the trace: as many as an eager step at the same bucket, plus input copies.

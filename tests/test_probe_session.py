@@ -3,81 +3,36 @@ timed taking turns with the steps given beside them, the host's speed sampled be
 profiled and checkpointed; a step that fails is an error of the run, not the end of it. And the host
 speed index's arithmetic (gpu_probe/host_speed.py), with the real thing on a GPU (marked)."""
 
+import probe_sessions
 import pytest
 import torch
 from probe_results import host_block
+from probe_sessions import empty_result
 
 from core.probe_result import parse_host
 from gpu_probe import host_speed, measure
-from gpu_probe import session as session_module
 from gpu_probe.config import get_config
-from gpu_probe.decode_batch import make_batch
-from gpu_probe.model import ProbeModel
-
-
-class FakeHostSpeed:
-    def __init__(self):
-        self.whens = []
-
-    def sample(self, when):
-        self.whens.append(when)
-        return {"torch_launch_us": {"median": 6.0}, "graph_fixed_us": 4.0, "graph_per_node_us": 0.02}
-
-    def block(self):
-        return {"samples": list(self.whens)}
-
-    def close(self):
-        pass
 
 
 def a_session(fail_at=None):
-    """A ProbeSession over the tiny model on the CPU (plain PyTorch ops), without graphs or a compile peer;
-    its eager step raises at batch `fail_at`."""
-    session = object.__new__(session_module.ProbeSession)
-    cfg = get_config("tiny")
-    model = ProbeModel(cfg, num_blocks=1 + 4 * -(-cfg.prefill_len // cfg.block_size))
-    model.kv_cache.fill_random_(seed=1)
-    session.cfg, session.model, session.batch = cfg, model, make_batch(model, 4, seed=2)
-    session.num_blocks, session.rows, session.buckets = model.kv_cache.num_blocks, 4, [1, 2, 4]
-    session.errors, session.checks, session.captures, session.runners, session.static = [], {}, [], {}, {}
-    session.peer = session.persistent = None
-    session.model_info = {"config": cfg.to_dict()}
-    eager = session._eager
+    """A ProbeSession over the tiny model on the CPU (tests/probe_sessions.py); its eager step raises at batch
+    `fail_at`."""
+    session = probe_sessions.a_session()
+    forward = session.model.forward
 
-    def failing(inputs, fused):
-        if inputs["input_ids"].shape[0] == fail_at:
+    def failing(batch, *args):
+        if batch.size == fail_at:
             raise RuntimeError("CUDA out of memory (stand-in)")
-        return eager(inputs, fused)
+        return forward(batch, *args)
 
-    session._eager = failing
+    session.model.forward = failing
     return session
 
 
 @pytest.fixture
 def stand_ins(monkeypatch):
     """The GPU-only parts of measuring: the profiler and the host speed index."""
-    profiled, hosts = [], []
-
-    def profile_step(step, label, trace_path=None):
-        profiled.append(label)
-        step()
-        return label
-
-    def run_record(mode, batch, timing, traced, n_layers, bucket=None, fallback=False):
-        return {"mode": mode, "batch": batch, "profiled": traced, **timing}
-
-    def host():
-        hosts.append(FakeHostSpeed())
-        return hosts[-1]
-
-    monkeypatch.setattr(measure, "profile_step", profile_step)
-    monkeypatch.setattr(measure, "run_record", run_record)
-    monkeypatch.setattr(host_speed, "HostSpeed", host)
-    return profiled, hosts
-
-
-def empty_result() -> dict:
-    return {"runs": [], "captures": [], "checks": {}, "errors": [], "settings": {}}
+    return probe_sessions.stand_in(monkeypatch)
 
 
 def test_every_step_is_timed_in_the_same_rounds_then_profiled(stand_ins):

@@ -22,8 +22,9 @@ import torch.distributed as dist
 from gpu_probe.config import get_config
 from gpu_probe.decode_batch import make_batch
 from gpu_probe.graph_runner import GraphRunner
-from gpu_probe.measure import check_graph_vs_eager, check_padding_assertion
+from gpu_probe.measure import check_graph_vs_eager
 from gpu_probe.model import ProbeModel
+from gpu_probe.padding import check_padding_assertion
 from gpu_probe.tensor_parallel import TensorParallelModel, check_sharded_vs_unsharded, check_tp, shard_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,7 +121,7 @@ def test_default_all_reduce_is_torch_distributed():
         make_batch(shard, 1)
         shard.load_kv_shard(base.kv_cache.kv)
         with torch.no_grad():
-            assert torch.allclose(shard(**batch.as_dict()), base(**batch.as_dict()), rtol=1e-5, atol=1e-5)
+            assert torch.allclose(shard(batch), base(batch), rtol=1e-5, atol=1e-5)
     finally:
         dist.destroy_process_group()
 

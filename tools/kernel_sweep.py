@@ -230,16 +230,16 @@ def step_sweep(presets, batches, deadline: float) -> list:
             if time.monotonic() - START > deadline:
                 say(f"deadline: step sweep stopped before {preset} batch {batch}")
                 return out
-            inputs = {name: value[:batch] for name, value in every.items()}
+            inputs = every.head(batch)
             before = model.kv_cache.kv.clone()
             row = {"preset": preset, "batch": batch}
             try:
                 model.fused = True
-                eager = model(**inputs).clone()
+                eager = model(inputs).clone()
                 held = {}
 
                 def fused_step():
-                    held["logits"] = model(**inputs)
+                    held["logits"] = model(inputs)
 
                 model.kv_cache.kv.copy_(before)
                 graph = capture(fused_step)
@@ -251,21 +251,21 @@ def step_sweep(presets, batches, deadline: float) -> list:
                 row["fused_graph_us"] = replay_us(graph, 1, reps=60)
                 del graph
                 model.fused = False
-                graph = capture(lambda: model(**inputs))
+                graph = capture(lambda: model(inputs))
                 row["unfused_graph_us"] = replay_us(graph, 1, reps=30)
                 del graph
                 if batch in (1, 64, 128, 256):
-                    row["unfused_kernels"] = count_kernels(lambda: model(**inputs))
-                    row["unfused_names"] = kernel_names(lambda: model(**inputs))[:40]
+                    row["unfused_kernels"] = count_kernels(lambda: model(inputs))
+                    row["unfused_names"] = kernel_names(lambda: model(inputs))[:40]
                     model.fused = True
-                    row["fused_kernels"] = count_kernels(lambda: model(**inputs))
-                    row["fused_names"] = kernel_names(lambda: model(**inputs))[:16]
+                    row["fused_kernels"] = count_kernels(lambda: model(inputs))
+                    row["fused_names"] = kernel_names(lambda: model(inputs))[:16]
                 model.fused = True
                 if 1 < batch <= linear.GEMV_MAX_ROWS:  # the tensor-core tile in the GEMV's place
                     saved, linear.GEMV_MAX_ROWS = linear.GEMV_MAX_ROWS, 1
                     linear._tile_config.cache_clear()
                     try:
-                        graph = capture(lambda: model(**inputs))
+                        graph = capture(lambda: model(inputs))
                         row["fused_graph_us_tile_not_gemv"] = replay_us(graph, 1, reps=60)
                         del graph
                     finally:
@@ -334,7 +334,7 @@ def reference_and_compile(preset: str) -> dict:
         peer = CompilePeer(model)
         out["compile_s"] = peer.warm(batch)
         out["compile_check"] = peer.check()["compile_cudagraphs"]["passed"]
-        ref = model.unfused_forward(**batch.as_dict())
+        ref = model.unfused_forward(batch)
         got = peer(batch)
         out["compile_rel_err"] = float((got.float() - ref.float()).norm() / ref.float().norm())
     except Exception:

@@ -66,11 +66,11 @@ DEFAULT_VARIANTS = (
 )
 
 
-def poison_written_slots(model, inputs: dict) -> None:
+def poison_written_slots(model, inputs) -> None:
     """Set the slots a step writes to a value no step computes, so every write shows as a change."""
     kv = model.kv_cache.kv
     flat = kv.view(kv.shape[0], 2, kv.shape[2] * kv.shape[3], *kv.shape[4:])
-    slots = inputs["slot_mapping"]
+    slots = inputs.slot_mapping
     flat[:, :, slots[slots >= 0]] = 100.0
 
 
@@ -192,7 +192,7 @@ class Preset:
         """One eager step per bucket: compiles (or loads) each kernel and checks its grid fits."""
         for b in BATCHES:
             t = time.perf_counter()
-            self.decoder(**self.batch.head(b).as_dict())
+            self.decoder(self.batch.head(b))
             torch.cuda.synchronize()
             self.run.say(f"  {self.name} b{b}: first call {time.perf_counter() - t:.1f} s")
         self.decoder.check_error()
@@ -209,13 +209,13 @@ class Preset:
 
         model, tol, rows = self.model, logit_tolerance(self.model), []
         for b in range(1, 9):
-            inputs = self.batch.head(b).as_dict()
+            inputs = self.batch.head(b)
             poison_written_slots(model, inputs)
             before = model.kv_cache.kv.clone()
-            fused = model.fused_forward(**inputs).clone()
+            fused = model.fused_forward(inputs).clone()
             fused_kv = model.kv_cache.kv.clone()
             model.kv_cache.kv.copy_(before)
-            out = self.decoder(**inputs).clone()
+            out = self.decoder(inputs).clone()
             same_slots = torch.equal((model.kv_cache.kv != before).any(-1), (fused_kv != before).any(-1))
             kv_err = rel_err(model.kv_cache.kv, fused_kv)
             model.kv_cache.kv.copy_(before)
@@ -246,8 +246,8 @@ class Preset:
     def check_determinism(self) -> None:
         rows = []
         for b in BATCHES:
-            inputs = self.batch.head(b).as_dict()
-            outs = {self.decoder(**inputs).view(torch.int16).cpu().numpy().tobytes() for _ in range(25)}
+            inputs = self.batch.head(b)
+            outs = {self.decoder(inputs).view(torch.int16).cpu().numpy().tobytes() for _ in range(25)}
             rows.append({"batch": b, "distinct": len(outs)})
         self.decoder.check_error()
         passed = all(r["distinct"] == 1 for r in rows)
@@ -325,9 +325,9 @@ class Preset:
     def trace(self) -> None:
         from gpu_probe.kernels.persistent_trace import read_trace
 
-        inputs = self.batch.head(1).as_dict()
+        inputs = self.batch.head(1)
         for _ in range(5):
-            self.decoder(**inputs, trace=True)
+            self.decoder(inputs, trace=True)
         torch.cuda.synchronize()
         self.decoder.check_error()
         trace = read_trace(self.decoder.trace_buffer, self.decoder.phases)

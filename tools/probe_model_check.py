@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch
 
 from gpu_probe.config import get_config
+from gpu_probe.decode_batch import DecodeBatch
 from gpu_probe.model import ProbeModel
 
 
@@ -50,13 +51,12 @@ def hbm_copy_GBps() -> float:
     return 2 * src.numel() / us / 1e3
 
 
-def make_inputs(model: ProbeModel, batch: int) -> dict:
+def make_inputs(model: ProbeModel, batch: int) -> DecodeBatch:
     cache = model.kv_cache
     seqs = [cache.add_sequence(model.cfg.prefill_len) for _ in range(batch)]
-    inputs = cache.decode_inputs(seqs)
     gen = torch.Generator(device="cuda").manual_seed(batch)
-    inputs["input_ids"] = torch.randint(0, model.cfg.vocab, (batch,), generator=gen, device="cuda")
-    return inputs
+    ids = torch.randint(0, model.cfg.vocab, (batch,), generator=gen, device="cuda")
+    return DecodeBatch(ids, **cache.decode_inputs(seqs))
 
 
 def capture_with_output(fn):
@@ -213,10 +213,10 @@ def sweep_attention(rows: list, model: ProbeModel) -> None:
         k_cache, v_cache = model.kv_cache.layer(0)
         args = (
             qkv,
-            inputs["positions"],
-            inputs["block_tables"],
-            inputs["slot_mapping"],
-            inputs["context_lens"],
+            inputs.positions,
+            inputs.block_tables,
+            inputs.slot_mapping,
+            inputs.context_lens,
             k_cache,
             v_cache,
             model.rope_cos,
@@ -257,7 +257,7 @@ def measure_paths(model, two_layer, batch: int, floor_us: float, table, breakdow
     small_inputs = make_inputs(two_layer, batch)
     for fused in (False, True):
         forward = model.fused_forward if fused else model.unfused_forward
-        step = lambda: forward(**inputs)  # noqa: E731
+        step = lambda: forward(inputs)  # noqa: E731
         eager_us = cuda_time_us(step, 20)
         torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -270,7 +270,7 @@ def measure_paths(model, two_layer, batch: int, floor_us: float, table, breakdow
         kernel_breakdown(graph.replay, f"{'fused' if fused else 'unfused'} graph B={batch}", breakdown)
         k32 = count_kernels(step)
         k2 = count_kernels(
-            lambda: (two_layer.fused_forward if fused else two_layer.unfused_forward)(**small_inputs)
+            lambda: (two_layer.fused_forward if fused else two_layer.unfused_forward)(small_inputs)
         )
         per_layer = (k32 - k2) / 30
         name = "fused" if fused else "unfused"
@@ -302,10 +302,10 @@ def measure_compile(model, floor_us: float, table, record) -> None:
     compiled = torch.compile(model.unfused_forward, mode="reduce-overhead", fullgraph=True)
     t0 = time.perf_counter()
     for _ in range(3):
-        compiled(**inputs)
+        compiled(inputs)
     torch.cuda.synchronize()
     compile_s = time.perf_counter() - t0
-    us = cuda_time_us(lambda: compiled(**inputs), 100)
+    us = cuda_time_us(lambda: compiled(inputs), 100)
     skips = dict(counters["inductor"]).get("cudagraph_skips", 0)
     table.append(
         f"compile  B=1    reduce-overhead {us:7.1f} us = {us / floor_us:4.2f}x floor, "

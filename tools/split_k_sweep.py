@@ -104,7 +104,7 @@ def step_compare(presets, batches, deadline: float) -> list:
             if time.monotonic() > deadline:
                 say(f"deadline: step comparison stopped before {preset} batch {batch}")
                 return out
-            inputs = {name: value[:batch] for name, value in every.items()}
+            inputs = every.head(batch)
             before = model.kv_cache.kv.clone()
             row = {"preset": preset, "batch": batch}
             saved, table = linear.SPLIT_K_MAX, dict(linear.SPLITS)
@@ -116,11 +116,11 @@ def step_compare(presets, batches, deadline: float) -> list:
                     linear.SPLITS.update(splits)
                     linear._tile_config.cache_clear()
                     model.kv_cache.kv.copy_(before)
-                    eager = model(**inputs).clone()
+                    eager = model(inputs).clone()
                     held = {}
 
                     def step():
-                        held["logits"] = model(**inputs)
+                        held["logits"] = model(inputs)
 
                     model.kv_cache.kv.copy_(before)
                     graph = capture(step)

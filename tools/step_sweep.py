@@ -111,7 +111,7 @@ class Bench:
     def compare(self, batch: int, variants: list[dict], tag: str) -> list[float | None]:
         """Median step time of each variant (None where it failed or replays differ from eager)."""
         inputs = self.inputs[batch]
-        step = lambda: self.model.fused_forward(**inputs)  # noqa: E731
+        step = lambda: self.model.fused_forward(inputs)  # noqa: E731
         graphs = []
         for v in variants:
             apply(self.model, v)
@@ -188,7 +188,7 @@ def input_load_ab(model: ProbeModel, bench: Bench) -> None:
 
     def per_input_load(b, bucket):
         for name in INPUT_NAMES:
-            runner.static[name][: b.size].copy_(getattr(b, name), non_blocking=True)
+            getattr(runner.static, name)[: b.size].copy_(getattr(b, name), non_blocking=True)
 
     def run_with(load):
         def step():
@@ -279,7 +279,7 @@ def main(argv=None) -> int:
         bench.compare(1, [dict(), chosen], "attention skipped")
     finally:
         kernels.paged_decode_attention = attention
-    graph, _ = capture_with_output(lambda: model.fused_forward(**bench.inputs[1]))
+    graph, _ = capture_with_output(lambda: model.fused_forward(bench.inputs[1]))
     kernel_breakdown(graph.replay, "B=1 default tiles", bench.lines)
     print("\n==== step sweep summary ====")
     print("\n".join(bench.lines))

@@ -85,10 +85,6 @@ class HostRecord:
     launch_call_us: float = float("nan")
     launch_calls: int = 0
 
-    def totals(self) -> dict[str, int]:
-        """The step's recorded events by kind (EVENT_KINDS)."""
-        return dict(zip(EVENT_KINDS, self.counts.sum(axis=0).tolist()))
-
 
 def count_events(trace: Trace, thread: int, start, end) -> tuple[np.ndarray, np.ndarray]:
     """The events the profiler recorded on `thread` (an index into `trace.threads`) in each [start, end) (trace µs):

@@ -38,14 +38,12 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 from gpu_probe.kernels import launch
 
 GEMV_MAX_ROWS = 4  # above this the 3-D broadcast of the GEMV costs more registers than it saves
-# Above this the fused step's GEMMs are cuBLAS's (`wide_step` in gpu_probe.model): at 128 and 256 rows the
-# tile lost to cuBLAS by 1.3-2.5x per GEMM on the H200 (the 1b LM head 435 against ~190 µs of FLOPs), and
-# graph replays stopped being bit-identical to eager steps (tools/kernel_sweep.py, 2026-12-06).
+# Above this the fused step's GEMMs are cuBLAS's (`wide_step` in gpu_probe.model): there the tile lost to cuBLAS
+# and its graph replays stopped being bit-identical to eager steps (kernels/NOTES.md, "linear.py's constants").
 TILE_MAX_ROWS = 64
-# (n_out, k, swiglu) -> (weight rows per program, warps) for the 1b preset's projections at batch <= 2,
-# from `tools/step_sweep.py --preset 1b` on the H200 (whole step 883 -> 805 µs at batch 1, 1041 -> 990 at
-# batch 2; at batch 4 these lost, 1435 -> 1590, so the rule below keeps batches 3-4). The small preset's
-# shapes have other K and never match.
+# (n_out, k, swiglu) -> (weight rows per program, warps) for the 1b preset's projections at batch <= 2, where
+# they beat the rule's (at batch 4 they lost, so the rule keeps batches 3-4; kernels/NOTES.md). The small
+# preset's shapes have other K and never match.
 GEMV_TILES_1B = {(3072, 2048, False): (2, 1), (8192, 2048, True): (2, 1), (2048, 8192, False): (4, 4)}
 # Shapes the tensor-core kernel runs unpipelined (num_stages=1), each (n_out, k, swiglu). The previous
 # tile (x rows on the MMA's wide side, W loaded K-major into a transposed tile) gave different bits from
@@ -53,9 +51,8 @@ GEMV_TILES_1B = {(3072, 2048, False): (2, 1), (8192, 2048, True): (2, 1), (2048,
 # `tools/kernel_sweep.py` checks each candidate tile of this kernel for that before it is chosen.
 UNPIPELINED: frozenset[tuple[int, int, bool]] = frozenset()
 # (n_out, k, swiglu, batch tile) -> (weight rows per program, BLOCK_K, warps, stages): the fastest tile of
-# `tools/kernel_sweep.py` on the H200 (2026-12-06) that gave the same bits five times over, for both presets'
-# GEMMs at 16, 32 and 64 rows. 64 weight rows with K tiles of 256 streamed W 2-4x faster than the narrow tiles
-# the rule picks to give every SM a program (1b QKV at 8 rows: 7.3 against 32.6 µs).
+# `tools/kernel_sweep.py` that gave the same bits five times over, for both presets' GEMMs at 16, 32 and 64 rows:
+# wide tiles stream W faster than the narrow ones the rule picks to give every SM a program (kernels/NOTES.md).
 TILES: dict[tuple[int, int, bool, int], tuple[int, int, int, int]] = {
     (1024, 1024, False, 16): (64, 256, 4, 3),
     (1024, 1024, False, 32): (64, 256, 4, 3),
@@ -91,10 +88,9 @@ TILES: dict[tuple[int, int, bool, int], tuple[int, int, int, int]] = {
 TILE_PDL = True
 SMEM_BUDGET = 160 * 1024  # bytes of pipelined tiles a tensor-core program may stage (of ~228 KB on Hopper)
 SPLIT_K_MAX = 8  # more splits than this and the partials' traffic starts to count against what they save
-# (n_out, k, swiglu, batch tile) -> splits where `tools/split_k_sweep.py` on the H100 (2026-12-06) found
-# another count than the rule's (`split_k`) over 3 % faster per launch. In the whole 1b step at batch 8 the
-# rule's splits took 1,613 -> 1,309 µs, at 64 1,841 -> 1,695; the small preset's step at 64 lost with them
-# (2,779 -> 3,044), its QKV and O unsplit and its down in 4 are this table's answer to that.
+# (n_out, k, swiglu, batch tile) -> splits where `tools/split_k_sweep.py` found another count than the rule's
+# (`split_k`) over 3 % faster per launch; the small preset's QKV and O unsplit and its down in 4 are where the
+# rule's splits lost in the whole step (kernels/NOTES.md).
 SPLITS: dict[tuple[int, int, bool, int], int] = {
     (1024, 1024, False, 64): 1,
     (1024, 2816, False, 64): 4,

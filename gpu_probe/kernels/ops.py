@@ -6,8 +6,8 @@ are the same four, in Triton, so the probe's unfused layer is the chapter's per-
 its inputs from HBM and writes its output back, and nothing is merged. `gpu_probe.kernels.linear` and
 `attention` hold the fused kernels that merge them.
 
-Each kernel has a plain-PyTorch reference with the same rounding points (the model dtype after each
-op), used on machines without Triton and by the tests.
+Each kernel has a plain-PyTorch twin with the same rounding points (the model dtype after each op):
+`gpu_probe.model.TORCH_OPS`, which runs on machines without Triton and which the tests compare with.
 """
 
 from __future__ import annotations
@@ -233,36 +233,3 @@ def _silu_mul_plan(gate, up, out) -> launch.Launch:
     return launch.Launch(
         _silu_mul_kernel, (m, triton.cdiv(n, block)), args, {"BLOCK": block}, slots=(0, 1, 2)
     )
-
-
-# ---- plain-PyTorch references (the model dtype after each op, as the kernels round) ------------------
-def rms_norm_reference(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    x32 = x.float()
-    normed = (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
-    return weight * normed
-
-
-def rope_reference(
-    x: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_dim: int
-) -> torch.Tensor:
-    """x[M, H * D] rotated (rotate-half) at each row's position, in x's dtype."""
-    m = x.shape[0]
-    heads = x.float().view(m, -1, head_dim)
-    half = head_dim // 2
-    c, s = cos[positions][:, None, :].float(), sin[positions][:, None, :].float()
-    lo, hi = heads[..., :half], heads[..., half:]
-    return torch.cat([lo * c - hi * s, hi * c + lo * s], dim=-1).reshape(m, -1).to(x.dtype)
-
-
-def write_kv_reference(k, v, slot_mapping, k_cache, v_cache) -> None:
-    """The write as an index_put_ at (block, offset) of the cache tensors themselves (padded rows: the
-    scratch block's slot 0), the pattern torch.compile turns into a scatter of the batch's rows."""
-    block_size = k_cache.shape[1]
-    slots = slot_mapping.clamp(min=0)
-    blocks, offsets = slots // block_size, slots % block_size
-    k_cache[blocks, offsets] = k.view(k.shape[0], *k_cache.shape[2:])
-    v_cache[blocks, offsets] = v.view(v.shape[0], *v_cache.shape[2:])
-
-
-def silu_mul_reference(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
-    return (torch.nn.functional.silu(gate.float()) * up.float()).to(gate.dtype)

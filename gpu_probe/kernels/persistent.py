@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import torch
 import triton
 
+from gpu_probe.decode_batch import DecodeBatch
 from gpu_probe.kernels.attention import LOG2E
 from gpu_probe.kernels.persistent_kernel import STATE_ERROR, STATE_WORDS, _decode_step_kernel
 
@@ -325,8 +326,7 @@ def precompile_in_workers(preset: str, batches, num_blocks: int, programs: int, 
 class PersistentDecoder:
     """A ProbeModel's decode step as one persistent kernel launch: call it like the model.
 
-    decoder(input_ids, positions, block_tables, slot_mapping, context_lens, logits_out=None, trace=False)
-    -> logits [B, vocab]. Static buffers (workspace, the barrier state) are allocated here, once, so a
+    decoder(batch, logits_out=None, trace=False) -> logits [B, vocab], for a `DecodeBatch` of B rows. Static buffers (workspace, the barrier state) are allocated here, once, so a
     call allocates nothing but an eager call's logits and can be captured in a CUDA graph. Holds its own
     per-layer stacked copies of the fused path's packed weights (`repack()` after editing the model's).
     Batches above MAX_ROWS run the model's fused path (`last_fallback` says so).
@@ -407,36 +407,29 @@ class PersistentDecoder:
     @torch.no_grad()
     def __call__(
         self,
-        input_ids,
-        positions,
-        block_tables,
-        slot_mapping,
-        context_lens,
+        batch: DecodeBatch,
         logits_out: torch.Tensor | None = None,
         workspace: dict | None = None,
         trace: bool | torch.Tensor = False,
     ) -> torch.Tensor:
         """workspace: ignored (the decoder owns its buffers; the graph runner's signature passes one).
         trace: True (the decoder's own buffer, `trace_buffer`) or an int64 tensor [programs, phases, 3]."""
-        cfg, batch = self.cfg, input_ids.shape[0]
-        self.last_fallback = batch > MAX_ROWS
+        cfg, rows, block_tables = self.cfg, batch.size, batch.block_tables
+        self.last_fallback = rows > MAX_ROWS
         if self.last_fallback:
-            return self.model.fused_forward(
-                input_ids, positions, block_tables, slot_mapping, context_lens, logits_out
-            )
+            return self.model.fused_forward(batch, logits_out)
         if logits_out is None:
-            logits_out = torch.empty((batch, cfg.vocab), dtype=self.dtype, device=self.device)
-        elif tuple(logits_out.shape) != (batch, cfg.vocab) or logits_out.stride(1) != 1:
-            raise ValueError(f"logits_out must be [{batch}, {cfg.vocab}] with contiguous rows")
+            logits_out = torch.empty((rows, cfg.vocab), dtype=self.dtype, device=self.device)
+        elif tuple(logits_out.shape) != (rows, cfg.vocab) or logits_out.stride(1) != 1:
+            raise ValueError(f"logits_out must be [{rows}, {cfg.vocab}] with contiguous rows")
         if block_tables.stride(1) != 1:
             raise ValueError("block_tables must have contiguous rows")
         trace_buffer = self._trace_buffer(trace)
-        lay = self.layout(batch)
+        lay = self.layout(rows)
         kv = self.kv_cache.kv  # [layer, K|V, block, slot_in_block, kv_head, head_dim]
-        inputs = (input_ids, positions, block_tables, slot_mapping, context_lens)
-        tensors = self._tensors(inputs, logits_out, trace_buffer)
+        tensors = self._tensors(batch, logits_out, trace_buffer)
         scalars = launch_scalars(
-            cfg, self.config, batch, tuple(kv.stride()), block_tables.stride(0), logits_out.stride(0)
+            cfg, self.config, rows, tuple(kv.stride()), block_tables.stride(0), logits_out.stride(0)
         )
         args = kernel_args(tensors, scalars)
         kwargs = self._constexprs(lay, trace_buffer is not None)
@@ -448,15 +441,16 @@ class PersistentDecoder:
         _decode_step_kernel[grid](*args, **kwargs)
         return logits_out
 
-    def _tensors(self, inputs: tuple, logits_out: torch.Tensor, trace_buffer: torch.Tensor | None) -> dict:
+    def _tensors(
+        self, batch: DecodeBatch, logits_out: torch.Tensor, trace_buffer: torch.Tensor | None
+    ) -> dict:
         """The kernel's tensor arguments by name: the step's inputs, the weights, the KV cache, the buffers."""
-        input_ids, positions, block_tables, slot_mapping, context_lens = inputs
         return {
-            "ids_ptr": input_ids,
-            "pos_ptr": positions,
-            "table_ptr": block_tables,
-            "slot_ptr": slot_mapping,
-            "ctx_ptr": context_lens,
+            "ids_ptr": batch.input_ids,
+            "pos_ptr": batch.positions,
+            "table_ptr": batch.block_tables,
+            "slot_ptr": batch.slot_mapping,
+            "ctx_ptr": batch.context_lens,
             "emb_ptr": self.model.tok_embeddings,
             "w_qkv_ptr": self.w_qkv,
             "w_o_ptr": self.w_o,

@@ -124,8 +124,8 @@ NAMES = tuple(f.name for f in FAMILIES)
 # ATen matmul (cuBLAS's heuristics and workspace), a Triton GEMM behind its wrapper (which allocates its output
 # and passes 13-17 arguments), the attention's wrapper (its outputs, the fp32 partials and the log-sum-exps, and
 # 20-odd arguments), the split merge that wrapper launches bare, and a one-op Triton kernel (a few tensors, no
-# tile choice). In the 1b run's profiled eager steps (2026-12-06, less the profiler's own cost per launch):
-# about 4.2, 0.24, 0.54, 1, 1.9, 0.5 and 0.8 × a GEMM's 30-37 µs.
+# tile choice). Their shares as a profiled run showed them: `sim.calibration.model.LAUNCH_SHARE_START`
+# (docs/calibration.md, "the model's constants").
 HOSTS = ("start", "aten", "cublas", "triton", "attention", "merge", "op")
 INDEX = {f.name: i for i, f in enumerate(FAMILIES)}
 MATMUL = (  # may be limited by the matrix rate

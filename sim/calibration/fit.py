@@ -221,8 +221,7 @@ def _fit_reads(points: list[Point], use: np.ndarray, theta: np.ndarray) -> tuple
     used = [p for p, u in zip(points, use) if u]
     # Between queued replayed kernels: as the unprofiled steps leave them (`Point.unprofiled_gap_us`), else as the
     # profiled ones show them (wider); not a kernel set's without node gaps: the persistent kernel's step, whose one
-    # gap is before its whole-GPU launch (12 µs on the 1b run at batch 8, where a fused + graph step's queued
-    # kernels are 0.4 µs apart).
+    # gap is before its whole-GPU launch, many times a node gap (docs/calibration.md, "the model's constants").
     gaps = np.array([p.unprofiled_gap_us for p in used])
     if not np.isfinite(gaps).any():
         profiled = [p.node_gaps for p in used if p.replays and not p.pdl_chain and p.probe.node_gaps]

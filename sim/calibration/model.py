@@ -59,10 +59,10 @@ INPUT_COPY = "multi_tensor_apply_kernel"  # torch._foreach_copy_ of a step's inp
 MEMSET = "Memset"  # a memset node, as the profiler names it: the driver then submits the graph in pieces
 
 # How much latency a kernel launched with PDL hides inside a graph, as a share of the GEMV's latency, before a run
-# shows it: on the H200 (gpu_probe/kernels/NOTES.md, run 3) PDL hid 1.6 µs a kernel on average of GEMVs whose
-# fitted latency was about 2 µs. The same µs for every PDL family (what overlaps is the launch and prologue, not
-# the kernel's own work), given as a share of the GEMV's so that the GEMV's hidden latency can reach all of it
-# smoothly: a fit of "latency - hidden µs, at least 0" sat on that kink, and where it stopped depended on the CPU.
+# shows it: most of it, as the H200 showed (docs/calibration.md, "the model's constants"). The same µs for every
+# PDL family (what overlaps is the launch and prologue, not the kernel's own work), given as a share of the
+# GEMV's so that the GEMV's hidden latency can reach all of it smoothly: a fit of "latency - hidden µs, at least
+# 0" sat on that kink, and where it stopped depended on the CPU.
 PDL_HIDDEN_PRIOR_SHARE = 0.8
 
 
@@ -77,9 +77,8 @@ class Param:
 
 
 # The families whose products run on CUDA cores, one FMA per two FLOPs plus a few instructions per byte streamed:
-# past a few rows their instructions, not the memory, set the pace (`sim.timing.kernel_us`'s issue rate). The
-# 1b persistent run (H200, 2026-12-03): the persistent kernel takes 864, 1,042, 1,721 and 3,153 µs at batch 1,
-# 2, 4 and 8, the GEMVs of its fused + graph step 2.4 times as long at batch 4 as at 1, with the same bytes.
+# past a few rows their instructions, not the memory, set the pace (`sim.timing.kernel_us`'s issue rate): their
+# time grows with the rows for the same bytes (docs/calibration.md, "the model's constants").
 ISSUE_BOUND = ("gemv", "persistent")
 ISSUE_START_GBps = 1e5  # where a fit starts: no instruction bound (bytes at 100 TB/s add nothing)
 
@@ -107,7 +106,7 @@ def _family_params() -> tuple[Param, ...]:
 
 
 # What each eager launch kind (`families.HOSTS`) costs the host as a share of a Triton GEMM's launch, where a fit
-# starts and what it keeps for a kind no profiled step shows: the 1b run's (2026-12-06; `families.HOSTS`).
+# starts and what it keeps for a kind no profiled step shows: a profiled 1b run's (docs/calibration.md).
 LAUNCH_SHARE_START = {"start": 4.2, "aten": 0.24, "cublas": 0.54, "attention": 1.9, "merge": 0.5, "op": 0.8}
 LAUNCH_SHARE_WHAT = {
     "start": "the step's first launch (the embedding, after the forward's own Python)",
@@ -164,11 +163,9 @@ def params_vector(params: dict) -> np.ndarray:
 def piece_ready_us(cost: GraphReplayCost, piece_nodes) -> np.ndarray:
     """When each node of a replay made in pieces can start: once the call has submitted its piece.
 
-    The driver submits a graph holding memset nodes in pieces, each ending before a memset node. In the runs of
-    2026-11-30 to 12-02 the unfused graph held one in every layer, and its first kernels started 0.2-0.5 ms
-    into a 1.3-2.6 ms call; in the runs of 2026-12-06 the only memset is cuBLAS's, before the 1b preset's LM
-    head above 64 rows, and those replays' first kernels start within 1.3 µs of the call's end, as the graphs'
-    without one do (`sim.timing.GraphReplayCost.ready_us` has a piece per node)."""
+    The driver submits a graph holding memset nodes in pieces, each ending before a memset node, so its first
+    kernels start during the call (what the runs showed: docs/calibration.md, "the model's constants";
+    `sim.timing.GraphReplayCost.ready_us` has a piece per node)."""
     return cost.input_copy_us + cost.launch_us + cost.per_node_host_us * np.asarray(piece_nodes, np.float64)
 
 
@@ -307,8 +304,8 @@ class Point:
         the kernels is the gaps between them. nan where that does not hold: a replay made in pieces (its
         nodes start during the call), a PDL chain (no gaps), a kernel set without node gaps (the persistent
         kernel: one node), an eager step.
-        The profiler widens the gaps it reads (its kernel records): 0.42 µs a gap profiled in every graph of
-        the runs of 2026-12-06, 0.27-0.37 µs so read off their unprofiled steps."""
+        The profiler widens the gaps it reads (its kernel records), so these are the narrower ones
+        (docs/calibration.md, "the model's constants")."""
         if (
             not self.replays
             or self.in_pieces
