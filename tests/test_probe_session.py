@@ -197,6 +197,9 @@ def test_the_host_index_assembles_a_block_the_result_format_accepts(monkeypatch)
     monkeypatch.setattr(host_speed.HostSpeed, "_capture", lambda self, nodes: Graph())
     speed = host_speed.HostSpeed(rounds=2, per_round=3, graph_per_round=2, device="cpu")
     assert set(speed.kinds) == {"torch_launch_us", "triton_launch_us"}  # no bound launcher in the interpreter
+    # The interpreter runs the kernel in Python: on a loaded 2-core machine one launch took over 10 ms, which
+    # the result format refuses as no host's launch. What this tests is the rounds, samples and pooling.
+    speed.kinds["triton_launch_us"] = lambda: None
     speed.sample("before")
     speed.sample("after")
     block = speed.block()
