@@ -106,7 +106,7 @@ def test_an_upload_becomes_the_trace_shown():
     [
         ("cpu.json.gz", (HF / "cpu_only_eager_sync.json.gz").read_bytes(), "CPU-only profile"),
         ("junk.json", b"\x00\x01 not json", "not a JSON trace|not UTF-8"),
-        ("cut.json.gz", gzip.compress(b'{"traceEvents": [{"ph": "X"}]}' * 50)[:60], "truncated|gzip"),
+        ("cut.json.gz", gzip.compress(b'{"traceEvents": [{"ph": "X"}]}' * 50, mtime=0)[:60], "truncated|gzip"),
         ("profile.nsys-rep.json", b"NSYS\x00" + bytes(range(200)), "Nsight Systems|not UTF-8|JSON"),
     ],
 )

@@ -435,10 +435,10 @@ def test_model_fused_step_equals_unfused_on_cuda(preset):
     ids = torch.tensor([1, 2, 3, 4], device="cuda")
     before = cache.kv.clone()
     reference.kv_cache.kv.copy_(before.float())
-    exact = reference.unfused_forward(DecodeBatch(ids, inputs))
-    unfused = model.unfused_forward(DecodeBatch(ids, inputs))
+    exact = reference.unfused_forward(DecodeBatch(ids, **inputs))
+    unfused = model.unfused_forward(DecodeBatch(ids, **inputs))
     cache.kv.copy_(before)
-    fused = model.fused_forward(DecodeBatch(ids, inputs))
+    fused = model.fused_forward(DecodeBatch(ids, **inputs))
     fused_err, unfused_err = rel_err(fused, exact), rel_err(unfused, exact)
     assert fused_err < 5e-2 and fused_err < 1.5 * unfused_err + 1e-2, (fused_err, unfused_err)
 
