@@ -179,7 +179,7 @@ def test_inductor_ranges_are_priced_apart_where_they_carry_shapes():
     only = ProfilerCost(0.0, 0.0, 0.0, triton_shapes_us=1.0, line_scale=0.0)  # counts the ranges with shapes
     for name, ranges in (("llama_compile_b1_shapes", 164), ("llama_compile_b1_default", 0)):
         (step,) = _steps(H200 / f"{name}.json.gz")
-        assert step.host.totals()["triton"] == 164
+        assert totals(step.host)["triton"] == 164
         assert only.host_us(step.host.counts, step.host.line_us, EVENT_KINDS).sum() == ranges
     (eager,) = _steps(H200 / "qwen2_eager_b4_shapes.json.gz")  # shapes, but no Inductor range
     assert only.host_us(eager.host.counts, eager.host.line_us, EVENT_KINDS).sum() == 0
