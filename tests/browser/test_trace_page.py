@@ -11,7 +11,7 @@ from core.trace import analyse
 
 pytestmark = pytest.mark.browser
 
-HF = Path(__file__).resolve().parents[1] / "data" / "hf"
+HF = Path(__file__).resolve().parents[2] / "data" / "traces" / "hf"
 
 
 def test_upload_a_trace_pick_a_step_and_see_lanes_readouts_and_the_what_if(page, app_url):
