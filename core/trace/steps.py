@@ -1,6 +1,6 @@
 """Where a trace's decode steps are: the launch calls of each, and its time 0.
 
-By the first rule that applies: the CPU range the caller names (`step_range`; the probe names `decode_step`);
+By the first rule that applies: the CPU range the caller names (`step_range`); the probe's `decode_step` ranges;
 the profiler's `ProfilerStep#N` ranges; one step per `cudaGraphLaunch` group; host synchronisation between
 steps; else the whole trace. The rule used is reported with the steps.
 """
@@ -49,12 +49,14 @@ def find_steps(trace: Trace, step_range: str | None = None) -> tuple[str, list[S
         if not windows:
             raise TraceError(f"{trace.name} has no CPU range named {step_range!r} with launches in it")
         return RULES["range"].format(name=step_range), windows
-    windows = _range_windows(trace, launches, PROFILER_STEP.match, numbered=True)
-    if windows:
-        return RULES["profiler"], windows
+    # The probe's own range before the profiler's: inside ProfilerStep#N it marks the step itself (time 0 at its
+    # start, as the probe's run reads it), so a probe trace reads the same however it arrives.
     windows = _range_windows(trace, launches, lambda n: n == STEP_ANNOTATION, numbered=False)
     if windows:
         return RULES["range"].format(name=STEP_ANNOTATION), windows
+    windows = _range_windows(trace, launches, PROFILER_STEP.match, numbered=True)
+    if windows:
+        return RULES["profiler"], windows
     if launches.is_graph.any():
         return RULES["graph"], _graph_windows(trace, launches)
     windows = _sync_windows(trace, launches)
