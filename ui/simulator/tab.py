@@ -497,7 +497,9 @@ def _bucket_note(plan: StepPlan) -> str:
 INTRO = (
     "**Try this:** at batch 1 with both toggles off, the GPU lane is striped with idle gaps: the step is bound "
     "by CPU launches. Switch on *Kernel fusion*, then *CUDA graphs*, and the bottleneck moves to the GPU; then "
-    "switch both off and slide the batch to 128: the kernels grow until they hide the launches by themselves."
+    "switch both off and slide the batch to 128: the kernels grow until they hide the launches by themselves. "
+    "One step time here, *Step time*: the modelled step from its first launch to its last kernel, which is also "
+    "each sequence's time per output token."
 )
 
 
@@ -521,7 +523,7 @@ def render() -> None:
         first_paint.report(once_shown=READOUT)
         _freeze_long_lived_objects("first screen")
     elif drawn:
-        sweep_view(model, hw, mode)
+        sweep_view(model, hw, mode, int(st.session_state.get("tp") or 1))
         fusion_view(model)
         _freeze_long_lived_objects("whole page")
 
