@@ -45,9 +45,8 @@ CALIBRATE_PARAMS: dict[str, tuple] = {
 }
 LOO_LABEL = "Median step-time error (leave-one-out)"
 STEP_TIME_TO_READ = (
-    "**Which step time to read:** the *leave-one-out* errors: each step's median time without the profiler, "
-    "predicted by a fit that never saw that step, which is how well the model predicts a step it was not given; "
-    "the lanes below are one profiled step of the run, drawn over the model's."
+    "**Which step time to read:** the *leave-one-out* errors: each step's median time, predicted by a fit that "
+    "never saw that step."
 )
 
 
@@ -195,10 +194,6 @@ def render() -> None:
     # fit below them (VIEWS), and the uploader last, so that at 1400 x 1000 the lanes are on the first screen.
     st.subheader("Calibrate the timing model to a measured run")
     st.markdown(STEP_TIME_TO_READ)
-    st.caption(
-        "Fit each kernel family's latency, bandwidth and matrix rate, the launch and replay costs and the node gap "
-        "to a probe run's profiled steps, then check how well the model predicts each step, left out of its fit."
-    )
     run_col, *columns = st.columns([3.4, 1.3, 1.1, 1.3], vertical_alignment="bottom")
     with run_col:
         result = _pick()

@@ -495,11 +495,9 @@ def _bucket_note(plan: StepPlan) -> str:
 
 
 INTRO = (
-    "**Try this:** at batch 1 with both toggles off, the GPU lane is striped with idle gaps: the step is bound "
-    "by CPU launches. Switch on *Kernel fusion*, then *CUDA graphs*, and the bottleneck moves to the GPU; then "
-    "switch both off and slide the batch to 128: the kernels grow until they hide the launches by themselves. "
-    "One step time here, *Step time*: the modelled step from its first launch to its last kernel, which is also "
-    "each sequence's time per output token."
+    "**Try this:** at batch 1 with both toggles off the GPU lane is striped with idle gaps, bound by CPU launches; "
+    "switch on *Kernel fusion*, then *CUDA graphs*, or slide the batch to 128. **Which step time to read:** "
+    "*Step time*, the only one here: first launch to last kernel, each sequence's time per output token."
 )
 
 

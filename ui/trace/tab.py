@@ -31,9 +31,8 @@ from ui.trace.whatif_view import WHATIFS, whatif_table, without_profiler
 
 NOTHING = "nothing"
 STEP_TIME_TO_READ = (
-    "**Which step time to read:** *Step time (no profiler)*, below the lanes, measured where the trace carries it "
-    "(the recorder's timing, or the probe's run) and else estimated: the readouts above are the step as traced, "
-    "which pays the profiler's own host cost in full wherever the host sets the pace."
+    "**Which step time to read:** *Step time (no profiler)*, below the lanes: the readouts here are the step as "
+    "traced, which pays the profiler's own host cost."
 )
 
 # URL key -> spec, read by ui.url_params before any widget. Trace titles are checked here, not there:
@@ -75,26 +74,10 @@ def _step_picker(report: reader.TraceReport, key: str) -> reader.TraceStep:
     if len(steps) == 1:
         return report.steps[0]
     help_text = f"{len(steps)} steps, found by {plain(report.rule)}."  # the rule names a range from the URL
-    position = {index: k + 1 for k, index in enumerate(steps)}  # shown counted from 1, as `step_label` does
     if len(steps) <= 12:
-        index = st.radio(
-            "Step",
-            list(steps),
-            key=key,
-            bind="query-params",
-            horizontal=True,
-            help=help_text,
-            format_func=lambda i: str(position[i]),
-        )
+        index = st.radio("Step", list(steps), key=key, bind="query-params", horizontal=True, help=help_text)
     else:
-        index = st.select_slider(
-            "Step",
-            list(steps),
-            key=key,
-            bind="query-params",
-            help=help_text,
-            format_func=lambda i: str(position[i]),
-        )
+        index = st.select_slider("Step", list(steps), key=key, bind="query-params", help=help_text)
     return steps[index]
 
 
@@ -255,11 +238,10 @@ def render() -> None:
     st.subheader("Your trace: your own model's decode steps, drawn the same way")
     st.markdown(STEP_TIME_TO_READ)
     st.caption(
-        "A torch.profiler trace of a decode loop, drawn as the page draws a step: one of the traces that ship with "
-        "the app (each labelled below with the GPU, date and command its files name), or yours (upload it at the "
-        "bottom of the tab)."
+        "A torch.profiler trace of a decode loop, drawn as a step: one that ships with the app (labelled with its "
+        "GPU, date and command) or yours (upload it at the bottom)."
     )
-    title, compare, whatif, whole = _controls()
+    title, compare, whatif, whole, step_col = _controls()
     ranks = sources.ranks(title)
     if ranks is None:
         st.warning(
@@ -275,7 +257,7 @@ def render() -> None:
         return
     trace, rank, report = found
     with picture:
-        step, other = _picture(report, title, compare, whatif, whole)
+        step, other = _picture(report, title, compare, whatif, whole, step_col)
     described = EXAMPLES[title][1] if title in EXAMPLES else title
     st.info(
         f"**{plain(described)}**"
@@ -302,11 +284,12 @@ def render() -> None:
     sources.recount(title, compare)  # what this run cached on an upload counts against the server's budget
 
 
-def _controls() -> tuple[str, str, str | None, bool]:
-    """(the trace, the trace to compare with, the what-if to draw, whole step?): the tab's first row."""
+def _controls() -> tuple:
+    """(the trace, the trace to compare with, the what-if to draw, whole step?, the column the step picker goes
+    in once the trace is read): the tab's first row, so that the lanes stay on the first screen."""
     options = sources.options()
-    pick_col, compare_col, whatif_col, whole_col = st.columns(
-        [2.4, 2.4, 1.6, 1.2], vertical_alignment="bottom"
+    pick_col, compare_col, whatif_col, step_col, whole_col = st.columns(
+        [2.2, 2.2, 1.5, 1.3, 1.2], vertical_alignment="bottom"
     )
     with pick_col:
         title = _pick(
@@ -335,7 +318,7 @@ def _controls() -> tuple[str, str, str | None, bool]:
         )
     ]
     whole = whole_col.toggle("Show the whole step", key="tr_whole", bind="query-params")
-    return title, compare, whatif, whole
+    return title, compare, whatif, whole, step_col
 
 
 def _read(title: str, ranks: tuple, picture):
@@ -367,10 +350,11 @@ def _read(title: str, ranks: tuple, picture):
         return None
 
 
-def _picture(report: reader.TraceReport, title: str, compare: str, whatif: str | None, whole: bool):
-    """The step picked, its readouts and its lanes (beside the compared trace's, on one time axis): (the step,
-    (report, step) of the compared trace or None)."""
-    step = _step_picker(report, "tr_step")
+def _picture(report: reader.TraceReport, title: str, compare: str, whatif: str | None, whole: bool, step_col):
+    """The step picked (in `step_col`, the first row's), its readouts and its lanes (beside the compared trace's,
+    on one time axis): (the step, (report, step) of the compared trace or None)."""
+    with step_col:
+        step = _step_picker(report, "tr_step")
     if step.notes:  # dropped records or clocks that disagree: drawn as the reader left them, and said so
         st.warning(" ".join(step.notes), icon=":material/warning:")
     _readouts(report, step)
