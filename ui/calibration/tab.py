@@ -13,6 +13,7 @@ import streamlit as st
 from core.step_plan import MODES, modes
 from sim.calibration import PARAMS, Calibration
 from sim.calibration.report import loo_summary, verdict
+from ui import first_paint
 from ui.calibration.charts import predicted_vs_measured_figure
 from ui.calibration_cache import (
     CALIBRATED_TITLE,
@@ -44,6 +45,8 @@ CALIBRATE_PARAMS: dict[str, tuple] = {
     "cal_run": ("text", 300),  # a run's label; checked by ui.probe_results.run_picker
 }
 LOO_LABEL = "Median step-time error (leave-one-out)"
+SCOPE = "calibration"  # this tab's own first screen (ui/first_paint.py)
+READOUT = ".st-key-cal_headline [data-testid=stMetricValue]"  # on screen: the first screen is shown
 STEP_TIME_TO_READ = (
     "**Which step time to read:** the *leave-one-out* errors: each step's median time, predicted by a fit that "
     "never saw that step."
@@ -92,7 +95,7 @@ def _headline(cal: Calibration) -> None:
     fit_err = float(np.median(np.abs(cal.errors()[:, 0])))
     summary = loo_summary(cal)
     point, worst = summary["worst_point"], summary["worst_point"]["error"]
-    a, b, c = st.columns(3)
+    a, b, c = st.container(key="cal_headline").columns(3)
     a.metric(
         LOO_LABEL,
         f"{100 * summary['median']:.1f}%",
@@ -164,7 +167,8 @@ def _table(cal: Calibration, result) -> None:
     )
 
 
-def _overlay(cal: Calibration, result, columns) -> None:
+def _pickers(cal: Calibration, columns) -> tuple:
+    """The point to draw and whether the whole step: (mode, batch, whole, its index in the fit's points)."""
     fitted = tuple(m for m in MODES if any(p.mode.name == m for p in cal.points))
     mode_col, batch_col, whole_col = columns
     mode = mode_col.selectbox("Mode", fitted, key="cal_mode", bind="query-params")
@@ -172,6 +176,10 @@ def _overlay(cal: Calibration, result, columns) -> None:
     batch = batch_col.selectbox("Batch size", batches, key="cal_batch", bind="query-params")
     whole = whole_col.toggle("Show the whole step", key="cal_whole", bind="query-params")
     index = next(i for i, p in enumerate(cal.points) if p.mode.name == mode and p.batch == batch)
+    return mode, batch, whole, index
+
+
+def _overlay(cal: Calibration, result, mode: str, batch: int, whole: bool, index: int) -> None:
     st.markdown("**Simulated over measured lanes**")
     measured, simulated = result.run(mode, batch).timeline, cal.timeline(index)
     st.plotly_chart(
@@ -207,7 +215,15 @@ def render() -> None:
         _your_run()
         return
     _headline(cal)
-    _overlay(cal, result, columns)
+    picked = _pickers(cal, columns)
+    if not first_paint.seen(SCOPE):
+        # The tab's first screen in this session: the pickers and the errors, a skeleton where the lanes go. The
+        # charts (Plotly's 4.7 MB script, if this browser has not run it yet) come in the run the report starts,
+        # so the readout never waits for them (ui/first_paint.py; bench/first_view_speed.py calibration-warm).
+        st.skeleton(height=420)
+        first_paint.report(once_shown=READOUT, scope=SCOPE)
+        return
+    _overlay(cal, result, *picked)
     views = dict(zip(VIEWS, st.tabs(VIEWS, key="cal_view", bind="query-params")))
     if views["Errors by mode"].open:
         with views["Errors by mode"]:

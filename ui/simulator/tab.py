@@ -518,7 +518,7 @@ def render() -> None:
     if not first_paint.seen():
         # Last on the first screen, so the browser asks for the reporter's own scripts after the
         # readouts' (it opens six connections to the server, and the first screen needs ~45 scripts).
-        first_paint.report(once_shown=READOUT)
+        first_paint.report(once_shown=READOUT, delay_ms=first_paint.REACTION_MS)
         _freeze_long_lived_objects("first screen")
     elif drawn:
         sweep_view(model, hw, mode, int(st.session_state.get("tp") or 1))
