@@ -17,9 +17,10 @@ BOUNDARY_COLOUR = "rgba(150, 150, 150, 0.85)"
 HOST_COLOUR = CPU_COLOUR
 
 
-def step_split_figure(split: dict, step_us: float, host_name: str) -> go.Figure:
+def step_split_figure(split: dict, step_us: float, host_name: str, counted: str = "") -> go.Figure:
     """One stacked bar: floor | kernel boundaries | the GPU's wait for the host (µs); `host_name` names the
-    last part as the page's text does (`ui.probe.tab.host_wait_phrase`)."""
+    last part as the page's text does (`ui.probe.tab.host_wait_phrase`), `counted` what the boundaries are between
+    ('101 kernels, 1 memset')."""
     parts = (
         (
             "floor: the bytes at copy bandwidth, or the FLOPs at the matrix rate",
@@ -28,7 +29,8 @@ def step_split_figure(split: dict, step_us: float, host_name: str) -> go.Figure:
             "",
         ),
         (
-            f"kernel boundaries: {split['kernels']} × {split['per_kernel_us']:.2f} µs",
+            f"kernel boundaries: {split['kernels']} × {split['per_kernel_us']:.2f} µs"
+            + (f" (between {counted})" if counted else ""),
             split["boundaries_us"],
             BOUNDARY_COLOUR,
             "",

@@ -1,6 +1,6 @@
 """The "Live GPU probe" tab: the simulator's picture, measured on a real GPU.
 
-Without CUDA the page shows the recorded H200 run (labelled as such) and accepts a result
+Without CUDA the page shows every recorded run (labelled from its file: GPU, date, command) and accepts a result
 file made on the reader's own GPU. With CUDA, "Measure on this GPU" runs the probe here;
 torch is imported only then (through `gpu_probe.live`), never by the other tabs.
 Where results come from is `ui.probe_results` (shared with the Calibration tab), the live
@@ -19,6 +19,7 @@ from ui.common import (
     UNTRACED,
     chrome_trace_download,
     code,
+    counts_text,
     format_utilisation,
     gpu_counts,
     plain,
@@ -267,7 +268,11 @@ def _inside_the_kernel(result, run) -> None:
         "lanes of consecutive SMs, each lane its programs' median stamps (%globaltimer, written by the kernel "
         "itself in a traced step). A gap in a lane is its SMs waiting at a grid barrier for the slowest "
         "program of the phase before. "
-        + (f"Below: fused + graph at batch {run.batch}, the same step as 100-odd kernels." if peer else "")
+        + (
+            f"Below: fused + graph at batch {run.batch}, the same step as {counts_text(gpu_counts(peer.timeline))}."
+            if peer
+            else ""
+        )
     )
     rows = [
         {
@@ -319,7 +324,10 @@ def _what_graphs_leave(result, run) -> None:
     st.subheader("What CUDA graphs leave on the table")
     st.plotly_chart(
         step_split_figure(
-            split, run.step_us_median, HOST_WAIT + (" (at most)" if split["host_from"] == "enqueue" else "")
+            split,
+            run.step_us_median,
+            HOST_WAIT + (" (at most)" if split["host_from"] == "enqueue" else ""),
+            counts_text(gpu_counts(run.timeline)),
         ),
         width="stretch",
         key="pr_split",
@@ -331,8 +339,8 @@ def _what_graphs_leave(result, run) -> None:
         f"({format_us(split['floor_us'])}, the bytes this step must read at the measured copy bandwidth, or its "
         "FLOPs at the measured matrix rate where those take longer), "
         f"{host_wait_phrase(split)} ({_host_share_source(run, split)}), and the "
-        f"rest, {format_us(split['boundaries_us'])}, spread "
-        f"over the step's {split['kernels']} kernels: {split['per_kernel_us']:.2f} µs per kernel boundary, where one "
+        f"rest, {format_us(split['boundaries_us'])}, spread over the step's {counts_text(gpu_counts(run.timeline))} "
+        f"({split['kernels']} boundaries): {split['per_kernel_us']:.2f} µs per boundary, where one "
         "kernel drains, the next starts, waits for its inputs and fills the memory pipe again (the GPU's side of "
         "the input copies and the gap between two graph launches are counted here too)."
     )
