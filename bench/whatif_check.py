@@ -3,7 +3,7 @@
     python bench/whatif_check.py
 
 Reads the eager decode-step traces that ship with the repository (Hugging Face steps in
-tests/data/hf/, recorded on an H200; the probe's batch-1 steps in gpu_probe/recorded/, on an H100), runs
+data/traces/hf/, recorded on an H200; the probe's batch-1 steps in gpu_probe/recorded/, on an H100), runs
 the graphs what-if on every step of each, taken without the profiler's own cost as the page and the
 CLI take it (`sim.trace.untraced.untraced_steps`), with the replay cost calibrated to the probe's
 recorded run (`sim.trace.whatif.default_replay_cost`), and prints the median over the steps against the
@@ -26,7 +26,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-HF = ROOT / "tests" / "data" / "hf"
+HF = ROOT / "data" / "traces" / "hf"
 RECORDED = ROOT / "gpu_probe" / "recorded"
 
 # (label, trace, step range or None, where the measured graph step is, fitted-to run?)

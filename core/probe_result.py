@@ -414,6 +414,25 @@ class ProbeResult:
     def step_split(self, run: ProbeRun) -> dict:
         return self.roofline.step_split(run)
 
+    def kernel_rows(self, mode: str) -> int | None:
+        """The most rows `mode`'s own kernels ran in this run, as the file records it: where a mode fell back
+        to other kernels above some batch (`eager_fallback`), the largest graph captured for it, else its largest
+        batch that did not fall back. None where the mode never fell back (no limit to report)."""
+        runs = [r for r in self.runs if r.mode == mode]
+        if not any(r.eager_fallback for r in runs):
+            return None
+        own = [r.batch for r in runs if not r.eager_fallback]
+        captured = [int(c["bucket"]) for c in self.captures if c.get("variant") == mode]
+        return max(captured or own or [0]) or None
+
+    @property
+    def largest_bucket(self) -> int | None:
+        """The largest batch this run captured graphs for (`settings.buckets`, else its captures)."""
+        buckets = self.settings.get("buckets")
+        sizes = [int(b) for b in buckets if isinstance(b, int)] if isinstance(buckets, list) else []
+        sizes = sizes or [int(c["bucket"]) for c in self.captures]
+        return max(sizes) if sizes else None
+
     @property
     def modes(self) -> tuple[str, ...]:
         """The modes the file has runs of, in the modes table's order."""
@@ -462,10 +481,26 @@ def _int_or_none(d: dict, key: str) -> int | None:
 # -- loading -----------------------------------------------------------------
 def load_result(source, timeline_source: str | None = None) -> ProbeResult:
     """Parse and check a probe result; `ValueError` names the first bad field."""
-    data = read_json(source)
+    return _parse(result_object(read_json(source)), timeline_source)
+
+
+def result_object(data) -> dict:
+    """Parsed JSON that can be a result file (an object with a result's keys), or ValueError saying what it is."""
     if not isinstance(data, dict):
-        raise ValueError("result: expected a JSON object at the top level")
-    return _parse(data, timeline_source)
+        kind = {list: "list", str: "string", bool: "true/false"}.get(
+            type(data), "number" if data is not None else "null"
+        )
+        raise ValueError(
+            f"result: JSON but not a probe result: a {kind} at the top level, where a result is an object "
+            "(device, runs, ...)"
+        )
+    if "traceEvents" in data:
+        raise ValueError("result: a profiler trace, not a probe result: open it on the Your trace tab")
+    if not {"device", "runs", "kind", "ranks"} & set(data):
+        shown = ", ".join(repr(str(k)[:30]) for k in list(data)[:5])
+        what = f"none of its keys ({shown}) is a result's" if shown else "it is an empty object"
+        raise ValueError(f"result: JSON but not a probe result: {what}")
+    return data
 
 
 def recorded_result() -> ProbeResult:

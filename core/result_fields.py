@@ -34,10 +34,14 @@ def read_json(source):
         raise ValueError(f"result: cannot read a {type(source).__name__}")
     if len(raw) > MAX_RESULT_BYTES:
         raise ValueError(f"result: file is larger than {MAX_RESULT_BYTES // 2**20} MB")
+    if not raw.strip():
+        raise ValueError("result: the file is empty (was the upload or the copy complete?)")
     try:
         data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"result: not valid JSON ({err})") from None
+    except UnicodeDecodeError:
+        raise ValueError("result: not JSON: the file is not UTF-8 text") from None
+    except json.JSONDecodeError as err:
+        raise ValueError(f"result: {_json_fault(err)}") from None
     except ValueError as err:  # e.g. an integer past Python's 4,300-digit limit
         raise ValueError(f"result: not usable JSON ({str(err)[:200]})") from None
     except RecursionError:  # e.g. "[[[[…": json gives up past Python's recursion limit
@@ -55,6 +59,16 @@ def read_json(source):
 
 
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _json_fault(err: json.JSONDecodeError) -> str:
+    """What is wrong with text that is not JSON, in words (never the decoder's own message)."""
+    text = err.doc.lstrip()
+    if text[:1] not in "{[":
+        return f"not JSON: it starts with {text[:16].splitlines()[0]!r}, where a result starts with '{{'"
+    if err.pos >= len(err.doc.rstrip()):
+        return f"not valid JSON: it ends early, on line {err.lineno} (was the upload or the copy complete?)"
+    return f"not valid JSON: it breaks off on line {err.lineno}, column {err.colno}"
 
 
 def number_field(

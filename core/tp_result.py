@@ -147,7 +147,7 @@ def load_tp_result(source, timeline_source: str = "measured") -> TPResult:
 
 def load_any_result(source, timeline_source: str | None = None):
     """A TP result (`TPResult`) or a single-GPU one (`core.probe_result.ProbeResult`), read once."""
-    data = read_json(source)
+    data = probe_result.result_object(read_json(source))
     if is_tp_data(data):
         return _parse(data, timeline_source or "measured")
     return probe_result.load_result(data, timeline_source=timeline_source)

@@ -208,7 +208,7 @@ class GraphReplayCost:
         replay of one here but one (above) the first node starts as the call returns (the probe's; Hugging Face's
         torch.cuda.graph steps, 5-30 µs before a 1-2.4 ms call returns), and unprofiled, a replayed step
         takes the host's enqueue time plus the GPU's own span: HF Llama 3,496 µs against 576 + 2,944, HF
-        Qwen2 3,978 against 865 + 3,146 (tools/hf_traces.py, tests/data/hf)."""
+        Qwen2 3,978 against 865 + 3,146 (tools/hf_traces.py, data/traces/hf)."""
         if in_pieces:
             return self.input_copy_us + self.launch_us + self.per_node_host_us * np.arange(1.0, n_nodes + 1)
         return np.full(n_nodes, float(self.host_us(n_nodes, rows, in_pieces)))

@@ -71,3 +71,49 @@ def recorded(monkeypatch):
     st.cache_data.clear()
     yield res
     st.cache_resource.clear()
+
+
+class _TableReader:
+    """The tables of one `ui.tables` HTML element, each as (key, column keys, rows of raw values)."""
+
+    def __init__(self, body: str):
+        from html.parser import HTMLParser
+
+        self.tables: list[tuple[str, list[str], list[list]]] = []
+        reader = self
+
+        class Parser(HTMLParser):
+            def handle_starttag(self, tag, attrs):
+                a = dict(attrs)
+                if tag == "div" and "data-table" in a:
+                    reader.tables.append((a["data-table"], [], []))
+                elif tag == "th" and "data-col" in a and reader.tables:
+                    reader.tables[-1][1].append(a["data-col"])
+                elif tag == "tr" and reader.tables and reader.tables[-1][1]:
+                    reader.tables[-1][2].append([])
+                elif tag == "td" and "data-v" in a and reader.tables:
+                    import json
+
+                    reader.tables[-1][2][-1].append(json.loads(a["data-v"]))
+
+        Parser().feed(body)
+
+
+class Table:
+    """A `ui.tables` table read back: `key`, and `value`, a DataFrame of the values its cells were written from,
+    one column per row key (as `st.dataframe`'s `.value` was)."""
+
+    def __init__(self, key: str, columns: list[str], rows: list[list]):
+        import pandas as pd
+
+        self.key = key
+        self.value = pd.DataFrame([r for r in rows if r], columns=columns)
+
+
+def tables(at) -> list[Table]:
+    """Every table the page drew with `ui.tables` (HTML), in page order."""
+    out = []
+    for element in at.get("html"):
+        for key, columns, rows in _TableReader(element.proto.body).tables:
+            out.append(Table(key, columns, rows))
+    return out

@@ -43,13 +43,13 @@ TRACES = (
     "gpu_probe/recorded/trace_fused_graph_b1.json",
     "gpu_probe/recorded/trace_1b_eager_b1.json.gz",
     "gpu_probe/recorded/trace_1b_fused_graph_b1.json",
-    "tests/data/hf/hf_llama_eager_profilerstep.json.gz",
-    "tests/data/hf/hf_llama_eager_sync.json.gz",
-    "tests/data/hf/hf_llama_graph.json.gz",
-    "tests/data/hf/hf_llama_compile.json.gz",
-    "tests/data/hf/hf_llama_two_streams.json.gz",
-    "tests/data/hf/hf_qwen2_eager_sync.json.gz",
-    "tests/data/hf/hf_qwen2_graph.json.gz",
+    "data/traces/hf/hf_llama_eager_profilerstep.json.gz",
+    "data/traces/hf/hf_llama_eager_sync.json.gz",
+    "data/traces/hf/hf_llama_graph.json.gz",
+    "data/traces/hf/hf_llama_compile.json.gz",
+    "data/traces/hf/hf_llama_two_streams.json.gz",
+    "data/traces/hf/hf_qwen2_eager_sync.json.gz",
+    "data/traces/hf/hf_qwen2_graph.json.gz",
     "tests/data/profiler/h200/qwen2_eager_b1_default.json.gz",  # carries the recorder's untraced step
     "tests/data/profiler/h200/qwen2_compile_b4_stack.json.gz",  # Inductor's ranges, Python calls, line lookups
 )

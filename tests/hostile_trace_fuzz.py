@@ -175,7 +175,7 @@ BASES: dict[str, Callable[[], list[dict]]] = {
     "steps": profiled_steps,
     "graph": graph_replays,
     "probe_eager": _real("tests/data/probe_trace_tiny_eager_b1.json"),
-    "hf_graph": _real("tests/data/hf/hf_llama_graph.json.gz"),
+    "hf_graph": _real("data/traces/hf/hf_llama_graph.json.gz"),
 }
 
 

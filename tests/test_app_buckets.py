@@ -3,7 +3,7 @@
 from pathlib import Path
 
 import pytest
-from app_pages import APP, open_tab
+from app_pages import APP, open_tab, tables
 from app_pages import metrics as _metrics
 
 from core.probe_result import recorded_result
@@ -28,7 +28,7 @@ def test_default_view(app):
     metrics = _metrics(app)
     assert metrics["Optimal layout"].endswith("graphs")
     assert "µs" in metrics["Expected step time"] and "MiB" in metrics["Pinned graph memory"]
-    table = app.dataframe[0].value
+    table = tables(app)[0].value
     assert list(table["layout"]) == ["chapter", "powers of two", "vLLM", "optimal under budget"]
     assert list(table["graphs"])[:3] == [13, 9, 35]
     charts = app.get("plotly_chart")
@@ -84,7 +84,7 @@ def test_every_layout_and_fusion_and_measured_memory():
     params = {key: "true" for key in buckets_tab.LAYOUT_KEYS.values()}
     at = _open(bk_fusion="true", bk_memory="measured by the probe", bk_objective="padded rows", **params)
     _assert_clean(at)
-    assert len(at.dataframe[0].value) == len(buckets_tab.LAYOUT_KEYS) + 1
+    assert len(tables(at)[0].value) == len(buckets_tab.LAYOUT_KEYS) + 1
 
 
 def test_bad_custom_list_warns_and_the_rest_still_works(app):
@@ -92,13 +92,13 @@ def test_bad_custom_list_warns_and_the_rest_still_works(app):
     at = at.text_input(key="bk_custom").input("1, 2, banana, 8").run()
     _assert_clean(at)
     assert any("item 3" in w.value and "banana" in w.value for w in at.warning)
-    assert "custom" not in list(at.dataframe[0].value["layout"])
+    assert "custom" not in list(tables(at)[0].value["layout"])
     # A link typed into the list is quoted as text, never rendered as a link.
     at = at.text_input(key="bk_custom").input("1, [x](http://e.com)").run()
     (warning,) = [w.value for w in at.warning]
     assert "item 2" in warning and "](http" not in warning and "http://" not in warning
     at = at.text_input(key="bk_custom").input("[3, 1, 7]").run()
-    assert "custom" in list(at.dataframe[0].value["layout"])
+    assert "custom" in list(tables(at)[0].value["layout"])
     assert not at.warning
 
 
@@ -176,7 +176,7 @@ def test_measured_graph_memory_replaces_the_model(monkeypatch):
     at = _open(bk_memory="measured by the probe")
     _assert_clean(at)
     assert any("Measured on the probe" in c.value for c in at.caption)
-    table = at.dataframe[0].value.set_index("layout")
+    table = tables(at)[0].value.set_index("layout")
     chapter = 13 * 2 + 1024 * sum((1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)) / 2**20 + 64
     assert table.loc["chapter", "graph MiB"] == pytest.approx(chapter, abs=0.05)
 

@@ -7,7 +7,7 @@ from contextlib import redirect_stdout
 import numpy as np
 import pytest
 import streamlit as st
-from app_pages import as_read, fake_run, open_tab
+from app_pages import as_read, fake_run, open_tab, tables
 from app_pages import metrics as shown
 
 from core import probe_result
@@ -43,9 +43,9 @@ def test_page_shows_fit_table_chart_and_the_loo_figure(recorded):
     views = {view: calibration_page(cal_view=view) for view in VIEWS[1:]}
     assert all(not v.exception for v in views.values())
     assert [c.key for c in views["Predicted vs measured"].get("plotly_chart")] == ["cal_lanes", "cal_scatter"]
-    params = views["Fitted parameters"].dataframe[0].value
+    params = tables(views["Fitted parameters"])[0].value
     assert params.set_index("parameter").loc["gemv_GBps", "unit"] == "GB/s"
-    rows = views["Every point"].dataframe[0].value
+    rows = tables(views["Every point"])[0].value
     assert len(rows) == 16 and set(rows["mode"]) == {"eager", "fused", "graph", "fused+graph"}
     preset = views["As a simulator preset"]
     assert any(

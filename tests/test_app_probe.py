@@ -4,7 +4,7 @@ import json
 
 import pytest
 import streamlit as st
-from app_pages import as_read, fake_run, metrics, open_tab
+from app_pages import as_read, fake_run, metrics, open_tab, tables
 
 import core.probe_result as probe_result
 from core.step_plan import probe_modes
@@ -30,11 +30,11 @@ def test_recorded_run_is_shown_and_labelled(recorded):
     assert len(charts) == 3  # measured lanes beside the simulator's, and every mode across the batch axis
     measured = json.loads(charts[0].proto.spec)
     assert any(t.get("name") == "GPU kernel" for t in measured["data"])
-    tables = [df.value for df in at.dataframe]
-    modes = next(t for t in tables if "mode" in t.columns)
+    drawn = [t.value for t in tables(at)]
+    modes = next(t for t in drawn if "mode" in t.columns)
     assert list(modes["mode"]) == ["eager", "fused", "graph", "fused+graph"]
     assert modes["step median (µs)"].iloc[0] == pytest.approx(eager1.step_us_median)
-    checks = next(t for t in tables if "check" in t.columns)
+    checks = next(t for t in drawn if "check" in t.columns)
     assert list(checks["passed"]) == [True, False]
     assert any("Some checks failed" in e.body for e in at.error)
     assert at.download_button  # the Chrome-trace export

@@ -3,16 +3,17 @@ traces drawn side by side, and a graph replay's per-kernel table."""
 
 from __future__ import annotations
 
-from app_pages import open_tab  # tests/app_pages.py
+from app_pages import open_tab, tables  # tests/app_pages.py
 
 TAB = "Your trace"
 FAMILY_COLUMNS = ["family", "kernels before", "after", "change"]
-KERNEL_COLUMNS = ["kernel", "calls", "total µs"]  # the per-kernel table
+KERNEL_COLUMNS = ["kernel", "kind", "calls", "total µs"]  # the per-kernel table
 
 
 def _table(at, columns: list[str], contains: str):
-    """The first dataframe whose first columns are `columns` and that has a row starting with `contains`."""
-    for frame in at.dataframe:
+    """The first table (a dataframe, or the page's HTML table) whose first columns are `columns` and that has a row
+    starting with `contains`."""
+    for frame in [*at.dataframe, *tables(at)]:
         value = frame.value
         if (
             list(value.columns)[: len(columns)] == columns

@@ -267,7 +267,7 @@ def test_the_1b_run_meets_the_goals_in_its_gpu_bound_modes():
     (the eager step at batch 1 took 16.2 ms; 8.3 ms in 1b-second.json, the same command on a fresh machine), so
     the host-bound eager and fused modes miss. The persistent kernel ran at two batches, and its family has four
     figures: a point left out is predicted from the other alone (docs/calibration.md), so the mode misses; its two
-    fallback steps (the fused kernels run eagerly above eight rows) are host-bound too."""
+    fallback steps (the fused kernels run eagerly above eight rows) are not the mode's, and not points (issue 37)."""
     from sim.calibration import GOAL, WORST_GOAL
 
     cal = calibrate(load_result(RECORDED / "1b.json"))
@@ -280,7 +280,9 @@ def test_the_1b_run_meets_the_goals_in_its_gpu_bound_modes():
     ]
     fallback = [p.batch for p in cal.points if p.mode.one_kernel and not p.runs.one_kernel]
     assert [b for b, _ in kernel] == [1, 8] and all(abs(e) > WORST_GOAL for _, e in kernel)
-    assert fallback == [64, 256]
+    assert fallback == [] and [
+        r.batch for r in load_result(RECORDED / "1b.json").runs if r.eager_fallback
+    ] == [64, 256]
 
 
 def test_recorded_graph_cost_is_the_calibrated_one_and_cached(recorded_cal):
@@ -323,7 +325,8 @@ def test_cli_json_and_check_on_a_gzipped_run(tmp_path, capsys):
     other.write_bytes(gzip.compress(json.dumps(synthetic_result(TRUE, MODEL, batches=(1, 16))).encode()))
     assert main([str(one), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert len(data["points"]) == 3 * len(modes(modelled=True))  # every modelled mode at three batches
+    # Every modelled mode at three batches, but the persistent mode at 64, its fallback: not its own step.
+    assert len(data["points"]) == 3 * len(modes(modelled=True)) - 1
     assert set(data["points"][0]) == {"mode", "batch", "step_us_measured", "step_us_predicted", "step_us_loo"}
     assert main([str(one), "--check", str(other), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
@@ -547,14 +550,17 @@ def test_the_launch_kinds_shares_are_read_off_the_profiled_steps():
     for name in LAUNCH_SHARES:
         shares = [c.params[name] for c in cals.values()]
         assert all(c.fitted[name] for c in cals.values()) and max(shares) < 1.6 * min(shares), name
-    # How steadily: the eager and fused host times the fit misses by over 10 %. Each small run's host missed only
-    # at batch 1, its fastest points; the 1b run's, slow and unsteady, at five of eight (docs/calibration.md).
+    # How steadily: the eager and fused host times the fit misses by over 10 %. Each small run's host missed at
+    # batch 1, its fastest points (and the recorded run's fused step at batch 8); the 1b run's, slow and unsteady, at
+    # five of eight (docs/calibration.md).
     off = {
         n: {(p.mode.name, p.batch) for p, e in zip(c.points, c.errors()[:, 1]) if abs(e) > 0.10}
         & {(p.mode.name, p.batch) for p in c.points if p.mode.name in ("eager", "fused")}
         for n, c in cals.items()
     }
-    assert all(off[n] <= {("eager", 1), ("fused", 1)} for n in ("small.json", "small-holdout.json")), off
+    assert all(
+        off[n] <= {("eager", 1), ("fused", 1), ("fused", 8)} for n in ("small.json", "small-holdout.json")
+    ), off
     assert len(off["1b.json"]) >= 4, off
 
 

@@ -229,7 +229,7 @@ def test_sweep_has_three_lines_per_mode_on_a_log_batch_axis():
     series = _fake_series(MODE_NAMES, batches)
     crossover = {"eager": 300, "fused": None, "graph": 1, "fused+graph": 1}
     fig = sweep_figure(FakeSweep(batches, series, crossover), current="fused", batch=7)
-    assert len(fig.data) == 12
+    assert len(fig.data) == 12 + 4  # three lines a panel, then each panel's tokens/s on its right axis
     for axis in ("xaxis", "xaxis2", "xaxis3", "xaxis4"):
         assert fig.layout[axis].type == "log"
     np.testing.assert_allclose(fig.data[3].y, series["fused"].step_us)  # panel 2, step line
@@ -246,7 +246,7 @@ def test_a_fifth_mode_gets_a_panel_of_its_own():
     fig = sweep_figure(
         FakeSweep(batches, _fake_series(names, batches), dict.fromkeys(names)), current="compile"
     )
-    assert len(fig.data) == 15
+    assert len(fig.data) == 15 + 5
     domains = [tuple(fig.layout["yaxis" if i == 0 else f"yaxis{i + 1}"].domain) for i in range(5)]
     assert domains[0][1] == 1.0 and domains[4][0] == 0.0 and len({d[0] for d in domains}) == 3
     labelled = [bool(fig.layout["xaxis" if i == 0 else f"xaxis{i + 1}"].showticklabels) for i in range(5)]
@@ -284,3 +284,25 @@ def test_sweep_of_the_chapter_preset_marks_its_crossovers():
 )
 def test_format_us_reads_like_a_person_writes(us, text):
     assert format_us(us) == text
+
+
+def test_each_sweep_panel_has_its_tokens_per_second_and_where_they_saturate():
+    """Issue 37, item 7: tokens/s (batch / step time) on each panel's right axis, a diamond where it saturates: the
+    smallest batch from which each doubling adds less than 10 % tokens/s (ui.throughput)."""
+    from ui.throughput import SATURATION_GAIN, saturation, tokens_per_s
+
+    batches = np.arange(1, 513)
+    # A step of 1000 µs until batch 64, then growing with the batch: tokens/s doubles with each doubling up to 64,
+    # then grows by less and less.
+    step = np.where(batches <= 64, 1000.0, 1000.0 * (batches / 64) ** 0.95)
+    series = {"fused": SimpleNamespace(step_us=step, cpu_launch_us=step / 2, gpu_busy_us=step)}
+    fig = sweep_figure(FakeSweep(batches, series, {"fused": 1}), gpus=2)
+    rate = next(t for t in fig.data if t.name.startswith("tokens/s"))
+    assert rate.yaxis == "y2" and fig.layout.yaxis2.overlaying == "y" and fig.layout.yaxis2.side == "right"
+    np.testing.assert_allclose(rate.y, tokens_per_s(batches, step))
+    np.testing.assert_allclose(rate.customdata, rate.y / 2)  # per GPU, in the hover
+    at = saturation(batches, rate.y)
+    assert at is not None and list(np.flatnonzero(np.asarray(rate.marker.size) > 0)) == [at - 1]
+    # The rule, checked by hand: from `at` on, each doubling adds less than 10 %; just before it, not.
+    gain = lambda b: rate.y[2 * b - 1] / rate.y[b - 1] - 1  # noqa: E731
+    assert all(gain(b) < SATURATION_GAIN for b in range(at, 257)) and gain(at - 1) >= SATURATION_GAIN

@@ -21,7 +21,7 @@ from collections import defaultdict
 
 import pytest
 import streamlit as st
-from app_pages import as_read, open_tab
+from app_pages import as_read, open_tab, tables
 
 from core import probe_result
 from core.step_plan import MODES
@@ -128,7 +128,7 @@ def _probe_view(figures: Figures, name: str, mode: str, batch: int) -> None:
             if trace["name"].startswith(HOST_WAIT):
                 figures.add(step, "GPU's wait for the host", "split bar", shown(trace["text"][0]))
     table = next(
-        d.value for d in at.dataframe if "mode" in d.value.columns and "step median (µs)" in d.value.columns
+        d.value for d in tables(at) if "mode" in d.value.columns and "step median (µs)" in d.value.columns
     )
     for _, row in table.iterrows():
         other = (name, row["mode"], batch)
@@ -148,7 +148,7 @@ def _calibration_view(figures: Figures, name: str) -> None:
     result = _result(name)
     at = open_tab("Calibration", cal_run=recorded_label(result), cal_view="Every point")
     assert not at.exception, at.exception
-    table = next(d.value for d in at.dataframe if "step LOO error %" in d.value.columns)
+    table = next(d.value for d in tables(at) if "step LOO error %" in d.value.columns)
     for _, row in table.iterrows():
         step = (name, row["mode"], int(row["batch"]))
         figures.add(step, "step time, no profiler", "calibration table", exact(row["step measured (µs)"]))

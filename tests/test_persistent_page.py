@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from app_pages import tables
 from streamlit.testing.v1 import AppTest
 from synthetic_params import KNOWN_PARAMS
 
@@ -93,5 +94,5 @@ def test_the_probe_tab_draws_inside_the_kernel(monkeypatch):
     # The SM lanes, and the peer's lanes below them named by its mode.
     assert "SMs 0-10" in lanes and f"GPU · {FUSED_GRAPH.title}" in lanes
     assert any("the barriers' release after the last arrival" in m.value for m in at.markdown)
-    assert any("gate_up" in str(t.value) for t in at.dataframe)
+    assert any("gate_up" in str(t.value) for t in tables(at))
     st.cache_resource.clear()

@@ -1,6 +1,6 @@
 """The profiler's own cost: events counted per host row by the reader, the step re-timed without it, the fit.
 
-On the recorded H200 traces (tests/data/profiler/h200, tests/data/hf, gpu_probe/recorded) and the fit tool
+On the recorded H200 traces (tests/data/profiler/h200, data/traces/hf, gpu_probe/recorded) and the fit tool
 (tools/profiler_cost_fit.py), which reads them with the same reader and re-times them with the same model."""
 
 import gzip
@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 import profiler_cost_fit as pcf  # noqa: E402
 
 H200 = ROOT / "tests" / "data" / "profiler" / "h200"
-HF = ROOT / "tests" / "data" / "hf"
+HF = ROOT / "data" / "traces" / "hf"
 RECORDED = ROOT / "gpu_probe" / "recorded"
 ZERO = ProfilerCost(0.0, 0.0, 0.0, 0.0, 0.0, line_scale=0.0)
 TRACES = (

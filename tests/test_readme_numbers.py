@@ -263,7 +263,7 @@ def profiler_fit() -> dict:
         pcf.argparse.Namespace(
             profiler_dir=data / "profiler" / "h200",
             first_run_dir=data / "profiler",
-            hf_dir=data / "hf",
+            hf_dir=ROOT / "data" / "traces" / "hf",
             probe_dir=RECORDED,
             check_dir=data / "profiler" / "h200-heldout",
         )
@@ -294,7 +294,7 @@ def _example_speedups() -> tuple[str, str]:
 
     default = constant("ui/trace/sources.py", "DEFAULT_TRACE")
     assert default == "HF Llama-1B eager"
-    w = median_whatifs(analyse(ROOT / "tests/data/hf/hf_llama_eager_profilerstep.json.gz"), _replay_cost())
+    w = median_whatifs(analyse(ROOT / "data/traces/hf/hf_llama_eager_profilerstep.json.gz"), _replay_cost())
     return f"{w['graphs']['speedup']:.1f}", f"{w['graphs']['vs_trace']:.1f}"
 
 
@@ -525,7 +525,7 @@ def headline_table() -> dict[str, list[str | None]]:
     _, unseen, other = whatif_rows()
     worst_trace = unseen["worst"]["label"].removeprefix("Hugging Face ")
     hf = [
-        json.loads((ROOT / "tests" / "data" / "hf" / f).read_text())
+        json.loads((ROOT / "data" / "traces" / "hf" / f).read_text())
         for f in ("hf_llama_measured.json", "hf_qwen2_measured.json")
     ]
     unseen_days = sorted({m["created"][:10] for m in hf} | {day("1b.json")})

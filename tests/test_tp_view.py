@@ -3,7 +3,7 @@ per-rank lanes, all-reduce time per call against message size, TP1 against TP2, 
 
 import json
 
-from app_pages import as_read, open_tab
+from app_pages import as_read, open_tab, tables
 from tp_synthetic import synthetic_tp_result
 
 
@@ -39,11 +39,11 @@ def test_a_tp_upload_shows_the_three_views_and_the_checks(recorded):
     assert any("SGLang" in n for n in sweep) and any("NCCL NVLS" in n for n in sweep)
     steps = names(charts[3])
     assert "fused+graph, TP1" in steps and "fused+graph, TP2" in steps
-    tables = [df.value for df in at.dataframe]
-    assert any("all-reduce kernels" in t.columns and list(t["all-reduce kernels"]) == [4, 4] for t in tables)
-    tp_table = next(t for t in tables if "TP2 (µs)" in t.columns)
+    drawn = [df.value for df in tables(at)]
+    assert any("all-reduce kernels" in t.columns and list(t["all-reduce kernels"]) == [4, 4] for t in drawn)
+    tp_table = next(t for t in drawn if "TP2 (µs)" in t.columns)
     assert len(tp_table) == 8 and tp_table["TP2 speed-up"].notna().all()  # 4 modes x 2 batches
-    checks = next(t for t in tables if "check" in t.columns)
+    checks = next(t for t in drawn if "check" in t.columns)
     assert set(checks["rank"]) == {0, 1} and checks["passed"].all()
     assert any("All 12 checks passed" in s.body for s in at.success)
     captions = as_read(" ".join(c.body for c in at.caption))

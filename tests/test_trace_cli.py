@@ -10,7 +10,7 @@ import pytest
 from sim.trace.report import main
 
 ROOT = Path(__file__).resolve().parents[1]
-HF = ROOT / "tests" / "data" / "hf"
+HF = ROOT / "data" / "traces" / "hf"
 STEP_KEYS = {
     "index",
     "step_us",
@@ -71,7 +71,7 @@ def test_text_report(capsys):
 
 @pytest.mark.parametrize(
     ("content", "message"),
-    [(b"not json", "not a JSON trace"), (None, "no such file")],
+    [(b"not json", "is not JSON"), (None, "no such file")],
 )
 def test_bad_input_exits_2_with_one_line(tmp_path, content, message):
     path = tmp_path / "bad.json"

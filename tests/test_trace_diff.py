@@ -31,7 +31,7 @@ from core.trace.kernels import launch_costs
 from sim.trace.report import main
 
 ROOT = Path(__file__).resolve().parents[1]
-HF = ROOT / "tests" / "data" / "hf"
+HF = ROOT / "data" / "traces" / "hf"
 RECORDED = ROOT / "gpu_probe" / "recorded"
 _REPORTS: dict = {}
 

@@ -15,7 +15,7 @@ from sim.trace.report import format_report, main
 from sim.trace.whatif import default_replay_cost
 
 ROOT = Path(__file__).resolve().parents[1]
-HF = ROOT / "tests" / "data" / "hf"
+HF = ROOT / "data" / "traces" / "hf"
 RECORDED = ROOT / "gpu_probe" / "recorded"
 GRAPHED = [
     (HF / "hf_llama_graph.json.gz", None),
@@ -53,9 +53,9 @@ def test_the_gap_is_the_time_since_the_previous_kernel_on_the_stream_ended():
     i = int(np.flatnonzero(costs.replayed)[10])
     prev = np.flatnonzero(tl.gpu_stream[:i] == tl.gpu_stream[i])[-1]
     assert costs.gap_us[i] == pytest.approx(tl.gpu_start[i] - tl.gpu_end[prev])
-    name = short_kernel_name(tl.gpu_names[i], 90)
+    name = short_kernel_name(tl.gpu_names[i], None)
     rows = {r["kernel"]: r for r in kernel_table(report, step.index)}
-    mine = costs.replayed & (np.array([short_kernel_name(n, 90) for n in tl.gpu_names]) == name)
+    mine = costs.replayed & (np.array([short_kernel_name(n, None) for n in tl.gpu_names]) == name)
     assert rows[name]["gap_us"] == pytest.approx(float(np.nanmean(costs.gap_us[mine])))
 
 
@@ -82,7 +82,7 @@ def test_eager_steps_are_unchanged():
     step = report.steps[1]
     rows = kernel_table(report, step.index)
     assert not any(r["graph_launch"] or r["replayed"] or r["gap_us"] is not None for r in rows)
-    names = np.array([short_kernel_name(n, 90) for n in step.timeline.gpu_names])
+    names = np.array([short_kernel_name(n, None) for n in step.timeline.gpu_names])
     for r in rows:
         mine = names == r["kernel"]
         assert r["calls"] == int(mine.sum())

@@ -266,8 +266,8 @@ def test_sources_and_forms_that_read_alike(tmp_path):
 @pytest.mark.parametrize(
     ("payload", "message"),
     [
-        (b"not json at all", "not a JSON trace"),
-        (b"", "not a JSON trace"),
+        (b"not json at all", "is not JSON"),
+        (b"", "is empty"),
         (b"{}", "no traceEvents"),
         (b'{"traceEvents": [', "ends early"),
         (b'{"traceEvents": [{"ph": "X",', "not valid JSON|ends early"),

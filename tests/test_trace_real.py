@@ -2,8 +2,8 @@
 
 - The probe's own traces (gpu_probe/recorded/, tests/data/probe_trace_*.json) must give the numbers the
   recorded runs hold, which the probe tab shows.
-- Hugging Face transformers decode steps (tests/data/hf/, made by `python tools/hf_traces.py --out
-  tests/data/hf` on the H200: code this project did not write): eager with ProfilerStep#N and with plain
+- Hugging Face transformers decode steps (data/traces/hf/, made by `python tools/hf_traces.py --out
+  data/traces/hf` on the H200: code this project did not write): eager with ProfilerStep#N and with plain
   synchronisation between steps, replayed with torch.cuda.graph, under torch.compile(reduce-overhead), and
   with a second stream busy during the step. Their step times measured without the profiler are in
   hf_llama_measured.json.
@@ -22,7 +22,7 @@ from sim.trace.whatif import default_replay_cost, whatifs
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
-HF = DATA / "hf"
+HF = ROOT / "data" / "traces" / "hf"
 RECORDED = ROOT / "gpu_probe" / "recorded"
 MEASURED = json.loads((HF / "hf_llama_measured.json").read_text())
 HF_LAYERS = MEASURED["model"]["layers"]

@@ -72,7 +72,7 @@ def test_speedups_are_quoted_against_the_step_without_the_profiler_and_the_trace
 
 
 def test_a_trace_without_the_block_gets_the_estimate(capsys):
-    out = _cli_json(DATA / "hf" / "hf_llama_eager_sync.json.gz", capsys)
+    out = _cli_json(DATA.parent.parent / "data" / "traces" / "hf" / "hf_llama_eager_sync.json.gz", capsys)
     assert {s["untraced_source"] for s in out["steps"]} == {"estimate"}
     assert all(s["step_us_untraced"] < 0.8 * s["step_us"] for s in out["steps"])  # host-bound: much faster
     assert out["untraced"]["notes"] == []  # nothing to say: no block, no note

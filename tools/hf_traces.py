@@ -2,7 +2,7 @@
 
 Run on a CUDA machine with torch and transformers (not needed by the app):
 
-    python tools/hf_traces.py --out tests/data/hf
+    python tools/hf_traces.py --out data/traces/hf
 
 A Llama-3.2-1B-shaped `LlamaForCausalLM` with random weights and a static KV cache decodes one sequence at
 batch 1 after a 512-token prefill (`gpu_probe/hf_reference.py` builds and runs it). Each step is what a

@@ -34,7 +34,7 @@ launch's cost per replayed node is not taken out, nor is it slowed, so graph rep
   drifts) and is not fitted on. The loops with no GPU work (`micro_view`, `micro_frames`) cannot be read
   by the reader (it needs GPU events) and are left out.
 - `tests/data/profiler/`: the same tool's first H200 run (Llama eager batch 1, one untraced median).
-- `tests/data/hf/`: `tools/hf_traces.py`'s Hugging Face traces with `hf_*_measured.json` (measured in the same
+- `data/traces/hf/`: `tools/hf_traces.py`'s Hugging Face traces with `hf_*_measured.json` (measured in the same
   session as the traces, not back to back with each profile).
 - `gpu_probe/recorded/`: the probe's full traces against their runs' untraced medians (same run, not back to
   back). These and the Hugging Face pairs are unreliable where the untraced p10 and p90 differ by more than
@@ -631,7 +631,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profiler-dir", type=Path, default=ROOT / "tests/data/profiler/h200")
     parser.add_argument("--first-run-dir", type=Path, default=ROOT / "tests/data/profiler")
-    parser.add_argument("--hf-dir", type=Path, default=ROOT / "tests/data/hf")
+    parser.add_argument("--hf-dir", type=Path, default=ROOT / "data/traces/hf")
     parser.add_argument("--probe-dir", type=Path, default=ROOT / "gpu_probe/recorded")
     parser.add_argument(
         "--check-dir",

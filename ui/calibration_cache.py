@@ -200,11 +200,56 @@ def preset_for(result) -> Preset:
     return _preset(result_key(result), result)
 
 
+# The page calls a predicted step "calibrated" only where, left out of the fit, it is predicted within the
+# calibration's goal for a mode's median (sim.calibration GOAL, 10 %): the goal it states beside every such title.
+def goal_phrase() -> str:
+    from sim.calibration import GOAL
+
+    return f"within {100 * GOAL:.0f} %"
+
+
+def calibrated_at(cal: Calibration, index: int) -> bool:
+    """Whether the page calls point `index`'s prediction calibrated: its leave-one-out error within GOAL."""
+    import numpy as np
+
+    from sim.calibration import GOAL
+
+    err = float(cal.loo_errors()[index])
+    return bool(np.isfinite(err) and abs(err) <= GOAL)
+
+
+def verdict_title(cal: Calibration, index: int) -> str:
+    """How a predicted picture of point `index` is titled: 'calibrated' with its error where that is within the
+    goal, else the model's error; both say the goal."""
+    import numpy as np
+
+    err = float(cal.loo_errors()[index])
+    if not np.isfinite(err):
+        return "model fitted to this run (not checked left out of the fit)"
+    if calibrated_at(cal, index):
+        return f"calibrated to this run: predicted within {100 * abs(err):.1f} % left out (goal: {goal_phrase()})"
+    return f"model, off by {100 * err:+.1f} % at this point left out (goal: {goal_phrase()})"
+
+
+def verdict_sentence(cal: Calibration, index: int) -> str:
+    """The sentence behind `verdict_title`: the point's error left out, the rule, its mode's median."""
+    import numpy as np
+
+    err = float(cal.loo_errors()[index])
+    if not np.isfinite(err):
+        return "This fit has no leave-one-out predictions, so how well it predicts this step is not known."
+    point = cal.points[index]
+    return (
+        f"Left out of the fit, this step ({point.mode.name} at batch {point.batch}) is predicted {100 * err:+.1f} % "
+        f"off: the page calls a prediction calibrated where that is {goal_phrase()}. {point.mode.name}'s median "
+        f"left out is {100 * cal.mode_loo_error(point.mode):.1f} %."
+    )
+
+
 def probe_sim_step(result, mode: str, batch: int):
     """(predicted Timeline, title, the title's reason) of a measured setting from the model fitted to the run, or
-    (None, why, ''). The title says 'calibrated' only where the fit holds at that point (`Calibration.verdict_at`:
-    its leave-one-out error within the calibration goal), so the fit here is the one with leave-one-out, as the
-    Calibration tab's."""
+    (None, why, ''). The title says 'calibrated' only where the point meets the page's goal (`verdict_title`), so
+    the fit here is the one with leave-one-out, as the Calibration tab's."""
     try:
         cal = calibration_of(result)
     except ValueError as err:
@@ -218,5 +263,13 @@ def probe_sim_step(result, mode: str, batch: int):
         )
     index = next((i for i, p in enumerate(cal.points) if p.mode.name == mode and p.batch == batch), None)
     if index is None:
+        run = result.run(mode, batch)
+        if run is not None and run.eager_fallback:
+            return (
+                None,
+                f"No prediction: at batch {batch} the {MODES[mode].title} fell back to other kernels, and the "
+                "calibration leaves such steps out of its points (they are not the mode's).",
+                "",
+            )
         return None, "This setting was not measured.", ""
-    return cal.timeline(index), cal.verdict_at(index), cal.verdict_detail(index)
+    return cal.timeline(index), verdict_title(cal, index), verdict_sentence(cal, index)

@@ -403,8 +403,13 @@ _SWEEP_LINES = (
 )
 
 
-def sweep_figure(sweep, *, current: str | None = None, batch: int | None = None) -> go.Figure:
-    """Step, CPU launch and GPU time against batch (log x), one panel per mode swept.
+THROUGHPUT_COLOUR = "#8e44ad"  # tokens/s, wherever it is drawn beside step times
+
+
+def sweep_figure(sweep, *, current: str | None = None, batch: int | None = None, gpus: int = 1) -> go.Figure:
+    """Step, CPU launch and GPU time against batch (log x), one panel per mode swept, and each mode's tokens/s on
+    the panel's right axis with the batch where it saturates marked (`ui.throughput`); `gpus`: how many GPUs the
+    swept step runs on (tokens/s per GPU in the hover).
 
     `sweep` is a `sim.step.schedule.Sweep` (or anything shaped like it): `.batches`, `.series` (mode name
     -> arrays `step_us`, `cpu_launch_us`, `gpu_busy_us` aligned with the batches) and
@@ -451,10 +456,11 @@ def sweep_figure(sweep, *, current: str | None = None, batch: int | None = None)
             shape, annotation = _batch_mark(xa, ya, *mark)
             shapes.append(shape)
             annotations.append(annotation)
+    traces += _throughput_lines(x, series, layout, gpus)
     layout.update(
         {
             "height": 280 * -(-n_panels // 2),
-            "margin": {"l": 10, "r": 10, "t": 70, "b": 40},
+            "margin": {"l": 10, "r": 80, "t": 70, "b": 40},
             "hovermode": "x unified",
             "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.07, "x": 0},
             "shapes": shapes,
@@ -462,6 +468,63 @@ def sweep_figure(sweep, *, current: str | None = None, batch: int | None = None)
         }
     )
     return _figure(traces, layout)
+
+
+def _throughput_lines(x, series: dict, layout: dict, gpus: int) -> list[dict]:
+    """Each panel's tokens/s on a right axis of its own (log, every panel on one scale, labelled on the right
+    column), the saturation batch drawn as a diamond: after every panel's own lines, so their order stays."""
+    from ui.throughput import saturation, tokens_per_s
+
+    n = len(series)
+    rates = {k: tokens_per_s(x, np.asarray(d.step_us, float)) for k, d in series.items()}
+    top = max(float(r.max()) for r in rates.values())
+    low = min(float(r.min()) for r in rates.values())
+    traces = []
+    for i, (key, data) in enumerate(series.items()):
+        xa = "x" if i == 0 else f"x{i + 1}"
+        ya = "y" if i == 0 else f"y{i + 1}"
+        right = f"y{n + i + 1}"
+        layout[f"yaxis{n + i + 1}"] = {
+            "type": "log",
+            "overlaying": ya,
+            "anchor": xa,
+            "side": "right",
+            "range": [float(np.log10(low * 0.7)), float(np.log10(top * 1.4))],
+            "dtick": 1,
+            "showgrid": False,
+            "showticklabels": i % 2 == 1,
+            "title": {
+                "text": "tokens/s (log scale)" if i % 2 == 1 else "",
+                "font": {"color": THROUGHPUT_COLOUR},
+            },
+            "tickfont": {"color": THROUGHPUT_COLOUR},
+        }
+        rate = rates[key]
+        replayed = np.asarray(getattr(data, "replayed", np.zeros(len(x), bool)))
+        own = (
+            replayed if replayed.any() else np.ones(len(x), bool)
+        )  # a graph mode above its buckets runs eagerly
+        at = saturation(x[own], rate[own])
+        sizes = np.where(x == at, 11, 0) if at is not None else np.zeros(len(x))
+        per_gpu = f" (%{{customdata:,.0f}} per GPU, {gpus} GPUs)" if gpus > 1 else ""
+        traces.append(
+            {
+                "type": "scatter",
+                "mode": "lines+markers",
+                "x": x,
+                "y": rate,
+                "customdata": rate / gpus,
+                "xaxis": xa,
+                "yaxis": right,
+                "name": "tokens/s (right axis; ◆ where it saturates)",
+                "legendgroup": "tokens",
+                "showlegend": i == 0,
+                "line": {"color": THROUGHPUT_COLOUR, "width": 2},
+                "marker": {"size": sizes, "symbol": "diamond", "color": THROUGHPUT_COLOUR},
+                "hovertemplate": f"batch %{{x}}: %{{y:,.0f}} tokens/s{per_gpu}<extra>{mode_named(key).title}</extra>",
+            }
+        )
+    return traces
 
 
 def _panel_axes(
@@ -487,7 +550,7 @@ def _panel_axes(
         "dtick": 1,
         "matches": None if i == 0 else "y",
         "showticklabels": i % 2 == 0,
-        "title": {"text": "µs per step (log scale)" if i % 2 == 0 else ""},
+        "title": {"text": "µs per step = per output token (log scale)" if i % 2 == 0 else ""},
     }
     return x_axis, y_axis
 
@@ -506,7 +569,10 @@ def _sweep_lines(x, data, xa: str, ya: str, name: str, first: bool) -> list[dict
             "legendgroup": field_name,
             "showlegend": first,
             "line": {"color": colour, "dash": dash, "width": width},
-            "hovertemplate": f"batch %{{x}}: {label} %{{y:,.0f}} µs<extra>{name}</extra>",
+            "hovertemplate": f"batch %{{x}}: {label} %{{y:,.0f}} µs"
+            + (" = %{customdata:.2f} ms per output token" if field_name == "step_us" else "")
+            + f"<extra>{name}</extra>",
+            **({"customdata": np.asarray(data.step_us, float) / 1e3} if field_name == "step_us" else {}),
         }
         for field_name, label, colour, dash, width in _SWEEP_LINES
     ]

@@ -60,8 +60,69 @@ def format_speedup(speedup: float | None) -> str:
     return f"{speedup:.2f}×" if speedup < 10 else f"{speedup:.1f}×"
 
 
+def faster_or_slower(before_us: float, after_us: float, than: str) -> str:
+    """'2.9× faster than <than>', '1.3× slower than <than>' or 'as fast as <than>': a comparison whose word and
+    figure both come from the two times it compares (`after_us` against `before_us`)."""
+    if not (before_us > 0 and after_us > 0):
+        return f"not comparable with {than}"
+    ratio = before_us / after_us
+    if abs(ratio - 1) < 0.005:
+        return f"as fast as {than}"
+    if ratio > 1:
+        return f"{format_speedup(ratio)} faster than {than}"
+    return f"{format_speedup(1 / ratio)} slower than {than}"
+
+
+def profiled_against_median(profiled_us: float, median_us: float) -> str:
+    """The profiled step beside the median step timed without the profiler (the one the readouts and the fit use):
+    which is longer, and by how much, from the two figures (the profiler adds host time to every launch, but a
+    median over many steps can be the longer)."""
+    ratio = profiled_us / median_us
+    if abs(ratio - 1) < 0.005:
+        return f"The profiled step takes as long as the median step without the profiler ({format_us(median_us)})."
+    longer = ratio > 1
+    return (
+        f"The profiled step ({format_us(profiled_us)}) runs {abs(ratio - 1):.0%} "
+        f"{'slower' if longer else 'faster'} than the median step without the profiler ({format_us(median_us)})"
+        + (
+            ": the profiler adds host time to every launch."
+            if longer
+            else ": the profiler adds host time to every launch, but this is a single step, while the median is "
+            "over many steps whose host time varied."
+        )
+    )
+
+
 def format_utilisation(utilisation: float) -> str:
     return f"{utilisation * 100:.0f}%"
+
+
+def gpu_counts(timeline) -> dict[str, int]:
+    """How many of a step's GPU intervals are kernels (communication kernels included), copies and memsets."""
+    kinds = timeline.gpu_kinds
+    return {
+        "kernels": int(((kinds == "kernel") | (kinds == "communication")).sum()),
+        "copies": int((kinds == "memcpy").sum()),
+        "memsets": int((kinds == "memset").sum()),
+    }
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"
+
+
+def not_kernels(counts: dict[str, int]) -> str:
+    """'3 copies and 1 memset' (the GPU work a step does that is not a kernel), '' where there is none."""
+    copies, memsets = counts.get("copies", 0), counts.get("memsets", 0)
+    parts = [f"{copies:,} cop{'y' if copies == 1 else 'ies'}"] * bool(copies)
+    parts += [_plural(memsets, "memset")] * bool(memsets)
+    return " and ".join(parts)
+
+
+def counts_text(counts: dict[str, int]) -> str:
+    """'828 kernels, 3 copies and 1 memset': a step's GPU work counted by kind."""
+    rest = not_kernels(counts)
+    return _plural(counts["kernels"], "kernel") + (f", {rest}" if rest else "")
 
 
 def show_readouts(
@@ -71,10 +132,13 @@ def show_readouts(
     speedup_help: str | None = None,
     phases: bool = False,
     basis: str = "",
+    counts: dict[str, int] | None = None,
 ) -> None:
     """The five headline numbers of one step, in one row of `st.metric`s (`phases`: the GPU intervals are
     the phases of one persistent kernel). `basis` ('as traced', 'no profiler') is put on the labels of the
-    figures the profiler changes, so that a step read two ways never shows two values under one name."""
+    figures the profiler changes, so that a step read two ways never shows two values under one name.
+    `counts` (`gpu_counts`): the step's kernels, copies and memsets, counted apart (else every GPU interval of
+    `metrics` is a kernel, as in a simulated step)."""
     labels = dict(zip(READOUT_LABELS, readout_labels(basis)))
     kernels, step, bound, versus, util = st.columns(5)
     if phases:
@@ -84,11 +148,16 @@ def show_readouts(
             help="One persistent kernel runs the whole step; its phases are separated by grid barriers.",
         )
     else:
+        counts = counts or {"kernels": metrics.kernels}
+        rest = not_kernels(counts)
         kernels.metric(
             KERNELS_LABEL,
-            f"{metrics.kernels:,}",
-            help=f"{metrics.launches:,} CPU launch call(s) submit them.",
+            f"{counts['kernels']:,}",
+            help=f"GPU kernels only{f' (the step also ran {rest}, counted apart)' if rest else ''}; "
+            f"{metrics.launches:,} CPU launch call(s) submit the step's GPU work.",
         )
+        if rest:
+            kernels.caption(f"kernels only; the step also ran {rest}")
     step.metric(
         labels[STEP_LABEL],
         format_us(metrics.step_us),

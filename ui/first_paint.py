@@ -43,24 +43,25 @@ COMPLETING = "_first_screen_completing"  # session key: this run is the one the 
 # trigger reruns the script.
 _JS = """
 export default function ({ data, setTriggerValue }) {
-  let done = false;
+  let done = false, timer = null;
   const report = () => {
     if (done || !document.querySelector(data.once_shown)) return false;
     done = true;
-    requestAnimationFrame(() => setTimeout(() => setTriggerValue("shown", true), 0));
+    requestAnimationFrame(() => { timer = setTimeout(() => setTriggerValue("shown", true), data.delay_ms || 0); });
     return true;
   };
-  if (report()) return;
   const watch = new MutationObserver(() => { if (report()) watch.disconnect(); });
-  watch.observe(document.body, { subtree: true, childList: true, characterData: true });
-  return () => watch.disconnect();
+  if (!report()) watch.observe(document.body, { subtree: true, childList: true, characterData: true });
+  // Unmounted before it reported (the reader opened another tab first): no report, so the rest of this tab,
+  // Plotly's script with it, is never asked for while the other tab draws.
+  return () => { watch.disconnect(); if (timer !== null) clearTimeout(timer); };
 }
 """
 _REPORTER = st.components.v2.component("launch_bound.first_screen", js=_JS)
 
 
-def _mark_seen() -> None:
-    st.session_state[SEEN] = True
+def _mark_seen(scope: str = "") -> None:
+    st.session_state[SEEN + scope] = True
     st.session_state[COMPLETING] = True
 
 
@@ -76,18 +77,30 @@ def _browser_attached() -> bool:
     return st.context.url is not None
 
 
-def seen() -> bool:
-    """Whether this session's browser has shown the first screen (always True with no browser attached)."""
-    return bool(st.session_state.get(SEEN)) or not _browser_attached()
+def seen(scope: str = "") -> bool:
+    """Whether this session's browser has shown the first screen (always True with no browser attached).
+    `scope`: another tab's own first screen ('calibration'), reported apart from the Simulator's."""
+    return bool(st.session_state.get(SEEN + scope)) or not _browser_attached()
 
 
-def report(once_shown: str) -> None:
-    """Mount the reporter while `seen()` is False; it reports once an element matching `once_shown` is on
+REACTION_MS = (
+    250  # the Simulator's report waits this long after its first screen: a reader's first click beats it
+)
+
+
+def report(once_shown: str, scope: str = "", delay_ms: int = 0) -> None:
+    """Mount the reporter while `seen(scope)` is False; it reports once an element matching `once_shown` is on
     screen, and the report reruns the script (outside any fragment, so the whole script).
 
     Mount it right after the first screen's last element, in the same run: its element then comes in the
-    same burst of messages, and the browser asks for its scripts after the first screen's."""
-    _REPORTER(key="first_screen", data={"once_shown": once_shown}, on_shown_change=_mark_seen, height=0)
+    same burst of messages, and the browser asks for its scripts after the first screen's. `delay_ms`: how long
+    after the first screen is painted it reports; a tab opened before then unmounts it, and it never does."""
+    _REPORTER(
+        key="first_screen" + (f"_{scope}" if scope else ""),
+        data={"once_shown": once_shown, "delay_ms": delay_ms},
+        on_shown_change=lambda: _mark_seen(scope),
+        height=0,
+    )
 
 
 def write(key: str, value) -> None:

@@ -12,15 +12,42 @@ from datetime import datetime
 import streamlit as st
 
 from core import probe_result, tp_result
-from core.step_plan import MODES
+from core.step_plan import MODES, without_graphs
 from ui.common import plain
 from ui.uploads import files_go_with_the_session, release_upload
 
 RESULTS_KEY = "probe_results"  # session: label -> ProbeResult (uploaded and live runs)
 TP_RESULTS_KEY = "probe_tp_results"  # session: label -> TPResult (uploaded TP runs; probe tab only)
 MAX_SESSION_UPLOADS = 4  # uploads a session keeps (the oldest goes first): memory per session stays bounded
-# More shipped runs, offered after the default one (probe_result.RECORDED_PATH): files beside it.
-MORE_RECORDED = ("1b.json", "1b-persistent.json")
+# What each shipped run is for (gpu_probe/recorded/README.md); its GPU, date and command are read from the file.
+RECORDED_PURPOSE = {
+    "small.json": "the 0.5 B decoder in every mode at batch 1, 8, 64 and 256, with Hugging Face's Llama of the same "
+    "shape: the run the page opens on",
+    "1b.json": "Llama-3.2-1B's shape in every mode at batch 1, 8, 64 and 256, with Hugging Face's Llama of that shape",
+    "1b-persistent.json": "the persistent kernel beside fusion + graphs at batch 1, 2, 3, 4, 6 and 8 (1b preset)",
+    "small-b1.json": "the four modes the Simulator's toggles select, at batch 1 (small preset)",
+    "small-persistent.json": "the persistent kernel beside fusion + graphs at batch 1 (small preset)",
+    "small-holdout.json": "small.json's command again six minutes later on the same machine, without the reference: "
+    "how much a run moves from one run to the next (never fitted)",
+    "1b-second.json": "1b.json's command again on a fresh machine: its host-bound steps moved by up to half, its "
+    "GPU-bound ones by under 1 %",
+}
+
+
+def _shipped_files() -> tuple[str, ...]:
+    """Every run file shipped beside the default one (the traces are not runs), in RECORDED_PURPOSE's order."""
+    folder = probe_result.RECORDED_PATH.parent
+    found = (
+        {f.name for f in folder.glob("*.json") if not f.name.startswith("trace")}
+        if folder.is_dir()
+        else set()
+    )
+    found.discard(probe_result.RECORDED_PATH.name)
+    return tuple(n for n in RECORDED_PURPOSE if n in found) + tuple(sorted(found - set(RECORDED_PURPOSE)))
+
+
+# The other shipped runs, offered after the default one (probe_result.RECORDED_PATH): every run file beside it.
+MORE_RECORDED = _shipped_files()
 
 
 def describe(result) -> str:
@@ -42,19 +69,63 @@ def recorded() -> tuple:
 
 
 @st.cache_resource(show_spinner=False)
-def more_recorded() -> tuple:
-    """The other shipped runs that can be read (a missing or broken one is left out)."""
-    out = []
-    for name in MORE_RECORDED:
+def _more_recorded(names: tuple[str, ...]) -> tuple[tuple, tuple]:
+    out, refused = [], []
+    for name in names:
         try:
             out.append(
                 probe_result.load_result(
                     probe_result.RECORDED_PATH.with_name(name), timeline_source="recorded"
                 )
             )
-        except (ValueError, OSError):
-            continue
-    return tuple(out)
+        except (ValueError, OSError) as err:
+            refused.append((name, str(err)))
+    return tuple(out), tuple(refused)
+
+
+def more_recorded() -> tuple:
+    """The other shipped runs that can be read (`not_offered` says why one cannot)."""
+    return _more_recorded(MORE_RECORDED)[0]
+
+
+def not_offered() -> tuple[tuple[str, str], ...]:
+    """(file name, why) of each shipped run the page cannot read, so it says why it is not in the Run menus."""
+    rec, why = recorded()
+    mine = () if rec is not None else ((probe_result.RECORDED_PATH.name, why),)
+    return mine + _more_recorded(MORE_RECORDED)[1]
+
+
+def shipped_name(result) -> str:
+    """The file a shipped run was read from ('1b.json'), '' for any other result."""
+    rec, _ = recorded()
+    if rec is not None and result is rec:
+        return probe_result.RECORDED_PATH.name
+    refused = {name for name, _ in _more_recorded(MORE_RECORDED)[1]}
+    for name, run in zip([n for n in MORE_RECORDED if n not in refused], more_recorded()):
+        if run is result:
+            return name
+    return ""
+
+
+def fallback_note(result, run) -> str | None:
+    """'fused step, eager: the persistent kernel stops at 8 rows': what a run that fell back ran instead of its
+    mode, and why, both read from the file (the limit: `ProbeResult.kernel_rows`, `largest_bucket`); None where
+    the run ran as its mode."""
+    if not run.eager_fallback or run.mode not in MODES:
+        return None
+    mode = MODES[run.mode]
+    ran = "fused" if without_graphs(mode).fused else "unfused"
+    if mode.one_kernel:
+        rows = result.kernel_rows(run.mode)
+        why = (
+            f"the {mode.title} stops at {rows} rows"
+            if rows
+            else f"the {mode.title} did not run at this batch"
+        )
+    else:
+        largest = result.largest_bucket
+        why = f"no graph was captured above {largest} rows" if largest else "no graph was captured for it"
+    return f"{ran} step, eager: {why}"
 
 
 def preset_of(result) -> str:
@@ -138,8 +209,8 @@ def upload_widget(key: str, select_key: str, accepts_tp: bool = False) -> None:
         is_tp = isinstance(result, tp_result.TPResult)
         if is_tp and not accepts_tp:
             raise ValueError("it is a tensor-parallel result; the Live GPU probe tab shows it")
-    except ValueError as err:
-        why = f"**{plain(file.name)}** is not a usable probe result: {plain(err)}"
+    except ValueError as err:  # the reader's sentence names the fault; the file is named here
+        why = f"**{plain(file.name)}** cannot be shown: {plain(str(err).removeprefix('result: '))}"
         st.error(why, icon=":material/error:")
     else:
         label = f"uploaded: {file.name[:120]} ({describe(result)})"
@@ -180,7 +251,10 @@ def available_results() -> dict:
     rec, _ = recorded()
     # The other shipped runs come with the default one (a page without it asks for a file).
     for run in (rec, *more_recorded()) if rec is not None else ():
-        out[recorded_label(run)] = (run, "recorded")
+        label = recorded_label(run)
+        if label in out:  # two runs alike to the minute: the file tells them apart
+            label += f" · {shipped_name(run)}"
+        out[label] = (run, "recorded")
     for label, res in session_results().items():
         out[label] = (res, "live" if label.startswith("live") else "uploaded")
     return out

@@ -45,7 +45,7 @@ MERGED_RULE = (
     "appeared, and is an elementwise, reduction/norm or copy kernel whose family ran fewer times; the "
     "profiler does not record which kernels a fused kernel replaced, so this is inferred from names and counts"
 )
-NAME_CHARS = 90  # as the per-kernel table
+NAME_CHARS = None  # as the per-kernel table: names kept whole (the page wraps them)
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,8 @@
 `.json`, `.json.gz`, `.pt.trace.json(.gz)`, from a path, bytes or a binary file object, gzip recognised by its
 magic bytes. The JSON is decoded one event at a time from a stream (a 300 MB trace is never held as Python
 objects), in the object form ({"traceEvents": [...], ...}) or the bare array form of the Chrome trace format.
-Two top-level keys are kept besides the events, as `Meta`: the device's properties and the recorder's block.
+Three top-level keys are kept besides the events, as `Meta`: the device's properties, the recorder's block and
+the clock's base (`baseTimeNanoseconds`: with the events' times, when the trace was recorded).
 """
 
 import gzip
@@ -81,7 +82,7 @@ class _Unclosing(io.RawIOBase):
 class Meta:
     """A top-level key of the trace object the reader keeps (not an event)."""
 
-    key: str  # "device" or "untraced"
+    key: str  # "device", "untraced" or "base_ns"
     value: object
 
 
@@ -162,18 +163,23 @@ class _Stream:
         return rest
 
 
-def events(text):
+def events(text, label: str = "the file"):
     """Every object of the trace's event array, decoded one at a time from the text stream, and a `Meta` for
-    each top-level key the reader keeps."""
+    each top-level key the reader keeps. `label` names the file in what is said about it."""
     stream = _Stream(text)
     first = stream.skip()
     if first == "[":
         stream.pos += 1
     elif first == "{":
         stream.pos += 1
-        yield from _keys_before_the_events(stream)
+        yield from _keys_before_the_events(stream, label)
+    elif not first:
+        raise TraceError(f"{label} is empty: it holds no text at all (was the upload or the copy complete?)")
     else:
-        raise TraceError("the file is not a JSON trace: it does not start with '{' or '['")
+        start = stream.buf[stream.pos : stream.pos + 16].split("\n")[0]
+        scalar = first in '"-0123456789' or start.startswith(("true", "false", "null"))
+        what = "is not a trace: it is a single JSON value" if scalar else "is not JSON"
+        raise TraceError(f"{label} {what} (it starts with {start!r}); a trace starts with '{{' or '['")
     while True:
         ch = stream.skip()
         if ch == "]":
@@ -186,13 +192,15 @@ def events(text):
     yield from _keys_after_the_events(stream.rest())
 
 
-def _keys_before_the_events(stream: _Stream):
+def _keys_before_the_events(stream: _Stream, label: str):
     """The trace object's keys up to "traceEvents" (other keys are skipped), the stream left inside its list."""
+    keys = []
     while True:
         ch = stream.skip()
         if ch == "}" or not ch:
-            raise TraceError("the trace has no traceEvents: not a Chrome trace from torch.profiler")
+            raise TraceError(_not_a_trace(label, keys))
         key = stream.value()
+        keys.append(key)
         if stream.skip() != ":":
             raise TraceError("the trace is not valid JSON (expected ':' after a key)")
         stream.pos += 1
@@ -206,6 +214,20 @@ def _keys_before_the_events(stream: _Stream):
             yield Meta("device", meta)
         elif key == UNTRACED_KEY:
             yield Meta("untraced", meta)
+        elif key == "baseTimeNanoseconds":
+            yield Meta("base_ns", meta)
+
+
+def _not_a_trace(label: str, keys: list) -> str:
+    """What a JSON object without an event list is, as far as its keys tell."""
+    if {"runs", "device", "hbm_copy_GBps"} <= set(keys):
+        return f"{label} is a probe result, not a trace: open it on the Live GPU probe tab"
+    shown = ", ".join(repr(str(k)[:30]) for k in keys[:5]) + (", …" if len(keys) > 5 else "")
+    return (
+        f"{label} is JSON but not a trace: it has no traceEvents list"
+        + (f" (its keys: {shown})" if keys else " (it is an empty object)")
+        + ", where torch.profiler's export_chrome_trace writes one"
+    )
 
 
 def _keys_after_the_events(rest: str):
@@ -214,6 +236,9 @@ def _keys_after_the_events(rest: str):
     found = re.search(r'"deviceProperties"\s*:\s*\[\s*\{[^{}]*?"name"\s*:\s*"([^"]{1,200})"', rest)
     if found:
         yield Meta("device", [{"name": found.group(1)}])
+    found = re.search(r'"baseTimeNanoseconds"\s*:\s*(\d{1,20})\b', rest)
+    if found:
+        yield Meta("base_ns", int(found.group(1)))
     found = re.search(rf'"{UNTRACED_KEY}"\s*:\s*', rest)
     if found:
         try:

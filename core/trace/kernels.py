@@ -95,7 +95,7 @@ def _per_kernel(steps) -> dict:
     names, dur, delay, host, gap, replayed, graph_host = [], [], [], [], [], [], []
     for s in steps:
         costs = launch_costs(s)
-        names += [short_kernel_name(n, 90) for n in s.timeline.gpu_names]
+        names += [short_kernel_name(n, None) for n in s.timeline.gpu_names]  # whole: the page wraps it
         dur.append(s.timeline.gpu_dur)
         delay.append(costs.delay_us)
         # Eager launches keep the host time of their own call, as before; replayed nodes have none.

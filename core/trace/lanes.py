@@ -206,7 +206,8 @@ def _launch_labels(trace: Trace, calls, owned_rows, owner) -> list[str]:
         label = labels.get(pair)
         if label is None:
             label = labels[pair] = (
-                f"{trace.names[api]}: {short_kernel_name(trace.names[pair[1]])}"
+                # As the recorded runs name their launches, so a probe trace read now draws what its run drew.
+                f"{trace.names[api]}: {short_kernel_name(trace.names[pair[1]], namespaces=False)}"
                 if pair[1] >= 0
                 else trace.names[api]
             )

@@ -1,21 +1,26 @@
 """Kernels by name: a kernel's short name for the lanes and tables, and how many kernels a decoder layer runs,
 read off a step's kernel sequence."""
 
+_ANONYMOUS = "(anonymous namespace)"
 
-def short_kernel_name(name: str, limit: int = 60) -> str:
-    """A kernel's name without return type, template arguments and parameter list."""
+
+def short_kernel_name(name: str, limit: int | None = 60, namespaces: bool = True) -> str:
+    """A kernel's name without return type, template arguments and parameter list; a namespace part of the name
+    ('at::native::(anonymous namespace)::CatArrayBatchedCopy') is kept whole, unless `namespaces` is False (the
+    lanes' launch labels, as the recorded runs wrote them: 'at::native::::CatArrayBatchedCopy'). `limit`: at most
+    this many characters (cut with '…'); None: never cut."""
     if name.startswith("void "):
         name = name[5:]
     depth, out = 0, []
-    for ch in name:
+    for ch in name.replace(_ANONYMOUS, "\0") if namespaces else name:
         if ch in "<(":
             depth += 1
         elif ch in ">)":
             depth = max(depth - 1, 0)
         elif depth == 0:
             out.append(ch)
-    short = "".join(out).strip() or name
-    return short if len(short) <= limit else short[: limit - 1] + "…"
+    short = "".join(out).strip().replace("\0", _ANONYMOUS) or name
+    return short if limit is None or len(short) <= limit else short[: limit - 1] + "…"
 
 
 def kernels_per_layer(names, n_layers: int) -> tuple[int, bool]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -88,6 +89,7 @@ class Trace:
     # The recorder's untraced timing (gpu_probe/recorder.py), where the trace carries a sound one.
     recorded_untraced: dict | None = None
     recorded_note: str = ""  # why a block the trace carries is not used (one sentence), else ''
+    recorded_at: str = ""  # when it was recorded (ISO 8601, UTC), from its clock's base; '' where it has none
     # GPU events left out for a time stamp or stream id no profiler writes (NaN, text, 400 digits): their
     # correlation ids, sorted, so that their launch calls are explained by that and not by dropped records.
     unusable_corr: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, np.int64))
@@ -139,7 +141,7 @@ def read_trace(source, name: str | None = None, host_only: bool = False) -> Trac
     `host_only`: a trace with no GPU work is read too (only `count_events` can use it: it has no steps)."""
     label = name or (Path(source).name if isinstance(source, (str, Path)) else "trace")
     with opened(source, label) as text:
-        kept = _collect(events(text))
+        kept = _collect(events(text, label))
     _check(kept, label, host_only)
     return _trace(kept, label, host_only)
 
@@ -161,7 +163,8 @@ class _Kept:
         # calls.
         self.host = _Columns({"thread": np.int32, "kind": np.int8}, "ts", "thread", "kind")
         self.python = _Columns({"thread": np.int32, "parent": np.int64}, "ts", "dur", "thread", "parent")
-        self.device, self.count, self.untraced = "", 0, None
+        self.device, self.count, self.untraced, self.base_ns = "", 0, None, None
+        self.timed = 0  # complete events ("ph": "X"): none at all, and the JSON is not a profiler's trace
         self.unusable_corr: list[int] = []  # of the GPU events left out for their time stamp or stream id
 
     def name_id(self, text: str) -> int:
@@ -174,6 +177,8 @@ class _Kept:
         value = meta.value
         if meta.key == "untraced":
             self.untraced = value
+        elif meta.key == "base_ns":
+            self.base_ns = value if isinstance(value, int) and not isinstance(value, bool) else None
         elif not self.device and isinstance(value, list) and value and isinstance(value[0], dict):
             self.device = shown_text(str(value[0].get("name", "")), 200)
 
@@ -237,6 +242,7 @@ def _collect(stream) -> _Kept:
             continue
         if event.get("ph") != "X":
             continue
+        kept.timed += 1
         cat = event.get("cat")
         cat = cat.lower() if isinstance(cat, str) else ""
         name = event.get("name")
@@ -264,7 +270,12 @@ def _collect(stream) -> _Kept:
 def _check(kept: _Kept, label: str, host_only: bool) -> None:
     """A trace the lanes cannot be drawn from is refused here, in one sentence."""
     if kept.count == 0:
-        raise TraceError(f"{label} has no events")
+        raise TraceError(f"{label} is a trace with no events: its event list is empty")
+    if not kept.timed:
+        raise TraceError(
+            f"{label} is JSON but not a profiler trace: none of its {kept.count:,} objects is a timed event "
+            '("ph": "X" with a "ts"), as torch.profiler writes them'
+        )
     if host_only:
         return
     unusable = len(kept.unusable_corr)
@@ -275,7 +286,7 @@ def _check(kept: _Kept, label: str, host_only: bool) -> None:
         )
     if not len(kept.gpu):
         raise TraceError(
-            f"{label} has no GPU events: it is a CPU-only profile (profile with ProfilerActivity.CUDA as well)"
+            f"{label} is a trace without GPU events: a CPU-only profile (profile with ProfilerActivity.CUDA as well)"
         )
     if not len(kept.calls):
         raise TraceError(f"{label} has GPU events but no CUDA runtime calls: the host side was not profiled")
@@ -325,8 +336,21 @@ def _trace(kept: _Kept, label: str, host_only: bool) -> Trace:
         **_host_columns(kept),
         recorded_untraced=recorded,
         recorded_note=recorded_note,
+        recorded_at=_recorded_at(kept.base_ns, c["ts"], g["ts"]),
         unusable_corr=np.unique(np.array([c for c in kept.unusable_corr if c >= 0], np.int64)),
     )
+
+
+def _recorded_at(base_ns: int | None, *times: np.ndarray) -> str:
+    """When the trace was recorded, as the file says: its clock's base (`baseTimeNanoseconds`) plus its first
+    event's time, in ISO 8601 (UTC); '' where the file has no base or the sum is not a date of this century."""
+    starts = [float(t.min()) for t in times if len(t)]
+    if base_ns is None or not starts:
+        return ""
+    seconds = base_ns / 1e9 + min(starts) / 1e6
+    if not 946_684_800 <= seconds < 4_102_444_800:  # 2000 to 2100
+        return ""
+    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="seconds")
 
 
 def _launching_ops(g: dict, ops: _Columns) -> tuple[np.ndarray, np.ndarray]:

@@ -1,6 +1,6 @@
 """Where a trace's decode steps are: the launch calls of each, and its time 0.
 
-By the first rule that applies: the CPU range the caller names (`step_range`; the probe names `decode_step`);
+By the first rule that applies: the CPU range the caller names (`step_range`); the probe's `decode_step` ranges;
 the profiler's `ProfilerStep#N` ranges; one step per `cudaGraphLaunch` group; host synchronisation between
 steps; else the whole trace. The rule used is reported with the steps.
 """
@@ -31,7 +31,9 @@ RULES = {
 class StepWindow:
     """One step: which launch calls belong to it, and where its time 0 is."""
 
-    index: int  # ProfilerStep's N, else 0, 1, 2, ...
+    index: (
+        int  # ProfilerStep's N, else 1, 2, 3, ... (its place in the file: 'Step 1 of 3' however it is found)
+    )
     calls: np.ndarray  # indices into the trace's call columns, launches only, sorted by start
     t0: float  # the step's time 0 (trace µs)
     range_thread: int = -1  # the thread owning the step's range (-1: none)
@@ -49,19 +51,21 @@ def find_steps(trace: Trace, step_range: str | None = None) -> tuple[str, list[S
         if not windows:
             raise TraceError(f"{trace.name} has no CPU range named {step_range!r} with launches in it")
         return RULES["range"].format(name=step_range), windows
-    windows = _range_windows(trace, launches, PROFILER_STEP.match, numbered=True)
-    if windows:
-        return RULES["profiler"], windows
+    # The probe's own range before the profiler's: inside ProfilerStep#N it marks the step itself (time 0 at its
+    # start, as the probe's run reads it), so a probe trace reads the same however it arrives.
     windows = _range_windows(trace, launches, lambda n: n == STEP_ANNOTATION, numbered=False)
     if windows:
         return RULES["range"].format(name=STEP_ANNOTATION), windows
+    windows = _range_windows(trace, launches, PROFILER_STEP.match, numbered=True)
+    if windows:
+        return RULES["profiler"], windows
     if launches.is_graph.any():
         return RULES["graph"], _graph_windows(trace, launches)
     windows = _sync_windows(trace, launches)
     if len(windows) > 1:
         return RULES["sync"], windows
     calls = launches.launch
-    return RULES["whole"], [StepWindow(index=0, calls=calls, t0=float(trace.call_ts[calls[0]]))]
+    return RULES["whole"], [StepWindow(index=1, calls=calls, t0=float(trace.call_ts[calls[0]]))]
 
 
 def _range_windows(trace: Trace, launches: LaunchIndex, match, numbered: bool) -> list[StepWindow]:
@@ -78,7 +82,7 @@ def _range_windows(trace: Trace, launches: LaunchIndex, match, numbered: bool) -
         if not len(calls):
             continue
         number = PROFILER_STEP.match(trace.name_of(trace.range_name[i])) if numbered else None
-        index = int(number.group(1)) if number else len(out)
+        index = int(number.group(1)) if number else len(out) + 1
         out.append(StepWindow(index=index, calls=calls, t0=t0, range_thread=int(trace.range_thread[i])))
         if len(out) > MAX_STEPS:
             raise TraceError(f"the trace has more than {MAX_STEPS:,} steps: profile fewer")
@@ -92,7 +96,7 @@ def _split(trace: Trace, calls: np.ndarray, cut_after: list[int]) -> list[StepWi
     for lo, hi in zip(bounds[:-1], bounds[1:]):
         if hi > lo:
             part = calls[lo:hi]
-            out.append(StepWindow(index=len(out), calls=part, t0=float(trace.call_ts[part[0]])))
+            out.append(StepWindow(index=len(out) + 1, calls=part, t0=float(trace.call_ts[part[0]])))
     if len(out) > MAX_STEPS:
         raise TraceError(f"the trace has more than {MAX_STEPS:,} steps: profile fewer")
     return out

@@ -358,14 +358,16 @@ def _launch_us(tl: Timeline, kinds: np.ndarray, unprofiled_host_us: float) -> np
 
 
 def points_from_result(result) -> list[Point]:
-    """One point per run of a mode the model represents."""
+    """One point per run of a mode the model represents; a run that fell back to other kernels (`eager_fallback`:
+    the persistent kernel above the rows it runs, a graph mode above its largest bucket) is not that mode's, and
+    is left out."""
     points = []
     model = model_from_result(result)
     unpipelined = unpipelined_gemms(result)
     pdl_rows = pdl_max_rows(result)
     for run in result.runs:
         mode = MODES.get(run.mode)
-        if mode is None or not mode.modelled:
+        if mode is None or not mode.modelled or run.eager_fallback:
             continue
         replays = mode.graphs and not run.eager_fallback
         ran = mode if replays or not mode.graphs else without_graphs(mode)

@@ -276,8 +276,8 @@ def fusion_whatif(step: TraceStep, plan=None) -> WhatIf:
     )
     launches = step.launches - len(dropped_calls)
     notes = (
-        f"{int((~keep).sum())} kernels folded into their neighbours; each run of elementwise and norm kernels "
-        "becomes one kernel as long as its longest member.",
+        f"With {FUSED.title}: {int((~keep).sum())} kernels folded into their neighbours; each run of elementwise "
+        "and norm kernels becomes one kernel as long as its longest member.",
     )
     return WhatIf(
         FUSED.title,
@@ -403,12 +403,18 @@ def graphs_whatif(
         label=f"{tl.label} · {name} ({ESTIMATE})",
         gpu_stream=tl.gpu_stream[rows],
     )
+    back = len(host.start) - host.input_calls - 1
     notes = (
-        f"{host.input_calls} input copies and one graph launch of {n_nodes} nodes replace {step.launches} "
-        f"launches; replay cost: {cost.launch_us:.1f} µs + {cost.per_node_host_us:.2f} µs per node on the host, "
-        f"{cost.node_gap_us:.2f} µs between nodes on the GPU.",
+        f"With {name}: {len(host.start)} launch calls replace {step.launches} ({_copies(host.input_calls)} in, one "
+        f"graph launch of {n_nodes} nodes{f', {_copies(back)} back' if back else ''}); replay cost: "
+        f"{cost.launch_us:.1f} µs + {cost.per_node_host_us:.2f} µs per node on the host, {cost.node_gap_us:.2f} µs "
+        "between nodes on the GPU.",
     )
     return WhatIf(name, timeline, len(host.start), notes=notes)
+
+
+def _copies(n: int) -> str:
+    return f"{n} cop{'y' if n == 1 else 'ies'}"
 
 
 def whatifs(step: TraceStep, cost: GraphReplayCost) -> dict[str, WhatIf]:

@@ -12,10 +12,9 @@ DIFF = ".st-key-tr_diff"
 
 
 def _row(page, table: int, first_cell: str) -> list[str]:
-    """The cells of the row of the diff's `table`-th dataframe whose first cell is `first_cell`, as shown
-    (the data grid keeps an accessible table of its cells in the DOM)."""
-    frame = page.locator(f"{DIFF} [data-testid=stDataFrame]").nth(table)
-    row = frame.locator("tr[role=row]").filter(has=page.locator("td[aria-colindex='1']", has_text=first_cell))
+    """The cells of the row of the diff's `table`-th table whose first cell is `first_cell`, as shown."""
+    frame = page.locator(f"{DIFF} .lb-table").nth(table)
+    row = frame.locator("tr").filter(has=page.locator("td:first-child", has_text=first_cell))
     return row.first.evaluate("r => Array.from(r.querySelectorAll('td')).map(c => c.textContent)")
 
 

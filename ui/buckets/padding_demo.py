@@ -21,6 +21,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from ui.common import plain
+from ui.tables import Column, show_table
 
 PAD_CHOICES = ("the scratch block (safe)", "a real block (the bug)")
 PAD_POLICY = {PAD_CHOICES[0]: "scratch", PAD_CHOICES[1]: "real"}
@@ -219,7 +220,11 @@ def render() -> None:
     _verdict(rows, PAD_POLICY[choice])
     st.plotly_chart(demo_figure(rows), width="stretch", key="bk_demo_chart")
     with st.expander("Every batch size"):
-        st.dataframe(_table(rows), width="stretch", hide_index=True)
+        show_table(
+            _table(rows),
+            {**{k: k for k in _table(rows[:1])[0]}, "max |Δlogit|": Column("max |Δlogit|", "{:.3g}")},
+            key="bk_demo",
+        )
 
 
 def _verdict(rows: list, policy: str) -> None:

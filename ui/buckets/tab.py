@@ -22,6 +22,7 @@ from ui import uploads
 from ui.buckets import padding_demo
 from ui.buckets.charts import padding_figure, tradeoff_figure
 from ui.common import plain
+from ui.tables import Column, show_table
 
 # One checkbox per layout: a URL can carry a yes/no per key, and a link stays readable.
 LAYOUT_KEYS = {
@@ -372,7 +373,11 @@ def _layouts_view() -> None:
         padding_figure(layouts, workload, max_batch, optimum), width="stretch", key="bk_padding_chart"
     )
     rows = br.table_rows(stats)
-    st.dataframe(rows, width="stretch", hide_index=True)
+    show_table(
+        rows,
+        {**{k: k for k in rows[0]}, "padded rows/step": Column("padded rows/step", "{:,.2f}")},
+        key="bk_layouts",
+    )
     st.download_button(
         "Download the comparison (CSV)",
         _csv(br.table_rows(stats, full_buckets=True)),
@@ -472,6 +477,11 @@ def render() -> None:
         "A CUDA graph replays exactly the shapes it was captured with, so an engine captures a list of batch "
         "sizes and pads each real batch up to the next one. More buckets mean less padding but more pinned "
         "memory; batches above the largest bucket fall back to eager launches."
+    )
+    st.markdown(
+        "**Which step time to read:** *step µs* in the comparison table, the simulated step averaged over the "
+        "workload's batch sizes, padding and eager fallbacks included: what a list of buckets costs your traffic, "
+        "not one batch's step."
     )
     layouts_tab, demo_tab = st.tabs(VIEWS, key="bk_view", bind="query-params")
     if layouts_tab.open:

@@ -13,11 +13,20 @@ import streamlit as st
 from core.step_plan import MODES, modes
 from sim.calibration import PARAMS, Calibration
 from sim.calibration.report import loo_summary, verdict
+from ui import first_paint
 from ui.calibration.charts import predicted_vs_measured_figure
-from ui.calibration_cache import CALIBRATED_TITLE, calibration_of, preset_for, result_key
+from ui.calibration_cache import (
+    CALIBRATED_TITLE,
+    calibration_of,
+    preset_for,
+    result_key,
+    verdict_sentence,
+    verdict_title,
+)
 from ui.charts import format_us, lanes_figure
-from ui.common import plain
-from ui.probe_results import available_results, recorded, run_picker, upload_widget
+from ui.common import counts_text, gpu_counts, plain, profiled_against_median
+from ui.probe_results import available_results, fallback_note, recorded, run_picker, upload_widget
+from ui.tables import Column, show_table
 
 # Below the lanes, one view at a time (only the open one runs: the first open of the tab draws two charts and one
 # small table, not two charts and four tables; issue 29, item 7).
@@ -36,6 +45,12 @@ CALIBRATE_PARAMS: dict[str, tuple] = {
     "cal_run": ("text", 300),  # a run's label; checked by ui.probe_results.run_picker
 }
 LOO_LABEL = "Median step-time error (leave-one-out)"
+SCOPE = "calibration"  # this tab's own first screen (ui/first_paint.py)
+READOUT = ".st-key-cal_headline [data-testid=stMetricValue]"  # on screen: the first screen is shown
+STEP_TIME_TO_READ = (
+    "**Which step time to read:** the *leave-one-out* errors: each step's median time, predicted by a fit that "
+    "never saw that step."
+)
 
 
 # -- page -------------------------------------------------------------------------
@@ -64,7 +79,9 @@ def _params_view(cal: Calibration) -> None:
         }
         for p in PARAMS
     ]
-    st.dataframe(rows, hide_index=True, width="stretch", height=35 * (len(rows) + 1) + 3)
+    show_table(
+        rows, {**{k: k for k in rows[0]}, "fitted": Column("fitted", "{:.4g}")}, key="cal_params", height=None
+    )
     st.caption(
         "Each kernel family's latency, bandwidth and matrix rate are fitted (bounded least squares on "
         "the logarithms) to the GPU time its kernels add in each profiled step; the host costs to the "
@@ -81,7 +98,7 @@ def _headline(cal: Calibration) -> None:
     fit_err = float(np.median(np.abs(cal.errors()[:, 0])))
     summary = loo_summary(cal)
     point, worst = summary["worst_point"], summary["worst_point"]["error"]
-    a, b, c = st.columns(3)
+    a, b, c = st.container(key="cal_headline").columns(3)
     a.metric(
         LOO_LABEL,
         f"{100 * summary['median']:.1f}%",
@@ -95,7 +112,7 @@ def _headline(cal: Calibration) -> None:
     c.metric("Median step-time error (fit)", f"{100 * fit_err:.1f}%")
 
 
-def _by_mode(cal: Calibration) -> None:
+def _by_mode(cal: Calibration, result) -> None:
     """Each mode's errors, and the verdict against the goals."""
     summary = loo_summary(cal)
     per_mode = [
@@ -111,23 +128,36 @@ def _by_mode(cal: Calibration) -> None:
         if any(p.mode == m for p in cal.points)
     ]
     # A few rows: a static table, not the interactive grid (which costs the first open of the tab ~0.1 s to mount).
-    st.table(
-        [{k: v if k == "mode" else f"{v:.1f}" for k, v in row.items()} for row in per_mode],
-        hide_index=True,
-        width="content",
-    )
+    show_table(per_mode, key="cal_by_mode", stretch=False)
     text = verdict(summary, "Leave-one-out")
     (st.success if ". Meets the goals" in text else st.warning)(text)
+    left_out(result)
 
 
-def _table(cal: Calibration) -> None:
-    rows = cal.rows()
-    fmt = {
-        k: st.column_config.NumberColumn(format="%.1f")
-        for k in rows[0]
-        if k.endswith(("(µs)", "%", "(points)"))
-    }
-    st.dataframe(rows, hide_index=True, width="stretch", column_config=fmt, height=35 * (len(rows) + 1) + 3)
+def left_out(result) -> None:
+    """The runs that are not points of the fit because they ran other kernels than their mode's, said with why."""
+    fell = [r for r in result.runs if r.eager_fallback and r.mode in MODES and MODES[r.mode].modelled]
+    if fell:
+        st.caption(
+            "Not points of the fit: "
+            + "; ".join(f"{r.mode} at batch {r.batch} ({fallback_note(result, r)})" for r in fell)
+            + ". Each ran other kernels than its mode's, so its errors would not be the mode's."
+        )
+
+
+def _table(cal: Calibration, result) -> None:
+    rows = []
+    for row in cal.rows():
+        # The fit counts every GPU interval of a step; the page counts kernels, copies and memsets apart.
+        counts = gpu_counts(result.run(row["mode"], row["batch"]).timeline)
+        at = list(row).index("kernels")
+        items = list(row.items())
+        items[at : at + 1] = [
+            ("kernels", counts["kernels"]),
+            ("copies, memsets", counts["copies"] + counts["memsets"]),
+        ]
+        rows.append(dict(items))
+    show_table(rows, key="cal_points", height=None)
     csv = ",".join(rows[0]) + "\n" + "\n".join(",".join(str(v) for v in r.values()) for r in rows) + "\n"
     st.download_button(
         "Download the table as CSV",
@@ -140,7 +170,8 @@ def _table(cal: Calibration) -> None:
     )
 
 
-def _overlay(cal: Calibration, result, columns) -> None:
+def _pickers(cal: Calibration, columns) -> tuple:
+    """The point to draw and whether the whole step: (mode, batch, whole, its index in the fit's points)."""
     fitted = tuple(m for m in MODES if any(p.mode.name == m for p in cal.points))
     mode_col, batch_col, whole_col = columns
     mode = mode_col.selectbox("Mode", fitted, key="cal_mode", bind="query-params")
@@ -148,6 +179,10 @@ def _overlay(cal: Calibration, result, columns) -> None:
     batch = batch_col.selectbox("Batch size", batches, key="cal_batch", bind="query-params")
     whole = whole_col.toggle("Show the whole step", key="cal_whole", bind="query-params")
     index = next(i for i, p in enumerate(cal.points) if p.mode.name == mode and p.batch == batch)
+    return mode, batch, whole, index
+
+
+def _overlay(cal: Calibration, result, mode: str, batch: int, whole: bool, index: int) -> None:
     st.markdown("**Simulated over measured lanes**")
     measured, simulated = result.run(mode, batch).timeline, cal.timeline(index)
     st.plotly_chart(
@@ -159,10 +194,9 @@ def _overlay(cal: Calibration, result, columns) -> None:
     )
     m, s = measured.metrics(), simulated.metrics()
     st.caption(
-        f"Top: the profiled step ({m.kernels} kernels, {format_us(m.step_us)}). Bottom: the model's step "
-        f"({s.kernels} kernels, {format_us(s.step_us)}): {cal.verdict_at(index)}. {cal.verdict_detail(index)} The "
-        "profiled step runs slower than the median step the fit uses, because the profiler adds host time to every "
-        "launch."
+        f"Top: the profiled step ({counts_text(gpu_counts(measured))}, {format_us(m.step_us)}). Bottom: the model's "
+        f"step ({s.kernels:,} kernels, {format_us(s.step_us)}): {verdict_title(cal, index)}. "
+        f"{verdict_sentence(cal, index)} {profiled_against_median(m.step_us, cal.points[index].step_us)}"
     )
 
 
@@ -170,10 +204,7 @@ def render() -> None:
     # The picture first (issue 29, item 6): the pickers in one row, the headline errors, the lanes; one view of the
     # fit below them (VIEWS), and the uploader last, so that at 1400 x 1000 the lanes are on the first screen.
     st.subheader("Calibrate the timing model to a measured run")
-    st.caption(
-        "Fit each kernel family's latency, bandwidth and matrix rate, the launch and replay costs and the node gap "
-        "to a probe run's profiled steps, then check how well the model predicts each step, left out of its fit."
-    )
+    st.markdown(STEP_TIME_TO_READ)
     run_col, *columns = st.columns([3.4, 1.3, 1.1, 1.3], vertical_alignment="bottom")
     with run_col:
         result = _pick()
@@ -187,11 +218,19 @@ def render() -> None:
         _your_run()
         return
     _headline(cal)
-    _overlay(cal, result, columns)
+    picked = _pickers(cal, columns)
+    if not first_paint.seen(SCOPE):
+        # The tab's first screen in this session: the pickers and the errors, a skeleton where the lanes go. The
+        # charts (Plotly's 4.7 MB script, if this browser has not run it yet) come in the run the report starts,
+        # so the readout never waits for them (ui/first_paint.py; bench/first_view_speed.py calibration-warm).
+        st.skeleton(height=420)
+        first_paint.report(once_shown=READOUT, scope=SCOPE)
+        return
+    _overlay(cal, result, *picked)
     views = dict(zip(VIEWS, st.tabs(VIEWS, key="cal_view", bind="query-params")))
     if views["Errors by mode"].open:
         with views["Errors by mode"]:
-            _by_mode(cal)
+            _by_mode(cal, result)
     if views["Predicted vs measured"].open:
         with views["Predicted vs measured"]:
             st.plotly_chart(
@@ -208,7 +247,7 @@ def render() -> None:
             )
     if views["Every point"].open:
         with views["Every point"]:
-            _table(cal)
+            _table(cal, result)
     if views["Fitted parameters"].open:
         with views["Fitted parameters"]:
             _params_view(cal)

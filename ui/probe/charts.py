@@ -17,9 +17,10 @@ BOUNDARY_COLOUR = "rgba(150, 150, 150, 0.85)"
 HOST_COLOUR = CPU_COLOUR
 
 
-def step_split_figure(split: dict, step_us: float, host_name: str) -> go.Figure:
+def step_split_figure(split: dict, step_us: float, host_name: str, counted: str = "") -> go.Figure:
     """One stacked bar: floor | kernel boundaries | the GPU's wait for the host (µs); `host_name` names the
-    last part as the page's text does (`ui.probe.tab.host_wait_phrase`)."""
+    last part as the page's text does (`ui.probe.tab.host_wait_phrase`), `counted` what the boundaries are between
+    ('101 kernels, 1 memset')."""
     parts = (
         (
             "floor: the bytes at copy bandwidth, or the FLOPs at the matrix rate",
@@ -28,7 +29,8 @@ def step_split_figure(split: dict, step_us: float, host_name: str) -> go.Figure:
             "",
         ),
         (
-            f"kernel boundaries: {split['kernels']} × {split['per_kernel_us']:.2f} µs",
+            f"kernel boundaries: {split['kernels']} × {split['per_kernel_us']:.2f} µs"
+            + (f" (between {counted})" if counted else ""),
             split["boundaries_us"],
             BOUNDARY_COLOUR,
             "",
@@ -111,65 +113,121 @@ def mark_profiler_stretch(fig: go.Figure, unprofiled_us: float, profiled_us: flo
     )
 
 
-def batch_axis_figure(result) -> go.Figure:
-    """Every mode's step time across the run's batches (back to back where the run has it), the roofline floor,
-    and the Hugging Face reference of the same shape on the same GPU where the run measured it; log-log."""
+def batch_axis_figure(result, fallback_note=None) -> go.Figure:
+    """Every mode across the run's batches, two panels on log-log axes: the time per output token (the step's
+    time, back to back where the run has it: a decode loop's pace) and the tokens a second it gives, with the roofline
+    floor and, where the run measured it, the Hugging Face reference of the same shape on the same GPU.
+
+    A run that fell back to other kernels (`eager_fallback`: the persistent kernel above the rows it runs) is drawn
+    as what it is: a hollow marker, joined by a dashed segment, named by `fallback_note(run)` in its hover. The batch
+    where a mode's tokens/s saturates (`ui.throughput`, over its own steps) is a diamond on the right panel."""
     from core.probe_result import REFERENCE_KINDS
     from core.step_plan import FUSED_GRAPH, MODES
+    from ui.throughput import saturation, tokens_per_s
 
     traces = []
     for name, mode in MODES.items():
         runs = sorted((r for r in result.runs if r.mode == name), key=lambda r: r.batch)
         if not runs:
             continue
-        traces.append(
-            _batch_line(
-                [r.batch for r in runs],
-                [r.step_us_back_to_back or r.step_us_median for r in runs],
-                mode.title,
-                {"color": mode.colour, "width": 2.5 if mode is FUSED_GRAPH else 1.5},
-            )
-        )
+        style = {"color": mode.colour, "width": 2.5 if mode is FUSED_GRAPH else 1.5}
+        us = [r.step_us_back_to_back or r.step_us_median for r in runs]
+        notes = [(fallback_note(r) if fallback_note else None) or "" for r in runs]
+        traces += _mode_lines(mode.title, [r.batch for r in runs], us, notes, style)
     batches = list(result.batches)
-    traces.append(
-        _batch_line(
-            batches,
-            [result.floor_us(b) for b in batches],
-            "floor (roofline)",
-            {"color": "#111", "dash": "longdash"},
-        )
-    )
+    floor = {"color": "#111", "dash": "longdash", "width": 1.5}
+    traces += _panel_pair("floor (roofline)", batches, [result.floor_us(b) for b in batches], floor, None)
     reference = result.reference
     if reference is not None and reference.runs:
         for kind, dash in zip(REFERENCE_KINDS, ("dot", "dash")):
             runs = sorted((r for r in reference.runs if r.mode == kind), key=lambda r: r.batch)
             if runs:
-                traces.append(
-                    _batch_line(
-                        [r.batch for r in runs],
-                        [r.step_us_back_to_back or r.step_us_median for r in runs],
-                        f"Hugging Face {kind}, same shape, same GPU",
-                        {"color": "#8c6d31", "dash": dash, "width": 2},
-                    )
+                us = [r.step_us_back_to_back or r.step_us_median for r in runs]
+                traces += _panel_pair(
+                    f"Hugging Face {kind}, same shape, same GPU",
+                    [r.batch for r in runs],
+                    us,
+                    {"color": "#8c6d31", "dash": dash, "width": 2},
+                    saturation([r.batch for r in runs], tokens_per_s([r.batch for r in runs], us)),
                 )
     fig = go.Figure(traces)
+    axis = {"type": "log", "tickvals": batches, "title": "batch size (log scale)"}
     fig.update_layout(
-        height=380,
-        margin={"l": 60, "r": 10, "t": 10, "b": 40},
-        xaxis={"type": "log", "title": "batch size (log scale)", "tickvals": batches},
-        yaxis={"type": "log", "title": "µs per step (log scale)", "dtick": 1},
-        legend={"orientation": "v", "x": 1.01, "y": 1},
+        height=420,
+        margin={"l": 60, "r": 10, "t": 30, "b": 40},
+        xaxis={**axis, "domain": [0.0, 0.46]},
+        xaxis2={**axis, "domain": [0.54, 1.0], "anchor": "y2"},
+        yaxis={"type": "log", "title": "ms per output token = per step (log scale)", "dtick": 1},
+        yaxis2={"type": "log", "title": "tokens/s, one GPU (log scale)", "anchor": "x2", "dtick": 1},
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
         hovermode="closest",
     )
     return fig
 
 
-def _batch_line(x, y, name: str, line: dict) -> go.Scatter:
-    return go.Scatter(
-        x=x,
-        y=y,
-        name=name,
-        mode="lines+markers",
-        line=line,
-        hovertemplate="%{fullData.name}<br>batch %{x}: %{y:,.0f} µs<extra></extra>",
+def _mode_lines(title: str, batches, us, notes, style: dict) -> list[go.Scatter]:
+    """A mode's own steps (solid, filled markers) and its fallbacks (dashed from its last own step, hollow markers),
+    on both panels; the tokens/s line marks where the mode's own steps saturate."""
+    from ui.throughput import saturation, tokens_per_s
+
+    own = [i for i, n in enumerate(notes) if not n]
+    fell = [i for i, n in enumerate(notes) if n]
+    pick = lambda seq, idx: [seq[i] for i in idx]  # noqa: E731
+    out = _panel_pair(
+        title,
+        pick(batches, own),
+        pick(us, own),
+        style,
+        saturation(pick(batches, own), tokens_per_s(pick(batches, own), pick(us, own))) if own else None,
     )
+    if fell:
+        # From the mode's last own step, so the line reads on; every point on it is a fallback.
+        joined = ([own[-1]] if own and own[-1] < fell[0] else []) + fell
+        out += _panel_pair(
+            f"{title}: fallback",
+            pick(batches, joined),
+            pick(us, joined),
+            {**style, "dash": "dash"},
+            None,
+            hollow=[i in fell for i in joined],
+            notes=pick(notes, joined),
+        )
+    return out
+
+
+def _panel_pair(name, batches, us, line: dict, saturates, hollow=None, notes=None) -> list[go.Scatter]:
+    """One series on both panels: ms per output token (left) and tokens/s (right, a diamond at `saturates`)."""
+    from ui.throughput import ms_per_token, tokens_per_s
+
+    ms, rate = ms_per_token(us), tokens_per_s(batches, us)
+    hollow = hollow or [False] * len(batches)
+    symbols = ["circle-open" if h else "circle" for h in hollow]
+    why = [f"<br>{n}" if n else "" for n in (notes or [""] * len(batches))]
+    common = {"mode": "lines+markers", "name": name, "legendgroup": name, "line": line}
+    left = go.Scatter(
+        x=batches,
+        y=ms,
+        customdata=list(zip(rate, why)),
+        marker={"symbol": symbols, "size": 8, "color": line["color"]},
+        hovertemplate="%{fullData.name}<br>batch %{x}: %{y:.3g} ms per output token, %{customdata[0]:,.0f} "
+        "tokens/s%{customdata[1]}<extra></extra>",
+        **common,
+    )
+    right_symbols = ["diamond" if b == saturates else s for b, s in zip(batches, symbols)]
+    right = go.Scatter(
+        x=batches,
+        y=rate,
+        xaxis="x2",
+        yaxis="y2",
+        showlegend=False,
+        customdata=list(zip(ms, why)),
+        marker={
+            "symbol": right_symbols,
+            "size": [13 if b == saturates else 8 for b in batches],
+            "color": line["color"],
+        },
+        hovertemplate="%{fullData.name}<br>batch %{x}: %{y:,.0f} tokens/s, %{customdata[0]:.3g} ms per output "
+        "token%{customdata[1]}<extra></extra>",
+        **common,
+    )
+    return [left, right]

@@ -1,6 +1,6 @@
 """The "Live GPU probe" tab: the simulator's picture, measured on a real GPU.
 
-Without CUDA the page shows the recorded H200 run (labelled as such) and accepts a result
+Without CUDA the page shows every recorded run (labelled from its file: GPU, date, command) and accepts a result
 file made on the reader's own GPU. With CUDA, "Measure on this GPU" runs the probe here;
 torch is imported only then (through `gpu_probe.live`), never by the other tabs.
 Where results come from is `ui.probe_results` (shared with the Calibration tab), the live
@@ -12,22 +12,40 @@ from __future__ import annotations
 import streamlit as st
 
 from core import step_plan
-from core.step_plan import BASELINE, FUSED_GRAPH
+from core.step_plan import BASELINE, FUSED_GRAPH, MODES
 from core.tp_result import TPResult
 from ui.charts import FIRST_LAUNCHES, format_us, lanes_figure
-from ui.common import UNTRACED, chrome_trace_download, code, format_utilisation, plain, show_readouts
+from ui.common import (
+    UNTRACED,
+    chrome_trace_download,
+    code,
+    counts_text,
+    format_utilisation,
+    gpu_counts,
+    plain,
+    profiled_against_median,
+    show_readouts,
+)
 from ui.probe import tp_view
 from ui.probe.charts import batch_axis_figure, mark_profiler_stretch, share_time_axis, step_split_figure
 from ui.probe.live import LIVE_BATCHES, LIVE_DURATION, measure_live
 from ui.probe.tables import fusion_table, modes_table, reference_note, run_facts
-from ui.probe_results import available_results, describe, recorded, run_picker, upload_widget
+from ui.probe_results import (
+    available_results,
+    describe,
+    fallback_note,
+    recorded,
+    run_picker,
+    upload_widget,
+)
+from ui.tables import Column, show_table
 
-MODES = tuple(step_plan.MODES)
+MODE_NAMES = tuple(step_plan.MODES)
 
 # URL key -> spec, read by ui.url_params before any widget.
 PROBE_PARAMS: dict[str, tuple] = {
     "pr_live": ("bool",),
-    "pr_mode": ("choice", MODES),
+    "pr_mode": ("choice", MODE_NAMES),
     "pr_batch": ("int", 1, 65536),
     "pr_whole": ("bool",),
     "pr_run": (
@@ -68,13 +86,21 @@ def _pick_result():
         "Run",
         options,
         "pr_run",
-        "The recorded run ships with the app; uploaded files and live runs stay in your session.",
+        'Every recorded run ships with the app (listed with its GPU, date and command under "The recorded runs" below); '
+        "uploaded files and live runs stay in your session.",
     )
     return options[label]
 
 
 def _readouts(result, run) -> None:
     base = result.run(BASELINE.name, run.batch)
+    fallback = fallback_note(result, run)
+    if fallback:  # the figures below are of the step that ran instead: said before any of them
+        st.warning(
+            f"**{MODES[run.mode].title} at batch {run.batch}** "
+            f"({fallback}): every figure below is of that step, not of the {MODES[run.mode].title}.",
+            icon=":material/call_split:",
+        )
     # Without the profiler, from one source: the median step, the median host enqueue, the kernels' GPU time.
     metrics = run.untraced_metrics()
     show_readouts(
@@ -83,20 +109,22 @@ def _readouts(result, run) -> None:
         speedup_help="Median eager step time at this batch divided by this mode's (no fusion, no "
         "graphs, same model and GPU).",
         basis=UNTRACED,
+        counts=gpu_counts(run.timeline),
     )
 
 
 def _readout_notes(result, run) -> None:
     """Below the lanes: what the readouts are of, and the step against the floor."""
     traced = run.timeline.metrics()  # as Your trace reads the same step: one function for both
-    st.caption(
-        f"Without the profiler: the step time is the median of the measured steps (p10 "
-        f"{format_us(run.step_us_p10)}, p90 {format_us(run.step_us_p90)}), the GPU utilisation the profiled "
-        "step's GPU busy time over it (the profiler slows the host, not the kernels), and bound-by sets that "
-        f"busy time against the host's median enqueue time. The lanes are the profiled step: "
-        f"{format_us(traced.step_us)} as traced, GPU utilisation {format_utilisation(traced.utilisation)} as "
-        "traced (the profiler adds host time to every launch)."
-    )
+    with st.expander("How these readouts are measured, and the step as traced"):
+        st.caption(
+            f"Without the profiler: the step time is the median of the measured steps (p10 "
+            f"{format_us(run.step_us_p10)}, p90 {format_us(run.step_us_p90)}), the GPU utilisation the profiled "
+            "step's GPU busy time over it (the profiler slows the host, not the kernels), and bound-by sets that "
+            f"busy time against the host's median enqueue time. The lanes are the profiled step: "
+            f"{format_us(traced.step_us)} as traced, GPU utilisation {format_utilisation(traced.utilisation)} as "
+            f"traced. {profiled_against_median(traced.step_us, run.step_us_median)}"
+        )
     floor_col, hbm_col, _ = st.columns([1, 1, 3])
     floor_col.metric(
         "× floor",
@@ -128,7 +156,11 @@ def _lanes(result, run, source: str, whole: bool) -> None:
         mark_profiler_stretch(measured, run.enqueue_us_median, float(run.timeline.cpu_end[0]))
     measured_col, sim_col = st.columns(2, gap="medium")
     with measured_col:
-        st.markdown(f"**Measured** ({source}) · {run.mode} · batch {run.batch}")
+        fallback = fallback_note(result, run)
+        st.markdown(
+            f"**Measured** ({source}) · {run.mode} · batch {run.batch}"
+            + (f" ({fallback})" if fallback else "")
+        )
         st.plotly_chart(
             measured,
             width="stretch",
@@ -236,7 +268,11 @@ def _inside_the_kernel(result, run) -> None:
         "lanes of consecutive SMs, each lane its programs' median stamps (%globaltimer, written by the kernel "
         "itself in a traced step). A gap in a lane is its SMs waiting at a grid barrier for the slowest "
         "program of the phase before. "
-        + (f"Below: fused + graph at batch {run.batch}, the same step as 100-odd kernels." if peer else "")
+        + (
+            f"Below: fused + graph at batch {run.batch}, the same step as {counts_text(gpu_counts(peer.timeline))}."
+            if peer
+            else ""
+        )
     )
     rows = [
         {
@@ -251,17 +287,35 @@ def _inside_the_kernel(result, run) -> None:
         if isinstance(v, dict)
     ]
     if rows:
-        st.dataframe(rows, hide_index=True, width="stretch")
+        show_table(rows, key="pr_phase_kinds")
     split = result.step_split(run)
     barriers = sum(r["phases"] * r["barrier release, median (µs)"] for r in rows)
     imbalance = sum(r["phases"] * r["imbalance, median (µs)"] for r in rows)
-    rest = max(run.step_us_median - split["floor_us"] - split["host_us"] - barriers - imbalance, 0.0)
+    parts = split["floor_us"] + split["host_us"] + barriers + imbalance
     st.markdown(
         f"**Where its {format_us(run.step_us_median)} go** (median step at batch {run.batch}): the floor "
         f"{format_us(split['floor_us'])}, {host_wait_phrase(split)} (while {host_time_phrase(run)}), "
-        f"the barriers' release after the last arrival {format_us(barriers)}, the programs' imbalance "
-        f"{format_us(imbalance)}, and {format_us(rest)} more (the attention chain, and phases whose work runs "
-        "slower than the copy bandwidth)."
+        f"the barriers' release after the last arrival {format_us(barriers)} and the programs' imbalance "
+        f"{format_us(imbalance)}: {format_us(parts)} together. {remainder_sentence(run.step_us_median, parts)}"
+    )
+
+
+def signed_us(us: float) -> str:
+    """'+44.2 µs', '−44.2 µs': a remainder with its sign."""
+    return ("+" if us >= 0 else "−") + format_us(abs(us))
+
+
+def remainder_sentence(step_us: float, parts_us: float) -> str:
+    """What the step's time less its named parts is, signed: the rest of the step, or the parts' over-count."""
+    rest = step_us - parts_us
+    if rest >= 0:
+        return (
+            f"The rest of the step, {signed_us(rest)}, is the attention chain and phases whose work runs slower "
+            "than the copy bandwidth."
+        )
+    return (
+        f"That is {format_us(-rest)} more than the step (remainder {signed_us(rest)}): the parts overlap, since "
+        "each is a median over the phases and a barrier's wait can fall within time the floor counts too."
     )
 
 
@@ -270,7 +324,10 @@ def _what_graphs_leave(result, run) -> None:
     st.subheader("What CUDA graphs leave on the table")
     st.plotly_chart(
         step_split_figure(
-            split, run.step_us_median, HOST_WAIT + (" (at most)" if split["host_from"] == "enqueue" else "")
+            split,
+            run.step_us_median,
+            HOST_WAIT + (" (at most)" if split["host_from"] == "enqueue" else ""),
+            counts_text(gpu_counts(run.timeline)),
         ),
         width="stretch",
         key="pr_split",
@@ -282,8 +339,8 @@ def _what_graphs_leave(result, run) -> None:
         f"({format_us(split['floor_us'])}, the bytes this step must read at the measured copy bandwidth, or its "
         "FLOPs at the measured matrix rate where those take longer), "
         f"{host_wait_phrase(split)} ({_host_share_source(run, split)}), and the "
-        f"rest, {format_us(split['boundaries_us'])}, spread "
-        f"over the step's {split['kernels']} kernels: {split['per_kernel_us']:.2f} µs per kernel boundary, where one "
+        f"rest, {format_us(split['boundaries_us'])}, spread over the step's {counts_text(gpu_counts(run.timeline))} "
+        f"({split['kernels']} boundaries): {split['per_kernel_us']:.2f} µs per boundary, where one "
         "kernel drains, the next starts, waits for its inputs and fills the memory pipe again (the GPU's side of "
         "the input copies and the gap between two graph launches are counted here too)."
     )
@@ -304,6 +361,73 @@ def _what_graphs_leave(result, run) -> None:
     )
 
 
+def saturation_table(result) -> list[dict]:
+    """Per mode (its own steps, fallbacks left out) and per Hugging Face reference: where tokens/s saturates over the
+    batches the run measured (`ui.throughput`), or that it does not by the largest; tokens/s and ms per output token
+    there, and what the last doubling still adds."""
+    from ui.probe.tables import throughput_us
+    from ui.throughput import gain_per_doubling, ms_per_token, saturation, tokens_per_s
+
+    series = [
+        (MODES[m].title, [r for r in result.runs if r.mode == m and not r.eager_fallback])
+        for m in result.modes
+    ]
+    if result.reference is not None:
+        series += [
+            (f"Hugging Face {kind} (ref.)", [r for r in result.reference.runs if r.mode == kind])
+            for kind in dict.fromkeys(r.mode for r in result.reference.runs)
+        ]
+    rows = []
+    for title, runs in series:
+        runs = sorted(runs, key=lambda r: r.batch)
+        if len(runs) < 2:
+            continue
+        b = [r.batch for r in runs]
+        us = [throughput_us(r) for r in runs]
+        rate = tokens_per_s(b, us)
+        at = saturation(b, rate)
+        i = b.index(at) if at is not None else len(b) - 1
+        rows.append(
+            {
+                "mode": title,
+                "saturates at batch": at if at is not None else f"not by {b[-1]}",
+                "tokens/s there": float(rate[i]),
+                "ms per output token there": float(ms_per_token(us[i])),
+                "last doubling adds %": float(100 * gain_per_doubling(b, rate)[-1]),
+                "batches measured": ", ".join(map(str, b)),
+            }
+        )
+    return rows
+
+
+def batch_axis_caption(result, rows: list[dict]) -> str:
+    """What the batch-axis chart draws, and which modes saturate within the run's batches (from `rows`)."""
+    from ui.throughput import SATURATION_RULE
+
+    fell = sorted({r.batch for r in result.runs if r.eager_fallback})
+    done = [
+        f"{r['mode']} at {r['saturates at batch']}" for r in rows if isinstance(r["saturates at batch"], int)
+    ]
+    largest = max(result.batches)
+    return (
+        "Left: the time each sequence waits for its next token, which is the step time (back to back where the run "
+        "timed it, as a decode loop runs); right: the tokens a second that gives, one GPU; against the roofline "
+        "floor and, where the run has it, Hugging Face's own Llama of the same shape on the same GPU. "
+        + (
+            f"Hollow markers on a dashed line are fallbacks (batch {', '.join(map(str, fell))}): the mode ran other "
+            "kernels there (hover one for which). "
+            if fell
+            else ""
+        )
+        + f"{SATURATION_RULE[0].upper()}{SATURATION_RULE[1:]} (◆): "
+        + (
+            f"here {', '.join(done)}; the others not by batch {largest}."
+            if done
+            else f"none does by batch {largest}, the largest measured: each doubling still adds tokens/s (below)."
+        )
+    )
+
+
 _COUNT = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight"}
 
 
@@ -319,7 +443,6 @@ def intro() -> str:
 
 
 def _about_the_run(result, source: str) -> None:
-    st.caption(_model_line(result))
     if source == "recorded":
         st.info(
             f"**Recorded run** on {plain(describe(result))} (torch {plain(result.torch)}, CUDA "
@@ -329,11 +452,15 @@ def _about_the_run(result, source: str) -> None:
     elif source == "live":
         st.info(
             f"**Measured live** on this GPU: {plain(describe(result))} (torch {plain(result.torch)}, CUDA "
-            f"{plain(result.cuda)}).",
+            f"{plain(result.cuda)}), made with {code(result.command)}.",
             icon=":material/bolt:",
         )
     elif source == "uploaded":
-        st.info(f"**Uploaded run** on {plain(describe(result))}.", icon=":material/upload_file:")
+        st.info(
+            f"**Uploaded run** on {plain(describe(result))} (torch {plain(result.torch)}, CUDA {plain(result.cuda)}), "
+            f"made with {code(result.command)}.",
+            icon=":material/upload_file:",
+        )
 
 
 def _your_run() -> None:
@@ -343,11 +470,18 @@ def _your_run() -> None:
     st.caption(tp_view.NO_RUN_NOTE)
 
 
+STEP_TIME_TO_READ = (
+    "**Which step time to read:** *Step time (no profiler)*, the median of the run's steps timed with CUDA events, "
+    "each started on an idle GPU; the lanes are one profiled step, slower where the profiler adds host time, and a "
+    "decode loop's pace (tokens/s) is the back-to-back time in the table below."
+)
+
+
 def render() -> None:
     # The picture first (issue 29, item 6): the pickers in one row, the readouts, the lanes; notes, tables and
     # the uploader after them, so that at 1400 x 1000 the lanes are on the first screen.
     st.subheader("The same step, measured on a real GPU")
-    st.caption(intro())
+    st.markdown(STEP_TIME_TO_READ)
     run_col, mode_col, batch_col, whole_col = st.columns([3.4, 1.3, 1.1, 1.3], vertical_alignment="bottom")
     with run_col:
         result, source = _pick_result()
@@ -356,6 +490,7 @@ def render() -> None:
             tp_view.render(result)
         elif result is not None:
             st.warning("This result holds no measured runs.")
+        _every_recorded_run()
         _your_run()
         return
     modes = result.modes
@@ -371,30 +506,80 @@ def render() -> None:
     _lanes(result, run, source, whole)
     _readout_notes(result, run)
     _about_the_run(result, source)
+    with st.expander("About the probe: the decoder, its modes and its model"):
+        st.caption(intro())
+        st.caption(_model_line(result))
     if run.phases is not None:
         _inside_the_kernel(result, run)
+    elif run.mode in MODES and MODES[run.mode].one_kernel and run.eager_fallback:
+        st.subheader("Inside the persistent kernel")
+        own = sorted(r.batch for r in result.runs if r.mode == run.mode and r.phases is not None)
+        st.info(
+            f"Not at batch {run.batch}: this step is the fallback ({fallback_note(result, run)}), so there is no "
+            "kernel to look inside."
+            + (f" Pick batch {', '.join(map(str, own))} to see its phases." if own else ""),
+            icon=":material/info:",
+        )
     if run.mode == FUSED_GRAPH.name:
         _what_graphs_leave(result, run)
     st.subheader(f"All modes at batch {run.batch}")
     modes_table(result, run.batch)
     note = reference_note(result)
     if note:
-        st.caption(plain(note))
-    st.subheader("Every mode across the batch axis")
+        with st.expander("What the Hugging Face reference rows are"):
+            st.caption(plain(note))
+    st.subheader("Every mode across the batch axis: time per token and tokens/s")
     st.plotly_chart(
-        batch_axis_figure(result),
+        batch_axis_figure(result, fallback_note=lambda r: fallback_note(result, r)),
         width="stretch",
         key="pr_batch_axis",
         theme=None,
         config={"displaylogo": False},
     )
-    st.caption(
-        "Step time per mode at each batch the run measured (back to back where it timed that), against the floor "
-        "and, where the run has it, Hugging Face's own Llama of the same shape on the same GPU. At small batch the "
-        "host's launches set the pace of the eager modes; from the crossover on the GPU's work does, and what "
-        "fusion still saves is the traffic of the activations between ops."
-    )
-    st.subheader("What fusion merges")
-    fusion_table(result)
-    run_facts(result)
+    rows = saturation_table(result)
+    st.caption(batch_axis_caption(result, rows))
+    with st.expander("Where each mode's tokens/s saturates"):
+        show_table(
+            rows,
+            {
+                **{k: k for k in rows[0]},
+                "tokens/s there": Column("tokens/s there", "{:,.0f}"),
+                "ms per output token there": Column("ms per output token there", "{:.2f}"),
+                "last doubling adds %": Column("last doubling adds %", "{:+.0f}"),
+            }
+            if rows
+            else None,
+            key="pr_saturation",
+        )
+    with st.expander("The run in detail: what fusion merges, bandwidth, captured graphs, checks"):
+        st.markdown("**What fusion merges**")
+        fusion_table(result)
+        run_facts(result)
+    _every_recorded_run()
     _your_run()
+
+
+def _every_recorded_run() -> None:
+    """Every run that ships with the app, with its GPU, date, command and what it is for, and any the page cannot
+    read, with why: each is in the Run menu, or this says why not."""
+    from ui.probe_results import RECORDED_PURPOSE, more_recorded, not_offered, shipped_name
+
+    rec, _ = recorded()
+    runs = [r for r in (rec, *more_recorded()) if r is not None]
+    refused = not_offered()
+    title = f"The recorded runs ({len(runs)}{f', {len(refused)} not offered' if refused else ''})"
+    with st.expander(title):
+        st.caption(
+            "Every run that ships with the app is in the Run menu (and the Calibration tab's), labelled with its GPU "
+            "and date; each was made by the command shown, on the machine its file names."
+        )
+        lines = []
+        for r in runs:
+            name = shipped_name(r)
+            purpose = RECORDED_PURPOSE.get(name, "")
+            lines.append(
+                f"- **{plain(name)}**: {plain(describe(r))}, made with {code(r.command)}"
+                + (f". {plain(purpose[0].upper() + purpose[1:])}." if purpose else ".")
+            )
+        lines += [f"- **{plain(name)}** is not offered: {plain(why)}" for name, why in refused]
+        st.markdown("\n".join(lines))

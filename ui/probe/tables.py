@@ -8,57 +8,76 @@ import streamlit as st
 from core.step_plan import BASELINE, FUSED_GRAPH, GRAPH, MODES
 from core.timeline import CPU_BOUND, GPU_BOUND
 from ui.charts import format_us
-from ui.common import plain
+from ui.common import gpu_counts, plain
+from ui.probe_results import fallback_note
+from ui.tables import Column, show_table
 
-# The modes table's columns: key -> (short heading, width in px, number format or None for text, help).
-# Short headings and fixed widths keep all of it readable at 1400 px without scrolling sideways.
+# The modes table's columns: key -> heading and help (the heading's tooltip). Short headings that wrap keep all of
+# it on the page at 1400 px (ui/tables.py).
 MODE_COLUMNS = {
-    "mode": ("mode", 90, None, None),
-    "kernels / step": ("kernels", 62, "%d", "Kernels the GPU ran in the profiled step."),
-    "kernels / layer": ("/ layer", 56, "%g", "Kernels per decoder layer."),
-    "step median (µs)": ("median µs", 84, "%.1f", "Median step time over the measured steps (CUDA events)."),
-    "step p10–p90 (µs)": ("p10–p90 µs", 100, None, "10th and 90th percentile step times."),
-    "back to back (µs)": (
+    "mode": Column("mode"),
+    "kernels / step": Column(
+        "kernels", help="GPU kernels in the profiled step (copies and memsets apart).", numeric=True
+    ),
+    "copies, memsets / step": Column(
+        "copies, memsets",
+        help="GPU copies and memsets in the profiled step: GPU work that is not a kernel ('in the count': the "
+        "Hugging Face reference's file counts its kernels, copies and memsets as one figure).",
+        numeric=True,
+    ),
+    "kernels / layer": Column("/ layer", "{:g}", "Kernels per decoder layer."),
+    "step median (µs)": Column("median µs", help="Median step time over the measured steps (CUDA events)."),
+    "step p10–p90 (µs)": Column("p10–p90 µs", help="10th and 90th percentile step times.", numeric=True),
+    "back to back (µs)": Column(
         "back to back µs",
-        104,
-        "%.1f",
-        "Per-step time with the steps enqueued back to back: the host prepares the next step while the GPU "
-        "runs this one, as an engine that samples on the GPU does. The median above starts each step on an idle GPU.",
+        help="Per-step time with the steps enqueued back to back: the host prepares the next step while the GPU "
+        "runs this one, as an engine that samples on the GPU does. The median starts each step on an idle GPU.",
     ),
-    "host enqueue (µs)": (
-        "enqueue µs",
-        80,
-        "%.1f",
-        "The host's time to submit one step, median, without the profiler.",
+    "tokens/s": Column(
+        "tokens/s",
+        "{:,.0f}",
+        "Tokens a second, one per sequence a step: the batch over the back-to-back step (the median where the run "
+        "has no back-to-back timing).",
     ),
-    "CPU launch, profiled (µs)": (
-        "launch µs, prof.",
-        104,
-        "%.1f",
-        "The host's launch time in the profiled step drawn above, which the profiler slows down.",
+    "host enqueue (µs)": Column(
+        "enqueue µs", help="The host's time to submit one step, median, without the profiler."
     ),
-    "GPU busy (µs)": ("GPU busy µs", 90, "%.1f", "Union of the profiled step's kernel intervals."),
-    "GPU utilisation %": ("GPU util.", 66, "%.0f%%", "GPU busy / median step time."),
-    "bound by": (
+    "CPU launch, profiled (µs)": Column(
+        "launch µs, profiled",
+        help="The host's launch time in the profiled step drawn above, which the profiler slows down.",
+    ),
+    "GPU busy (µs)": Column("GPU busy µs", help="Union of the profiled step's kernel intervals."),
+    "GPU utilisation %": Column("GPU util. %", "{:.0f}", "GPU busy / median step time."),
+    "bound by": Column(
         "bound by",
-        82,
-        None,
-        "Whichever side needs longer without the profiler: the host's enqueue time or the GPU's busy time.",
+        help="Whichever side needs longer without the profiler: the host's enqueue time or the GPU's busy time.",
     ),
-    "vs eager": ("vs eager", 64, "%.2f×", "Median eager step time at this batch / this mode's."),
-    "× floor": (
+    "vs eager": Column("vs eager", "{:.2f}×", "Median eager step time at this batch / this mode's."),
+    "× floor": Column(
         "× floor",
-        62,
-        "%.2f×",
-        (
-            "Median step time / the floor at this batch: the larger of the bytes the step must read (weights, "
-            "the KV cache of every row at the run's context) over the measured copy bandwidth and its FLOPs "
-            "over the measured bf16 matrix rate."
-        ),
+        "{:.2f}×",
+        "Median step time / the floor at this batch: the larger of the bytes the step must read (weights, the KV "
+        "cache of every row at the run's context) over the measured copy bandwidth and its FLOPs over the measured "
+        "bf16 matrix rate.",
     ),
-    "HBM used (GB/s)": ("HBM GB/s", 76, "%,.0f", "Bytes the step must read / its median time."),
-    "graph bucket": ("bucket", 70, None, "The captured graph replayed (padded up to this batch)."),
+    "HBM used (GB/s)": Column("HBM GB/s", "{:,.0f}", "Bytes the step must read / its median time."),
+    "graph bucket": Column(
+        "graph bucket",
+        help="The captured graph replayed (padded up to it), or what ran instead where none did.",
+    ),
 }
+
+
+def throughput_us(run) -> float:
+    """The step time a decode loop sees: back to back where the run timed it, else the median."""
+    return run.step_us_back_to_back or run.step_us_median
+
+
+def _bucket_cell(result, r) -> str:
+    if r.bucket is not None:
+        return str(r.bucket)
+    note = fallback_note(result, r)
+    return f"none: {note}" if note else "—"
 
 
 def modes_table(result, batch: int) -> None:
@@ -71,13 +90,16 @@ def modes_table(result, batch: int) -> None:
     rows = []
     for r in runs:
         untraced = r.untraced_metrics()  # the row's one source: no profiler
+        counts = gpu_counts(r.timeline)
         row = {
             "mode": r.mode,
-            "kernels / step": r.kernels_per_step,
+            "kernels / step": counts["kernels"],
+            "copies, memsets / step": counts["copies"] + counts["memsets"],
             "kernels / layer": r.kernels_per_layer,
             "step median (µs)": r.step_us_median,
             "step p10–p90 (µs)": f"{r.step_us_p10:,.0f} – {r.step_us_p90:,.0f}",
             "back to back (µs)": r.step_us_back_to_back,
+            "tokens/s": r.batch * 1e6 / throughput_us(r),
             "host enqueue (µs)": r.enqueue_us_median,
             "CPU launch, profiled (µs)": r.cpu_launch_us,
             "GPU busy (µs)": r.gpu_busy_us,
@@ -86,36 +108,36 @@ def modes_table(result, batch: int) -> None:
             "vs eager": (base.step_us_median / r.step_us_median) if base else None,
             "× floor": result.times_floor(r),
             "HBM used (GB/s)": result.hbm_used_GBps(r),
-            "graph bucket": str(r.bucket)
-            if r.bucket is not None
-            else ("above the largest: eager" if r.eager_fallback else "—"),
+            "graph bucket": _bucket_cell(result, r),
+            "_faded": r.eager_fallback,
         }
-        rows.append({key: row[key] for key in columns})  # in the columns' order
+        rows.append(row)
     rows += _reference_rows(result, batch, columns, base)
-    config = {}
-    for key, (label, width, number_format, help_text) in columns.items():
-        column = st.column_config.NumberColumn if number_format else st.column_config.TextColumn
-        extra = {"format": number_format} if number_format else {}
-        config[key] = column(label, width=width, help=help_text, **extra)
-    st.dataframe(rows, hide_index=True, width="content", column_config=config)
-    back_to_back = (
-        "Back to back: the same steps enqueued with no wait between them, so the host's work for one hides "
-        "under the GPU's work on the last. "
-        if "back to back (µs)" in columns
-        else ""
-    )
+    show_table(rows, columns, key="pr_modes", faded=lambda row: row.get("_faded", False))
+    fallbacks = [r for r in runs if r.eager_fallback]
     st.caption(
-        "Host enqueue: the host's time to submit one step, median, without the profiler. Launch, "
-        "profiled: the same from the profiled step drawn above, which the profiler slows down. "
-        f"{back_to_back}Hover a heading for what it measures."
+        "Hover a heading for what it measures. Host enqueue: the host's time to submit one step, median, without "
+        "the profiler; launch, profiled: the same in the profiled step drawn above, which the profiler slows down."
+        + (
+            " Back to back: the same steps enqueued with no wait between them, so the host's work for one hides "
+            "under the GPU's work on the last; tokens/s is read from it."
+            if "back to back (µs)" in columns
+            else ""
+        )
+        + (
+            " Grey rows are the reference, and runs that fell back to other kernels (their bucket cell says which)."
+            if fallbacks or result.reference is not None
+            else ""
+        )
     )
 
 
-REFERENCE_LABEL = "HF {kind} (ref.)"  # short: the modes column is 90 px wide
+REFERENCE_LABEL = "HF {kind} (ref.)"
 
 
 def _reference_rows(result, batch: int, columns: dict, base) -> list[dict]:
-    """The Hugging Face reference's rows at this batch, in the modes table's columns (blank where it has none)."""
+    """The Hugging Face reference's rows at this batch, in the modes table's columns (blank where it has none).
+    Its file gives one count of GPU work per step (kernels, copies and memsets together), written as such."""
     reference = result.reference
     if reference is None or not reference.runs:
         return []
@@ -128,9 +150,11 @@ def _reference_rows(result, batch: int, columns: dict, base) -> list[dict]:
             {
                 "mode": REFERENCE_LABEL.format(kind=r.mode),
                 "kernels / step": r.kernels_per_step,
+                "copies, memsets / step": "in the count",  # the reference's file counts its GPU work once
                 "kernels / layer": r.kernels_per_layer,
                 "step median (µs)": r.step_us_median,
                 "step p10–p90 (µs)": f"{r.step_us_p10:,.0f} – {r.step_us_p90:,.0f}",
+                "tokens/s": r.batch * 1e6 / (r.step_us_back_to_back or r.step_us_median),
                 "host enqueue (µs)": r.enqueue_us_median,
                 "CPU launch, profiled (µs)": r.cpu_launch_us,
                 "GPU busy (µs)": r.gpu_busy_us,
@@ -142,11 +166,12 @@ def _reference_rows(result, batch: int, columns: dict, base) -> list[dict]:
                 "× floor": r.step_us_median / result.floor_us(batch),
                 "HBM used (GB/s)": result.read_bytes(batch) / (r.step_us_median * 1e3),
                 "graph bucket": "one graph of its step" if r.mode == GRAPH.name else "—",
+                "_faded": True,
             }
         )
         if "back to back (µs)" in columns:
             row["back to back (µs)"] = r.step_us_back_to_back
-        rows.append({key: row[key] for key in columns})
+        rows.append(row)
     return rows
 
 
@@ -184,16 +209,13 @@ def fusion_table(result) -> None:
         for f in fusions
         if isinstance(f, dict)
     ]
-    st.dataframe(
-        rows,
-        hide_index=True,
-        width="stretch",
-        column_config={"how": st.column_config.TextColumn(width="large")},
-    )
+    show_table(rows, key="pr_fusions")
     if isinstance(unfused, list) and unfused:
+        pdl = result.settings.get("pdl_max_rows")
+        above = f"Above {pdl} rows" if isinstance(pdl, int) else "At large batch"
         st.caption(
             f"The unfused layer runs {len(unfused)} kernels, one per op ({', '.join(map(str, unfused))}), and the "
-            f"fused layer {len(rows)}; each adds the attention's split merge at small batch. Above 64 rows the fused "
+            f"fused layer {len(rows)}; each adds the attention's split merge at small batch. {above} the fused "
             "step's GEMMs are cuBLAS's, with the norm in the attention and in one SwiGLU kernel: six a layer."
         )
 
@@ -226,12 +248,7 @@ def run_facts(result) -> None:
     with caps:
         st.markdown("**Captured graphs**")
         if result.captures:
-            st.dataframe(
-                _capture_rows(result.captures),
-                hide_index=True,
-                width="stretch",
-                height="auto" if len(result.captures) <= 16 else 360,
-            )
+            show_table(_capture_rows(result.captures), key="pr_captures")
             total = sum(float(c["capture_ms"]) for c in result.captures)
             st.caption(
                 f"{len(result.captures)} graphs captured in {total / 1000:.2f} s in all; graph memory is "
@@ -242,14 +259,12 @@ def run_facts(result) -> None:
     with checks:
         st.markdown("**Correctness checks**")
         if result.checks:
-            st.dataframe(
+            show_table(
                 [
                     {"check": name, "passed": bool(c.get("passed")), "detail": str(c.get("detail", ""))}
                     for name, c in result.checks.items()
                 ],
-                hide_index=True,
-                width="stretch",
-                column_config={"detail": st.column_config.TextColumn(width="large")},
+                key="pr_checks",
             )
             (st.success if result.all_checks_passed else st.error)(
                 "All checks passed." if result.all_checks_passed else "Some checks failed: see the table."
@@ -267,5 +282,5 @@ def _capture_rows(captures) -> list[dict]:
         row = rows.setdefault(int(c["bucket"]), {"bucket": int(c["bucket"])})
         variant = f" {c['variant']}" if c.get("variant") else ""
         row[f"capture{variant} (ms)"] = round(float(c["capture_ms"]), 1)
-        row[f"graph{variant} (MiB)"] = round(c["graph_mem_bytes"] / 2**20, 2)
+        row[f"graph{variant} (MiB)"] = round(c["graph_mem_bytes"] / 2**20, 1)
     return [rows[b] for b in sorted(rows)]

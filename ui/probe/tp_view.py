@@ -33,6 +33,7 @@ from ui.charts import COMM_COLOUR, FIRST_LAUNCHES, format_us, lanes_figure
 from ui.common import code, plain
 from ui.probe.charts import share_time_axis
 from ui.probe_results import describe, session_tp_results
+from ui.tables import show_table
 
 # URL key -> spec (ui.url_params), merged into the probe tab's PROBE_PARAMS.
 TP_PARAMS: dict[str, tuple] = {
@@ -107,7 +108,7 @@ def _lanes(result: TPResult, mode: str, batch: int, whole: bool) -> None:
                 "bound by": run.bound_by,
             }
         )
-    st.dataframe(rows, hide_index=True, width="stretch")
+    show_table(rows, key="pr_tp_ranks")
     figures = [lanes_figure(run.timeline, whole_step=whole) for _, run in runs]
     shown = [run.timeline if whole else run.timeline.first_launches(FIRST_LAUNCHES) for _, run in runs]
     share_time_axis(figures, max(t.step_us for t in shown))
@@ -305,7 +306,7 @@ def _step_times(result: TPResult) -> None:
     st.plotly_chart(
         step_time_figure(result), width="stretch", key="pr_tp_steps", theme=None, config=_CHART_CONFIG
     )
-    st.dataframe(step_rows(result), hide_index=True, width="stretch")
+    show_table(step_rows(result), key="pr_tp_steps")
     one, many = result.tp1_step_us(FUSED_GRAPH.name, 1), result.tp_step_us(FUSED_GRAPH.name, 1)
     goal = ""
     if one and many:
@@ -329,12 +330,7 @@ def _checks(result: TPResult) -> None:
     if not rows:
         st.caption("This run recorded no checks.")
         return
-    st.dataframe(
-        rows,
-        hide_index=True,
-        width="stretch",
-        column_config={"detail": st.column_config.TextColumn(width="large")},
-    )
+    show_table(rows, key="pr_tp_checks")
     failed = sum(not r["passed"] for r in rows)
     if failed:
         st.error(f"{failed} of {len(rows)} checks failed: see the table.")

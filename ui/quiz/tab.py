@@ -81,6 +81,10 @@ def _render_question(number: int, q: Question) -> None:
 
 def render() -> None:
     st.subheader("Check yourself")
+    st.markdown(
+        "**Which step time to read:** the Simulator's *Step time*, from the first launch to the last kernel: the "
+        "questions ask what sets it, and the page part each answer points to shows it."
+    )
     st.caption(
         "Answer before you look. Your first answer counts; a wrong one comes with the explanation "
         "and the part of the page to go back to. The score is kept for this session only."

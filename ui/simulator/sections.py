@@ -14,28 +14,30 @@ from sim.config import BATCH_RANGE, HardwareConfig, ModelConfig
 from sim.step.kernels import MODEL_LEVEL, fusion_table, step_kernels
 from sim.step.schedule import Sweep, sweep
 from ui.charts import sweep_figure
+from ui.throughput import SATURATION_RULE, ms_per_token, saturation, tokens_per_s
 
 SWEEP_BATCHES = np.arange(BATCH_RANGE[0], BATCH_RANGE[1] + 1)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def swept(model: ModelConfig, hw: HardwareConfig, among: tuple[Mode, ...]) -> Sweep:
-    """The sweep of `among` (the modes table's modelled modes, passed in so the cache is keyed by them)."""
-    return sweep(model, hw, SWEEP_BATCHES, among=among)
+def swept(model: ModelConfig, hw: HardwareConfig, among: tuple[Mode, ...], tp: int = 1) -> Sweep:
+    """The sweep of `among` (the modes table's modelled modes, passed in so the cache is keyed by them) on `tp`
+    GPUs."""
+    return sweep(model, hw, SWEEP_BATCHES, among=among, tp=tp)
 
 
 @st.cache_resource(max_entries=64, show_spinner=False)
-def sweep_chart(model: ModelConfig, hw: HardwareConfig, among: tuple[Mode, ...], current: str):
+def sweep_chart(model: ModelConfig, hw: HardwareConfig, among: tuple[Mode, ...], current: str, tp: int = 1):
     """The sweep figure, built once per setting: Plotly's validation costs ~50 ms a rerun.
 
     Shared, not copied, between sessions: nothing mutates a figure after it is built.
     """
-    return sweep_figure(swept(model, hw, among), current=current)
+    return sweep_figure(swept(model, hw, among, tp), current=current, gpus=tp)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def sweep_csv(model: ModelConfig, hw: HardwareConfig, among: tuple[Mode, ...]) -> str:
-    result = swept(model, hw, among)
+def sweep_csv(model: ModelConfig, hw: HardwareConfig, among: tuple[Mode, ...], tp: int = 1) -> str:
+    result = swept(model, hw, among, tp)
     header = ["batch"]
     columns = [result.batches]
     for name, series in result.series.items():
@@ -43,6 +45,9 @@ def sweep_csv(model: ModelConfig, hw: HardwareConfig, among: tuple[Mode, ...]) -
         for field in ("step_us", "cpu_launch_us", "gpu_busy_us", "utilisation"):
             header.append(f"{name}_{field}")
             columns.append(getattr(series, field))
+        header += [f"{name}_tokens_per_s", f"{name}_tokens_per_s_per_gpu"]
+        rate = tokens_per_s(result.batches, series.step_us)
+        columns += [rate, rate / tp]
     rows = np.column_stack(columns)
     lines = [",".join(header)]
     lines += [",".join([str(int(r[0]))] + [f"{v:.4f}" for v in r[1:]]) for r in rows]
@@ -65,16 +70,66 @@ def fusion_rows(model: ModelConfig) -> list[dict]:
     return rows
 
 
-def sweep_view(model: ModelConfig, hw: HardwareConfig, current: Mode) -> None:
-    st.subheader("Batch sweep: where launches stop mattering")
+def saturation_rows(result: Sweep, tp: int) -> list[dict]:
+    """Per mode: the batch where its tokens/s saturates (`ui.throughput`, over the batches it runs as itself), and
+    its tokens/s (all GPUs and per GPU) and time per output token there, or at the largest batch where it does not."""
+    rows = []
+    for name, s in result.series.items():
+        replayed = np.asarray(s.replayed)
+        own = replayed if replayed.any() else np.ones(len(result.batches), bool)
+        batches, rate = result.batches[own], tokens_per_s(result.batches, s.step_us)[own]
+        at = saturation(batches, rate)
+        where = int(np.flatnonzero(batches == at)[0]) if at is not None else len(batches) - 1
+        rows.append(
+            {
+                "mode": mode(name).title,
+                "saturates at batch": at,
+                "largest batch": int(batches[-1]),
+                "tokens/s": float(rate[where]),
+                "tokens/s per GPU": float(rate[where]) / tp,
+                "ms per output token": float(ms_per_token(s.step_us[own][where])),
+            }
+        )
+    return rows
+
+
+def throughput_sentence(rows: list[dict], tp: int) -> str:
+    """'fusion + graphs saturates at batch 160: 38,685 tokens/s, 4.14 ms per output token; …', from the rows."""
+    per_gpu = f" on {tp} GPUs" if tp > 1 else " on one GPU"
+    parts = []
+    for r in rows:
+        rate = f"{r['tokens/s']:,.0f} tokens/s" + (
+            f" ({r['tokens/s per GPU']:,.0f} per GPU)" if tp > 1 else ""
+        )
+        if r["saturates at batch"] is None:
+            parts.append(
+                f"{r['mode']} does not saturate by batch {r['largest batch']} ({rate}, "
+                f"{r['ms per output token']:.2f} ms per output token there)"
+            )
+        else:
+            parts.append(
+                f"{r['mode']} saturates at batch {r['saturates at batch']} ({rate}, "
+                f"{r['ms per output token']:.2f} ms per output token)"
+            )
+    return f"Throughput{per_gpu}: " + "; ".join(parts) + "."
+
+
+def sweep_view(model: ModelConfig, hw: HardwareConfig, current: Mode, tp: int = 1) -> None:
+    st.subheader("Batch sweep: where launches stop mattering, and where throughput stops growing")
     among = modes(modelled=True)
-    result = swept(model, hw, among)
+    result = swept(model, hw, among, tp)
+    st.markdown(
+        "**Read the solid line** (µs per step, which is also each sequence's time per output token) against the "
+        "purple one (tokens/s, right axis): a bigger batch raises tokens/s at the cost of every sequence's wait "
+        f"for its next token. {SATURATION_RULE[0].upper()}{SATURATION_RULE[1:]} (◆)."
+    )
     st.plotly_chart(
-        sweep_chart(model, hw, among, current.name),
+        sweep_chart(model, hw, among, current.name, tp),
         width="stretch",
         key="sim_sweep",
         config={"displaylogo": False},
     )
+    st.caption(throughput_sentence(saturation_rows(result, tp), tp))
     crossings = []
     largest = max(result.buckets) if result.buckets else None
     for name, cross in result.crossover.items():
@@ -96,7 +151,7 @@ def sweep_view(model: ModelConfig, hw: HardwareConfig, current: Mode) -> None:
     )
     st.download_button(
         "Download the sweep as CSV",
-        data=lambda: sweep_csv(model, hw, among),
+        data=lambda: sweep_csv(model, hw, among, tp),
         file_name=f"launch-bound-sweep-{model.name}-{model.n_layers}L.csv",
         mime="text/csv",
         on_click="ignore",

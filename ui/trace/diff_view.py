@@ -20,6 +20,7 @@ from core.trace.diff import (
 )
 from ui.charts import format_us
 from ui.common import plain
+from ui.tables import Column, show_table
 
 _TITLES = {
     "disappeared": "Disappeared",
@@ -73,7 +74,11 @@ def show_diff(before_title: str, before: TraceReport, after_title: str, after: T
     )
     rows = [_row(*row) for row in table_rows(found)]
     with st.container(key="tr_diff"):
-        st.dataframe(rows, hide_index=True, width="stretch")
+        show_table(
+            rows,
+            {k: Column(k, numeric=k != "family") for k in rows[0]} if rows else None,
+            key="tr_diff_families",
+        )
         if not found.kernels:
             st.caption("The same kernels, as many times per step, in both traces.")
         for change in CHANGES:
@@ -84,7 +89,7 @@ def show_diff(before_title: str, before: TraceReport, after_title: str, after: T
             if change == "merged":
                 title += f" · into {len(found.fused)} fused kernels that appeared"
             st.markdown(title)
-            st.dataframe(
+            show_table(
                 [
                     {
                         "kernel": k.name,
@@ -96,9 +101,16 @@ def show_diff(before_title: str, before: TraceReport, after_title: str, after: T
                     }
                     for k in kernels
                 ],
-                hide_index=True,
-                width="stretch",
-                height=min(36 * (len(kernels) + 1) + 4, 282),
+                {
+                    "kernel": Column("kernel", long=True),
+                    "family": Column("family"),
+                    **{
+                        k: Column(k, numeric=True)
+                        for k in ("per step before", "after", "GPU µs before", "GPU µs after")
+                    },
+                },
+                key=f"tr_diff_{change}",
+                height=282,
             )
         if found.changed("merged"):
             st.caption(plain(MERGED_RULE[0].upper() + MERGED_RULE[1:]) + ".")

@@ -19,8 +19,8 @@ import streamlit as st
 from core import trace as reader
 from core.probe_result import RECORDED_PATH
 from core.step_plan import BASELINE, FUSED_GRAPH
-from ui import probe_results, uploads
-from ui.common import plain
+from ui import uploads
+from ui.common import code, plain
 from ui.trace.analysis import drawn
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,80 +32,121 @@ RESIDENT_MB = 500
 MAX_RESIDENT = 8  # and at most this many uploads
 
 
+TRACES = ROOT / "data" / "traces"  # the traces the app ships (data/traces/README.md), besides the probe's own
+RECORDED = RECORDED_PATH.parent
+# title -> (the trace, what it is, the file that says which command made it). The GPU and the date are read from the
+# trace itself (its deviceProperties and clock), the command from that file: nothing here names a GPU.
 EXAMPLES = {
     "HF Llama-1B eager": (
-        "tests/data/hf/hf_llama_eager_profilerstep.json.gz",
+        TRACES / "hf" / "hf_llama_eager_profilerstep.json.gz",
         "Hugging Face transformers: a Llama-3.2-1B-shaped LlamaForCausalLM (random weights, static cache) "
         "decoding at batch 1, eager, steps marked by ProfilerStep#N, shapes recorded",
-        None,
+        TRACES / "hf" / "hf_llama_measured.json",
     ),
     "HF Llama-1B CUDA graph": (
-        "tests/data/hf/hf_llama_graph.json.gz",
+        TRACES / "hf" / "hf_llama_graph.json.gz",
         "the same model's decode step captured once with torch.cuda.graph and replayed, no step marks",
-        None,
+        TRACES / "hf" / "hf_llama_measured.json",
     ),
     "HF Llama-1B torch.compile": (
-        "tests/data/hf/hf_llama_compile.json.gz",
+        TRACES / "hf" / "hf_llama_compile.json.gz",
         "the same model under torch.compile(mode='reduce-overhead'), ProfilerStep#N",
-        None,
+        TRACES / "hf" / "hf_llama_measured.json",
     ),
     "HF Llama-1B eager, no step marks": (
-        "tests/data/hf/hf_llama_eager_sync.json.gz",
+        TRACES / "hf" / "hf_llama_eager_sync.json.gz",
         "the same eager loop profiled without ProfilerStep#N: its steps are told apart by host synchronisation",
-        None,
+        TRACES / "hf" / "hf_llama_measured.json",
     ),
     "HF Llama-1B eager, busy second stream": (
-        "tests/data/hf/hf_llama_two_streams.json.gz",
+        TRACES / "hf" / "hf_llama_two_streams.json.gz",
         "the same eager loop with a second CUDA stream running matmuls during each step",
-        None,
+        TRACES / "hf" / "hf_llama_measured.json",
     ),
     "HF Qwen2-0.5B eager, with the recorder's timing": (
-        "tests/data/profiler/h200/qwen2_eager_b1_default.json.gz",
+        TRACES / "qwen2_eager_b1_recorder.json.gz",
         "Hugging Face transformers: a Qwen2.5-0.5B-shaped Qwen2ForCausalLM (random weights, static cache) decoding "
         "at batch 1, eager, one ProfilerStep#N, written by gpu_probe/recorder.py: the trace carries the step "
         "timed without the profiler",
-        None,
+        TRACES / "qwen2_eager_b1_recorder.provenance.json",
     ),
     "Probe 0.5B eager": (
-        "gpu_probe/recorded/trace_eager_b1.json.gz",
-        "this app's probe decoder (small preset), eager PyTorch at batch 1, from the recorded H200 run",
-        reader.STEP_ANNOTATION,
+        RECORDED / "trace_eager_b1.json.gz",
+        "this app's probe decoder (small preset), eager PyTorch at batch 1: the profiled step of the recorded run "
+        "small.json",
+        RECORDED / "small.json",
     ),
     "Probe 0.5B fused + CUDA graph": (
-        "gpu_probe/recorded/trace_fused_graph_b1.json",
-        "this app's probe decoder (small preset), fused Triton kernels replayed as a CUDA graph, batch 1",
-        reader.STEP_ANNOTATION,
+        RECORDED / "trace_fused_graph_b1.json",
+        "this app's probe decoder (small preset), fused Triton kernels replayed as a CUDA graph, batch 1: the "
+        "profiled step of the recorded run small.json",
+        RECORDED / "small.json",
     ),
     "Probe 1B eager": (
-        "gpu_probe/recorded/trace_1b_eager_b1.json.gz",
-        "this app's probe decoder (1b preset), eager PyTorch at batch 1, from the recorded H200 run",
-        reader.STEP_ANNOTATION,
+        RECORDED / "trace_1b_eager_b1.json.gz",
+        "this app's probe decoder (1b preset), eager PyTorch at batch 1: the profiled step of the recorded run "
+        "1b.json",
+        RECORDED / "1b.json",
     ),
     "Probe 1B fused + CUDA graph": (
-        "gpu_probe/recorded/trace_1b_fused_graph_b1.json",
-        "this app's probe decoder (1b preset), fused Triton kernels replayed as a CUDA graph, batch 1",
-        reader.STEP_ANNOTATION,
+        RECORDED / "trace_1b_fused_graph_b1.json",
+        "this app's probe decoder (1b preset), fused Triton kernels replayed as a CUDA graph, batch 1: the "
+        "profiled step of the recorded run 1b.json",
+        RECORDED / "1b.json",
     ),
 }
-# The probe's own traces: the recorded run whose profiled step each one is (result file, mode, batch). Its median
-# step, timed without the profiler, is the trace's step without the profiler: the figure the Live GPU probe tab
-# shows for the same step, where an estimate would put a second value under that name.
-PROBE_RUNS = {  # title -> (which shipped run: 0 the default one, 1 the first of MORE_RECORDED; mode; batch)
-    "Probe 0.5B eager": (0, BASELINE.name, 1),
-    "Probe 0.5B fused + CUDA graph": (0, FUSED_GRAPH.name, 1),
-    "Probe 1B eager": (1, BASELINE.name, 1),
-    "Probe 1B fused + CUDA graph": (1, FUSED_GRAPH.name, 1),
+# The probe's own traces: the recorded run whose profiled step each one is (its mode and batch). Its median step,
+# timed without the profiler, is the trace's step without the profiler: the figure the Live GPU probe tab shows
+# for the same step, where an estimate would put a second value under that name.
+PROBE_RUNS = {  # title -> (mode, batch) in the run EXAMPLES names
+    "Probe 0.5B eager": (BASELINE.name, 1),
+    "Probe 0.5B fused + CUDA graph": (FUSED_GRAPH.name, 1),
+    "Probe 1B eager": (BASELINE.name, 1),
+    "Probe 1B fused + CUDA graph": (FUSED_GRAPH.name, 1),
 }
 
 
 def probe_run(title: str) -> tuple[str, str, int] | None:
-    """(result file, mode, batch) of the run a probe trace `title` comes from, or None (not a probe trace, or the
-    run is not shipped): the files are read from ui.probe_results' list when asked, so they follow a rename."""
+    """(result file name, mode, batch) of the run a probe trace `title` comes from, or None (not a probe trace)."""
     if title not in PROBE_RUNS:
         return None
-    which, mode, batch = PROBE_RUNS[title]
-    files = (RECORDED_PATH.name, *probe_results.MORE_RECORDED)
-    return (files[which], mode, batch) if which < len(files) else None
+    return (EXAMPLES[title][2].name, *PROBE_RUNS[title])
+
+
+@st.cache_data(show_spinner=False, max_entries=len(EXAMPLES) + 4)
+def made_with(companion: str) -> str:
+    """The command that made a shipped trace, as the file beside it says ('' where it does not)."""
+    import json
+
+    try:
+        command = json.loads(Path(companion).read_text()).get("command")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    return command if isinstance(command, str) else ""
+
+
+def provenance(title: str, trace) -> str:
+    """'NVIDIA H200, 01 Dec 2026 20:53 UTC, made with `python tools/hf_traces.py …`': where and when a trace was
+    recorded, read from the trace (its device and clock), and the command from the file beside a shipped one.
+    Markdown: what comes from a file is escaped."""
+    when = when_recorded(trace.recorded_at)
+    where = f"{plain(trace.device) if trace.device else 'a GPU the file does not name'}, " + (
+        when or "on a date the file does not give"
+    )
+    if title in EXAMPLES:
+        command = made_with(str(EXAMPLES[title][2]))
+        return f"{where}, made with {code(command)}" if command else where
+    return f"{where}; the command that made it is not in the file"
+
+
+def when_recorded(iso: str) -> str:
+    """'01 Dec 2026 20:53 UTC' from an ISO 8601 time ('' stays '')."""
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(iso).strftime("%d %b %Y %H:%M UTC")
+    except ValueError:
+        return ""
 
 
 DEFAULT_TRACE = "HF Llama-1B eager"
@@ -124,7 +165,7 @@ _RESIDENT = uploads.ByteBudget(RESIDENT_MB * 2**20, MAX_RESIDENT)  # upload id -
 @st.cache_resource(show_spinner=False, max_entries=2 * len(EXAMPLES))
 def _example_ranks(title: str, digest: str) -> tuple:
     del digest  # part of the key: the file's whole content, so an edited file is read again
-    path = ROOT / EXAMPLES[title][0]
+    path = EXAMPLES[title][0]
     trace = reader.read_trace(path, name=path.name)
     measured = probe_measured(title)
     return (replace(trace, recorded_untraced=measured) if measured else trace,)
@@ -156,7 +197,7 @@ def probe_measured(title: str) -> dict | None:
 
 
 def _example(title: str) -> tuple:
-    path = ROOT / EXAMPLES[title][0]
+    path = EXAMPLES[title][0]
     return _example_ranks(title, hashlib.sha256(path.read_bytes()).hexdigest())
 
 
@@ -295,7 +336,8 @@ def your_trace() -> None:
         "Record a few decode steps with torch.profiler (CPU and CUDA activities) and upload the trace: vLLM "
         "(VLLM_TORCH_PROFILER_DIR, then /start_profile and /stop_profile), SGLang (SGLANG_TORCH_PROFILER_DIR, one "
         "file per rank), Hugging Face, torch.compile or your own loop (prof.export_chrome_trace). The steps are "
-        "found by ProfilerStep#N, a range you name, graph launches or host synchronisation, in that order. The "
+        "found by a range you name, the probe's decode_step range, ProfilerStep#N, graph launches or host synchronisation, in "
+        "that order. The "
         "trace becomes the one drawn at the top of the tab."
     )
     _upload_widget()

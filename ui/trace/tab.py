@@ -1,7 +1,8 @@
 """The "Your trace" tab: a torch.profiler trace of your own model, drawn as the page draws a decode step.
 
 Upload a trace (vLLM, SGLang, Hugging Face, torch.compile or your own code; several files at once are
-ranks) or pick one of the traces recorded on an H200 that ship with the app (`sources`). The reader is
+ranks) or pick one of the traces that ship with the app (`sources`), each labelled with the GPU, date and
+command its files name. The reader is
 `core.trace` (the probe's own), the what-ifs `sim.trace` (the simulator's timing model, `whatif_view`).
 """
 
@@ -10,21 +11,29 @@ from __future__ import annotations
 import streamlit as st
 
 from core import trace as reader
+from core.timeline import gpu_kind
 from ui.charts import FIRST_LAUNCHES, format_us, lanes_figure
 from ui.common import (
     TRACED,
     chrome_trace_download,
+    counts_text,
     format_utilisation,
+    gpu_counts,
     plain,
     show_readouts,
     show_time_split,
 )
+from ui.tables import Column, show_table
 from ui.trace import sources
 from ui.trace.analysis import kernel_rows, report_of, whatifs_of
 from ui.trace.sources import DEFAULT_TRACE, EXAMPLES
 from ui.trace.whatif_view import WHATIFS, whatif_table, without_profiler
 
 NOTHING = "nothing"
+STEP_TIME_TO_READ = (
+    "**Which step time to read:** *Step time (no profiler)*, below the lanes: the readouts here are the step as "
+    "traced, which pays the profiler's own host cost."
+)
 
 # URL key -> spec, read by ui.url_params before any widget. Trace titles are checked here, not there:
 # an upload's title exists only in the session that made it.
@@ -77,6 +86,7 @@ def _readouts(report: reader.TraceReport, step: reader.TraceStep) -> None:
         step.metrics,
         None,
         basis=TRACED,
+        counts=gpu_counts(step.timeline),
         speedup_help="A trace has no unoptimised twin to compare with: the what-ifs below say what graphs and "
         "fusion would make of this step.",
     )
@@ -108,11 +118,23 @@ def _more_readouts(report: reader.TraceReport, step: reader.TraceStep) -> None:
     )
     lo, hi = report.spread("step_us")
     st.caption(
-        f"Step {step.index} of {len(report.steps)}, found by {plain(report.rule)}. Over all steps: median "
+        f"{step_label(report, step)}, found by {plain(report.rule)}. Over all steps: median "
         f"{format_us(report.median('step_us'))}, fastest {format_us(lo)}, slowest {format_us(hi)}. A step runs "
         "from its start (its range's start where a range marks it, else its first launch call) to the end of its "
         "last GPU work; the profiler adds host time to every launch."
     )
+
+
+def step_label(report: reader.TraceReport, step: reader.TraceStep) -> str:
+    """'Step 2 of 3': the step's place in the file, counted from 1 whatever rule found the steps (and however the
+    file arrived); the profiler's own number beside it where it differs ('Step 1 of 3 (ProfilerStep#5)')."""
+    position = report.steps.index(step) + 1
+    own = (
+        f" (ProfilerStep#{step.index})"
+        if report.rule.startswith("the profiler's") and step.index != position
+        else ""
+    )
+    return f"Step {position} of {len(report.steps)}{own}"
 
 
 def _gpu_time_by_kind(step: reader.TraceStep) -> None:
@@ -145,27 +167,39 @@ def _lanes(
 def _kernels_table(report: reader.TraceReport, step: reader.TraceStep) -> None:
     rows = kernel_rows(report, step)
     replays = any(r["replayed"] for r in rows)
-    st.dataframe(
+    show_table(
         [
             {
                 "kernel": r["kernel"],
+                "kind": "graph launch" if r["graph_launch"] else gpu_kind(r["kernel"]),
                 "calls": r["calls"],
-                "total µs": None if r["graph_launch"] else round(r["total_us"], 1),
-                "mean µs": None if r["graph_launch"] else round(r["mean_us"], 2),
-                "share": "" if r["graph_launch"] else f"{100 * r['share']:.1f}%",
-                "launch delay µs": _rounded(r["launch_delay_us"], 1),
-                **({"gap µs (replayed)": _rounded(r["gap_us"], 1)} if replays else {}),
-                "host µs / launch": _rounded(r["host_per_launch_us"], 1),
+                "total µs": None if r["graph_launch"] else r["total_us"],
+                "mean µs": None if r["graph_launch"] else r["mean_us"],
+                "share": None if r["graph_launch"] else 100 * r["share"],
+                "launch delay µs": r["launch_delay_us"],
+                **({"gap µs (replayed)": r["gap_us"]} if replays else {}),
+                "host µs / launch": r["host_per_launch_us"],
             }
             for r in rows
         ],
-        hide_index=True,
-        width="stretch",
-        height=min(36 * (len(rows) + 1) + 4, 420),
+        {
+            "kernel": Column("kernel", long=True),
+            "kind": Column("kind", help="A kernel, a copy (memcpy) or a memset: GPU work counted apart."),
+            "calls": Column("calls"),
+            "total µs": Column("total µs"),
+            "mean µs": Column("mean µs", "{:,.2f}"),
+            "share": Column("share %", "{:.1f}", "Its share of the step's GPU time."),
+            "launch delay µs": Column("launch delay µs"),
+            **({"gap µs (replayed)": Column("gap µs (replayed)")} if replays else {}),
+            "host µs / launch": Column("host µs / launch"),
+        },
+        key="tr_kernels",
+        height=420,
     )
     st.caption(
-        "Per kernel name in this step: calls, GPU time, its share of the kernels' time, the mean delay from the "
-        "end of its launch call to its start, and the host time of its launch."
+        "Per kernel name in this step (copies and memsets are rows of their own, their kind said): calls, GPU time, "
+        "its share of the step's GPU time, the mean delay from the end of its launch call to its start, and the host "
+        "time of its launch."
         + (
             " Kernels replayed by a CUDA graph have no launch of their own: the graph launch's host time is its "
             "own first row, and each replayed kernel shows instead the gap from the end of the previous kernel "
@@ -177,16 +211,12 @@ def _kernels_table(report: reader.TraceReport, step: reader.TraceStep) -> None:
     )
 
 
-def _rounded(value: float | None, digits: int) -> float | None:
-    return None if value is None else round(value, digits)
-
-
-def _side_title(title: str, step: reader.TraceStep) -> None:
+def _side_title(title: str, report: reader.TraceReport, step: reader.TraceStep) -> None:
     m = step.metrics
-    st.markdown(f"**{plain(title)}** · step {step.index}")
+    st.markdown(f"**{plain(title)}** · {step_label(report, step).lower()}")
     st.caption(
-        f"{m.kernels:,} kernels, {step.launches:,} launches, {format_us(m.step_us)} as traced, bound by "
-        f"{m.bound_by} as traced, GPU utilisation {format_utilisation(m.utilisation)} as traced."
+        f"{counts_text(gpu_counts(step.timeline))}, {step.launches:,} launch calls, {format_us(m.step_us)} as traced, "
+        f"bound by {m.bound_by} as traced, GPU utilisation {format_utilisation(m.utilisation)} as traced."
     )
 
 
@@ -197,7 +227,7 @@ def _compared(title: str, position: int):
         st.warning("The trace to compare with is no longer held on this server: upload it again.")
         return None
     try:
-        report = report_of(ranks[0], EXAMPLES[title][2] if title in EXAMPLES else None)
+        report = report_of(ranks[0], None)
     except reader.TraceError as err:
         st.error(plain(err), icon=":material/error:")
         return None
@@ -206,11 +236,12 @@ def _compared(title: str, position: int):
 
 def render() -> None:
     st.subheader("Your trace: your own model's decode steps, drawn the same way")
+    st.markdown(STEP_TIME_TO_READ)
     st.caption(
-        "A torch.profiler trace of a decode loop, drawn as the page draws a step: one of the H200 traces that ship "
-        "with the app, or yours (upload it at the bottom of the tab)."
+        "A torch.profiler trace of a decode loop, drawn as a step: one that ships with the app (labelled with its "
+        "GPU, date and command) or yours (upload it at the bottom)."
     )
-    title, compare, whatif, whole = _controls()
+    title, compare, whatif, whole, step_col = _controls()
     ranks = sources.ranks(title)
     if ranks is None:
         st.warning(
@@ -226,12 +257,12 @@ def render() -> None:
         return
     trace, rank, report = found
     with picture:
-        step, other = _picture(report, title, compare, whatif, whole)
-    described = f"recorded on an H200: {EXAMPLES[title][1]}" if title in EXAMPLES else title
+        step, other = _picture(report, title, compare, whatif, whole, step_col)
+    described = EXAMPLES[title][1] if title in EXAMPLES else title
     st.info(
         f"**{plain(described)}**"
         + (f" · rank {rank} of {len(ranks)}" if len(ranks) > 1 else "")
-        + (f" · {plain(trace.device)}" if trace.device else "")
+        + f" · recorded on {sources.provenance(title, trace)}"
         + f" · {trace.events:,} events, {len(report.steps)} steps",
         icon=":material/timeline:",
     )
@@ -253,11 +284,12 @@ def render() -> None:
     sources.recount(title, compare)  # what this run cached on an upload counts against the server's budget
 
 
-def _controls() -> tuple[str, str, str | None, bool]:
-    """(the trace, the trace to compare with, the what-if to draw, whole step?): the tab's first row."""
+def _controls() -> tuple:
+    """(the trace, the trace to compare with, the what-if to draw, whole step?, the column the step picker goes
+    in once the trace is read): the tab's first row, so that the lanes stay on the first screen."""
     options = sources.options()
-    pick_col, compare_col, whatif_col, whole_col = st.columns(
-        [2.4, 2.4, 1.6, 1.2], vertical_alignment="bottom"
+    pick_col, compare_col, whatif_col, step_col, whole_col = st.columns(
+        [2.2, 2.2, 1.5, 1.3, 1.2], vertical_alignment="bottom"
     )
     with pick_col:
         title = _pick(
@@ -286,23 +318,23 @@ def _controls() -> tuple[str, str, str | None, bool]:
         )
     ]
     whole = whole_col.toggle("Show the whole step", key="tr_whole", bind="query-params")
-    return title, compare, whatif, whole
+    return title, compare, whatif, whole, step_col
 
 
 def _read(title: str, ranks: tuple, picture):
     """(the rank shown, its number, its steps), by the step range and rank typed below the picture; None (the
     reason shown in `picture`) where the trace has no steps by that range."""
     range_col, rank_col, _ = st.columns([2, 1, 3.2], vertical_alignment="bottom")
-    default_range = EXAMPLES[title][2] if title in EXAMPLES else None
+    # A shipped trace is read by the reader's own rules, as an upload of the same file is: one step numbering.
     typed = range_col.text_input(
         "Step range (optional)",
         key="tr_range",
         bind="query-params",
         max_chars=200,
-        placeholder=default_range or "e.g. decode_step",
+        placeholder="e.g. decode_step",
         help="The name of a CPU range (record_function) around each step. Empty: the reader's own rules.",
     )
-    step_range = typed.strip() or default_range
+    step_range = typed.strip() or None
     rank = 0
     if len(ranks) > 1:
         rank = int(
@@ -318,10 +350,11 @@ def _read(title: str, ranks: tuple, picture):
         return None
 
 
-def _picture(report: reader.TraceReport, title: str, compare: str, whatif: str | None, whole: bool):
-    """The step picked, its readouts and its lanes (beside the compared trace's, on one time axis): (the step,
-    (report, step) of the compared trace or None)."""
-    step = _step_picker(report, "tr_step")
+def _picture(report: reader.TraceReport, title: str, compare: str, whatif: str | None, whole: bool, step_col):
+    """The step picked (in `step_col`, the first row's), its readouts and its lanes (beside the compared trace's,
+    on one time axis): (the step, (report, step) of the compared trace or None)."""
+    with step_col:
+        step = _step_picker(report, "tr_step")
     if step.notes:  # dropped records or clocks that disagree: drawn as the reader left them, and said so
         st.warning(" ".join(step.notes), icon=":material/warning:")
     _readouts(report, step)
@@ -337,10 +370,10 @@ def _picture(report: reader.TraceReport, title: str, compare: str, whatif: str |
     x_max = max(t.step_us for t in shown)
     left, right = st.columns(2, gap="medium")
     with left:
-        _side_title(title, step)
+        _side_title(title, report, step)
         _lanes(report, step, whatif, whole, "tr_lanes", x_max)
     with right:
-        _side_title(compare, other[1])
+        _side_title(compare, other[0], other[1])
         _lanes(other[0], other[1], None, whole, "tr_compare_lanes", x_max)
     st.caption("Both on one time axis, so a step twice as long looks twice as long.")
     return step, other

@@ -10,7 +10,8 @@ import streamlit as st
 
 from core import trace as reader
 from ui.charts import format_us, lanes_figure
-from ui.common import plain
+from ui.common import faster_or_slower, gpu_counts, plain
+from ui.tables import Column, show_table
 from ui.trace.analysis import untraced_step, whatifs_of
 
 # What to draw beside the trace: the option (what the URL holds) -> sim.trace.whatif's name for it.
@@ -28,18 +29,19 @@ def whatif_table(report: reader.TraceReport, step: reader.TraceStep) -> None:
     untraced = untraced_step(report, step)
     base, real = step.metrics.step_us, untraced.step_us
     labels = {v: k for k, v in WHATIFS.items()}
-    st.dataframe(_whatif_rows(step, untraced, outs, labels), hide_index=True, width="stretch")
+    show_table(_whatif_rows(step, untraced, outs, labels), key="tr_whatifs")
     if step.graph_launches:
         st.caption("This step already replays a CUDA graph, so only fusion is estimated.")
     quoted = [
-        f"{labels[name]}: {real / w.metrics.step_us:.1f}× faster than your step without the profiler; "
-        f"{base / w.metrics.step_us:.1f}× vs the traced step"
+        f"**{labels[name]}**: {faster_or_slower(real, w.metrics.step_us, 'your step without the profiler')} "
+        f"({faster_or_slower(base, w.metrics.step_us, 'the traced step')})."
         for name, w in outs.items()
     ]
-    notes = " ".join(dict.fromkeys(note for w in outs.values() for note in w.notes))
+    notes = [plain(note) for w in outs.values() for note in w.notes]
+    st.markdown(" ".join(quoted))
     st.caption(
-        "; ".join(quoted).capitalize() + ". Estimates: the step without the profiler, its own kernel times "
-        "rescheduled by the simulator's timing model. " + notes
+        "Estimates: the step without the profiler, its own kernel times rescheduled by the simulator's timing "
+        "model. " + " ".join(dict.fromkeys(notes))
     )
     _folded(outs["fusion"])
 
@@ -47,25 +49,33 @@ def whatif_table(report: reader.TraceReport, step: reader.TraceStep) -> None:
 def _whatif_rows(step: reader.TraceStep, untraced, outs: dict, labels: dict) -> list[dict]:
     base, real = step.metrics.step_us, untraced.step_us
 
-    def row(name: str, us: float, kernels: int, launches: int, bound: str) -> dict:
+    def row(name: str, us: float, counts: dict, launches: int, bound: str) -> dict:
         return {
             "the step": name,
             "step time": format_us(us),
             "vs your step without the profiler": f"{real / us:.2f}×",
             "vs the traced step": f"{base / us:.2f}×",
-            "kernels": kernels,
-            "launches": launches,
+            "kernels": counts["kernels"],
+            "copies, memsets": counts["copies"] + counts["memsets"],
+            "launch calls": launches,
             "bound by": bound,
         }
 
     m = step.metrics
+    mine = gpu_counts(step.timeline)
     rows = [
-        row("as traced", base, step.kernels, step.launches, m.bound_by),
-        row(f"without the profiler ({untraced.source_label})", real, step.kernels, step.launches, m.bound_by),
+        row("as traced", base, mine, step.launches, m.bound_by),
+        row(f"without the profiler ({untraced.source_label})", real, mine, step.launches, m.bound_by),
     ]
     for name, w in outs.items():
         rows.append(
-            row(f"{labels[name]} (estimate)", w.metrics.step_us, w.kernels, w.launches, w.metrics.bound_by)
+            row(
+                f"{labels[name]} (estimate)",
+                w.metrics.step_us,
+                gpu_counts(w.timeline),
+                w.launches,
+                w.metrics.bound_by,
+            )
         )
     return rows
 
@@ -75,14 +85,17 @@ def _folded(fusion) -> None:
     folded = fusion.folded
     if not folded:
         return
-    st.markdown("**What fusion would fold away**")
-    st.dataframe(
-        [
-            {"kernel": f.name, "count": f.count, "GPU µs": round(f.gpu_us, 1), "host µs": round(f.host_us, 1)}
-            for f in folded
-        ],
-        hide_index=True,
-        width="stretch",
+    with st.expander(
+        f"What fusion would fold away: {sum(f.count for f in folded):,} kernels, group by group"
+    ):
+        _folded_tables(fusion, folded)
+
+
+def _folded_tables(fusion, folded) -> None:
+    show_table(
+        [{"kernel": f.name, "count": f.count, "GPU µs": f.gpu_us, "host µs": f.host_us} for f in folded],
+        {"kernel": Column("kernel", long=True), "count": "count", "GPU µs": "GPU µs", "host µs": "host µs"},
+        key="tr_folded",
     )
     saved = fusion.bytes_saved
     st.caption(
@@ -110,7 +123,7 @@ def format_bytes(n: int) -> str:
 
 def _fused_groups(groups) -> None:
     """The fusion what-if's groups: their ops with the shapes behind them, what stays on chip, the bytes saved."""
-    st.dataframe(
+    show_table(
         [
             {
                 "group": k + 1,
@@ -126,9 +139,16 @@ def _fused_groups(groups) -> None:
             }
             for k, g in enumerate(groups)
         ],
-        hide_index=True,
-        width="stretch",
-        height=min(36 * (len(groups) + 1) + 4, 320),
+        {
+            "group": "group",
+            "from kernel": "from kernel",
+            "kernels": "kernels",
+            "stays on chip": Column("stays on chip", long=True),
+            "HBM traffic saved": "HBM traffic saved",
+            "ops (input shapes)": Column("ops (input shapes)", long=True),
+        },
+        key="tr_fused_groups",
+        height=320,
     )
 
 
@@ -193,7 +213,11 @@ def without_profiler(report: reader.TraceReport, step: reader.TraceStep, whole: 
         else f"The step without the profiler is estimated: {untraced.profiler_us:,.0f} µs of the profiler's own cost "
         "taken out of the host lane, the kernels rescheduled by the simulator's timing model."
     )
-    st.caption(f"{source} {_why_slow()}")
+    st.caption(
+        f"{source} Without the profiler the step is {faster_or_slower(traced, untraced.step_us, 'as traced')}."
+    )
+    with st.expander("Why a traced step runs slow"):
+        st.caption(_why_slow())
     notes = [report.trace.recorded_note, *untraced.notes]
     for note in filter(None, notes):
         st.caption(plain(note))
