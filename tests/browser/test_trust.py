@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 from harness import eventually, metric_value, open_app, rerun_after
+from recorded_fits import recorded_fit  # tests/recorded_fits.py: each shipped run fitted once
 
 from core import probe_result
 from core import trace as reader
 from core.step_plan import PERSISTENT
-from sim.calibration import calibrate
 from ui.charts import format_us
 from ui.probe_results import MORE_RECORDED
 from ui.trace import sources
@@ -146,13 +146,12 @@ def test_captions_follow_their_numbers_and_breakdowns_sum(page, app_url):
         rf" without the profiler \({re.escape(format_us(median_us))}\)",
         shown,
     ), shown
-    assert _verdict(small, "eager", 1) in shown
+    assert _verdict(probe_result.RECORDED_PATH.name, "eager", 1) in shown
     # 1b-persistent, fused + graph at batch 1: titled by its own left-out error in the Live GPU probe tab too.
     label = next(o for o in _run_options(page, "cal_run") if "1b preset · fusion + graphs, persistent" in o)
     open_app(page, app_url, f"tab=Live+GPU+probe&pr_run={_q(label)}&pr_mode=fused%2Bgraph&pr_batch=1")
     page.locator(".st-key-pr_lanes .main-svg").first.wait_for()
-    persistent_run = probe_result.load_result(RECORDED / "1b-persistent.json")
-    assert f"Simulated · {_verdict(persistent_run, 'fused+graph', 1)}" in text(page)
+    assert f"Simulated · {_verdict('1b-persistent.json', 'fused+graph', 1)}" in text(page)
     # The persistent kernel at batch 1: its parts and the signed remainder add up to its median step.
     open_app(page, app_url, f"tab=Live+GPU+probe&pr_run={_q(label)}&pr_mode=persistent&pr_batch=1")
     page.locator(".st-key-pr_phases .main-svg").first.wait_for()
@@ -165,10 +164,10 @@ def test_captions_follow_their_numbers_and_breakdowns_sum(page, app_url):
     assert "0.0 µs more" not in where
 
 
-def _verdict(result, mode: str, batch: int) -> str:
-    """How the page must title the model's picture of one point, from the point's left-out error: 'calibrated'
-    within the 10 % goal, else 'model, off by'."""
-    cal = calibrate(result, loo=True)
+def _verdict(name: str, mode: str, batch: int) -> str:
+    """How the page must title the model's picture of one point of the shipped run `name`, from the point's
+    left-out error: 'calibrated' within the 10 % goal, else 'model, off by'."""
+    cal = recorded_fit(name, loo=True)
     index = next(i for i, p in enumerate(cal.points) if p.mode.name == mode and p.batch == batch)
     err = float(cal.loo_errors()[index])
     if abs(err) <= 0.10:
@@ -346,7 +345,9 @@ VIEWS = (
 @pytest.mark.parametrize("query", VIEWS)
 def test_no_table_cell_is_cut_at_1400_px(page, app_url, query):
     open_app(page, app_url, query)
-    page.wait_for_function(DRAWN_JS, timeout=30_000, polling=100)  # the charts and grids below the first screen
+    page.wait_for_function(
+        DRAWN_JS, timeout=30_000, polling=100
+    )  # the charts and grids below the first screen
     open_expanders(page)
     assert page.locator("[data-testid=stException]").count() == 0
     assert page.evaluate(CLIPPED_JS) == []
