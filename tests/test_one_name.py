@@ -85,6 +85,28 @@ def misspellings() -> list[str]:
     return found
 
 
+def misspellings_in_docs() -> list[str]:
+    """The same check over the README and docs/: prose too names a mode by its title (or its name as code)."""
+    allowed = {m.name for m in MODES.values()} | {
+        t for m in MODES.values() for t in (m.title, m.title.capitalize())
+    }
+    found = []
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            for name, pattern in PATTERNS.items():
+                found += [
+                    f"{path.relative_to(ROOT).as_posix()}:{number}: {m.group(0)!r} (mode {name})"
+                    for m in pattern.finditer(line)
+                    if m.group(0) not in allowed
+                ]
+    return found
+
+
+def test_the_readme_and_docs_spell_each_mode_one_way():
+    found = misspellings_in_docs()
+    assert not found, "other spellings of a mode than its name and its title:\n" + "\n".join(found)
+
+
 def test_every_mode_has_one_spelling_in_the_code():
     found = misspellings()
     assert not found, "other spellings of a mode than its name and its title:\n" + "\n".join(found)
