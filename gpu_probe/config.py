@@ -144,7 +144,9 @@ class ProbeModelConfig(DecoderShape):
 def from_file(path, **probe) -> ProbeModelConfig:
     """The probe's decoder from a Hugging Face config.json (`core.hf_config`: a config it cannot run is refused
     there, ConfigError naming the file, the field and its value), with the probe's fields `probe`."""
-    max_context = probe.get("max_context", ProbeModelConfig.max_context)
+    # The class attribute is a slot descriptor, not the default: read the default from the field.
+    default = next(f.default for f in fields(ProbeModelConfig) if f.name == "max_context")
+    max_context = probe.get("max_context", default)
     decoder = read_config(path, context=max_context)
     try:
         return ProbeModelConfig.from_decoder(decoder, source=Path(path).name[:100], **probe)
