@@ -125,16 +125,11 @@ def main(argv: list[str] | None = None) -> int:
             "no CUDA device (torch.cuda.is_available() is False); "
             "gpu_probe/recorded/small.json holds a recorded H200 run"
         )
-    from gpu_probe.live import captured_modes, model_config
+    from gpu_probe.live import model_config
 
     model = model_config(model)
     try:  # before anything of the run is allocated
-        check_memory(
-            model,
-            {**req, "reference": args.reference},
-            [m for m in captured_modes() if m in req["modes"]],
-            say=main_progress,
-        )
+        check_memory(model, {**req, "reference": args.reference}, say=main_progress)
     except ValueError as err:
         return refuse(err)
 

@@ -115,7 +115,7 @@ def rows_of(req: dict) -> int:
     return max(max(req["batches"]), max(req["buckets"]))
 
 
-def check_memory(cfg: ProbeModelConfig, req: dict, graph_modes, free_bytes: int | None = None, say=None):
+def check_memory(cfg: ProbeModelConfig, req: dict, free_bytes: int | None = None, say=None):
     """ValueError in one sentence where the run of `req` would not fit the GPU's free memory (`free_bytes`, else
     asked of the driver), before anything is allocated; a warning through `say` where the Hugging Face
     reference may not fit beside it (`req["reference"]`: "hf")."""
@@ -167,7 +167,7 @@ def open_session(
     if graph_modes is None:
         graph_modes = tuple(m for m in captured_modes() if not kernel_set(mode_named(m)).refusal(cfg))
     req = validate_request(cfg, [rows], list(graph_modes) or ["all"], buckets, 100, 10)
-    check_memory(cfg, req, graph_modes)
+    check_memory(cfg, req)
     return ProbeSession(cfg, rows, req["buckets"], list(graph_modes), progress)
 
 
@@ -221,7 +221,7 @@ def run_probe(
     rows = rows_of(req)
     graph_modes = [mode for mode in captured_modes() if mode in req["modes"]]
     if session is None and not memory_checked:
-        check_memory(cfg, {**req, "reference": reference}, graph_modes, say=say)
+        check_memory(cfg, {**req, "reference": reference}, say=say)
     for mode, why in req.get("modes_left_out", {}).items():
         say(f"{mode}: left out ({why})")
     out = {

@@ -168,14 +168,14 @@ def test_a_run_too_large_for_the_gpu_is_refused_naming_the_figures():
     cfg = from_file(CONFIGS["llama-3.1-8b"])
     buckets = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256]
     req = validate_request(cfg, [1, 8, 64, 256], "all", buckets, 100, 10)
-    need = check_memory(cfg, req, ["graph", "fused+graph", "persistent"], free_bytes=80 * GB)  # an H100
+    need = check_memory(cfg, req, free_bytes=80 * GB)  # an H100
     # Weights (8.03 B parameters in bf16) and the KV pool of 256 sequences of 512 tokens are in it.
     assert need.parts["weights"] == cfg.n_params * 2 and 16.0 * GB < need.parts["weights"] < 16.1 * GB
     assert need.parts["KV pool"] == 2 * 32 * 1024 * 2 * (256 * 512 + 16)
     with pytest.raises(ValueError, match=r"llama-3.1-8b at 256 rows is too large .* GB is free"):
-        check_memory(cfg, req, ["graph"], free_bytes=40 * GB)
+        check_memory(cfg, req, free_bytes=40 * GB)
     said = []
-    check_memory(cfg, {**req, "reference": "hf"}, ["graph"], free_bytes=80 * GB, say=said.append)
+    check_memory(cfg, {**req, "reference": "hf"}, free_bytes=80 * GB, say=said.append)
     assert len(said) == 1 and "Hugging Face reference" in said[0]
     # The footprint grows with the batch: the same model at batch 1 fits in 40 GB.
     small = validate_request(cfg, [1], ["eager", "fused+graph"], [1], 100, 10)
