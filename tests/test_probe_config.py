@@ -316,14 +316,15 @@ def test_the_probe_and_transformers_agree_on_a_config_on_cuda(name):
     cfg = replace(narrow(from_file(CONFIGS[name]), max_context=256), n_layers=2, vocab=512, ffn=256)
     ids = torch.randint(0, cfg.vocab, (200,), generator=torch.Generator().manual_seed(0))
     theirs = model_from_config(hf_config_dict(cfg), "cuda", dtype=torch.float32)
-    ours = ProbeModel(cfg, device="cuda", num_blocks=cfg.pool_blocks(1))
+    blocks = 1 + cfg.max_context // cfg.block_size  # one sequence of up to max_context tokens
+    ours = ProbeModel(cfg, device="cuda", num_blocks=blocks)
     _copy_weights(ours, theirs)
     with torch.no_grad():
         want = theirs(ids[None].cuda()).logits[0, -1].float()
     for fused in (False, True):
         assert rel_err(decode_tokens(ours, ids.tolist(), fused), want) < 1e-4, (name, fused)
     if cfg.rope_scaling is not None:  # the comparison sees the scaling
-        unscaled = ProbeModel(replace(cfg, rope_scaling=None), device="cuda", num_blocks=cfg.pool_blocks(1))
+        unscaled = ProbeModel(replace(cfg, rope_scaling=None), device="cuda", num_blocks=blocks)
         assert rel_err(decode_tokens(unscaled, ids.tolist(), False), want) > 1e-3
 
 
