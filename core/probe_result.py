@@ -104,6 +104,17 @@ _CONFIG_FIELDS = {
     "max_batch": (1, _MAX_BATCH),
     "name": None,
     "dtype": None,
+    "model_type": None,  # a run of a config.json's decoder (2026-12, issue 39): its architecture
+    "source": None,  # and the file it was read from ("" for a preset)
+}
+# What a config.json's decoder adds (older files have none of them): RoPE's base and the norm's epsilon,
+# and Llama 3's RoPE scaling, an object of these numbers (or null).
+_CONFIG_NUMBERS = {"rope_theta": (1e-6, 1e12), "norm_eps": (1e-12, 1.0)}
+_ROPE_SCALING = {
+    "factor": (1e-6, 1e6),
+    "low_freq_factor": (1e-6, 1e6),
+    "high_freq_factor": (1e-6, 1e6),
+    "original_max_position": (1, 1 << 30),
 }
 _SETTINGS_INTS = {"context_len": (1, 1_048_576), "steps": (0, 10**9), "warmup": (0, 10**9)}
 
@@ -799,6 +810,17 @@ def parse_config(config: dict) -> int:
                 raise ValueError(f"model.config.{key}: expected a string of at most 100 characters")
         else:
             number_field(config, key, *bounds, f"model.config.{key}", integer=True)
+    for key, bounds in _CONFIG_NUMBERS.items():
+        if key in config:
+            number_field(config, key, *bounds, f"model.config.{key}")
+    if "qkv_bias" in config and not isinstance(config["qkv_bias"], bool):
+        raise ValueError("model.config.qkv_bias: expected true or false")
+    scaling = config.get("rope_scaling")
+    if scaling is not None:
+        if not isinstance(scaling, dict):
+            raise ValueError("model.config.rope_scaling: expected an object or null")
+        for key, bounds in _ROPE_SCALING.items():
+            number_field(scaling, key, *bounds, f"model.config.rope_scaling.{key}")
     if "bytes_per_el" in config:
         number_field(config, "bytes_per_el", 1e-3, 8, "model.config.bytes_per_el")
     return int(

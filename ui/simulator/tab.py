@@ -34,6 +34,7 @@ from sim.timing import eager_host_us
 from ui import first_paint
 from ui.charts import FIRST_LAUNCHES, lanes_figure, lanes_height
 from ui.common import chrome_trace_download, plain, regime_explanation, show_readouts, show_time_split
+from ui.simulator import hf_upload
 from ui.simulator.presets import CALIBRATED_KEY, OLD_KEYS, PRESET_BY_URL_VALUE, PRESET_TITLES, preset_of
 from ui.simulator.sections import fusion_view, sweep_view
 
@@ -355,6 +356,7 @@ def _advanced_inputs(preset: Preset) -> tuple[dict, dict]:
         "resets them. A layer beyond the chapter's 11 kernels runs small elementwise kernels that "
         "move no bytes of their own but each pay a launch and the kernel latency."
     )
+    hf_upload.uploader(MODEL_INPUTS, BYTES_INPUT, LAYERS_RANGE)
     columns = st.columns(3)
     for i, (key, label, field, low, high, step) in enumerate(MODEL_INPUTS):
         model_values[key] = columns[i % 3].number_input(
