@@ -460,18 +460,13 @@ class ProbeModel(nn.Module):
 
     def forward(
         self,
-        batch: DecodeBatch | None = None,
+        batch: DecodeBatch,
         logits_out: torch.Tensor | None = None,
         workspace: dict | None = None,
-        **inputs,
     ) -> torch.Tensor:
         """logits_out: a [B, vocab] tensor (model dtype, contiguous rows) the LM head writes into and
         that is returned, e.g. a graph runner's static buffer kept outside the graph pool.
-        workspace: `fused_workspace` buffers (at least B rows) for the fused path's activations.
-        inputs: the batch's five tensors by name instead, as ui/buckets/padding_demo.py still passes them
-        (until it passes its DecodeBatch)."""
-        if inputs:
-            batch = DecodeBatch(**inputs)
+        workspace: `fused_workspace` buffers (at least B rows) for the fused path's activations."""
         if self.fused:
             return self.fused_forward(batch, logits_out, workspace)
         return self.unfused_forward(batch, logits_out)
