@@ -195,12 +195,15 @@ def test_scatter_labels_never_cover_each_other(source):
     fig = json.loads(json.dumps(fig, default=lambda a: a.tolist()))
     assert _label_overlaps(fig) == []
     points = [t for t in fig["data"] if t.get("mode") == "markers+text"]
-    # Every dot still names its batch on hover; most are labelled, and every mode in every panel.
+    # Every dot still names its batch on hover; most are labelled, and every mode in some panel (in the host
+    # and utilisation panels of the H200 run ten graph-mode dots sit within a few pixels of each other: there a
+    # mode measured at two batches can go unlabelled, its dots under the others').
     assert all("%{customdata}" in t["hovertemplate"] for t in points)
     assert sorted(b for t in points for b in t["customdata"]) == sorted(4 * [p.batch for p in cal.points])
     shown = [text for t in points for text in t["text"] if text]
     assert len(shown) >= 0.6 * 4 * len(cal.points), len(shown)
-    assert all(any(t["text"]) for t in points)
+    for name in {t["name"] for t in points}:
+        assert any(any(t["text"]) for t in points if t["name"] == name), name
     # The check can fail: every label above its dot (the old chart) covers others.
     for t in points:
         t["text"] = [str(b) for b in t["customdata"]]

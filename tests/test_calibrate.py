@@ -263,18 +263,19 @@ def test_recorded_run_meets_the_goals_where_the_data_allows(recorded_cal):
 
 
 def test_the_1b_run_meets_the_goals_in_its_gpu_bound_modes():
-    """The 1b run's GPU-bound modes meet issue 28's goals left out. Its host ran slow and unsteady on that lease
-    (the eager step at batch 1 took 16.2 ms; 8.3 ms in 1b-second.json, the same command on a fresh machine), so
-    the host-bound eager and fused modes miss. The persistent kernel ran at two batches, and its family has four
-    figures: a point left out is predicted from the other alone (docs/calibration.md), so the mode misses; its two
-    fallback steps (the fused kernels run eagerly above eight rows) are not the mode's, and not points (issue 37)."""
+    """The 1b run (H200, 2026-12-07): its GPU-bound modes and its fused (eager) mode meet issue 28's goals left
+    out; its eager mode's median misses (its host time at batches 1-64 comes out 14-16 % short of the measured:
+    the launch kinds' shares are read off profiled steps). The persistent kernel ran at two batches, and its
+    family has four figures: a point left out is predicted from the other alone (docs/calibration.md), so the
+    mode misses; its two fallback steps (the fused kernels run eagerly above eight rows) are not the mode's,
+    and not points (issue 37)."""
     from sim.calibration import GOAL, WORST_GOAL
 
     cal = calibrate(load_result(RECORDED / "1b.json"))
     by_mode = _loo_by_mode(cal)
-    assert _meets(by_mode["graph"]) and _meets(by_mode["fused+graph"])
+    assert _meets(by_mode["graph"]) and _meets(by_mode["fused+graph"]) and _meets(by_mode["fused"])
     assert abs(loo_summary(cal)["fused_graph_b1"]) <= GOAL
-    assert not _meets(by_mode["eager"]) and not _meets(by_mode["fused"])
+    assert not _meets(by_mode["eager"]) and max(abs(e) for e in by_mode["eager"]) <= WORST_GOAL
     kernel = [
         (p.batch, e) for p, e in zip(cal.points, cal.loo_errors()) if p.mode.one_kernel and p.runs.one_kernel
     ]
@@ -290,7 +291,7 @@ def test_recorded_graph_cost_is_the_calibrated_one_and_cached(recorded_cal):
     assert cost is recorded_graph_cost()
     assert cost == recorded_cal.graph_cost
     assert 0 < cost.node_gap_us < 2 and 0 < cost.per_node_host_us < 2
-    assert 60 < cost.host_us(180) < 140  # the fused+graph replays: ~100 µs for ~180 nodes
+    assert 30 < cost.host_us(180) < 80  # the fused+graph replays: 40-47 µs for ~200 nodes (H200, 2026-12-07)
 
 
 def test_calibrated_preset_follows_the_fused_kernels(recorded_cal):
@@ -544,24 +545,27 @@ def test_the_launch_kinds_shares_are_read_off_the_profiled_steps():
     synthetic = calibrate(load_result(synthetic_result(TRUE, MODEL)), loo=False)
     for name in LAUNCH_SHARES:
         assert synthetic.params[name] == pytest.approx(TRUE[name], rel=1e-6) and synthetic.fitted[name], name
-    # The recorded runs: each kind costs about the same share of a Triton GEMM's launch in all three, within 1.6x
-    # (the aten share moves most: 0.20 to 0.32), though how steadily the host ran differs between them.
+    # The recorded runs launched the same way (settings.launcher "bound": the H200 runs of 2026-12-07): each kind
+    # costs about the same share of a Triton GEMM's launch in both, within 1.6x. The older hold-out
+    # launched through kernel[grid]: there a Triton launch cost 45 µs, and every share is another.
     cals = {n: calibrate(load_result(RECORDED / n), loo=False) for n in RECORDED_RUNS}
+    bound = [c for n, c in cals.items() if load_result(RECORDED / n).settings.get("launcher") == "bound"]
+    assert len(bound) == 2
     for name in LAUNCH_SHARES:
-        shares = [c.params[name] for c in cals.values()]
-        assert all(c.fitted[name] for c in cals.values()) and max(shares) < 1.6 * min(shares), name
-    # How steadily: the eager and fused host times the fit misses by over 10 %. Each small run's host missed at
-    # batch 1, its fastest points (and the recorded run's fused step at batch 8); the 1b run's, slow and unsteady, at
-    # five of eight (docs/calibration.md).
+        if name == "merge_launch_share":  # read off the small run; the 1b run's steps never link it to a GEMM
+            continue
+        shares = [c.params[name] for c in bound]
+        assert all(c.fitted[name] for c in bound) and max(shares) < 1.6 * min(shares), (name, shares)
+    # How steadily: the eager and fused host times the fit misses by over 10 %. The small runs' at batch 1 at most
+    # (the hold-out's fastest points); the 1b run's at the eager steps and the fused step at 256 rows, where
+    # cuBLAS's wide launches cost the host more than their share says (docs/calibration.md).
     off = {
         n: {(p.mode.name, p.batch) for p, e in zip(c.points, c.errors()[:, 1]) if abs(e) > 0.10}
         & {(p.mode.name, p.batch) for p in c.points if p.mode.name in ("eager", "fused")}
         for n, c in cals.items()
     }
-    assert all(
-        off[n] <= {("eager", 1), ("fused", 1), ("fused", 8)} for n in ("small.json", "small-holdout.json")
-    ), off
-    assert len(off["1b.json"]) >= 4, off
+    assert all(off[n] <= {("eager", 1), ("fused", 1)} for n in ("small.json", "small-holdout.json")), off
+    assert off["1b.json"] <= {("eager", b) for b in (1, 8, 64, 256)} | {("fused", 256)}, off
 
 
 def test_the_node_gap_is_read_off_the_unprofiled_graph_steps():
@@ -623,11 +627,11 @@ def test_replays_start_their_nodes_once_the_call_has_submitted_their_piece():
     assert pieces == [("1b.json", "graph", 256), ("1b.json", "fused+graph", 256)]
     steady = {k: v for k, v in lag.items() if k not in pieces}
     assert all(-1.0 < v < 7.0 for v in steady.values()), steady
-    # The 1b run's host was slow (a replay fitted at ~200 µs, ~100 in the other runs): its two replays in pieces
-    # started their first node 30-40 µs after their piece's predicted readiness, still before the call's end.
-    assert all(-1.0 < lag[k] < 45.0 for k in pieces), {k: lag[k] for k in pieces}
-    # Node by node, the first node would have been ready 19-46 µs before the call's end: outside that window.
-    assert min(early) > 7.0 + 1.0
+    # In pieces, the first node starts within the steady replays' window of its piece's predicted readiness.
+    assert all(-1.0 < lag[k] < 7.0 for k in pieces), {k: lag[k] for k in pieces}
+    # Node by node it would have been ready earlier than any steady replay's lag allows: 6-8 µs on the H200 run's
+    # quick host (a ~50 µs call; 19-46 µs on the slow H100 host of 2026-12-06, whose call took ~200 µs).
+    assert min(early) > max(steady.values()), (early, max(steady.values()))
 
 
 # -- the figures docs/calibration.md quotes ----------------------------------------------------------

@@ -3,12 +3,15 @@
 import copy
 import json
 import sys
+from pathlib import Path
 
 import pytest
 from probe_results import host_block, probe_result, probe_run
 
 from core.probe_result import MAX_RESULT_BYTES, ProbeResult, dump_result, load_result
 from core.step_plan import MODES
+
+RECORDED = Path(__file__).resolve().parents[1] / "gpu_probe" / "recorded"
 
 
 def valid_result(**fields) -> dict:
@@ -280,11 +283,19 @@ def test_back_to_back_must_be_a_positive_time(bad):
 # ---- the host speed index and the spread of the unprofiled times ------------------------------------
 def test_a_result_without_the_host_index_loads_as_not_measured():
     assert load_result(valid_result()).host is None
+    # A shipped run from before the index (H100, 2026-12-06): it loads, its host not measured.
+    older = load_result(RECORDED / "small-holdout.json")
+    assert older.host is None and "host" not in older.to_dict()
+    assert all(r.enqueue_us_p10 is None and r.timing_rounds is None for r in older.runs)
+
+
+def test_the_shipped_run_has_its_host_index_and_spreads():
     from core.probe_result import recorded_result
 
     recorded = recorded_result()
-    assert recorded.host is None and "host" not in recorded.to_dict()
-    assert all(r.enqueue_us_p10 is None and r.timing_rounds is None for r in recorded.runs)
+    assert recorded.host is not None and recorded.host.torch_launch_us > 0
+    assert [when for when, _ in recorded.host.samples] == ["before", "after"]
+    assert all(r.enqueue_us_p10 <= r.enqueue_us_median <= r.enqueue_us_p90 for r in recorded.runs)
 
 
 def test_the_host_index_loads_and_round_trips(tmp_path):

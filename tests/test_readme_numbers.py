@@ -388,8 +388,8 @@ QUOTES = [
     ),
     Quote(
         "Reading your own trace",
-        "on {} traces its cost was not fitted to (Hugging Face's on an H200, the probe's 1b run on an H100), and "
-        "came within {} of each",
+        "on {} traces its cost was not fitted to (Hugging Face's and the probe's 1b run, on H200s), and came within "
+        "{} of each",
         lambda: (WORDS[(s := whatif_rows()[1])["n"]], pct(s["worst"]["error"])),
     ),
     Quote(
@@ -416,40 +416,25 @@ QUOTES = [
     ),
     Quote(
         "Headline measurements",
-        "the fused (eager) step at batch 64 took {} ms in the small run and {} ms in the hold-out run; the 1b eager "
-        "step at batch 1 took {} ms in `1b.json` and {} ms in `1b-second.json` (the same command on a fresh "
-        "machine), where every fused + graph step came within {} of the first run's.",
+        "the 1b eager step at batch 1 took {} ms in `1b.json`, its Triton kernels launched bound on a host that "
+        "launched a torch op in {} µs, and {} ms in `1b-second.json`, an H100 run of 2026-12-06 that launched them "
+        "through kernel[grid] on a slower host.",
         lambda: (
-            *(f"{run(n).run('fused', 64).step_us_median / 1e3:.1f}" for n in RUNS[:2]),
-            *(f"{run(n).run('eager', 1).step_us_median / 1e3:.1f}" for n in ("1b.json", "1b-second.json")),
-            _second_1b_run_gpu_spread(),
+            f"{run('1b.json').run('eager', 1).step_us_median / 1e3:.1f}",
+            f"{run('1b.json').host.torch_launch_us:.1f}",
+            f"{run('1b-second.json').run('eager', 1).step_us_median / 1e3:.1f}",
         ),
     ),
     Quote(
         "Headline measurements",
         "calibration meets its goals (each mode's median within {} %, no point beyond {} %) in all four toggled "
         "modes of the small run and in the graph modes of every run (fused + graph {}, {} and {} on the small, "
-        "hold-out and 1b runs); the host-bound eager and fused modes meet their medians on the hold-out run (worst "
-        "point {}) and miss on the 1b run ({}, {}), whose host was slow and unsteady; the persistent mode, measured "
-        "at two batches in these runs, misses in all three.",
+        "hold-out and 1b runs); the 1b run's eager mode misses its median ({}, its steps at batches 1 to 64 "
+        "{} to {} short), the hold-out's eager its worst point ({}); the persistent mode, measured at two batches "
+        "in these runs, misses in all three.",
         lambda: _calibration_by_mode(),
     ),
 ]
-
-
-def _second_1b_run_gpu_spread() -> str:
-    """The largest relative difference between the two 1b runs' fused + graph steps, back to back."""
-    first, second = run("1b.json"), run("1b-second.json")
-    assert first.batches == second.batches
-    spread = max(
-        abs(
-            second.run("fused+graph", b).step_us_back_to_back
-            / first.run("fused+graph", b).step_us_back_to_back
-            - 1
-        )
-        for b in first.batches
-    )
-    return f"{100 * spread:.1f} %"
 
 
 def _calibration_by_mode() -> tuple[str, ...]:
@@ -458,18 +443,18 @@ def _calibration_by_mode() -> tuple[str, ...]:
     med = {n: loo(n)["median_by_mode"] for n in RUNS}
     errors = {n: loo_errors(n) for n in RUNS}
 
+    def worst(name: str, mode: str) -> float:
+        return max((e for (m, _), e in errors[name].items() if m == mode), key=abs)
+
     def meets(name: str, mode: str) -> bool:
-        worst = max(abs(e) for (m, _), e in errors[name].items() if m == mode)
-        return med[name][mode] <= goal and worst <= worst_goal
+        return med[name][mode] <= goal and abs(worst(name, mode)) <= worst_goal
 
     small, holdout, one_b = RUNS
     assert all(meets(small, m) for m in ("eager", "fused", "graph", "fused+graph")), med[small]
     assert all(meets(n, m) for n in RUNS for m in ("graph", "fused+graph")), med
-    host_bound = {n: {k: e for k, e in errors[n].items() if k[0] in ("eager", "fused")} for n in RUNS}
-    assert all(med[holdout][m] <= goal for m in ("eager", "fused")), med[holdout]
-    holdout_worst = max(host_bound[holdout].values(), key=abs)
-    assert abs(holdout_worst) > worst_goal
-    assert all(med[one_b][m] > goal for m in ("eager", "fused")), med[one_b]
+    assert meets(one_b, "fused") and med[one_b]["eager"] > goal
+    short = [e for (m, b), e in errors[one_b].items() if m == "eager" and b <= 64]
+    assert med[holdout]["eager"] <= goal and abs(worst(holdout, "eager")) > worst_goal
     assert all(med[n]["persistent"] > goal for n in RUNS)
     return (
         f"{100 * goal:.0f}",
@@ -477,9 +462,10 @@ def _calibration_by_mode() -> tuple[str, ...]:
         pct(med[small]["fused+graph"]),
         pct(med[holdout]["fused+graph"]),
         pct(med[one_b]["fused+graph"]),
-        signed(holdout_worst),
         pct(med[one_b]["eager"]),
-        pct(med[one_b]["fused"]),
+        pct(min(short, key=abs)),
+        pct(max(short, key=abs)),
+        signed(worst(holdout, "eager")),
     )
 
 
@@ -514,14 +500,19 @@ def headline_table() -> dict[str, list[str | None]]:
         for b in run(n).batches
     }
     worst_hf = max(vs_hf, key=vs_hf.get)
-    small = ("small.json", "small-holdout.json")
-    speedups = {n: goal(n, "eager b1 / fused+graph b1") for n in small}
+    speedups = {n: goal(n, "eager b1 / fused+graph b1") for n in presets}
     loos = {n: loo(n) for n in RUNS}
     worst_loo = max(loos, key=lambda n: abs(loos[n]["worst_point"]["error"]))
     wp = loos[worst_loo]["worst_point"]
     assert wp["mode"] == "persistent" and len(run(worst_loo).batches) == 4
-    crosses = [check(a, b) for a, b in CROSS]
-    wc = max((s["worst_point"] for s, _ in crosses), key=lambda p: abs(p["error"]))
+    host = b1.host.index
+    drift = [costs.torch_launch_us.median for _, costs in b1.host.samples]
+    per_launch = {
+        n: goals(n)["unfused host µs per launch unprofiled / Hugging Face eager's, b1"] for n in presets
+    }
+    fused_per_launch = {
+        n: goal(n, "fused eager host µs per launch unprofiled / Hugging Face eager's, b1") for n in presets
+    }
     _, unseen, other = whatif_rows()
     worst_trace = unseen["worst"]["label"].removeprefix("Hugging Face ")
     hf = [
@@ -547,7 +538,7 @@ def headline_table() -> dict[str, list[str | None]]:
     held_worst = next(r for r in fit["held_out"] if r["case"] == held["worst_case"])
     held_speed_worst = _parts(held_speed["worst_case"])
     preset = {"1b.json": "1b", "small.json": "small"}
-    assert {day(n) for n in (*presets, *small)} == {day("1b.json")}  # one lease
+    assert {day(n) for n in presets} == {day("1b.json")}  # one lease
     return {
         "measurement": ["figure", "worst case", "when", "command"],
         f"1b preset, fused + graph at batch 1, against the floor ({n0(floor)} µs)": [
@@ -589,21 +580,30 @@ def headline_table() -> dict[str, list[str | None]]:
         "small preset, eager against fused + graph at batch 1": [
             f"{speedups['small.json']:.1f} × ({n0(run().run('eager', 1).step_us_median)} µs against "
             f"{n0(run().run('fused+graph', 1).step_us_median)} µs)",
-            f"{speedups['small-holdout.json']:.1f} × in the hold-out run",
+            f"{speedups['1b.json']:.1f} × on the 1b preset",
             day("small.json"),
+            None,
+        ],
+        "the run's host: µs of one launch, median (p10-p90), 1b run": [
+            f"a torch op {host.torch_launch_us.median:.1f} ({host.torch_launch_us.p10:.1f}-"
+            f"{host.torch_launch_us.p90:.1f}); a Triton kernel {host.triton_launch_us.median:.1f} through "
+            f"kernel[grid], {host.triton_bound_launch_us.median:.1f} bound; cudaGraphLaunch {host.graph_fixed_us:.1f}",
+            f"a torch op {drift[0]:.1f} before the steps, {drift[-1]:.1f} after",
+            day("1b.json"),
+            None,
+        ],
+        "the unfused step's host time per launch against Hugging Face's eager Llama in the same run, batch 1, "
+        "no profiler": [
+            f"{per_launch['1b.json']:.2f} × (1b preset), {per_launch['small.json']:.2f} × (small)",
+            f"the fused step's eager launches: {max(fused_per_launch.values()):.2f} ×",
+            day("1b.json"),
             None,
         ],
         "calibration, leave-one-out error over every point of each run (small, hold-out, 1b)": [
             "median " + ", ".join(pct(loos[n]["median"]) for n in RUNS),
             f"{signed(wp['error'])} (the persistent kernel at batch {wp['batch']}, {preset.get(worst_loo, worst_loo)} "
             "run: measured at two batches, each left out is predicted from the other alone)",
-            day(RUNS[0]),
-            None,
-        ],
-        "calibration, fit on one small-preset run, predict the other": [
-            f"median {pct(crosses[0][0]['median'])} and {pct(crosses[1][0]['median'])}",
-            f"{signed(wc['error'])} ({wc['mode']}, batch {wc['batch']})",
-            day(RUNS[0]),
+            f"{day(RUNS[1])} and {day(RUNS[0])[5:]}",
             None,
         ],
         f"graphs what-if against the measured graph step, {WORDS[unseen['n']]} traces the fit never saw": [

@@ -90,12 +90,17 @@ def place_labels(
 
 
 def _priority(points) -> list[int]:
-    """Indices: each mode's smallest and largest batch first, then the rest by batch."""
-    ends = set()
-    for mode in {p.mode for p in points}:
-        idx = [i for i, p in enumerate(points) if p.mode == mode]
-        ends.update({min(idx, key=lambda i: points[i].batch), max(idx, key=lambda i: points[i].batch)})
-    return sorted(range(len(points)), key=lambda i: (i not in ends, points[i].batch, i))
+    """Indices: each mode's smallest batch first (the modes with the fewest points first, so a mode measured at
+    two batches is not crowded out by one measured at four), then each mode's largest, then the rest by batch."""
+    by_mode: dict = {}
+    for i, p in enumerate(points):
+        by_mode.setdefault(p.mode, []).append(i)
+    rank = {}
+    for idx in by_mode.values():
+        ordered = sorted(idx, key=lambda i: points[i].batch)
+        rank[ordered[0]] = (0, len(idx))
+        rank.setdefault(ordered[-1], (1, len(idx)))
+    return sorted(range(len(points)), key=lambda i: (*rank.get(i, (2, 0)), points[i].batch, i))
 
 
 def predicted_vs_measured_figure(cal: Calibration):
