@@ -28,7 +28,9 @@ MODE_COLUMNS = {
     ),
     "kernels / layer": Column("/ layer", "{:g}", "Kernels per decoder layer."),
     "step median (µs)": Column("median µs", help="Median step time over the measured steps (CUDA events)."),
-    "step p10–p90 (µs)": Column("p10–p90 µs", help="10th and 90th percentile step times.", numeric=True),
+    "step p10–p90 (µs)": Column(
+        "p10–p90 µs", help="10th and 90th percentile step times.", numeric=True, wrap=True
+    ),
     "back to back (µs)": Column(
         "back to back µs",
         help="Per-step time with the steps enqueued back to back: the host prepares the next step while the GPU "
@@ -38,6 +40,7 @@ MODE_COLUMNS = {
         "p10–p90 µs",
         help="10th and 90th percentile of the back-to-back steps (files from before the probe kept it: none).",
         numeric=True,
+        wrap=True,
     ),
     "tokens/s": Column(
         "tokens/s",
@@ -52,6 +55,7 @@ MODE_COLUMNS = {
         "p10–p90 µs",
         help="10th and 90th percentile of the host's enqueue times (files from before the probe kept it: none).",
         numeric=True,
+        wrap=True,
     ),
     "CPU launch, profiled (µs)": Column(
         "launch µs, profiled",
