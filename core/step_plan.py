@@ -84,6 +84,11 @@ class Mode:
         return self.kernels == PERSISTENT_KERNELS
 
     @property
+    def slug(self) -> str:
+        """Its name where a '+' does not belong (file names, JSON keys of summaries): "fused_graph"."""
+        return self.name.replace("+", "_")
+
+    @property
     def title(self) -> str:
         """How the page titles it: its name with the words spelled out ("fusion + graphs")."""
         return " + ".join(TITLE_WORDS.get(word, word) for word in self.name.split("+"))
@@ -277,8 +282,7 @@ class StepPlan:
     def label(self, model_name: str) -> str:
         """How a drawn step names itself: model, GPUs, batch, the mode it runs as, padding or fallback."""
         gpus = f" · {self.tp} GPUs (tensor parallel), one GPU's lanes" if self.tp > 1 else ""
-        tight = self.runs_as.title.replace(" + ", "+")  # "fusion+graphs"
-        text = f"{model_name}{gpus} · batch {self.batch} · {tight}"
+        text = f"{model_name}{gpus} · batch {self.batch} · {self.runs_as.title}"
         if self.eager_fallback:
             text += " (above the largest bucket: eager)"
         elif self.padded_rows:

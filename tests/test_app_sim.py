@@ -191,7 +191,7 @@ EXTREMES = [
 ]
 
 
-@pytest.mark.parametrize("toggles", [(False, False), (True, True)], ids=["eager", "fused+graphs"])
+@pytest.mark.parametrize("toggles", [(False, False), (True, True)], ids=["eager", "fused+graph"])
 def test_no_exception_at_control_extremes(toggles):
     at = fresh()
     at.toggle(key="fusion").set_value(toggles[0])
@@ -319,7 +319,7 @@ def test_calibrated_preset_brings_the_fitted_figures_and_its_note(clean_caches, 
 
 
 @needs_recorded
-@pytest.mark.parametrize("toggles", [(False, False), (True, True)], ids=["eager", "fused+graphs"])
+@pytest.mark.parametrize("toggles", [(False, False), (True, True)], ids=["eager", "fused+graph"])
 def test_calibrated_preset_at_batch_and_layer_extremes(clean_caches, calibrated, toggles):
     preset, _ = calibrated
     at = pick_calibrated()

@@ -274,7 +274,7 @@ def test_the_1b_run_meets_the_goals_in_its_gpu_bound_modes():
     cal = calibrate(load_result(RECORDED / "1b.json"))
     by_mode = _loo_by_mode(cal)
     assert _meets(by_mode["graph"]) and _meets(by_mode["fused+graph"]) and _meets(by_mode["fused"])
-    assert abs(loo_summary(cal)["fused_graph_b1"]) <= GOAL
+    assert abs(loo_summary(cal)[f"{FUSED_GRAPH.slug}_b1"]) <= GOAL
     assert not _meets(by_mode["eager"]) and max(abs(e) for e in by_mode["eager"]) <= WORST_GOAL
     kernel = [
         (p.batch, e) for p, e in zip(cal.points, cal.loo_errors()) if p.mode.one_kernel and p.runs.one_kernel
@@ -668,7 +668,11 @@ def _cells(s: dict, columns=STEP_COLUMNS) -> list[str]:
     cells = []
     for column in columns:
         if column == f"{FUSED_GRAPH.name} b1":
-            cells.append(f"{100 * s['fused_graph_b1']:+.1f} %" if s["fused_graph_b1"] is not None else "—")
+            cells.append(
+                f"{100 * s[f'{FUSED_GRAPH.slug}_b1']:+.1f} %"
+                if s[f"{FUSED_GRAPH.slug}_b1"] is not None
+                else "—"
+            )
         elif column in s["by_mode"]:
             e, b, w = s["by_mode"][column]
             cells.append(f"{100 * e:.1f} % (b{b} {100 * w:+.1f} %)")

@@ -76,7 +76,7 @@ def test_a_plan_says_which_bucket_it_replays_and_what_it_pads():
     assert (above.bucket, above.rows, above.replays, above.eager_fallback) == (None, 300, False, True)
     assert above.runs_as is BASELINE
     assert above.label("m") == "m · batch 300 · eager (above the largest bucket: eager)"
-    assert plan.label("m") == "m · batch 17 · fusion+graphs (padded to bucket 24)"
+    assert plan.label("m") == "m · batch 17 · fusion + graphs (padded to bucket 24)"
     assert (
         StepPlan(FUSED, 3, tp=2).label("m")
         == "m · 2 GPUs (tensor parallel), one GPU's lanes · batch 3 · fusion"
