@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import streamlit as st
-from app_pages import fake_run
+from app_pages import as_read, fake_run
 from probe_results import host_block
 from streamlit.testing.v1 import AppTest
 
@@ -422,7 +422,9 @@ def test_the_calibrated_preset_on_your_host_moves_its_launch_costs_only(indexed_
     linked.query_params.update(preset=CALIBRATED_KEY, host_us="0")
     linked.run()
     assert not linked.exception
-    assert any("0 µs is no host" in w for w in warnings(linked))
+    assert any(
+        "Your host: µs a launch: a launch takes some time, got 0 µs" in as_read(w) for w in warnings(linked)
+    )
     assert linked.number_input(key="launch_us").value == pytest.approx(own.hardware.eager_launch_us)
 
 

@@ -270,7 +270,7 @@ def test_your_host_rescales_the_host_bound_steps_through_the_calibrated_model(in
 @pytest.mark.parametrize(
     "value, kept, said",
     [
-        ("0", 0.0, "0 µs is no host"),
+        ("0", 0.0, "a launch takes some time, got 0 µs"),
         ("-5", 0.0, "below the minimum 0"),
         ("nan", None, "is not a number"),
         ("abc", None, "is not a number"),
@@ -292,16 +292,28 @@ def test_a_typed_zero_is_refused_with_a_notice(indexed):
     at = open_tab("Live GPU probe")
     at.number_input(key="pr_host_us").set_value(0.0).run()
     assert not at.exception and on_host_table(at) is None
-    assert any("0 µs is no host" in w.body for w in at.warning)
+    assert any(
+        "Your host: µs a launch: a launch takes some time, got 0 µs" in as_read(w.body) for w in at.warning
+    )
 
 
-def test_checked_host_refuses_what_is_no_host():
+def test_checked_host_refuses_what_a_result_file_may_not_hold_with_the_same_message():
+    """One check for a typed index and a file's (`core.probe_result.launch_us_field`): the notice is the upload
+    error's message with the input's name in place of the field's."""
     assert checked_host(None) == (None, None)
     assert checked_host(4.2) == (4.2, None)
-    for bad in (0, -1, float("nan"), "abc", float("-inf")):
+    assert checked_host(probe_result.MAX_LAUNCH_US) == (probe_result.MAX_LAUNCH_US, None)  # the bound is in
+    for bad in (0, -1, float("nan"), "abc", float("-inf"), float("inf"), 1e9):
         index, notice = checked_host(bad)
-        assert index is None and notice, bad
-    assert checked_host(1e9)[0] == probe_result.MAX_LAUNCH_US and checked_host(float("inf"))[0] == 10_000
+        data = fake_run()
+        data["host"] = host_block()
+        data["host"]["torch_launch_us"]["median"] = bad
+        with pytest.raises(ValueError) as err:
+            probe_result.load_result(data)
+        why = str(err.value).split("host.torch_launch_us.median: ")[1]
+        assert (
+            index is None and as_read(notice) == f"Your host: µs a launch: {why}; using this run's own host."
+        ), bad
 
 
 def test_the_measuring_command_and_the_phrase():

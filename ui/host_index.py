@@ -11,12 +11,11 @@ model the Calibration tab checks, never a second formula. The GPU's figures do n
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from core.probe_result import MAX_LAUNCH_US
+from core.probe_result import MAX_LAUNCH_US, launch_us_field
 from ui.common import plain
 
 NOT_MEASURED = "host not measured"
@@ -95,32 +94,23 @@ def host_sentence(result) -> str:
 
 
 def checked_host(value) -> tuple[float | None, str | None]:
-    """The reader's index as the page uses it, and why it changed: (µs, or None for the run's own; a notice or
-    None). Empty is the run's own; 0, negative, NaN or text is refused; more than MAX_LAUNCH_US is clamped."""
+    """The reader's index as the page uses it: (µs, or None for the run's own; None, or why the value was refused).
+    Empty is the run's own; what a result file's index may not be (zero, negative, not a number, over
+    MAX_LAUNCH_US) is refused by the same check (`core.probe_result.launch_us_field`), naming the input."""
     if value is None:
         return None, None
     try:
-        us = float(value)
-    except (TypeError, ValueError):
-        return None, f"{INPUT_LABEL}: {plain(str(value)[:24])} is not a number; using this run's own host."
-    if math.isnan(us):
-        return None, f"{INPUT_LABEL}: not a number; using this run's own host."
-    if us <= 0:
-        return (
-            None,
-            f"{INPUT_LABEL}: {us:g} µs is no host (a launch takes some time); using this run's own host.",
-        )
-    if us > MAX_LAUNCH_US:
-        return MAX_LAUNCH_US, (
-            f"{INPUT_LABEL}: {us:g} µs for one launch is absurd; using the most the page takes, "
-            f"{MAX_LAUNCH_US:,.0f} µs."
-        )
-    return us, None
+        return launch_us_field(value, INPUT_LABEL), None
+    except ValueError as err:
+        return None, f"{plain(str(err))}; using this run's own host."
 
 
-def your_host(column, key: str, result, on_change=None) -> tuple[float | None, str | None]:
+def your_host(
+    column, key: str, result, on_change=None, whose: str = "this run's"
+) -> tuple[float | None, str | None]:
     """The reader's host input, drawn in `column` and bound to the URL under `key`: (their index, or None where
-    it is empty or the run has no index of its own to carry from; a notice for a value it refused)."""
+    it is empty or the run has no index of its own to carry from; a notice for a value it refused). `whose`: the
+    run's, as the empty box names it."""
     own = own_index(result)
     value = column.number_input(
         INPUT_LABEL,
@@ -131,7 +121,7 @@ def your_host(column, key: str, result, on_change=None) -> tuple[float | None, s
         format="%.2f",
         key=key,
         bind="query-params",
-        placeholder=f"this run's: {launch_us(own)}" if own is not None else NOT_MEASURED,
+        placeholder=f"{whose}: {launch_us(own)}" if own is not None else NOT_MEASURED,
         disabled=own is None,
         help=INPUT_HELP,
         on_change=on_change,
