@@ -353,3 +353,39 @@ def test_the_calibrated_preset_carries_its_host_costs_through_on_host():
     # A run without its own index cannot be carried: the preset as fitted.
     plain = probe_result.load_result(fake_run())
     assert calibrated_preset(plain, host_index=3.0) == calibrated_preset(plain)
+
+
+# -- the trace tab's what-ifs on your host -------------------------------------------------------------------------
+def test_the_recorded_replay_cost_carried_to_another_host_moves_the_hosts_part_only():
+    from sim.calibration import recorded_calibration, recorded_graph_cost
+
+    own = recorded_graph_cost()
+    index = recorded_calibration().host_index
+    assert index and recorded_graph_cost(index) == own  # the run's own host: as fitted
+    there = recorded_graph_cost(index / 2)
+    # The host's costs scale with the index (Calibration.on_host); the GPU's gap between nodes stays.
+    for field in ("launch_us", "per_node_host_us", "input_copy_us", "per_row_host_us"):
+        assert getattr(there, field) == pytest.approx(getattr(own, field) / 2, rel=1e-12), field
+    assert there.node_gap_us == own.node_gap_us
+
+
+def test_the_trace_whatifs_price_a_replay_on_your_host():
+    from sim.calibration import recorded_calibration
+    from sim.trace.whatif import default_replay_cost
+
+    index = recorded_calibration().host_index / 2
+
+    def graphs_row(at):
+        table = next(t.value for t in tables(at) if t.key == "tr_whatifs").set_index("the step")
+        return table.loc["with CUDA graphs (estimate)", "step time"]
+
+    own, yours = open_tab("Your trace"), open_tab("Your trace", tr_host_us=f"{index}")
+    assert not own.exception and not yours.exception
+    assert yours.number_input(key="tr_host_us").value == pytest.approx(index)
+    assert own.number_input(key="tr_host_us").proto.placeholder.startswith("the probe run's: ")
+    said, said_yours = captions(own), captions(yours)
+    assert f"replay cost: {default_replay_cost().launch_us:.1f} µs + " in said
+    assert "A graph replay is priced on the recorded probe run's host (host: " in said
+    assert f"replay cost: {default_replay_cost(index).launch_us:.1f} µs + " in said_yours
+    assert f"A graph replay is priced on your host ({index:g} µs a torch launch)" in said_yours
+    assert graphs_row(own) != graphs_row(yours)  # a quicker host, a quicker replayed step
