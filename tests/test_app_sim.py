@@ -431,7 +431,7 @@ def test_the_calibrated_preset_on_your_host_moves_its_launch_costs_only(indexed_
 def test_the_calibrated_preset_of_a_run_without_an_index_cannot_be_moved(recorded):
     at = pick_calibrated()
     box = at.number_input(key="host_us")
-    assert box.proto.disabled and box.proto.placeholder == "host not measured"
+    assert box.proto.disabled and box.proto.placeholder == "not measured"
     assert any("Host not measured" in c.value for c in at.caption)
 
 

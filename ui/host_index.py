@@ -121,7 +121,7 @@ def your_host(
         format="%.2f",
         key=key,
         bind="query-params",
-        placeholder=f"{whose}: {launch_us(own)}" if own is not None else NOT_MEASURED,
+        placeholder=f"{whose}: {launch_us(own)}" if own is not None else "not measured",  # fits the box
         disabled=own is None,
         help=INPUT_HELP,
         on_change=on_change,
