@@ -767,8 +767,15 @@ def _launch_cost(v, where: str, suffix: str = "") -> LaunchCost:
 
 
 def _launch_us(d: dict, key: str, where: str) -> float:
-    """A host time of one launch: positive, finite, at most MAX_LAUNCH_US (beyond it, absurd)."""
-    value = number_field(d, key, -math.inf, math.inf, where)
+    if key not in d:
+        raise ValueError(f"{where}: missing")
+    return launch_us_field(d[key], where)
+
+
+def launch_us_field(value, where: str) -> float:
+    """A host time of one launch (a file's host index, or one a reader types in): positive, finite, at most
+    MAX_LAUNCH_US (beyond it, absurd); ValueError names `where`."""
+    value = number_field({"v": value}, "v", -math.inf, math.inf, where)
     if value <= 0:
         raise ValueError(f"{where}: a launch takes some time, got {value:g} µs")
     if value > MAX_LAUNCH_US:

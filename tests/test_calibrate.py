@@ -12,7 +12,7 @@ import pytest
 from synthetic_params import KNOWN_PARAMS  # tests/synthetic_params.py
 
 from core.probe_result import load_result, recorded_result
-from core.step_plan import FUSED_GRAPH, StepPlan, modes
+from core.step_plan import FUSED_GRAPH, PERSISTENT, StepPlan, modes
 from sim.calibration import PARAMS, calibrate, calibrated_preset, recorded_graph_cost, synthetic_result
 from sim.calibration.least_squares import bounded_least_squares, fit_pinned, log_sigmas
 from sim.calibration.model import model_from_result
@@ -277,9 +277,11 @@ def test_the_1b_run_meets_the_goals_in_its_gpu_bound_modes():
     assert abs(loo_summary(cal)[f"{FUSED_GRAPH.slug}_b1"]) <= GOAL
     assert not _meets(by_mode["eager"]) and max(abs(e) for e in by_mode["eager"]) <= WORST_GOAL
     kernel = [
-        (p.batch, e) for p, e in zip(cal.points, cal.loo_errors()) if p.mode.one_kernel and p.runs.one_kernel
+        (p.batch, e)
+        for p, e in zip(cal.points, cal.loo_errors())
+        if p.mode is PERSISTENT and p.runs is PERSISTENT
     ]
-    fallback = [p.batch for p in cal.points if p.mode.one_kernel and not p.runs.one_kernel]
+    fallback = [p.batch for p in cal.points if p.mode is PERSISTENT and p.runs is not PERSISTENT]
     assert [b for b, _ in kernel] == [1, 8] and all(abs(e) > WORST_GOAL for _, e in kernel)
     assert fallback == [] and [
         r.batch for r in load_result(RECORDED / "1b.json").runs if r.eager_fallback

@@ -17,6 +17,7 @@ from core.step_plan import (
     GRAPH,
     MODES,
     PERSISTENT,
+    PERSISTENT_KERNELS,
     StepPlan,
     bucket_array,
     bucket_for,
@@ -37,7 +38,7 @@ def test_modes_say_what_they_mean():
     assert names(modes(modelled=True)) == ("eager", "fused", "graph", "fused+graph", "persistent")
     assert names(modes(fused=True)) == ("fused", "fused+graph", "compile", "persistent")
     assert names(modes(graphs=True)) == ("graph", "fused+graph", "compile", "persistent")
-    assert names(modes(one_kernel=True)) == ("persistent",) and without_graphs(PERSISTENT) is FUSED
+    assert names(modes(kernels=PERSISTENT_KERNELS)) == ("persistent",) and without_graphs(PERSISTENT) is FUSED
     for fused in (False, True):
         for graphs in (False, True):
             m = toggled(fused, graphs)
