@@ -60,7 +60,7 @@ def cells(s: dict, columns=MODES, with_b1: bool = True) -> list[str]:
         else:
             out.append("—")
     if with_b1:
-        b1 = s["fused_graph_b1"]
+        b1 = s[f"{FUSED_GRAPH.slug}_b1"]
         out.append("—" if b1 is None else f"{100 * b1:+.1f} %")
     return [c.replace("-", "−") for c in out]
 

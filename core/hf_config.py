@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -209,9 +210,7 @@ def from_bytes(data: bytes, name: str, where: str = "config.json", context: int 
     """The decoder an uploaded or read config.json describes; ConfigError for an empty file, a file too large
     to be one, not JSON, or a config the probe cannot build."""
     if len(data) > MAX_CONFIG_BYTES:
-        raise ConfigError(
-            f"{where}: {len(data) / 2**20:.1f} MB is not a config.json (at most {MAX_CONFIG_BYTES >> 10} KB)"
-        )
+        raise _too_large(where, len(data))
     if not data.strip():
         raise ConfigError(f"{where}: the file is empty")
     try:
@@ -224,12 +223,24 @@ def from_bytes(data: bytes, name: str, where: str = "config.json", context: int 
 
 
 def from_file(path, context: int = 640) -> HFDecoder:
+    """The decoder a config.json on disk describes (ConfigError as `from_bytes`); a file larger than a config can
+    be is refused by its size, unread."""
     path = Path(path)
     try:
-        data = path.read_bytes()
+        with path.open("rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > MAX_CONFIG_BYTES:
+                raise _too_large(path.name, size)
+            data = f.read(MAX_CONFIG_BYTES + 1)  # from_bytes refuses a file that grew meanwhile
     except OSError as err:
         raise ConfigError(f"{path.name}: cannot be read ({err.strerror or err})") from None
     return from_bytes(data, _name(path), path.name, context)
+
+
+def _too_large(where: str, size: int) -> ConfigError:
+    return ConfigError(
+        f"{where}: {size / 2**20:.1f} MB is not a config.json (at most {MAX_CONFIG_BYTES >> 10} KB)"
+    )
 
 
 def _name(path: Path) -> str:

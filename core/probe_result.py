@@ -104,6 +104,17 @@ _CONFIG_FIELDS = {
     "max_batch": (1, _MAX_BATCH),
     "name": None,
     "dtype": None,
+    "model_type": None,  # a run of a config.json's decoder (2026-12, issue 39): its architecture
+    "source": None,  # and the file it was read from ("" for a preset)
+}
+# What a config.json's decoder adds (older files have none of them): RoPE's base and the norm's epsilon,
+# and Llama 3's RoPE scaling, an object of these numbers (or null).
+_CONFIG_NUMBERS = {"rope_theta": (1e-6, 1e12), "norm_eps": (1e-12, 1.0)}
+_ROPE_SCALING = {
+    "factor": (1e-6, 1e6),
+    "low_freq_factor": (1e-6, 1e6),
+    "high_freq_factor": (1e-6, 1e6),
+    "original_max_position": (1, 1 << 30),
 }
 _SETTINGS_INTS = {"context_len": (1, 1_048_576), "steps": (0, 10**9), "warmup": (0, 10**9)}
 
@@ -756,8 +767,15 @@ def _launch_cost(v, where: str, suffix: str = "") -> LaunchCost:
 
 
 def _launch_us(d: dict, key: str, where: str) -> float:
-    """A host time of one launch: positive, finite, at most MAX_LAUNCH_US (beyond it, absurd)."""
-    value = number_field(d, key, -math.inf, math.inf, where)
+    if key not in d:
+        raise ValueError(f"{where}: missing")
+    return launch_us_field(d[key], where)
+
+
+def launch_us_field(value, where: str) -> float:
+    """A host time of one launch (a file's host index, or one a reader types in): positive, finite, at most
+    MAX_LAUNCH_US (beyond it, absurd); ValueError names `where`."""
+    value = number_field({"v": value}, "v", -math.inf, math.inf, where)
     if value <= 0:
         raise ValueError(f"{where}: a launch takes some time, got {value:g} µs")
     if value > MAX_LAUNCH_US:
@@ -799,6 +817,17 @@ def parse_config(config: dict) -> int:
                 raise ValueError(f"model.config.{key}: expected a string of at most 100 characters")
         else:
             number_field(config, key, *bounds, f"model.config.{key}", integer=True)
+    for key, bounds in _CONFIG_NUMBERS.items():
+        if key in config:
+            number_field(config, key, *bounds, f"model.config.{key}")
+    if "qkv_bias" in config and not isinstance(config["qkv_bias"], bool):
+        raise ValueError("model.config.qkv_bias: expected true or false")
+    scaling = config.get("rope_scaling")
+    if scaling is not None:
+        if not isinstance(scaling, dict):
+            raise ValueError("model.config.rope_scaling: expected an object or null")
+        for key, bounds in _ROPE_SCALING.items():
+            number_field(scaling, key, *bounds, f"model.config.rope_scaling.{key}")
     if "bytes_per_el" in config:
         number_field(config, "bytes_per_el", 1e-3, 8, "model.config.bytes_per_el")
     return int(

@@ -76,12 +76,9 @@ class Mode:
         return self.kernels != UNFUSED_KERNELS
 
     @property
-    def one_kernel(self) -> bool:
-        """The whole step is one kernel: its phases are separated by grid barriers, not kernel boundaries.
-
-        Neither the simulator nor the probe reads it (their kernel-set objects say how a set runs); the page's
-        Simulator tab still does, to count phases, until it reads its step's kernel set instead."""
-        return self.kernels == PERSISTENT_KERNELS
+    def slug(self) -> str:
+        """Its name where a '+' does not belong (file names, JSON keys of summaries): "fused_graph"."""
+        return self.name.replace("+", "_")
 
     @property
     def title(self) -> str:
@@ -101,7 +98,7 @@ MODES: dict[str, Mode] = {
         Mode("persistent", PERSISTENT_KERNELS, True, toggles=False, colour="#6a4c93"),
     )
 }
-FIELDS = frozenset(Mode.__slots__) | {"fused", "one_kernel"}  # what `modes(...)` can select by
+FIELDS = frozenset(Mode.__slots__) | {"fused"}  # what `modes(...)` can select by
 
 
 def modes(**where) -> tuple[Mode, ...]:
@@ -277,8 +274,7 @@ class StepPlan:
     def label(self, model_name: str) -> str:
         """How a drawn step names itself: model, GPUs, batch, the mode it runs as, padding or fallback."""
         gpus = f" · {self.tp} GPUs (tensor parallel), one GPU's lanes" if self.tp > 1 else ""
-        tight = self.runs_as.title.replace(" + ", "+")  # "fusion+graphs"
-        text = f"{model_name}{gpus} · batch {self.batch} · {tight}"
+        text = f"{model_name}{gpus} · batch {self.batch} · {self.runs_as.title}"
         if self.eager_fallback:
             text += " (above the largest bucket: eager)"
         elif self.padded_rows:

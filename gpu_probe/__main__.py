@@ -1,8 +1,11 @@
 """`python -m gpu_probe --preset small --batch 1 8 64 256 --modes all --out results.json`
 
-Progress goes to stderr. Exit codes: 0 all measured; 1 the run hit errors (e.g. out of memory
-during a capture) but the results gathered so far were written; 2 invalid arguments or no
-CUDA device, with a one-line reason and nothing allocated.
+`--config path/to/config.json` instead of `--preset` builds the decoder a Hugging Face config of the Llama
+family describes, with random weights (`gpu_probe.config.from_file`). Progress goes to stderr. Exit codes:
+0 all measured; 1 the run hit errors (e.g. out of memory during a capture) but the results gathered so far
+were written; 2 invalid arguments, a config the probe cannot run, no CUDA device or a run too large for the
+GPU's free memory, with a one-line reason and nothing allocated (a config is read and checked before torch
+is imported).
 """
 
 from __future__ import annotations
@@ -26,7 +29,18 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m gpu_probe",
         description="Measure one decode step eagerly, fused, with CUDA graphs and with torch.compile.",
     )
-    p.add_argument("--preset", default=DEFAULT_PRESET, help=f"model preset: {', '.join(sorted(PRESETS))}")
+    model = p.add_mutually_exclusive_group()
+    model.add_argument(
+        "--preset",
+        default=None,
+        help=f"model preset: {', '.join(sorted(PRESETS))} (default {DEFAULT_PRESET})",
+    )
+    model.add_argument(
+        "--config",
+        default=None,
+        help="a Hugging Face config.json of the Llama family (Llama 2-3.2, Qwen2/2.5, Mistral): the probe's "
+        "decoder of that shape, with random weights",
+    )
     p.add_argument(
         "--batch", nargs="+", type=int, default=list(DEFAULT_BATCHES), help="batch sizes to measure"
     )
@@ -72,35 +86,56 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def refuse(reason) -> int:
+    """Exit code 2 with one line on stderr."""
+    print(f"gpu_probe: error: {reason}", file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    if args.config is None and args.preset is None:
+        from gpu_probe.config import DEFAULT_PRESET
+
+        args.preset = DEFAULT_PRESET
     if args.tp != 1:
+        if args.config is not None:
+            return refuse("--config runs on one GPU: --tp takes a --preset")
         from gpu_probe.tensor_parallel import cli_main
 
         return cli_main(args, argv)
 
     from core.probe_result import dump_result, load_result
-    from gpu_probe.live import cuda_available, main_progress, run_probe, validate_request
+    from gpu_probe.live import check_memory, cuda_available, main_progress, run_probe, validate_request
 
     try:
-        validate_request(
-            args.preset, args.batch, args.modes, args.buckets, args.steps, args.warmup, args.rounds
+        model = args.preset
+        if args.config is not None:
+            from gpu_probe.config import from_file
+
+            model = from_file(args.config)  # refused here, naming the field, before torch is imported
+        req = validate_request(
+            model, args.batch, args.modes, args.buckets, args.steps, args.warmup, args.rounds
         )
     except ValueError as err:
-        print(f"gpu_probe: error: {err}", file=sys.stderr)
-        return 2
+        return refuse(err)
     if not cuda_available():
-        print(
-            "gpu_probe: error: no CUDA device (torch.cuda.is_available() is False); "
-            "gpu_probe/recorded/small.json holds a recorded H200 run",
-            file=sys.stderr,
+        return refuse(
+            "no CUDA device (torch.cuda.is_available() is False); "
+            "gpu_probe/recorded/small.json holds a recorded H200 run"
         )
-        return 2
+    from gpu_probe.live import model_config
+
+    model = model_config(model)
+    try:  # before anything of the run is allocated
+        check_memory(model, {**req, "reference": args.reference}, say=main_progress)
+    except ValueError as err:
+        return refuse(err)
 
     command = "python -m gpu_probe " + shlex.join(argv)
     data = run_probe(
-        args.preset,
+        model,
         args.batch,
         args.modes,
         buckets=args.buckets,
@@ -113,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         reference=args.reference,
         rounds=args.rounds,
         launcher=args.launcher,
+        memory_checked=True,
     )  # survives a kill mid-run
     try:
         result = load_result(data)

@@ -9,6 +9,12 @@ steps (`tools/hf_traces.py`, `tools/profiler_cost.py`) all build them here.
   trace (`named_shape` shrinks one to the `TINY` toy or changes its layer count), and `shape_of` turns
   a probe preset into one (same layers, widths, heads, vocabulary, RoPE base and tied embeddings).
 - `build_model` makes the model with random weights (seeded), in bf16 on a GPU, with SDPA attention.
+- `hf_config_dict` writes the probe's model (`gpu_probe.config.ProbeModelConfig`: a preset or a config.json's
+  decoder) back as a config.json's fields, and `model_from_config` builds Hugging Face's model of it
+  (LlamaForCausalLM, Qwen2ForCausalLM or MistralForCausalLM, by `model_type`) with random weights: the
+  probe's reference (`ReferenceSteps`) is built that way, so a Qwen2 config's reference has its bias on q, k
+  and v and a Llama 3.1 config's its RoPE scaling. `core.hf_config.from_dict` of the dict gives the same
+  decoder back (tested without transformers, which this machine lacks; the import is in the functions).
 - `Decoder` is `batch` sequences decoding in lockstep against a `StaticCache` after a prefill of
   `context` tokens. `step` re-decodes on device inputs (the probe's timing); `loop_step` is the step
   as a server's loop runs it: `submit` writes the token ids and position into host memory, copies them
@@ -79,7 +85,12 @@ def named_shape(name: str, *, tiny: bool = False, layers: int | None = None) -> 
     return shape
 
 
-_CLASSES = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "qwen2": ("Qwen2Config", "Qwen2ForCausalLM")}
+_CLASSES = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM"),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
+    "mistral": ("MistralConfig", "MistralForCausalLM"),
+}
+MAX_POSITION = 4096  # max_position_embeddings of a preset's model, which has none of its own
 
 
 def available() -> str | None:
@@ -105,6 +116,99 @@ def shape_of(cfg) -> HFShape:
         bool(cfg.tie_embeddings),
         cfg.head_dim,
     )
+
+
+def hf_config_dict(cfg) -> dict:
+    """The probe's model `cfg` (a ProbeModelConfig) as a config.json of its architecture would write it: the
+    shape, tied embeddings, RoPE's base and Llama 3 scaling, the norm's epsilon, the bias on q, k and v (Qwen2
+    always has one; Llama's `attention_bias` says), no sliding window."""
+    scaling = cfg.rope_scaling
+    config = {
+        "architectures": [_CLASSES[cfg.model_type][1]],
+        "model_type": cfg.model_type,
+        "hidden_size": cfg.hidden,
+        "intermediate_size": cfg.ffn,
+        "num_hidden_layers": cfg.n_layers,
+        "num_attention_heads": cfg.n_heads,
+        "num_key_value_heads": cfg.n_kv_heads,
+        "head_dim": cfg.head_dim,
+        "vocab_size": cfg.vocab,
+        "hidden_act": "silu",
+        "rms_norm_eps": cfg.norm_eps,
+        "rope_theta": float(cfg.rope_theta),
+        "rope_scaling": None
+        if scaling is None
+        else {
+            "rope_type": "llama3",
+            "factor": scaling.factor,
+            "low_freq_factor": scaling.low_freq_factor,
+            "high_freq_factor": scaling.high_freq_factor,
+            "original_max_position_embeddings": scaling.original_max_position,
+        },
+        "tie_word_embeddings": bool(cfg.tie_embeddings),
+        "max_position_embeddings": max(MAX_POSITION, cfg.max_context),
+        "torch_dtype": cfg.dtype,
+    }
+    if cfg.model_type == "llama":
+        config["attention_bias"] = bool(cfg.qkv_bias)
+        config["mlp_bias"] = False
+    elif cfg.qkv_bias != (cfg.model_type == "qwen2"):
+        raise ValueError(
+            f"{cfg.name}: Hugging Face's {cfg.model_type} has {'a' if cfg.model_type == 'qwen2' else 'no'} bias on "
+            f"q, k and v, and this model {'has' if cfg.qkv_bias else 'has not'}"
+        )
+    if cfg.model_type in ("qwen2", "mistral"):
+        config.update(sliding_window=None, use_sliding_window=False)
+    return config
+
+
+def model_from_config(config: dict, device, dtype=None, seed: int = 0):
+    """Hugging Face's model of a config.json's fields (`hf_config_dict`), random weights (seeded), SDPA attention,
+    in eval mode (bf16 on a GPU, else fp32). The RoPE settings are given as a config.json has them (what
+    transformers reads from the files people have), and again as transformers 5's `rope_parameters` where the
+    config it built holds others; RuntimeError where neither gives the base and scaling asked for."""
+    import transformers
+
+    config_name, model_name = _CLASSES[config["model_type"]]
+    config_class = getattr(transformers, config_name)
+    fields = {k: v for k, v in config.items() if k not in ("architectures", "model_type", "torch_dtype")}
+    hf_config = config_class(attn_implementation="sdpa", **fields)
+    if _rope_differs(hf_config, config):
+        legacy = {k: v for k, v in fields.items() if k not in ("rope_theta", "rope_scaling")}
+        hf_config = config_class(
+            attn_implementation="sdpa", rope_parameters=rope_parameters(config), **legacy
+        )
+        wrong = _rope_differs(hf_config, config)
+        if wrong:
+            raise RuntimeError(wrong)
+    device = torch.device(device)
+    dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
+    torch.manual_seed(seed)
+    with torch.device(device):
+        return getattr(transformers, model_name)(hf_config).to(dtype).eval()
+
+
+def rope_parameters(config: dict) -> dict:
+    """The dict's RoPE base and scaling as transformers 5 names them (`rope_parameters`)."""
+    scaling = dict(config["rope_scaling"] or {"rope_type": "default"})
+    return {**scaling, "rope_theta": config["rope_theta"]}
+
+
+def _rope_differs(hf_config, config: dict) -> str | None:
+    """What transformers' config holds of RoPE where it is not the dict's base and scaling (None where it is),
+    read from transformers 5's `rope_parameters` or the older `rope_theta` and `rope_scaling`."""
+    params = getattr(hf_config, "rope_parameters", None)
+    if not isinstance(params, dict):
+        older = getattr(hf_config, "rope_scaling", None) or {}
+        params = {**older, "rope_theta": getattr(hf_config, "rope_theta", None)}
+    keys = ("rope_theta", "rope_type", "factor", "low_freq_factor", "high_freq_factor")
+    built = {k: params.get(k) for k in keys}
+    built["rope_type"] = built["rope_type"] or params.get("type") or "default"
+    wanted = rope_parameters(config)
+    wanted = {k: wanted.get(k) for k in keys}
+    if built == wanted:
+        return None
+    return f"transformers built RoPE {built}; the config gives {wanted}"
 
 
 def build_model(shape: HFShape, device, dtype=None, seed: int = 0):
@@ -277,17 +381,19 @@ class ReferenceSteps:
         if version is None:
             self.block = {"skipped": "transformers is not installed: no Hugging Face reference in this run"}
             return
+        config = hf_config_dict(cfg)
+        architecture = config["architectures"][0]
         self.block = {
-            "name": "Hugging Face transformers LlamaForCausalLM",
+            "name": f"Hugging Face transformers {architecture}",
             "transformers": version,
             "attention": "sdpa",
             "cache": f"StaticCache of {cfg.prefill_len + DEFAULT_SLACK} positions after a {cfg.prefill_len}-token prefill",
             "runs": [],
             "errors": [],
         }
-        progress("reference: building Hugging Face's Llama of the same shape")
+        progress(f"reference: building Hugging Face's {architecture} of the same config")
         try:
-            self.model = build_model(shape_of(cfg), "cuda", seed=cfg.seed)
+            self.model = model_from_config(config, "cuda", seed=cfg.seed)
         except Exception as err:  # an API change or out of memory: the probe's own results still stand
             self._failed("building the model", err)
             return

@@ -10,6 +10,8 @@ for a set is that set's object in `SETS`, and nothing else in `gpu_probe` branch
 - `captured`: whether those graphs are the probe's own; a set that replays graphs of its own (Inductor's
   cudagraph trees) is not captured by the runner, and `step` builds all of its modes' steps;
 - `step`: a step of a mode the runner does not replay (launched eagerly, or through the set's own graphs);
+- `refusal`: why it cannot run a model of a config, in one sentence naming the field (None: it can); a run
+  leaves such a set's modes out, or refuses a request that names them, before anything is built;
 - what it checks or records of its own: `after_capture` (checks once its graphs are captured),
   `profiled_extras` (fields recorded beside a traced step: the persistent kernel's in-kernel stamps, named
   by `extras`), `after_runs` (checks once its runs are measured).
@@ -33,6 +35,15 @@ class ProbeKernelSet:
     captured: bool = True  # its graph modes replay graphs the probe's GraphRunner captured of `decoder`
     # What `profiled_extras` records beside a traced step, as an error names it ("": nothing).
     extras: str = ""
+
+    def refusal(self, cfg) -> str | None:
+        """Why this set cannot run a model of `cfg` (a ProbeModelConfig), one sentence; None where it can."""
+        return None
+
+    def held_bytes(self, cfg, rows: int, pool_bytes: int) -> int:
+        """GPU memory it holds beside the model and the graph runner's own, at up to `rows` rows with a KV pool
+        of `pool_bytes` (`gpu_probe.footprint` adds it up before anything is allocated)."""
+        return 0
 
     def decoder(self, session, say) -> tuple:
         """(what runs a step, called with a DecodeBatch; the buckets its graphs are captured at)."""
@@ -76,6 +87,20 @@ class ModelForward(ProbeKernelSet):
         return step
 
 
+def persistent_refusal(cfg) -> str | None:
+    """Why the persistent kernel cannot run a model of `cfg`, one sentence naming the field; None where it can.
+    No bias on q, k and v (Qwen2) in the kernel: refused rather than computed without it. RoPE's scaling is no
+    reason: the kernel reads the model's RoPE tables, where the scaling is (`gpu_probe.model.rope_tables`)."""
+    if cfg.n_heads * cfg.head_dim != cfg.hidden:
+        return "the persistent kernel needs n_heads * head_dim == hidden"
+    if getattr(cfg, "qkv_bias", False):
+        return (
+            f"the persistent kernel has no bias on q, k and v, and {cfg.name} has one "
+            f"(qkv_bias, model_type {getattr(cfg, 'model_type', '?')})"
+        )
+    return None
+
+
 class PersistentKernel(ProbeKernelSet):
     """The whole step as one persistent Triton kernel (`gpu_probe.kernels.persistent`), over the model's
     weights; above its largest batch it runs the fused forward."""
@@ -83,17 +108,29 @@ class PersistentKernel(ProbeKernelSet):
     name = PERSISTENT_KERNELS
     extras = "in-kernel stamps"
 
+    def refusal(self, cfg) -> str | None:
+        return persistent_refusal(cfg)
+
+    def held_bytes(self, cfg, rows: int, pool_bytes: int) -> int:
+        """Its stacked copies of the layers' packed weights (`PersistentDecoder.repack`), and 64 MB for its
+        workspace, scratch and state."""
+        per_layer = cfg.hidden * (2 * cfg.q_dim + 2 * cfg.kv_dim + 3 * cfg.ffn)
+        return cfg.n_layers * per_layer * cfg.bytes_per_el + (64 << 20)
+
     def decoder(self, session, say) -> tuple:
         """The persistent kernel over the model, its kernels compiled in parallel first: (decoder, buckets)."""
         from gpu_probe.kernels.persistent import MAX_ROWS, PersistentDecoder, precompile_in_workers
 
+        refused = self.refusal(session.cfg)
+        if refused:
+            raise ValueError(refused)
         buckets = [b for b in session.buckets if b <= MAX_ROWS]  # above them the decoder runs the fused path
         decoder = session.decoders.get(self.name)
         if decoder is None:
             decoder = PersistentDecoder(session.model)
             say(f"persistent: compiling its kernels for buckets {buckets} in worker processes")
             for err in precompile_in_workers(
-                session.cfg.name, buckets, session.num_blocks, decoder.programs, trace=True
+                session.cfg, buckets, session.num_blocks, decoder.programs, trace=True
             ):
                 say(f"persistent: a precompile failed ({err}); the launch compiles it instead")
             session.decoders[self.name] = decoder
@@ -135,6 +172,13 @@ class Inductor(ProbeKernelSet):
 
     name = INDUCTOR_KERNELS
     captured = False
+
+    def held_bytes(self, cfg, rows: int, pool_bytes: int) -> int:
+        """Its copy of the KV pool (one buffer a layer: `compile_peer.PerLayerKVCache`) and the pool of its
+        cudagraph trees (a step's temporaries at `rows`)."""
+        from gpu_probe.footprint import activation_bytes
+
+        return pool_bytes + activation_bytes(cfg, rows)
 
     def step(self, session, rows, errors: list[str], say):
         from gpu_probe.compile_peer import CompilePeer

@@ -2,7 +2,10 @@
 
 `run_probe` returns the result as a plain dict and never loses what it has gathered: an
 out-of-memory error during a capture or a mode is recorded under `errors` and the run goes
-on with the rest. `measure` wraps it into a schema-checked `ProbeResult` for the page. The
+on with the rest. The model is a preset's name or a `ProbeModelConfig` (read from a config.json:
+`gpu_probe.config.from_file`); a run that would not fit the GPU's free memory is refused before anything is
+allocated (`gpu_probe.footprint`), and so is a mode whose kernel set cannot run the model (named), while
+"all" leaves such modes out and says so (`settings.modes_left_out`). `measure` wraps it into a schema-checked `ProbeResult` for the page. The
 model, KV pool and captured graphs live in a `ProbeSession` (gpu_probe/session.py), built per
 run by the CLI and kept across runs by the page (`open_session`).
 """
@@ -17,7 +20,8 @@ from typing import TYPE_CHECKING
 
 from core.probe_result import ProbeResult, load_result
 from core.step_plan import CHAPTER_BUCKETS, modes, names, probe_modes
-from gpu_probe.config import PRESETS
+from core.step_plan import mode as mode_named
+from gpu_probe.config import PRESETS, ProbeModelConfig, get_config
 from gpu_probe.kernel_sets import kernel_set
 
 if TYPE_CHECKING:  # gpu_probe.session imports torch
@@ -50,23 +54,38 @@ def default_rounds(steps: int) -> int:
     return max(1, min(10, steps // 5))
 
 
+def model_config(preset) -> ProbeModelConfig:
+    """The model a request names: a preset's name, or a ProbeModelConfig (from a config.json) as it is."""
+    if isinstance(preset, ProbeModelConfig):
+        return preset
+    if not isinstance(preset, str) or preset not in PRESETS:
+        raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {preset!r}")
+    return get_config(preset)
+
+
 def validate_request(
-    preset: str, batches, modes, buckets, steps: int, warmup: int, rounds: int | None = None
+    preset, batches, modes, buckets, steps: int, warmup: int, rounds: int | None = None
 ) -> dict:
     """Normalised settings, or ValueError with a one-line reason (nothing is allocated here).
 
+    preset: a preset's name or a ProbeModelConfig (`model_config`); the settings name it ("preset").
     rounds: how many rounds the (mode, batch) steps take turns in (None: `default_rounds`), 1 to
-    `steps` (each round times every step at least once)."""
-    if preset not in PRESETS:
-        raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {preset!r}")
+    `steps` (each round times every step at least once). A mode whose kernel set cannot run the model is
+    refused where asked for by name, left out of "all" (`modes_left_out`: mode -> why)."""
+    cfg = model_config(preset)
     batches = _positive_ints(batches, "batch")
     if max(batches) > MAX_BATCH:
         raise ValueError(f"batch sizes must be at most {MAX_BATCH}, got {max(batches)}")
     known = probe_modes()
-    asked = list(known) if modes in ("all", ["all"], ("all",)) else list(modes)
+    every = modes in ("all", ["all"], ("all",))
+    asked = list(known) if every else list(modes)
     bad = [m for m in asked if m not in known]
     if bad or not asked:
         raise ValueError(f"modes must be 'all' or some of {', '.join(known)}; got {bad or 'none'}")
+    left_out = {m: why for m in asked if (why := kernel_set(mode_named(m)).refusal(cfg))}
+    if left_out and not every:
+        mode, why = next(iter(left_out.items()))
+        raise ValueError(f"mode {mode}: {why}")
     buckets = _positive_ints(buckets, "bucket")
     if max(buckets) > MAX_BATCH:
         raise ValueError(f"buckets must be at most {MAX_BATCH}, got {max(buckets)}")
@@ -77,15 +96,38 @@ def validate_request(
         rounds = default_rounds(steps)
     if isinstance(rounds, bool) or not isinstance(rounds, int) or not 1 <= rounds <= steps:
         raise ValueError(f"rounds must be an integer in [1, steps = {steps}], got {rounds!r}")
-    return {
-        "preset": preset,
+    req = {
+        "preset": cfg.name,
         "batches": batches,
-        "modes": [m for m in known if m in asked],
+        "modes": [m for m in known if m in asked and m not in left_out],
         "buckets": buckets,
         "steps": steps,
         "warmup": warmup,
         "rounds": rounds,
     }
+    if left_out:
+        req["modes_left_out"] = left_out
+    return req
+
+
+def rows_of(req: dict) -> int:
+    """The most rows a run holds: its largest batch or bucket (the KV pool and static buffers are sized to it)."""
+    return max(max(req["batches"]), max(req["buckets"]))
+
+
+def check_memory(cfg: ProbeModelConfig, req: dict, free_bytes: int | None = None, say=None):
+    """ValueError in one sentence where the run of `req` would not fit the GPU's free memory (`free_bytes`, else
+    asked of the driver), before anything is allocated; a warning through `say` where the Hugging Face
+    reference may not fit beside it (`req["reference"]`: "hf")."""
+    from gpu_probe import footprint
+
+    free = footprint.free_gpu_bytes() if free_bytes is None else free_bytes
+    need = footprint.check_fits(cfg, rows_of(req), req["modes"], free)
+    if req.get("reference") == "hf" and say is not None:
+        warning = footprint.reference_warning(cfg, req["batches"], need, free)
+        if warning:
+            say(warning)
+    return need
 
 
 def _positive_ints(values, what: str) -> list[int]:
@@ -100,7 +142,7 @@ def _positive_ints(values, what: str) -> list[int]:
 
 
 def measure(
-    preset: str = "small", batches=DEFAULT_BATCHES, modes="all", progress=None, session=None, **kwargs
+    preset="small", batches=DEFAULT_BATCHES, modes="all", progress=None, session=None, **kwargs
 ) -> ProbeResult:
     """Run the probe on this GPU and return the checked result (for the page).
 
@@ -110,23 +152,27 @@ def measure(
 
 
 def open_session(
-    preset: str = "small",
+    preset="small",
     rows: int = max(DEFAULT_BATCHES),
     buckets=CHAPTER_BUCKETS,
     graph_modes=None,
     progress=None,
 ) -> ProbeSession:
     """Build the model, its KV pool and the CUDA graphs once, for any number of `measure` calls
-    (`graph_modes`: the graph modes to capture, by default every one the probe captures itself)."""
+    (`graph_modes`: the graph modes to capture, by default every one the probe captures itself and the
+    model allows). ValueError, before anything is allocated, where they would not fit the GPU's memory."""
     from gpu_probe.session import ProbeSession
 
-    graph_modes = captured_modes() if graph_modes is None else tuple(graph_modes)
-    req = validate_request(preset, [rows], list(graph_modes) or ["all"], buckets, 100, 10)
-    return ProbeSession(req["preset"], rows, req["buckets"], list(graph_modes), progress)
+    cfg = model_config(preset)
+    if graph_modes is None:
+        graph_modes = tuple(m for m in captured_modes() if not kernel_set(mode_named(m)).refusal(cfg))
+    req = validate_request(cfg, [rows], list(graph_modes) or ["all"], buckets, 100, 10)
+    check_memory(cfg, req)
+    return ProbeSession(cfg, rows, req["buckets"], list(graph_modes), progress)
 
 
 def run_probe(
-    preset: str = "small",
+    preset="small",
     batches=DEFAULT_BATCHES,
     modes="all",
     buckets=None,
@@ -140,8 +186,13 @@ def run_probe(
     reference: str | None = None,
     rounds: int | None = None,
     launcher: str = "bound",
+    memory_checked: bool = False,
 ) -> dict:
     """The whole probe as a result dict (see core.probe_result); `checkpoint(out)` after each run.
+
+    preset: a preset's name or a ProbeModelConfig (`model_config`). Without a `session`, ValueError before
+    anything of the model is allocated where the run would not fit the GPU's free memory (`check_memory`;
+    memory_checked: the caller did that already, as the CLI does to exit with code 2).
 
     reference: "hf" also measures Hugging Face transformers' Llama of the same shape at the same batches
     (`gpu_probe.hf_reference`), its steps timed in the same rounds as the probe's own; None leaves it out.
@@ -153,7 +204,8 @@ def run_probe(
     from gpu_probe import measure as m
     from gpu_probe.session import ProbeSession
 
-    req = validate_request(preset, batches, modes, buckets or CHAPTER_BUCKETS, steps, warmup, rounds)
+    cfg = model_config(preset)
+    req = validate_request(cfg, batches, modes, buckets or CHAPTER_BUCKETS, steps, warmup, rounds)
     if launcher not in LAUNCHERS:
         raise ValueError(f"launcher must be one of {LAUNCHERS}, got {launcher!r}")
     if not torch.cuda.is_available():
@@ -166,8 +218,12 @@ def run_probe(
     trace_dir = Path(trace_dir) if trace_dir else None
     if trace_dir:
         trace_dir.mkdir(parents=True, exist_ok=True)
-    rows = max(max(req["batches"]), max(req["buckets"]))
+    rows = rows_of(req)
     graph_modes = [mode for mode in captured_modes() if mode in req["modes"]]
+    if session is None and not memory_checked:
+        check_memory(cfg, {**req, "reference": reference}, say=say)
+    for mode, why in req.get("modes_left_out", {}).items():
+        say(f"{mode}: left out ({why})")
     out = {
         "schema": 1,
         "device": torch.cuda.get_device_name(),
@@ -185,8 +241,8 @@ def run_probe(
     out["hbm_copy_GBps"] = m.hbm_copy_GBps()
     out["matmul_TFLOPs"] = m.matmul_TFLOPs()
     if session is None:
-        session = ProbeSession(req["preset"], rows, req["buckets"], graph_modes, say)
-    elif not session.serves(req["preset"], rows, req["buckets"], graph_modes):
+        session = ProbeSession(cfg, rows, req["buckets"], graph_modes, say)
+    elif not session.serves(cfg, rows, req["buckets"], graph_modes):
         raise ValueError(f"this probe session was built for {session.describe()}, not for {req}")
     else:
         say(f"reusing the {session.cfg.name} model and its captured graphs")

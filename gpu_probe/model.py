@@ -120,11 +120,34 @@ def fusion_report() -> list[dict]:
 
 
 def rope_tables(cfg: ProbeModelConfig, device=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin of shape [max_context, head_dim // 2] in fp32 (rotate-half convention)."""
+    """cos, sin of shape [max_context, head_dim // 2] in fp32 (rotate-half convention), the frequencies scaled
+    as Llama 3 scales them where the config says so. Every path reads these tables (the unfused RoPE, the
+    fused attention, the persistent kernel), so the scaling is computed once, here."""
     half = cfg.head_dim // 2
     inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(half, dtype=torch.float64) / half))
+    if cfg.rope_scaling is not None:
+        inv_freq = llama3_scaled(inv_freq, cfg.rope_scaling)
     angles = torch.arange(cfg.max_context, dtype=torch.float64)[:, None] * inv_freq[None, :]
     return angles.cos().float().to(device), angles.sin().float().to(device)
+
+
+def llama3_scaled(inv_freq: torch.Tensor, scaling) -> torch.Tensor:
+    """Llama 3's RoPE frequencies (`rope_type: "llama3"`, a `core.hf_config.RopeScaling`): wavelengths longer
+    than original_max_position / low_freq_factor divided by `factor`, shorter than original_max_position /
+    high_freq_factor kept, those between blended linearly in original_max_position / wavelength."""
+    original = scaling.original_max_position
+    wavelength = 2 * math.pi / inv_freq
+    long = wavelength > original / scaling.low_freq_factor
+    short = wavelength < original / scaling.high_freq_factor
+    out = torch.where(long, inv_freq / scaling.factor, inv_freq)
+    between = ~long & ~short
+    if bool(between.any()):  # empty where high_freq_factor <= low_freq_factor
+        smooth = (original / wavelength[between] - scaling.low_freq_factor) / (
+            scaling.high_freq_factor - scaling.low_freq_factor
+        )
+        f = inv_freq[between]
+        out[between] = (1 - smooth) * f / scaling.factor + smooth * f
+    return out
 
 
 class DecoderLayer(nn.Module):
@@ -151,6 +174,17 @@ class DecoderLayer(nn.Module):
         self.w_gate = weight(cfg.ffn, cfg.hidden)
         self.w_up = weight(cfg.ffn, cfg.hidden)
         self.w_down = weight(cfg.hidden, cfg.ffn)
+        if cfg.qkv_bias:  # drawn last, so a config without one gets the same weights as before
+
+            def bias(n: int) -> nn.Parameter:
+                # Large enough to move every logit: a path that dropped it would fail the tests' comparisons.
+                return nn.Parameter(
+                    (0.5 * torch.randn(n, generator=gen, device=device)).to(dtype), requires_grad=False
+                )
+
+            self.bq, self.bk, self.bv = bias(cfg.q_size), bias(cfg.kv_size), bias(cfg.kv_size)
+        else:
+            self.bq = self.bk = self.bv = None
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -210,7 +244,12 @@ def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     return (F.silu(gate.float()) * up.float()).to(gate.dtype)
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+def linear(
+    x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    """x @ weight^T (+ bias: the projection's own, one addmm as an engine's eager path runs it)."""
+    if bias is not None:
+        return F.linear(x, weight, bias) if out is None else torch.addmm(bias, x, weight.t(), out=out)
     return x @ weight.t() if out is None else torch.mm(x, weight.t(), out=out)
 
 
@@ -219,7 +258,7 @@ class UnfusedOps:
     """How the unfused layer runs each of its ops."""
 
     name: str
-    linear: Callable  # (x, weight, out=None) -> x @ weight^T
+    linear: Callable  # (x, weight, out=None, bias=None) -> x @ weight^T (+ bias)
     rms_norm: Callable
     rope: Callable  # (q, k, positions, cos, sin, head_dim) -> (q, k)
     write_kv: Callable  # (k, v, slot_mapping, k_cache, v_cache) -> None
@@ -241,8 +280,10 @@ def kernel_ops() -> UnfusedOps:
     from gpu_probe.kernels.attention import paged_attention as paged_kernel
     from gpu_probe.kernels.linear import TILE_MAX_ROWS, fused_linear
 
-    def gemm(x, weight, out=None):
-        return linear(x, weight, out) if x.shape[0] > TILE_MAX_ROWS else fused_linear(x, weight, out=out)
+    def gemm(x, weight, out=None, bias=None):
+        if x.shape[0] > TILE_MAX_ROWS:
+            return linear(x, weight, out, bias)
+        return fused_linear(x, weight, out=out, bias=bias)
 
     def rope_in_place(q, k, positions, cos, sin, head_dim):
         ops.rope_(q, k, positions, cos, sin, head_dim)
@@ -377,6 +418,9 @@ class ProbeModel(nn.Module):
             g = layer.attn_norm.float()[None, :]
             packed = torch.cat([layer.wq, layer.wk, layer.wv]).float() * g
             layer.register_buffer("w_qkv_folded", packed.to(self.dtype).contiguous(), persistent=False)
+            # The bias is added after the norm's 1/rms: not folded, only packed as q, k and v are.
+            bias = torch.cat([layer.bq, layer.bk, layer.bv]).contiguous() if self.cfg.qkv_bias else None
+            layer.register_buffer("b_qkv", bias, persistent=False)
             g = layer.ffn_norm.float()[None, :]
             packed = torch.cat([layer.w_gate, layer.w_up]).float() * g
             layer.register_buffer("w_gate_up_folded", packed.to(self.dtype).contiguous(), persistent=False)
@@ -416,18 +460,13 @@ class ProbeModel(nn.Module):
 
     def forward(
         self,
-        batch: DecodeBatch | None = None,
+        batch: DecodeBatch,
         logits_out: torch.Tensor | None = None,
         workspace: dict | None = None,
-        **inputs,
     ) -> torch.Tensor:
         """logits_out: a [B, vocab] tensor (model dtype, contiguous rows) the LM head writes into and
         that is returned, e.g. a graph runner's static buffer kept outside the graph pool.
-        workspace: `fused_workspace` buffers (at least B rows) for the fused path's activations.
-        inputs: the batch's five tensors by name instead, as ui/buckets/padding_demo.py still passes them
-        (until it passes its DecodeBatch)."""
-        if inputs:
-            batch = DecodeBatch(**inputs)
+        workspace: `fused_workspace` buffers (at least B rows) for the fused path's activations."""
         if self.fused:
             return self.fused_forward(batch, logits_out, workspace)
         return self.unfused_forward(batch, logits_out)
@@ -444,9 +483,9 @@ class ProbeModel(nn.Module):
         for index, layer in enumerate(self.layers):
             x = op.rms_norm(h, layer.attn_norm, cfg.norm_eps)
             q, k, v = (
-                op.linear(x, layer.wq),
-                op.linear(x, layer.wk),
-                op.linear(x, layer.wv),
+                op.linear(x, layer.wq, bias=layer.bq),
+                op.linear(x, layer.wk, bias=layer.bk),
+                op.linear(x, layer.wv, bias=layer.bv),
             )  # column-parallel
             q, k = op.rope(q, k, positions, self.rope_cos, self.rope_sin, cfg.head_dim)
             k_cache, v_cache = self.kv_cache.layer(index)
@@ -493,7 +532,9 @@ class ProbeModel(nn.Module):
         act_out = workspace["act"][:rows] if workspace is not None else None
         h = F.embedding(batch.input_ids, self.tok_embeddings)
         for index, layer in enumerate(self.layers):
-            qkv = fused_linear(h, layer.w_qkv_folded, rms_eps=cfg.norm_eps, out=qkv_out, pdl=pdl)
+            qkv = fused_linear(
+                h, layer.w_qkv_folded, rms_eps=cfg.norm_eps, bias=layer.b_qkv, out=qkv_out, pdl=pdl
+            )
             attn = self._attention(index, qkv, batch, splits, pdl=pdl)
             residual = h if self.adds_residual else None
             h = self._reduced(fused_linear(attn, layer.wo, residual=residual, pdl=pdl))
@@ -506,7 +547,7 @@ class ProbeModel(nn.Module):
 
     def _attention(self, index: int, qkv, batch: DecodeBatch, splits: int, **options):
         """Both fused paths' attention of layer `index` over the paged cache, RoPE and the KV write inside it
-        (`options`: PDL at small batch; the norm's 1/rms on q, k and v on the wide path)."""
+        (`options`: PDL at small batch; the norm's 1/rms on q, k and v and their bias on the wide path)."""
         k_cache, v_cache = self.kv_cache.layer(index)
         return triton_kernels().paged_decode_attention(
             qkv,
@@ -527,9 +568,9 @@ class ProbeModel(nn.Module):
     def _wide_fused_forward(self, batch: DecodeBatch, logits_out=None, workspace=None) -> torch.Tensor:
         """The fused step above TILE_MAX_ROWS rows, where a GEMM has enough rows to be cuBLAS's business: the
         same merges around cuBLAS's GEMMs, six kernels a layer. QKV and gate/up are one packed GEMM each with
-        the norm weight folded in; the attention applies the norm's 1/rms to q, k and v (with RoPE and the
-        KV write, as at small batch); one kernel applies it to gate and up with SiLU x up; o and down add
-        the residual in cuBLAS's own epilogue (beta = 1, into the residual stream)."""
+        the norm weight folded in; the attention applies the norm's 1/rms to q, k and v, then their bias where
+        there is one (with RoPE and the KV write, as at small batch); one kernel applies it to gate and up with
+        SiLU x up; o and down add the residual in cuBLAS's own epilogue (beta = 1, into the residual stream)."""
         kernels = triton_kernels()
         ops, rms_swiglu = kernels.ops, kernels.linear.rms_swiglu
 
@@ -541,7 +582,9 @@ class ProbeModel(nn.Module):
         h = F.embedding(batch.input_ids, self.tok_embeddings)
         for index, layer in enumerate(self.layers):
             qkv = torch.mm(h, layer.w_qkv_folded.t(), out=qkv_out)
-            attn = self._attention(index, qkv, batch, splits, norm_input=h, norm_eps=cfg.norm_eps)
+            attn = self._attention(
+                index, qkv, batch, splits, norm_input=h, norm_eps=cfg.norm_eps, qkv_bias=layer.b_qkv
+            )
             h = self._reduced(h.addmm_(attn, layer.wo.t()) if self.adds_residual else attn @ layer.wo.t())
             act = rms_swiglu(h @ layer.w_gate_up_folded.t(), h, cfg.norm_eps, out=act_out)
             h = self._reduced(

@@ -21,7 +21,7 @@ from core.step_plan import FUSED_GRAPH, Mode, bucket_for
 from core.step_plan import mode as mode_named
 from gpu_probe import measure as m
 from gpu_probe import padding
-from gpu_probe.config import get_config
+from gpu_probe.config import ProbeModelConfig, get_config
 from gpu_probe.decode_batch import make_batch
 from gpu_probe.graph_runner import GraphRunner
 from gpu_probe.kernel_sets import kernel_set
@@ -48,10 +48,11 @@ def run_check(checks: dict, errors: list[str], name: str, say, fn, *args) -> Non
 
 
 class ProbeSession:
-    def __init__(self, preset: str, rows: int, buckets: list[int], graph_modes, progress=None):
-        self.cfg = cfg = get_config(preset)
+    def __init__(self, preset, rows: int, buckets: list[int], graph_modes, progress=None):
+        """preset: a preset's name, or the ProbeModelConfig to build (from a config.json)."""
+        self.cfg = cfg = preset if isinstance(preset, ProbeModelConfig) else get_config(preset)
         self.rows, self.buckets, self.graph_modes = rows, list(buckets), list(graph_modes)
-        self.num_blocks = 1 + rows * -(-cfg.prefill_len // cfg.block_size)
+        self.num_blocks = cfg.pool_blocks(rows)
         self.errors: list[str] = []  # from building: copied into every result
         self.checks: dict = {}
         self.captures: list[dict] = []
@@ -67,9 +68,11 @@ class ProbeSession:
         }
         self._build(progress or (lambda msg: None))
 
-    def serves(self, preset: str, rows: int, buckets, graph_modes) -> bool:
+    def serves(self, preset, rows: int, buckets, graph_modes) -> bool:
+        """Whether this session's model, pool and graphs serve a run (`preset`: a name or a ProbeModelConfig)."""
+        same = preset == self.cfg if isinstance(preset, ProbeModelConfig) else preset == self.cfg.name
         return (
-            preset == self.cfg.name
+            same
             and rows <= self.rows
             and list(buckets) == self.buckets
             and set(graph_modes) <= set(self.graph_modes)

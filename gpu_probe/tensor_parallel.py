@@ -126,6 +126,9 @@ class TensorParallelModel(ProbeModel):
             shard.attn_norm, shard.ffn_norm = layer.attn_norm, layer.ffn_norm
             for name in ("wq", "wk", "wv", "w_gate", "w_up"):
                 setattr(shard, name, _frozen(_rows(getattr(layer, name), rank, tp)))
+            for name in ("bq", "bk", "bv"):  # a bias on q, k and v is column-parallel, as their weights are
+                bias = getattr(layer, name)
+                setattr(shard, name, None if bias is None else _frozen(_rows(bias, rank, tp)))
             shard.wo = _frozen(_cols(layer.wo, rank, tp))
             shard.w_down = _frozen(_cols(layer.w_down, rank, tp))
             self.layers.append(shard)

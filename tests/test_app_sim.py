@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import streamlit as st
+from app_pages import as_read, fake_run
+from probe_results import host_block
 from streamlit.testing.v1 import AppTest
 
 from core import probe_result
@@ -189,7 +191,7 @@ EXTREMES = [
 ]
 
 
-@pytest.mark.parametrize("toggles", [(False, False), (True, True)], ids=["eager", "fused+graphs"])
+@pytest.mark.parametrize("toggles", [(False, False), (True, True)], ids=["eager", "fused+graph"])
 def test_no_exception_at_control_extremes(toggles):
     at = fresh()
     at.toggle(key="fusion").set_value(toggles[0])
@@ -226,6 +228,7 @@ def test_sim_params_cover_every_bound_widget():
         "whole_step",
         "tp",
         "mode",  # a mode beyond the two toggles
+        "host_us",  # the reader's host, for the calibrated preset
         "launch_us",
         "graph_launch_us",
         "graph_node_us",
@@ -316,7 +319,7 @@ def test_calibrated_preset_brings_the_fitted_figures_and_its_note(clean_caches, 
 
 
 @needs_recorded
-@pytest.mark.parametrize("toggles", [(False, False), (True, True)], ids=["eager", "fused+graphs"])
+@pytest.mark.parametrize("toggles", [(False, False), (True, True)], ids=["eager", "fused+graph"])
 def test_calibrated_preset_at_batch_and_layer_extremes(clean_caches, calibrated, toggles):
     preset, _ = calibrated
     at = pick_calibrated()
@@ -379,6 +382,57 @@ def test_a_link_to_the_calibrated_preset_opens_it(clean_caches, calibrated):
     assert not at.exception and not at.warning
     assert at.selectbox(key="preset").value == CALIBRATED_KEY
     assert at.number_input(key="hbm_GBps").value == pytest.approx(calibrated[0].hardware.hbm_GBps)
+
+
+@pytest.fixture()
+def indexed_run(monkeypatch):
+    """A synthetic run with a host index (6.1 µs a torch launch) served as the recorded one."""
+    import ui.probe_results
+
+    data = fake_run()
+    data["host"] = host_block()
+    result = probe_result.load_result(data, timeline_source="recorded")
+    monkeypatch.setattr(probe_result, "recorded_result", lambda: result)
+    monkeypatch.setattr(ui.probe_results, "MORE_RECORDED", ())
+    st.cache_resource.clear()
+    yield result
+    st.cache_resource.clear()
+
+
+def test_the_calibrated_preset_on_your_host_moves_its_launch_costs_only(indexed_run):
+    """Issue 35: the calibrated preset on the reader's host (`calibrated_preset(..., host_index)`, through
+    `Calibration.on_host`): the launch and replay costs follow the host, the GPU's figures stay the run's."""
+    cal = calibrate(indexed_run, loo=False)
+    own, there = calibrated_preset(indexed_run, cal), calibrated_preset(indexed_run, cal, 3.05)
+    at = pick_calibrated()
+    assert not at.number_input(key="host_us").proto.disabled
+    shown_before = readouts(at)["Step time"]
+    at.number_input(key="host_us").set_value(3.05).run()
+    assert not at.exception and not at.warning
+    for key, _, field, *_ in HARDWARE_INPUTS:
+        assert at.number_input(key=key).value == pytest.approx(getattr(there.hardware, field)), key
+    assert at.number_input(key="launch_us").value == pytest.approx(own.hardware.eager_launch_us / 2)
+    assert at.number_input(key="hbm_GBps").value == pytest.approx(own.hardware.hbm_GBps)
+    model = there.model.with_layers(at.slider(key="layers").value)
+    expected = simulate_step(model, there.hardware, StepPlan(BASELINE, 1)).metrics
+    assert readouts(at)["Step time"] == format_us(expected.step_us) != shown_before
+    assert any("On your host (3.05 µs a torch launch; the run's: 6.1)" in c.value for c in at.caption)
+    # A link with a value that is no host: refused with a notice, the preset on the run's own host.
+    linked = AppTest.from_file(APP, default_timeout=60)
+    linked.query_params.update(preset=CALIBRATED_KEY, host_us="0")
+    linked.run()
+    assert not linked.exception
+    assert any(
+        "Your host: µs a launch: a launch takes some time, got 0 µs" in as_read(w) for w in warnings(linked)
+    )
+    assert linked.number_input(key="launch_us").value == pytest.approx(own.hardware.eager_launch_us)
+
+
+def test_the_calibrated_preset_of_a_run_without_an_index_cannot_be_moved(recorded):
+    at = pick_calibrated()
+    box = at.number_input(key="host_us")
+    assert box.proto.disabled and box.proto.placeholder == "not measured"
+    assert any("Host not measured" in c.value for c in at.caption)
 
 
 def test_small_batches_are_one_slider_stop_apart_and_the_number_box_takes_any_batch():

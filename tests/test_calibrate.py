@@ -13,7 +13,7 @@ from recorded_fits import recorded_fit  # tests/recorded_fits.py: each shipped r
 from synthetic_params import KNOWN_PARAMS  # tests/synthetic_params.py
 
 from core.probe_result import RECORDED_PATH, load_result, recorded_result
-from core.step_plan import FUSED_GRAPH, StepPlan, modes
+from core.step_plan import FUSED_GRAPH, PERSISTENT, StepPlan, modes
 from sim.calibration import PARAMS, calibrate, calibrated_preset, recorded_graph_cost, synthetic_result
 from sim.calibration.least_squares import bounded_least_squares, fit_pinned, log_sigmas
 from sim.calibration.model import model_from_result
@@ -275,12 +275,14 @@ def test_the_1b_run_meets_the_goals_in_its_gpu_bound_modes():
     cal = recorded_fit("1b.json")
     by_mode = _loo_by_mode(cal)
     assert _meets(by_mode["graph"]) and _meets(by_mode["fused+graph"]) and _meets(by_mode["fused"])
-    assert abs(loo_summary(cal)["fused_graph_b1"]) <= GOAL
+    assert abs(loo_summary(cal)[f"{FUSED_GRAPH.slug}_b1"]) <= GOAL
     assert not _meets(by_mode["eager"]) and max(abs(e) for e in by_mode["eager"]) <= WORST_GOAL
     kernel = [
-        (p.batch, e) for p, e in zip(cal.points, cal.loo_errors()) if p.mode.one_kernel and p.runs.one_kernel
+        (p.batch, e)
+        for p, e in zip(cal.points, cal.loo_errors())
+        if p.mode is PERSISTENT and p.runs is PERSISTENT
     ]
-    fallback = [p.batch for p in cal.points if p.mode.one_kernel and not p.runs.one_kernel]
+    fallback = [p.batch for p in cal.points if p.mode is PERSISTENT and p.runs is not PERSISTENT]
     assert [b for b, _ in kernel] == [1, 8] and all(abs(e) > WORST_GOAL for _, e in kernel)
     assert fallback == [] and [
         r.batch for r in load_result(RECORDED / "1b.json").runs if r.eager_fallback
@@ -669,7 +671,11 @@ def _cells(s: dict, columns=STEP_COLUMNS) -> list[str]:
     cells = []
     for column in columns:
         if column == f"{FUSED_GRAPH.name} b1":
-            cells.append(f"{100 * s['fused_graph_b1']:+.1f} %" if s["fused_graph_b1"] is not None else "—")
+            cells.append(
+                f"{100 * s[f'{FUSED_GRAPH.slug}_b1']:+.1f} %"
+                if s[f"{FUSED_GRAPH.slug}_b1"] is not None
+                else "—"
+            )
         elif column in s["by_mode"]:
             e, b, w = s["by_mode"][column]
             cells.append(f"{100 * e:.1f} % (b{b} {100 * w:+.1f} %)")

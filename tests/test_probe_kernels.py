@@ -300,6 +300,38 @@ def test_plain_paged_attention_matches_the_torch_attention_on_cpu(n_splits):
     assert rel_err(out, torch_ops.paged_attention(*args)) < 1e-5
 
 
+# A bias on q, k and v (Qwen2): the fused QKV projection's epilogue adds it after the norm's scale (GEMV at 1-4
+# rows, the tile above), and the wide path's attention adds it after the norm's 1/rms, before RoPE.
+@pytest.mark.parametrize("m", [1, 6])
+@pytest.mark.parametrize("rms_eps", [None, 1e-5])
+def test_fused_linear_adds_a_bias_after_the_norm_on_cpu(m, rms_eps):
+    gen = torch.Generator().manual_seed(m)
+    x, weight, bias = torch.randn(m, 64, generator=gen), torch.randn(40, 64, generator=gen), torch.randn(40)
+    out = fused_linear(x, weight, rms_eps=rms_eps, bias=bias)
+    want = fused_linear_reference(x, weight, rms_eps=rms_eps, bias=bias)
+    assert rel_err(out, want) < 1e-5  # fp32 with different summation orders: ~1e-7 measured
+    assert rel_err(out, fused_linear_reference(x, weight, rms_eps=rms_eps)) > 1e-2  # the bias is there
+    with pytest.raises(ValueError, match="bias must be"):
+        fused_linear(x, torch.randn(80, 64), rms_eps=1e-5, swiglu=True, bias=bias)
+    with pytest.raises(ValueError, match="bias must be"):
+        fused_linear(x, weight, bias=torch.randn(41))
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_paged_attention_adds_the_bias_after_the_norm_and_before_rope_on_cpu(head_dim):
+    # Qwen2.5-0.5B's group of 7 query heads on a KV head, at both head dims the kernels have.
+    case = make_attention_case(2, 7, 1, head_dim, 4, [3, 13], torch.float32, "cpu", seed=head_dim)
+    x = 3 * torch.randn(2, 7 * head_dim)
+    bias = torch.randn(case["qkv"].shape[1])
+    extra = dict(norm_input=x, norm_eps=1e-6, qkv_bias=bias)
+    kernel_k, kernel_v = case["k_cache"].clone(), case["v_cache"].clone()
+    out = paged_decode_attention(**{**case, "k_cache": kernel_k, "v_cache": kernel_v}, n_splits=2, **extra)
+    ref = paged_decode_attention_reference(**case, **extra)  # writes case's caches
+    assert rel_err(out, ref) < 1e-5
+    assert rel_err(kernel_k, case["k_cache"]) < 1e-5 and rel_err(kernel_v, case["v_cache"]) < 1e-5
+    assert rel_err(out, paged_decode_attention_reference(**{**case, "qkv_bias": None}, norm_input=x)) > 1e-2
+
+
 # ---- CUDA, bf16 at the small and 1b presets' shapes -------------------------------------------------
 cuda = pytest.mark.cuda
 
@@ -502,3 +534,41 @@ def test_pdl_changes_timing_not_results_on_cuda(batch, preset):
         graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(static_out, plain) and torch.equal(cache.kv, plain_kv)
+
+
+@cuda
+@pytest.mark.parametrize("m", [1, 4, 8, 64])
+@pytest.mark.parametrize("n, k", [(1152, 896), (6144, 4096)])  # Qwen2.5-0.5B's QKV; an 8B-wide one
+def test_fused_linear_adds_a_bias_on_cuda(m, n, k):
+    gen = torch.Generator(device="cuda").manual_seed(m + n)
+    weight = (torch.randn(n, k, generator=gen, device="cuda") / math.sqrt(k)).to(torch.bfloat16)
+    x = (3 * torch.randn(m, k, generator=gen, device="cuda")).to(torch.bfloat16)
+    bias = torch.randn(n, generator=gen, device="cuda").to(torch.bfloat16)
+    out = fused_linear(x, weight, rms_eps=1e-6, bias=bias)
+    assert rel_err(out, fused_linear_reference(x, weight, rms_eps=1e-6, bias=bias)) < 1e-2
+
+
+@cuda
+@pytest.mark.parametrize(
+    "batch, n_heads, n_kv_heads, head_dim, n_splits",
+    [(65, 14, 2, 64, 1), (80, 32, 8, 128, 2), (1, 32, 8, 128, 16)],
+)
+def test_paged_attention_with_norm_and_bias_matches_reference_on_cuda(
+    batch, n_heads, n_kv_heads, head_dim, n_splits
+):
+    """The wide path's attention (norm's 1/rms and the bias on q, k and v applied inside), at Qwen2.5-0.5B's and
+    Llama-3.1-8B's heads; bf16 as the other CUDA attention tests."""
+    lens = torch.randint(1, 600, (batch,), generator=torch.Generator().manual_seed(batch)).tolist()
+    case = make_attention_case(
+        batch, n_heads, n_kv_heads, head_dim, 16, lens, torch.bfloat16, "cuda", seed=batch
+    )
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    x = (3 * torch.randn(batch, n_heads * head_dim, generator=gen, device="cuda")).to(torch.bfloat16)
+    bias = torch.randn(case["qkv"].shape[1], generator=gen, device="cuda").to(torch.bfloat16)
+    extra = dict(norm_input=x, norm_eps=1e-6, qkv_bias=bias)
+    kernel_k, kernel_v = case["k_cache"].clone(), case["v_cache"].clone()
+    out = paged_decode_attention(
+        **{**case, "k_cache": kernel_k, "v_cache": kernel_v}, n_splits=n_splits, **extra
+    )
+    ref = paged_decode_attention_reference(**case, **extra)
+    assert rel_err(out, ref) < 1e-2

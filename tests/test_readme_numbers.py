@@ -426,7 +426,7 @@ QUOTES = [
     Quote(
         "Headline measurements",
         "calibration meets its goals (each mode's median within {} %, no point beyond {} %) in all four toggled "
-        "modes of the small run and in the graph modes of every run (fused + graph {}, {} and {} on the small, "
+        "modes of the small run and in the graph modes of every run (fusion + graphs {}, {} and {} on the small, "
         "hold-out and 1b runs); the 1b run's eager mode misses its median ({}, its steps at batches 1 to 64 "
         "{} to {} short), the hold-out's eager its worst point ({}); the persistent mode, measured at two batches "
         "in these runs, misses in all three.",
@@ -539,14 +539,14 @@ def headline_table() -> dict[str, list[str | None]]:
     assert {day(n) for n in presets} == {day("1b.json")}  # one lease
     return {
         "measurement": ["figure", "worst case", "when", "command"],
-        f"1b preset, fused + graph at batch 1, against the floor ({n0(floor)} µs)": [
+        f"1b preset, fusion + graphs at batch 1, against the floor ({n0(floor)} µs)": [
             f"{n0(fg.step_us_median)} µs = {b1.times_floor(fg):.2f} × as timed; "
             f"{n0(fg.step_us_back_to_back)} µs = {fg.step_us_back_to_back / floor:.2f} × back to back",
             "",
             day("1b.json"),
             None,
         ],
-        "1b preset, fused + graph against the floor at batches "
+        "1b preset, fusion + graphs against the floor at batches "
         + ", ".join(map(str, b1.batches[:-1]))
         + f" and {b1.batches[-1]}, back to back": [
             ", ".join(f"{x_floor[b]:.2f} ×" for b in b1.batches),
@@ -567,7 +567,7 @@ def headline_table() -> dict[str, list[str | None]]:
             day("1b.json"),
             None,
         ],
-        "1b preset, fused + graph against `torch.compile`, batches "
+        "1b preset, fusion + graphs against `torch.compile`, batches "
         + ", ".join(map(str, b1.batches[:-1]))
         + f" and {b1.batches[-1]}": [
             f"{vs_compile[1]:.2f} × its step time at batch 1",
@@ -575,7 +575,7 @@ def headline_table() -> dict[str, list[str | None]]:
             day("1b.json"),
             None,
         ],
-        "small preset, eager against fused + graph at batch 1": [
+        "small preset, eager against fusion + graphs at batch 1": [
             f"{speedups['small.json']:.1f} × ({n0(run().run('eager', 1).step_us_median)} µs against "
             f"{n0(run().run('fused+graph', 1).step_us_median)} µs)",
             f"{speedups['1b.json']:.1f} × on the 1b preset",
@@ -639,7 +639,7 @@ def headline_table() -> dict[str, list[str | None]]:
             profiler_day,
             None,
         ],
-        "1b preset, the persistent kernel at batch 1, back to back, against the read floor and fused + graph "
+        "1b preset, the persistent kernel at batch 1, back to back, against the read floor and fusion + graphs "
         "in the same run": persistent_row(),
         "the test suite on a fresh clone, 2 CPU cores, no GPU": [None, None, None, None],
     }
@@ -656,8 +656,8 @@ def persistent_row() -> list[str | None]:
     worst = max(ratios, key=ratios.get)
     return [
         f"{n0(mine['back_to_back_us'])} µs = {mine['back_to_back_x_floor']:.2f} × the floor "
-        f"({n0(mine['floor_us'])} µs); fused + graph {n0(peer['back_to_back_us'])} µs",
-        f"{ratios[worst]:.2f} × fused + graph's step at batch {worst.split()[1][1:]}",
+        f"({n0(mine['floor_us'])} µs); fusion + graphs {n0(peer['back_to_back_us'])} µs",
+        f"{ratios[worst]:.2f} × the fusion + graphs step at batch {worst.split()[1][1:]}",
         data["created"][:10],
         None,
     ]

@@ -17,6 +17,7 @@ from core.step_plan import (
     GRAPH,
     MODES,
     PERSISTENT,
+    PERSISTENT_KERNELS,
     StepPlan,
     bucket_array,
     bucket_for,
@@ -37,7 +38,7 @@ def test_modes_say_what_they_mean():
     assert names(modes(modelled=True)) == ("eager", "fused", "graph", "fused+graph", "persistent")
     assert names(modes(fused=True)) == ("fused", "fused+graph", "compile", "persistent")
     assert names(modes(graphs=True)) == ("graph", "fused+graph", "compile", "persistent")
-    assert names(modes(one_kernel=True)) == ("persistent",) and without_graphs(PERSISTENT) is FUSED
+    assert names(modes(kernels=PERSISTENT_KERNELS)) == ("persistent",) and without_graphs(PERSISTENT) is FUSED
     for fused in (False, True):
         for graphs in (False, True):
             m = toggled(fused, graphs)
@@ -76,7 +77,7 @@ def test_a_plan_says_which_bucket_it_replays_and_what_it_pads():
     assert (above.bucket, above.rows, above.replays, above.eager_fallback) == (None, 300, False, True)
     assert above.runs_as is BASELINE
     assert above.label("m") == "m · batch 300 · eager (above the largest bucket: eager)"
-    assert plan.label("m") == "m · batch 17 · fusion+graphs (padded to bucket 24)"
+    assert plan.label("m") == "m · batch 17 · fusion + graphs (padded to bucket 24)"
     assert (
         StepPlan(FUSED, 3, tp=2).label("m")
         == "m · 2 GPUs (tensor parallel), one GPU's lanes · batch 3 · fusion"

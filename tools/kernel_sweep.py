@@ -30,12 +30,14 @@ import time
 import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
 import torch
 
+from core.step_plan import FUSED_GRAPH
 from gpu_probe.config import get_config
 from gpu_probe.kernels import linear
 
+# The fused step replayed as a CUDA graph: its figures are keyed by the mode's slug, as the recorded sweeps have them.
+FUSED_GRAPH_US = f"{FUSED_GRAPH.slug}_us"
 START = time.monotonic()
 SWEEP_ROWS = (8, 32, 64, 128, 256)
 
@@ -247,8 +249,8 @@ def step_sweep(presets, batches, deadline: float) -> list:
                 for _ in range(3):  # back to back, PDL on: each replay rewrites the same new slot
                     graph.replay()
                 torch.cuda.synchronize()
-                row["fused_graph_bit_exact"] = bool(torch.equal(held["logits"], eager))
-                row["fused_graph_us"] = replay_us(graph, 1, reps=60)
+                row[f"{FUSED_GRAPH.slug}_bit_exact"] = bool(torch.equal(held["logits"], eager))
+                row[FUSED_GRAPH_US] = replay_us(graph, 1, reps=60)
                 del graph
                 model.fused = False
                 graph = capture(lambda: model(inputs))
@@ -266,7 +268,7 @@ def step_sweep(presets, batches, deadline: float) -> list:
                     linear._tile_config.cache_clear()
                     try:
                         graph = capture(lambda: model(inputs))
-                        row["fused_graph_us_tile_not_gemv"] = replay_us(graph, 1, reps=60)
+                        row[f"{FUSED_GRAPH_US}_tile_not_gemv"] = replay_us(graph, 1, reps=60)
                         del graph
                     finally:
                         linear.GEMV_MAX_ROWS = saved
@@ -276,8 +278,8 @@ def step_sweep(presets, batches, deadline: float) -> list:
             kv = 2 * cfg.n_layers * cfg.kv_dim * cfg.prefill_len * batch * 2
             row["read_floor_us"] = (floor_bytes + kv) / (BW * 1e3)
             row["flop_floor_us"] = 2 * (floor_bytes / 2) * batch / (TFLOPS * 1e6)
-            if "fused_graph_us" in row:
-                row["x_floor"] = row["fused_graph_us"] / max(row["read_floor_us"], row["flop_floor_us"])
+            if FUSED_GRAPH_US in row:
+                row["x_floor"] = row[FUSED_GRAPH_US] / max(row["read_floor_us"], row["flop_floor_us"])
             say(json.dumps(row))
             out.append(row)
         model = None
@@ -391,8 +393,8 @@ def main(argv=None) -> int:
     print("\n==== step summary (bare graph replay, µs) ====")
     for r in record.get("steps", []):
         print(
-            f"{r['preset']:>5} b{r['batch']:<4} fused {r.get('fused_graph_us', float('nan')):8.1f} "
-            f"(x floor {r.get('x_floor', float('nan')):.2f}, bit-exact {r.get('fused_graph_bit_exact')}) "
+            f"{r['preset']:>5} b{r['batch']:<4} fused {r.get(FUSED_GRAPH_US, float('nan')):8.1f} "
+            f"(x floor {r.get('x_floor', float('nan')):.2f}, bit-exact {r.get(FUSED_GRAPH.slug + '_bit_exact')}) "
             f"unfused {r.get('unfused_graph_us', float('nan')):9.1f}  kernels {r.get('unfused_kernels', '')}/{r.get('fused_kernels', '')} "
             f"{r.get('error', '')}"
         )

@@ -63,6 +63,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from core.step_plan import FUSED_GRAPH  # noqa: E402
 from core.trace import EVENT_KINDS, TraceStep, analyse, count_events, read_trace  # noqa: E402
 from sim.timing import PROFILER_COST, ProfilerCost  # noqa: E402
 from sim.trace.untraced import untraced  # noqa: E402
@@ -258,9 +259,9 @@ def cases_hf(folder: Path) -> list[Case]:
 
 PROBE = {  # trace -> (run, mode)
     "trace_eager_b1.json.gz": ("small.json", "eager"),
-    "trace_fused_graph_b1.json": ("small.json", "fused+graph"),
+    f"trace_{FUSED_GRAPH.slug}_b1.json": ("small.json", FUSED_GRAPH.name),
     "trace_1b_eager_b1.json.gz": ("1b.json", "eager"),
-    "trace_1b_fused_graph_b1.json": ("1b.json", "fused+graph"),
+    f"trace_1b_{FUSED_GRAPH.slug}_b1.json": ("1b.json", FUSED_GRAPH.name),
 }
 
 

@@ -181,9 +181,9 @@ def _has_loo(cal: Calibration) -> bool:
     return bool(np.isfinite(cal.loo_step_us).any())
 
 
-@st.cache_resource(max_entries=8, show_spinner=False)
-def _preset(key: str, _result) -> Preset:
-    return calibrated_preset(_result, _fit(key, _result))
+@st.cache_resource(max_entries=16, show_spinner=False)
+def _preset(key: str, host_index: float | None, _result) -> Preset:
+    return calibrated_preset(_result, _fit(key, _result), host_index)
 
 
 def calibration_of(result) -> Calibration:
@@ -195,9 +195,10 @@ def fit_of(result) -> Calibration:
     return _fit(result_key(result), result)
 
 
-def preset_for(result) -> Preset:
-    """The simulator preset calibrated to `result`: fitted once per run content for every session."""
-    return _preset(result_key(result), result)
+def preset_for(result, host_index: float | None = None) -> Preset:
+    """The simulator preset calibrated to `result`: fitted once per run content for every session; with
+    `host_index`, its host costs on that host (`calibrated_preset`)."""
+    return _preset(result_key(result), host_index, result)
 
 
 # The page calls a predicted step "calibrated" only where, left out of the fit, it is predicted within the

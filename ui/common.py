@@ -133,12 +133,14 @@ def show_readouts(
     phases: bool = False,
     basis: str = "",
     counts: dict[str, int] | None = None,
+    step_help: str | None = None,
 ) -> None:
     """The five headline numbers of one step, in one row of `st.metric`s (`phases`: the GPU intervals are
     the phases of one persistent kernel). `basis` ('as traced', 'no profiler') is put on the labels of the
     figures the profiler changes, so that a step read two ways never shows two values under one name.
     `counts` (`gpu_counts`): the step's kernels, copies and memsets, counted apart (else every GPU interval of
-    `metrics` is a kernel, as in a simulated step)."""
+    `metrics` is a kernel, as in a simulated step). `step_help`: what the step time is of, where it is a statistic
+    of measured steps."""
     labels = dict(zip(READOUT_LABELS, readout_labels(basis)))
     kernels, step, bound, versus, util = st.columns(5)
     if phases:
@@ -161,7 +163,7 @@ def show_readouts(
     step.metric(
         labels[STEP_LABEL],
         format_us(metrics.step_us),
-        help="From the first CPU launch to the end of the last kernel: one decode token.",
+        help=step_help or "From the first CPU launch to the end of the last kernel: one decode token.",
     )
     bound.metric(
         labels[BOUND_LABEL],

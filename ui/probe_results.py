@@ -14,6 +14,7 @@ import streamlit as st
 from core import probe_result, tp_result
 from core.step_plan import MODES, without_graphs
 from ui.common import plain
+from ui.host_index import host_phrase
 from ui.uploads import files_go_with_the_session, release_upload
 
 RESULTS_KEY = "probe_results"  # session: label -> ProbeResult (uploaded and live runs)
@@ -115,16 +116,14 @@ def fallback_note(result, run) -> str | None:
         return None
     mode = MODES[run.mode]
     ran = "fused" if without_graphs(mode).fused else "unfused"
-    if mode.one_kernel:
-        rows = result.kernel_rows(run.mode)
-        why = (
-            f"the {mode.title} stops at {rows} rows"
-            if rows
-            else f"the {mode.title} did not run at this batch"
-        )
+    # Above the largest graph captured, any graph mode runs eagerly; below it, the mode's own kernels stopped.
+    largest, rows = result.largest_bucket, result.kernel_rows(run.mode)
+    if largest and run.batch > largest:
+        why = f"no graph was captured above {largest} rows"
+    elif rows:
+        why = f"the {mode.title} stops at {rows} rows"
     else:
-        largest = result.largest_bucket
-        why = f"no graph was captured above {largest} rows" if largest else "no graph was captured for it"
+        why = f"the {mode.title} did not run at this batch"
     return f"{ran} step, eager: {why}"
 
 
@@ -213,7 +212,7 @@ def upload_widget(key: str, select_key: str, accepts_tp: bool = False) -> None:
         why = f"**{plain(file.name)}** cannot be shown: {plain(str(err).removeprefix('result: '))}"
         st.error(why, icon=":material/error:")
     else:
-        label = f"uploaded: {file.name[:120]} ({describe(result)})"
+        label = with_host(f"uploaded: {file.name[:120]} ({describe(result)})", result)
         uploads = session_tp_results() if is_tp else session_results()
         if label not in uploads:
             uploads[label] = result
@@ -228,13 +227,25 @@ def upload_widget(key: str, select_key: str, accepts_tp: bool = False) -> None:
 
 
 def modes_of(result) -> str:
-    """'fused + graph, persistent kernel': the modes a run measured, as the page names them."""
+    """'fusion + graphs, persistent kernel': the modes a run measured, as the page names them."""
     return ", ".join(MODES[m].title for m in result.modes)
 
 
 def recorded_label(result) -> str:
-    """'recorded: 1b preset · fused + graph, persistent kernel · NVIDIA H200, 03 Dec 2026 08:58 UTC': a shipped
-    run as the Run menus name it, its modes included so that a run can be found by what it measured."""
+    """'recorded: 1b preset · fusion + graphs, persistent kernel · NVIDIA H200, 03 Dec 2026 08:58 UTC · host: 5.9 µs a
+    torch launch (5.2–7.1)': a shipped run as the Run menus name it, its modes included so that a run can be found
+    by what it measured, and its host's speed (`ui.host_index`)."""
+    return with_host(_label_before_host(result), result)
+
+
+def with_host(label: str, result) -> str:
+    """A run's label with its host's speed beside it: '… · host: 5.9 µs a torch launch (5.2–7.1)', or '… · host
+    not measured' for a file without the index."""
+    return f"{label} · {host_phrase(result)}"
+
+
+def _label_before_host(result) -> str:
+    """A shipped run's label before the labels named its host: links made then still open their run."""
     preset = preset_of(result)
     return f"recorded: {preset + ' preset · ' if preset else ''}{modes_of(result)} · {describe(result)}"
 
@@ -269,6 +280,11 @@ def run_picker(title: str, options: dict, key: str, help_text: str) -> str:
         st.session_state[key] = uploaded
     wanted = st.session_state.get(key) or st.query_params.get(key)  # a session's first run: the link's
     if wanted not in options:
-        before = {_label_before_modes(v[0]): o for o, v in options.items() if v[1:] == ("recorded",)}
+        before = {
+            old(v[0]): o
+            for o, v in options.items()
+            if v[1:] == ("recorded",)
+            for old in (_label_before_modes, _label_before_host)
+        }
         st.session_state[key] = before.get(wanted, next(iter(options)))
     return st.selectbox(title, tuple(options), key=key, help=help_text, bind="query-params")

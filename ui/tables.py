@@ -35,6 +35,7 @@ _STYLE = """<style>
 .lb-table td.long{overflow-wrap:anywhere;min-width:12em}
 .lb-table td.num,.lb-table th.num{text-align:right}
 .lb-table td.num{white-space:nowrap;font-variant-numeric:tabular-nums}
+.lb-table td.num.wrap{white-space:normal}
 .lb-table tr.faded td{color:rgba(49,51,63,0.6);font-style:italic}
 </style>"""
 
@@ -49,6 +50,7 @@ class Column:
     help: str = ""
     numeric: bool | None = None  # None: decided by the values (numbers align right, stay on one line)
     long: bool = False  # long identifiers (kernel names): broken anywhere to fit, not only at spaces
+    wrap: bool = False  # a number that may break at its spaces ('7,210 – 8,105': a span), still aligned right
 
 
 def _missing(value) -> bool:
@@ -113,7 +115,10 @@ def table_html(
         + f">{html.escape(c.label)}</th>"
         for k, c in cols.items()
     )
-    kind = {k: ' class="num"' if numeric[k] else ' class="long"' if c.long else "" for k, c in cols.items()}
+    kind = {
+        k: f' class="num{" wrap" if c.wrap else ""}"' if numeric[k] else ' class="long"' if c.long else ""
+        for k, c in cols.items()
+    }
     body = []
     for row in rows:
         cells = "".join(

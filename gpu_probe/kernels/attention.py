@@ -86,6 +86,7 @@ def _paged_attention_kernel(
     n_splits,
     qk_scale,
     x_ptr,
+    bias_ptr,
     stride_x,
     hidden,
     eps,
@@ -100,6 +101,7 @@ def _paged_attention_kernel(
     PDL: tl.constexpr,
     NORM: tl.constexpr,
     BLOCK_H: tl.constexpr,
+    BIAS: tl.constexpr,
 ):
     if PDL:
         gdc_launch_dependents()  # the next kernel may start streaming its weights now
@@ -145,12 +147,29 @@ def _paged_attention_kernel(
     q_sw = tl.load(row + heads[:, None] * HEAD_DIM + d_swap[None, :], mask=mask_g[:, None], other=0.0).to(
         tl.float32
     )
-    # Rotate, and fold the softmax scale (in log2 units) and the norm's 1/rms into q once.
-    q_rot = (q * cos[None, :] + q_sw * sin[None, :]) * (qk_scale * inv_rms)
     k_row = row + (N_HEADS + kv_head) * HEAD_DIM
     v_row = row + (N_HEADS + N_KV_HEADS + kv_head) * HEAD_DIM
-    k_new = (tl.load(k_row + d).to(tl.float32) * cos + tl.load(k_row + d_swap).to(tl.float32) * sin) * inv_rms
-    v_new = tl.load(v_row + d).to(tl.float32) * inv_rms
+    if BIAS:
+        # q, k and v of the normalised row plus their bias (Qwen2), then RoPE: the bias is rotated with them.
+        q_bias = bias_ptr + heads[:, None] * HEAD_DIM
+        q = q * inv_rms + tl.load(q_bias + d[None, :], mask=mask_g[:, None], other=0.0).to(tl.float32)
+        q_sw = q_sw * inv_rms + tl.load(q_bias + d_swap[None, :], mask=mask_g[:, None], other=0.0).to(
+            tl.float32
+        )
+        q_rot = (q * cos[None, :] + q_sw * sin[None, :]) * qk_scale
+        k_bias = bias_ptr + (N_HEADS + kv_head) * HEAD_DIM
+        v_bias = bias_ptr + (N_HEADS + N_KV_HEADS + kv_head) * HEAD_DIM
+        k = tl.load(k_row + d).to(tl.float32) * inv_rms + tl.load(k_bias + d).to(tl.float32)
+        k_sw = tl.load(k_row + d_swap).to(tl.float32) * inv_rms + tl.load(k_bias + d_swap).to(tl.float32)
+        k_new = k * cos + k_sw * sin
+        v_new = tl.load(v_row + d).to(tl.float32) * inv_rms + tl.load(v_bias + d).to(tl.float32)
+    else:
+        # Rotate, and fold the softmax scale (in log2 units) and the norm's 1/rms into q once.
+        q_rot = (q * cos[None, :] + q_sw * sin[None, :]) * (qk_scale * inv_rms)
+        k_new = (
+            tl.load(k_row + d).to(tl.float32) * cos + tl.load(k_row + d_swap).to(tl.float32) * sin
+        ) * inv_rms
+        v_new = tl.load(v_row + d).to(tl.float32) * inv_rms
 
     # The new token belongs to the last split: written to the cache, and scored from registers.
     is_last = split == n_splits - 1
@@ -389,6 +408,7 @@ def paged_decode_attention(
     pdl: bool = False,
     norm_input: torch.Tensor | None = None,
     norm_eps: float = 1e-5,
+    qkv_bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """RoPE + paged K/V write + decode attention; returns [B, n_heads * head_dim] in qkv's dtype.
 
@@ -396,7 +416,8 @@ def paged_decode_attention(
     kernel merges them); n_splits = 1 writes the output directly. pdl: programmatic dependent
     launch (Hopper+; ignored elsewhere), as in linear.py. norm_input: the un-normalised rows x
     that qkv was computed from with the RMSNorm weight folded in: q, k and v are scaled by each
-    row's 1/rms(x) here (the wide path, whose QKV GEMM is cuBLAS's).
+    row's 1/rms(x) here (the wide path, whose QKV GEMM is cuBLAS's). qkv_bias: [(heads + 2 KV heads) *
+    head_dim], added to q, k and v after that scale and before RoPE (the wide path of a model with one).
     """
     key = (
         qkv.shape,
@@ -424,6 +445,7 @@ def paged_decode_attention(
         pdl,
         None if norm_input is None else (norm_input.shape, norm_input.stride(), norm_input.dtype),
         norm_eps,
+        None if qkv_bias is None else (qkv_bias.shape, qkv_bias.stride(), qkv_bias.dtype),
         qkv.get_device(),
     )
     plan = _DECODE_PLANS.get(key)
@@ -441,12 +463,26 @@ def paged_decode_attention(
             pdl,
             norm_input,
             norm_eps,
+            qkv_bias,
         )
         plan = launch.remember(_DECODE_PLANS, key, fresh)
     out, partial, lse = plan.outputs()
     x = norm_input if norm_input is not None else qkv
+    bias = qkv_bias if qkv_bias is not None else qkv
     plan.attend(
-        qkv, positions, block_tables, slot_mapping, context_lens, k_cache, v_cache, cos, sin, partial, lse, x
+        qkv,
+        positions,
+        block_tables,
+        slot_mapping,
+        context_lens,
+        k_cache,
+        v_cache,
+        cos,
+        sin,
+        partial,
+        lse,
+        x,
+        bias,
     )
     if plan.merge is not None:
         plan.merge(partial, lse, out)
@@ -466,12 +502,20 @@ def _decode_plan(
     pdl,
     norm_input,
     norm_eps,
+    qkv_bias=None,
 ) -> _AttentionPlan:
     batch = qkv.shape[0]
     block_size, head_dim = _check_cache(k_cache, v_cache, n_kv_heads, block_tables)
     if qkv.shape[1] != (n_heads + 2 * n_kv_heads) * head_dim or qkv.stride(1) != 1:
         raise ValueError(
             f"paged_decode_attention: qkv [{batch}, (heads + 2 KV heads) * head_dim] with contiguous rows"
+        )
+    if qkv_bias is not None and (
+        tuple(qkv_bias.shape) != (qkv.shape[1],) or qkv_bias.stride(0) != 1 or qkv_bias.dtype != qkv.dtype
+    ):
+        raise ValueError(
+            f"paged_decode_attention: qkv_bias must be a contiguous [{qkv.shape[1]}] {qkv.dtype} tensor, got "
+            f"{list(qkv_bias.shape)} {qkv_bias.dtype}"
         )
     group = n_heads // n_kv_heads
     if block_n is None:
@@ -490,6 +534,7 @@ def _decode_plan(
         n_splits,
         LOG2E / math.sqrt(head_dim),
         None,  # x: the norm's input, else qkv again
+        None,  # the bias on q, k and v, else qkv again
         norm_input.stride(0) if norm_input is not None else 0,
         norm_input.shape[1] if norm_input is not None else 1,
         norm_eps,
@@ -506,10 +551,11 @@ def _decode_plan(
         "PDL": pdl,
         "NORM": norm_input is not None,
         "BLOCK_H": triton.next_power_of_2(norm_input.shape[1]) if norm_input is not None else 1,
+        "BIAS": qkv_bias is not None,
         "num_warps": 4,
         **options,
     }
-    slots = (*range(11), 17)
+    slots = (*range(11), 17, 18)
     attend = launch.Launch(_paged_attention_kernel, (batch, n_kv_heads, n_splits), args, meta, slots)
     merge = _merge_launch(batch, n_splits, n_heads, head_dim, options)
     return _AttentionPlan(attend, merge, *_plan_outputs(batch, n_heads, head_dim, n_splits, qkv))
@@ -602,11 +648,14 @@ def paged_decode_attention_reference(
     n_kv_heads: int,
     norm_input=None,
     norm_eps: float = 1e-5,
+    qkv_bias=None,
 ) -> torch.Tensor:
     """Plain PyTorch, fp32, one sequence at a time: rotate, write the cache, attend. Returns [B, H*D]."""
     if norm_input is not None:
         x = norm_input.float()
         qkv = qkv.float() * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + norm_eps)
+    if qkv_bias is not None:
+        qkv = qkv.float() + qkv_bias.float()
     batch = qkv.shape[0]
     head_dim = k_cache.shape[-1]
     half = head_dim // 2

@@ -6,6 +6,9 @@
 - swiglu: W is [gate; up] packed along the output dim (2F rows); each program computes the
   same F-columns of gate and up with two accumulators and stores silu(gate) * up.
 - residual: the epilogue adds a residual tensor (the o_proj and down_proj residual adds).
+- bias: the epilogue adds a bias per output column (Qwen2's q, k and v), after the norm's 1/rms scale:
+  (x / rms * g) @ W^T + b == (x @ (W * g)^T) / rms + b. A constexpr flag: without it the kernels are the
+  ones they were, the bias pointer an unused stand-in.
 
 Two kernels share those epilogues. At batch <= GEMV_MAX_ROWS a GEMV on CUDA cores with a few
 output rows per program (hundreds of programs, all resident) streams W. Above it a tensor-core
@@ -146,16 +149,20 @@ def _epilogue(
     eps,
     out_ptr,
     res_ptr,
+    bias_ptr,
     stride_om,
     stride_rm,
     NORM: tl.constexpr,
     SWIGLU: tl.constexpr,
     RESIDUAL: tl.constexpr,
+    BIAS: tl.constexpr,
 ):
     if NORM:
         inv_rms = tl.rsqrt(sum_sq / K + eps)
         acc = acc * inv_rms[:, None]
         acc_up = acc_up * inv_rms[:, None]
+    if BIAS:  # after the norm's scale: the bias belongs to the projection of the normalised x
+        acc = acc + tl.load(bias_ptr + offs_n, mask=mask_n, other=0.0).to(tl.float32)[None, :]
     if SWIGLU:
         acc = acc * tl.sigmoid(acc) * acc_up
     mask_out = mask_m[:, None] & mask_n[None, :]
@@ -216,6 +223,7 @@ def _gemv_kernel(
     w_ptr,
     out_ptr,
     res_ptr,
+    bias_ptr,
     M,
     N,
     K,
@@ -228,6 +236,7 @@ def _gemv_kernel(
     NORM: tl.constexpr,
     SWIGLU: tl.constexpr,
     RESIDUAL: tl.constexpr,
+    BIAS: tl.constexpr,
     PDL: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -268,11 +277,13 @@ def _gemv_kernel(
         eps,
         out_ptr,
         res_ptr,
+        bias_ptr,
         stride_om,
         stride_rm,
         NORM,
         SWIGLU,
         RESIDUAL,
+        BIAS,
     )
 
 
@@ -361,6 +372,7 @@ def _fused_linear_kernel(
     w_ptr,
     out_ptr,
     res_ptr,
+    bias_ptr,
     M,
     N,
     K,
@@ -377,6 +389,7 @@ def _fused_linear_kernel(
     NORM: tl.constexpr,
     SWIGLU: tl.constexpr,
     RESIDUAL: tl.constexpr,
+    BIAS: tl.constexpr,
     IEEE: tl.constexpr,
     PDL: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -445,11 +458,13 @@ def _fused_linear_kernel(
         eps,
         out_ptr,
         res_ptr,
+        bias_ptr,
         stride_om,
         stride_rm,
         NORM,
         SWIGLU,
         RESIDUAL,
+        BIAS,
     )
 
 
@@ -561,7 +576,7 @@ def pdl_supported(device: torch.device) -> bool:
 
 
 class _LinearPlan:
-    """fused_linear at one key: its launch (x, weight, out, residual at slots 0-3) and, where the caller gives
+    """fused_linear at one key: its launch (x, weight, out, residual, bias at slots 0-4) and, where the caller gives
     no `out`, the template its output is allocated from."""
 
     __slots__ = ("launch", "out_like")
@@ -588,8 +603,11 @@ def fused_linear(
     config: dict | None = None,
     out: torch.Tensor | None = None,
     pdl: bool = False,
+    bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """x[M, K] @ weight[N (or 2F when swiglu), K]^T with the fusions of the module doc; returns [M, N or F].
+
+    bias: [N] added per output column after the norm's scale (not with swiglu).
 
     out: write the result there (shape [M, N or F], weight's dtype, rows contiguous) instead of a new
     tensor -- e.g. a graph runner's static logits buffer, which lives outside the graph's pool.
@@ -612,22 +630,23 @@ def fused_linear(
         pdl,
         None if residual is None else (residual.shape, residual.stride(), residual.dtype),
         None if out is None else (out.shape, out.stride(), out.dtype, out.get_device()),
+        None if bias is None else (bias.shape, bias.stride(), bias.dtype),
     )
     if config is not None:
-        plan = _linear_plan(x, weight, rms_eps, swiglu, residual, out, pdl, config)
+        plan = _linear_plan(x, weight, rms_eps, swiglu, residual, out, pdl, config, bias)
     else:
         plan = _LINEAR_PLANS.get(key)
         if plan is None or launch.VERIFY:
             plan = launch.remember(
-                _LINEAR_PLANS, key, _linear_plan(x, weight, rms_eps, swiglu, residual, out, pdl, None)
+                _LINEAR_PLANS, key, _linear_plan(x, weight, rms_eps, swiglu, residual, out, pdl, None, bias)
             )
     if out is None:
         out = torch.empty_like(plan.out_like)
-    plan.launch(x, weight, out, residual if residual is not None else out)
+    plan.launch(x, weight, out, residual if residual is not None else out, bias if bias is not None else out)
     return out
 
 
-def _linear_plan(x, weight, rms_eps, swiglu, residual, out, pdl, config) -> _LinearPlan:
+def _linear_plan(x, weight, rms_eps, swiglu, residual, out, pdl, config, bias=None) -> _LinearPlan:
     """The kernel, tiles, grid and arguments of one fused_linear key (`config`: a one-off override)."""
     m, k = x.shape
     n_out = weight.shape[0] // 2 if swiglu else weight.shape[0]
@@ -635,6 +654,13 @@ def _linear_plan(x, weight, rms_eps, swiglu, residual, out, pdl, config) -> _Lin
         raise ValueError(
             f"fused_linear: x [{m}, {k}] and weight [N, {k}] need contiguous rows, got weight "
             f"{list(weight.shape)} with strides {weight.stride()}"
+        )
+    if bias is not None and (
+        swiglu or tuple(bias.shape) != (n_out,) or bias.stride(0) != 1 or bias.dtype != weight.dtype
+    ):
+        raise ValueError(
+            f"fused_linear: bias must be a contiguous [{n_out}] {weight.dtype} tensor and not with swiglu, got "
+            f"{list(bias.shape)} {bias.dtype}{' with swiglu' if swiglu else ''}"
         )
     out_like = None
     if out is None:
@@ -661,7 +687,8 @@ def _linear_plan(x, weight, rms_eps, swiglu, residual, out, pdl, config) -> _Lin
         cfg["BLOCK_N"] = max(cfg["BLOCK_N"], min(32, triton.next_power_of_2(n_out)))
     kernel = cfg.pop("kernel")
     args = (
-        None,  # x, weight, out and the residual (out again without one): the launch's slots
+        None,  # x, weight, out, the residual and the bias (out again without them): the launch's slots
+        None,
         None,
         None,
         None,
@@ -675,12 +702,14 @@ def _linear_plan(x, weight, rms_eps, swiglu, residual, out, pdl, config) -> _Lin
         residual.stride(0) if residual is not None else out_stride,
         rms_eps if rms_eps is not None else 0.0,
     )
-    flags = dict(NORM=rms_eps is not None, SWIGLU=swiglu, RESIDUAL=residual is not None)
+    flags = dict(
+        NORM=rms_eps is not None, SWIGLU=swiglu, RESIDUAL=residual is not None, BIAS=bias is not None
+    )
     pdl = pdl and pdl_supported(weight.device) and (kernel == "gemv" or TILE_PDL)
     if pdl:
         cfg["launch_pdl"] = True  # only named when set: the CPU interpreter knows no such option
     bind = config is None
-    slots = (0, 1, 2, 3)  # x, weight, out and the residual, given per call
+    slots = (0, 1, 2, 3, 4)  # x, weight, out, the residual and the bias, given per call
     if kernel == "gemv":
         grid = (triton.cdiv(n_out, cfg["BLOCK_N"]),)
         return _LinearPlan(
@@ -789,12 +818,15 @@ def fused_linear_reference(
     rms_eps: float | None = None,
     swiglu: bool = False,
     residual: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The same function, one op at a time in fp32."""
     a = x.float()
     y = a @ weight.float().t()
     if rms_eps is not None:
         y = y * torch.rsqrt(a.pow(2).mean(-1, keepdim=True) + rms_eps)
+    if bias is not None:
+        y = y + bias.float()
     if swiglu:
         gate, up = y.chunk(2, dim=-1)
         y = torch.nn.functional.silu(gate) * up

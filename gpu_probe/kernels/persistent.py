@@ -29,6 +29,7 @@ import torch
 import triton
 
 from gpu_probe.decode_batch import DecodeBatch
+from gpu_probe.kernel_sets import persistent_refusal
 from gpu_probe.kernels.attention import LOG2E
 from gpu_probe.kernels.persistent_kernel import STATE_ERROR, STATE_WORDS, _decode_step_kernel
 
@@ -301,23 +302,27 @@ def precompile(
 
 
 def _precompile_job(job: tuple) -> str | None:
-    preset, batch, num_blocks, programs, trace = job
+    cfg, batch, num_blocks, programs, trace = job
     try:
-        from gpu_probe.config import get_config
+        if isinstance(cfg, str):
+            from gpu_probe.config import get_config
 
-        precompile(get_config(preset), PersistentConfig(), batch, num_blocks, programs, trace)
+            cfg = get_config(cfg)
+        precompile(cfg, PersistentConfig(), batch, num_blocks, programs, trace)
         return None
     except Exception as err:  # reported, not raised: the launch then compiles it in this process
         return f"{type(err).__name__}: {str(err)[:300]}"
 
 
-def precompile_in_workers(preset: str, batches, num_blocks: int, programs: int, trace: bool = False) -> list:
+def precompile_in_workers(cfg, batches, num_blocks: int, programs: int, trace: bool = False) -> list:
     """Compile the default layout's kernels for these batches in parallel worker processes (a kernel takes
-    ~10-20 s to compile; Triton's on-disk cache then serves the real launches). Returns the errors."""
+    ~10-20 s to compile; Triton's on-disk cache then serves the real launches). Returns the errors.
+    cfg: the model's ProbeModelConfig (sent to the workers whole: a config read from a file is no preset), or
+    a preset's name."""
     import concurrent.futures as cf
     import multiprocessing as mp
 
-    jobs = [(preset, b, num_blocks, programs, t) for b in batches for t in ({False, trace})]
+    jobs = [(cfg, b, num_blocks, programs, t) for b in batches for t in ({False, trace})]
     workers = max(1, min(len(jobs), (os.cpu_count() or 2) - 2, 14))
     with cf.ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
         return [err for err in pool.map(_precompile_job, jobs) if err]
@@ -339,8 +344,9 @@ class PersistentDecoder:
         self.model, self.config = model, config or PersistentConfig()
         self.cfg, self.dtype, self.kv_cache = model.cfg, model.dtype, model.kv_cache
         cfg, dev = self.cfg, model.device
-        if cfg.q_size != cfg.hidden:
-            raise ValueError("the persistent kernel needs n_heads * head_dim == hidden")
+        refused = persistent_refusal(cfg)  # rather than compute something else
+        if refused:
+            raise ValueError(refused)
         self.on_gpu = dev.type == "cuda"
         if not self.on_gpu and os.environ.get("TRITON_INTERPRET") != "1":
             raise RuntimeError(

@@ -12,7 +12,7 @@
 from functools import lru_cache
 
 from sim.calibration.fit import GOAL, WORST_GOAL, Calibration, calibrate
-from sim.calibration.model import NAMES, PARAMS, model_from_result, points_from_result
+from sim.calibration.model import NAMES, PARAMS, graph_cost, model_from_result, points_from_result
 from sim.calibration.preset import calibrated_preset
 from sim.calibration.synthetic import synthetic_result
 from sim.timing import GraphReplayCost
@@ -24,11 +24,21 @@ def graph_cost_from_result(result) -> GraphReplayCost:
 
 
 @lru_cache(maxsize=1)
-def recorded_graph_cost() -> GraphReplayCost:
-    """The replay cost calibrated to the shipped recorded run (gpu_probe/recorded/small.json); cached."""
+def recorded_calibration() -> Calibration:
+    """The shipped recorded run's calibration (gpu_probe/recorded/small.json), without leave-one-out; cached."""
     from core.probe_result import recorded_result
 
-    return graph_cost_from_result(recorded_result())
+    return calibrate(recorded_result(), loo=False)
+
+
+@lru_cache(maxsize=8)
+def recorded_graph_cost(host_index: float | None = None) -> GraphReplayCost:
+    """The replay cost calibrated to the shipped recorded run; with `host_index` (µs a torch launch), carried to
+    that host (`Calibration.on_host`: the run's own where it measured no index). Cached."""
+    cal = recorded_calibration()
+    if not (host_index and cal.host_index):
+        return cal.graph_cost
+    return graph_cost(dict(zip(NAMES, cal.on_host(host_index).tolist())))
 
 
 __all__ = [
@@ -43,6 +53,7 @@ __all__ = [
     "graph_cost_from_result",
     "model_from_result",
     "points_from_result",
+    "recorded_calibration",
     "recorded_graph_cost",
     "synthetic_result",
 ]

@@ -12,6 +12,9 @@ steps take the calibrated times:
 - graph replay: the fitted cost at the probe's node count;
 - attention: an effective context (context × GEMV bandwidth / attention bandwidth).
 
+On another host (`host_index`, µs a torch launch), the launch and replay costs are the fit's carried to
+that host's speed by `Calibration.on_host` and predicted again; the GPU's figures stay as fitted.
+
 numpy only.
 """
 
@@ -21,16 +24,22 @@ from dataclasses import replace
 
 from core.step_plan import FUSED_GRAPH, StepPlan
 from sim.calibration.fit import Calibration, calibrate
+from sim.calibration.model import NAMES, graph_cost
 from sim.calibration.report import format_param
 from sim.config import HardwareConfig, Preset
 from sim.step.kernels import step_kernels
 from sim.step.schedule import simulate_step
 
 
-def calibrated_preset(result, cal: Calibration | None = None) -> Preset:
-    """The preset of `result`'s calibration (fitted here without leave-one-out when not given)."""
+def calibrated_preset(result, cal: Calibration | None = None, host_index: float | None = None) -> Preset:
+    """The preset of `result`'s calibration (fitted here without leave-one-out when not given); with
+    `host_index` (µs a torch launch), its host costs on that host (`Calibration.on_host`; unchanged where the
+    run did not measure its own host)."""
     cal = cal or calibrate(result, loo=False)
-    p = cal.params
+    moved = bool(host_index and cal.host_index and host_index != cal.host_index)
+    theta = cal.on_host(host_index) if moved else cal.theta
+    p = dict(zip(NAMES, theta.tolist()))
+    predicted = cal.simulator.predict(theta) if moved else cal.predicted
     # The probe's fused kernels: the steps of the rows the Simulator's fusion toggle selects (eager, or replayed).
     fused = [pt for pt in cal.points if pt.mode.toggles and pt.mode.fused] or list(cal.points)
     smallest = min(fused, key=lambda pt: (pt.batch, not pt.replays))
@@ -53,7 +62,7 @@ def calibrated_preset(result, cal: Calibration | None = None) -> Preset:
     if (
         eager_at is not None
     ):  # the fused step's host time as fitted (Triton launches, split merges at their share)
-        eager_kernels, eager_host = points[eager_at].kernels, float(cal.predicted[eager_at, 1])
+        eager_kernels, eager_host = points[eager_at].kernels, float(predicted[eager_at, 1])
         host_source = (
             f"the probe's {points[eager_at].mode.title} step at batch {points[eager_at].batch}, {eager_host:.0f} µs of host time for its "
             f"{eager_kernels} kernels"
@@ -65,12 +74,13 @@ def calibrated_preset(result, cal: Calibration | None = None) -> Preset:
             f"(no point constrains it) × the {eager_kernels} kernels of its {smallest.mode.title} step"
         )
     launch_us = eager_host / sim_kernels
-    replay_us = float(cal.graph_cost.host_us(nodes))
+    replay_us = float(graph_cost(p).host_us(nodes))
     tflops = p["tile_gemm_wide_TFLOPs"] if cal.fitted.get("tile_gemm_wide_TFLOPs") else 700.0
     context = max(1, round(cal.model.context_len * p["gemv_GBps"] / p["attention_GBps"]))
     device = cal.device.replace("NVIDIA ", "")
     hw = HardwareConfig(
-        name=f"{device}, calibrated to its fused kernels",
+        name=f"{device}, calibrated to its fused kernels"
+        + (f", on a host of {host_index:.2f} µs a torch launch" if moved else ""),
         hbm_GBps=p["gemv_GBps"],
         matrix_TFLOPs=tflops,
         min_kernel_us=0.0,
@@ -81,15 +91,17 @@ def calibrated_preset(result, cal: Calibration | None = None) -> Preset:
     model = replace(counted, name=f"probe-{cal.model.name}", context_len=context)
     # The latency: what makes the simulator's fused batch-1 step as busy as the calibrated one (PDL's
     # overlap included).
-    target_busy = float(cal.predicted[list(cal.points).index(smallest), 2])
+    target_busy = float(cal.predicted[list(cal.points).index(smallest), 2])  # GPU: as fitted, on any host
     bare = simulate_step(model, hw, StepPlan(FUSED_GRAPH, smallest.batch)).metrics
     latency = max((target_busy - bare.gpu_busy_us) / sim_kernels, 0.0)
     hw = replace(hw, min_kernel_us=latency)
     if cal.fitted.get("persistent_latency_us"):  # the run has a persistent kernel: its barriers, per phase
         hw = replace(hw, barrier_us=p["persistent_latency_us"] / sim_kernels)
     note = _note(
-        cal, smallest, graph, sim_kernels, latency, context, launch_us, host_source, replay_us, nodes
+        cal, p, smallest, graph, sim_kernels, latency, context, launch_us, host_source, replay_us, nodes
     )
+    if moved:
+        note += "\n" + _host_note(cal.host_index, host_index)
     return Preset(
         key=f"calibrated-{device.lower().replace(' ', '-')}",
         title=f"probe decoder on {device}",
@@ -111,9 +123,18 @@ FITTED_SHOWN = (
 )
 
 
-def _note(cal, smallest, graph, sim_kernels, latency, context, launch_us, host_source, replay_us, nodes):
-    """Why each of the preset's figures is what it is, each named by the one step it was read from."""
-    p = cal.params
+def _host_note(own: float, index: float) -> str:
+    """What carrying the preset to another host changed, and what it left."""
+    return (
+        f"- On a host of {index:.2f} µs a torch launch (the run's: {own:.2f} µs): the launch and replay costs "
+        f"above are the fit's scaled by {index / own:.3f}, that host's index over the run's (Calibration.on_host); "
+        "the GPU's figures are the run's."
+    )
+
+
+def _note(cal, p, smallest, graph, sim_kernels, latency, context, launch_us, host_source, replay_us, nodes):
+    """Why each of the preset's figures is what it is, each named by the one step it was read from (`p`: the
+    parameters, on the host the preset is for)."""
     fitted = "; ".join(format_param(n, p[n]) for n in FITTED_SHOWN)
     lines = [
         f"Fitted to a probe run on {cal.device}, following its fused (Triton) kernels at batch 1: {fitted}.",

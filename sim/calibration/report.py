@@ -60,13 +60,13 @@ def summary(errors: dict) -> dict:
         "median": float(np.median(np.abs(list(errors.values())))),
         "worst_mode": {"mode": worst_mode, "median_error": by_mode[worst_mode]},
         "worst_point": {"mode": worst[0], "batch": worst[1], "error": errors[worst]},
-        "fused_graph_b1": errors.get((FUSED_GRAPH.name, 1)),
+        f"{FUSED_GRAPH.slug}_b1": errors.get((FUSED_GRAPH.name, 1)),
     }
 
 
 def verdict(s: dict, what: str) -> str:
     """One sentence: the median, the worst mode and the worst point, against the goals."""
-    wm, wp, b1 = s["worst_mode"], s["worst_point"], s["fused_graph_b1"]
+    wm, wp, b1 = s["worst_mode"], s["worst_point"], s[f"{FUSED_GRAPH.slug}_b1"]
     met = wm["median_error"] <= GOAL and abs(wp["error"]) <= WORST_GOAL and (b1 is None or abs(b1) <= GOAL)
     text = (
         f"{what}: median error {100 * s['median']:.1f} %; worst mode {wm['mode']} "

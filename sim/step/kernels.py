@@ -21,7 +21,7 @@ import numpy as np
 from core.step_plan import Mode
 from sim.config import HardwareConfig, ModelConfig
 from sim.step.kernel_sets import kernel_set
-from sim.step.ops import MODEL_LEVEL, Op, fusion_table, model_ops  # noqa: F401 (ui/simulator/sections.py: MODEL_LEVEL, fusion_table)
+from sim.step.ops import Op, model_ops
 from sim.timing import AllReduceCost, kernel_us
 
 

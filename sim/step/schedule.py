@@ -51,18 +51,24 @@ class SimulatedStep:
     baseline: StepMetrics  # the same plan unoptimised: fusion off, graphs off
     model: ModelConfig = field(repr=False, default=None)
     hardware: HardwareConfig = field(repr=False, default=None)
+    phases: bool = (
+        False  # its GPU intervals are the phases of one kernel (the persistent kernel), not kernels
+    )
 
     @property
     def speedup(self) -> float:
         return self.baseline.step_us / self.metrics.step_us
 
 
-def _timeline(model: ModelConfig, hw: HardwareConfig, plan: StepPlan, allreduce: AllReduceCost) -> Timeline:
+def _timeline(
+    model: ModelConfig, hw: HardwareConfig, plan: StepPlan, allreduce: AllReduceCost
+) -> tuple[Timeline, bool]:
+    """The step drawn, and whether its GPU intervals are the phases of one kernel (its kernel set's to say)."""
     runs_as = plan.runs_as
     kernels = step_kernels(model, runs_as, plan.tp)
     how = kernel_set(runs_as).submission(hw, runs_as, len(kernels), plan.bucket)
     dur = kernels.us(hw, allreduce, plan.rows, plan.padded_rows, how.latency_us)
-    return how.timeline(dur, kernels.names, label=plan.label(model.name))
+    return how.timeline(dur, kernels.names, label=plan.label(model.name)), how.phases
 
 
 def simulate_step(
@@ -77,12 +83,18 @@ def simulate_step(
     (the published figures by default: `sim.step.tensor_parallel.published_allreduce`)."""
     plan = plan or StepPlan()
     allreduce = allreduce or published_allreduce(plan.tp)
-    timeline = _timeline(model, hw, plan, allreduce)
+    timeline, phases = _timeline(model, hw, plan, allreduce)
     metrics = timeline.metrics()
     base = plan.baseline
-    baseline = metrics if base == plan else _timeline(model, hw, base, allreduce).metrics()
+    baseline = metrics if base == plan else _timeline(model, hw, base, allreduce)[0].metrics()
     return SimulatedStep(
-        timeline=timeline, metrics=metrics, plan=plan, baseline=baseline, model=model, hardware=hw
+        timeline=timeline,
+        metrics=metrics,
+        plan=plan,
+        baseline=baseline,
+        model=model,
+        hardware=hw,
+        phases=phases,
     )
 
 

@@ -37,6 +37,7 @@ class Submission:
     gap_us: float  # GPU time between two kernels (a node gap; none between one kernel's phases)
     latency_us: float  # each kernel's fixed GPU cost: a kernel's latency, or a barrier between phases
     host_name: str  # the one call's name on the CPU lane ("" with a launch per kernel)
+    phases: bool = False  # the GPU lane's intervals are the phases of one kernel, not kernels
 
     @property
     def per_kernel(self) -> bool:
@@ -57,11 +58,12 @@ class Submission:
 
 
 def _replayed(
-    hw: HardwareConfig, nodes: int, gap_us: float, latency_us: float, what: str, bucket
+    hw: HardwareConfig, nodes: int, gap_us: float, latency_us: float, what: str, bucket, phases: bool = False
 ) -> Submission:
     """One graph replay of `nodes` nodes (`bucket`: the size captured, for the CPU lane's name)."""
     host = float(hw.replay_cost.host_us(nodes))
-    return Submission(1, host, 0.0, host, gap_us, latency_us, f"cudaGraphLaunch (bucket {bucket}, {what})")
+    name = f"cudaGraphLaunch (bucket {bucket}, {what})"
+    return Submission(1, host, 0.0, host, gap_us, latency_us, name, phases)
 
 
 def kernel_by_kernel(
@@ -81,6 +83,6 @@ def as_one_kernel(hw: HardwareConfig, m: Mode, n_phases: int, bucket: int | None
     """The step as one persistent kernel of `n_phases` phases: one launch (or a graph of one node), then the
     phases back to back, no gap between them, each paying a grid barrier (`HardwareConfig.barrier_us`)."""
     if m.graphs:
-        return _replayed(hw, 1, 0.0, hw.barrier_us, "one persistent kernel", bucket)
+        return _replayed(hw, 1, 0.0, hw.barrier_us, "one persistent kernel", bucket, phases=True)
     launch = hw.eager_launch_us * m.launch_scale
-    return Submission(1, launch, 0.0, launch, 0.0, hw.barrier_us, "launch persistent kernel")
+    return Submission(1, launch, 0.0, launch, 0.0, hw.barrier_us, "launch persistent kernel", phases=True)

@@ -438,8 +438,9 @@ def whatifs(step: TraceStep, cost: GraphReplayCost) -> dict[str, WhatIf]:
     return out
 
 
-def default_replay_cost() -> GraphReplayCost:
-    """The replay cost calibrated to the probe's recorded H200 run (the figures the what-ifs use by default)."""
+def default_replay_cost(host_index: float | None = None) -> GraphReplayCost:
+    """The replay cost calibrated to the probe's recorded H200 run (the figures the what-ifs use by default); with
+    `host_index` (µs a torch launch), on that host: a trace from a quick host is not priced at a slow run's."""
     from sim.calibration import recorded_graph_cost
 
-    return recorded_graph_cost()
+    return recorded_graph_cost(host_index)

@@ -209,7 +209,7 @@ def test_kernels_copies_and_memsets_are_counted_apart_and_steps_numbered_alike(p
     )
     # The probe's own trace, shipped and uploaded: one numbering, one rule.
     open_app(
-        page, app_url, "tab=Your+trace&tr_trace=Probe+0.5B+fused+%2B+CUDA+graph", wait_for=".st-key-tr_lanes"
+        page, app_url, "tab=Your+trace&tr_trace=Probe+0.5B+fusion+%2B+graphs", wait_for=".st-key-tr_lanes"
     )
     shipped = re.search(r"Step \d+ of \d+, found by [^.]+", text(page)).group(0)
     upload(

@@ -94,7 +94,7 @@ def _one_batch(model, runner, n, gen, pristine, DecodeBatch, PaddingCorruption) 
         ids = torch.randint(0, model.cfg.vocab, (n,), generator=gen)
         batch = DecodeBatch(input_ids=ids, **inputs)
         cache.kv.copy_(pristine)
-        reference = model(**batch.as_dict()).float().clone()  # unpadded, eager: the right answer
+        reference = model(batch).float().clone()  # unpadded, eager: the right answer
         cache.kv.copy_(pristine)
         padded = runner.run(batch).float().clone()  # what the user gets
         bucket = runner.last_bucket

@@ -25,6 +25,7 @@ from ui.calibration_cache import (
 )
 from ui.charts import format_us, lanes_figure
 from ui.common import counts_text, gpu_counts, plain, profiled_against_median
+from ui.host_index import NOT_MEASURED, host_phrase
 from ui.probe_results import available_results, fallback_note, recorded, run_picker, upload_widget
 from ui.tables import Column, show_table
 
@@ -47,6 +48,18 @@ CALIBRATE_PARAMS: dict[str, tuple] = {
 LOO_LABEL = "Median step-time error (leave-one-out)"
 SCOPE = "calibration"  # this tab's own first screen (ui/first_paint.py)
 READOUT = ".st-key-cal_headline [data-testid=stMetricValue]"  # on screen: the first screen is shown
+
+
+def host_fitted(result) -> str:
+    """One line beside the lanes' title: the run's host, whose launch and replay costs the fit learned."""
+    phrase = host_phrase(result)
+    if phrase == NOT_MEASURED:
+        return (
+            "Host not measured: the fit's launch and replay costs are this run's host's, however fast it was."
+        )
+    return f"{phrase[0].upper()}{phrase[1:]}: the fit's launch and replay costs are this host's."
+
+
 STEP_TIME_TO_READ = (
     "**Which step time to read:** the *leave-one-out* errors: each step's median time, predicted by a fit that "
     "never saw that step."
@@ -183,7 +196,9 @@ def _pickers(cal: Calibration, columns) -> tuple:
 
 
 def _overlay(cal: Calibration, result, mode: str, batch: int, whole: bool, index: int) -> None:
-    st.markdown("**Simulated over measured lanes**")
+    title_col, host_col = st.columns([1, 2.3], vertical_alignment="bottom")
+    title_col.markdown("**Simulated over measured lanes**")
+    host_col.caption(host_fitted(result))  # beside the title: no height of its own
     measured, simulated = result.run(mode, batch).timeline, cal.timeline(index)
     st.plotly_chart(
         lanes_figure(measured, overlay=simulated, whole_step=whole),

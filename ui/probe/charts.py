@@ -120,9 +120,13 @@ def batch_axis_figure(result, fallback_note=None) -> go.Figure:
 
     A run that fell back to other kernels (`eager_fallback`: the persistent kernel above the rows it runs) is drawn
     as what it is: a hollow marker, joined by a dashed segment, named by `fallback_note(run)` in its hover. The batch
-    where a mode's tokens/s saturates (`ui.throughput`, over its own steps) is a diamond on the right panel."""
+    where a mode's tokens/s saturates (`ui.throughput`, over its own steps) is a diamond on the right panel.
+
+    Each point's bar spans the p10-p90 of the step it draws (`ui.probe.tables.throughput_spread`), where the file
+    kept it: host-bound steps move with the host."""
     from core.probe_result import REFERENCE_KINDS
     from core.step_plan import FUSED_GRAPH, MODES
+    from ui.probe.tables import throughput_spread, throughput_us
     from ui.throughput import saturation, tokens_per_s
 
     traces = []
@@ -131,9 +135,10 @@ def batch_axis_figure(result, fallback_note=None) -> go.Figure:
         if not runs:
             continue
         style = {"color": mode.colour, "width": 2.5 if mode is FUSED_GRAPH else 1.5}
-        us = [r.step_us_back_to_back or r.step_us_median for r in runs]
+        us = [throughput_us(r) for r in runs]
         notes = [(fallback_note(r) if fallback_note else None) or "" for r in runs]
-        traces += _mode_lines(mode.title, [r.batch for r in runs], us, notes, style)
+        spread = [throughput_spread(r) for r in runs]
+        traces += _mode_lines(mode.title, [r.batch for r in runs], us, notes, style, spread)
     batches = list(result.batches)
     floor = {"color": "#111", "dash": "longdash", "width": 1.5}
     traces += _panel_pair("floor (roofline)", batches, [result.floor_us(b) for b in batches], floor, None)
@@ -142,13 +147,14 @@ def batch_axis_figure(result, fallback_note=None) -> go.Figure:
         for kind, dash in zip(REFERENCE_KINDS, ("dot", "dash")):
             runs = sorted((r for r in reference.runs if r.mode == kind), key=lambda r: r.batch)
             if runs:
-                us = [r.step_us_back_to_back or r.step_us_median for r in runs]
+                us = [throughput_us(r) for r in runs]
                 traces += _panel_pair(
                     f"Hugging Face {kind}, same shape, same GPU",
                     [r.batch for r in runs],
                     us,
                     {"color": "#8c6d31", "dash": dash, "width": 2},
                     saturation([r.batch for r in runs], tokens_per_s([r.batch for r in runs], us)),
+                    spread=[throughput_spread(r) for r in runs],
                 )
     fig = go.Figure(traces)
     axis = {"type": "log", "tickvals": batches, "title": "batch size (log scale)"}
@@ -165,20 +171,23 @@ def batch_axis_figure(result, fallback_note=None) -> go.Figure:
     return fig
 
 
-def _mode_lines(title: str, batches, us, notes, style: dict) -> list[go.Scatter]:
+def _mode_lines(title: str, batches, us, notes, style: dict, spread=None) -> list[go.Scatter]:
     """A mode's own steps (solid, filled markers) and its fallbacks (dashed from its last own step, hollow markers),
-    on both panels; the tokens/s line marks where the mode's own steps saturate."""
+    on both panels; the tokens/s line marks where the mode's own steps saturate. `spread`: each step's (p10, p90)
+    or None."""
     from ui.throughput import saturation, tokens_per_s
 
     own = [i for i, n in enumerate(notes) if not n]
     fell = [i for i, n in enumerate(notes) if n]
     pick = lambda seq, idx: [seq[i] for i in idx]  # noqa: E731
+    spread = spread or [None] * len(batches)
     out = _panel_pair(
         title,
         pick(batches, own),
         pick(us, own),
         style,
         saturation(pick(batches, own), tokens_per_s(pick(batches, own), pick(us, own))) if own else None,
+        spread=pick(spread, own),
     )
     if fell:
         # From the mode's last own step, so the line reads on; every point on it is a fallback.
@@ -191,26 +200,62 @@ def _mode_lines(title: str, batches, us, notes, style: dict) -> list[go.Scatter]
             None,
             hollow=[i in fell for i in joined],
             notes=pick(notes, joined),
+            # The joining point is the own line's, bar and all: drawn there once.
+            spread=[spread[i] if i in fell else None for i in joined],
         )
     return out
 
 
-def _panel_pair(name, batches, us, line: dict, saturates, hollow=None, notes=None) -> list[go.Scatter]:
-    """One series on both panels: ms per output token (left) and tokens/s (right, a diamond at `saturates`)."""
+def spread_bars(values, spread, convert) -> dict | None:
+    """Plotly error bars from each point's (p10, p90) step µs, drawn in the panel's unit by `convert(batch index,
+    µs)`; None where no point has a spread (a point without one gets no bar)."""
+    if not any(spread):
+        return None
+    up, down = [], []
+    for i, (value, span) in enumerate(zip(values, spread)):
+        if span is None:
+            up.append(None), down.append(None)
+            continue
+        ends = sorted((convert(i, span[0]), convert(i, span[1])))
+        up.append(max(ends[1] - value, 0.0)), down.append(max(value - ends[0], 0.0))
+    return {"type": "data", "symmetric": False, "array": up, "arrayminus": down, "thickness": 1.2, "width": 4}
+
+
+def _spread_text(spread, convert, fmt: str, unit: str) -> list[str]:
+    """Each point's spread for its hover ('<br>p10–p90: 7.2–8.1 ms'), low to high in the panel's unit."""
+    out = []
+    for i, span in enumerate(spread):
+        if span is None:
+            out.append("")
+            continue
+        low, high = sorted((convert(i, span[0]), convert(i, span[1])))
+        out.append(f"<br>p10–p90: {low:{fmt}}–{high:{fmt}} {unit}")
+    return out
+
+
+def _panel_pair(
+    name, batches, us, line: dict, saturates, hollow=None, notes=None, spread=None
+) -> list[go.Scatter]:
+    """One series on both panels: ms per output token (left) and tokens/s (right, a diamond at `saturates`);
+    `spread`: each step's (p10, p90) µs or None, drawn as a bar on both."""
     from ui.throughput import ms_per_token, tokens_per_s
 
     ms, rate = ms_per_token(us), tokens_per_s(batches, us)
     hollow = hollow or [False] * len(batches)
     symbols = ["circle-open" if h else "circle" for h in hollow]
     why = [f"<br>{n}" if n else "" for n in (notes or [""] * len(batches))]
+    spread = spread or [None] * len(batches)
+    to_ms = lambda i, step_us: float(ms_per_token(step_us))  # noqa: E731
+    to_rate = lambda i, step_us: float(tokens_per_s(batches[i], step_us))  # noqa: E731
     common = {"mode": "lines+markers", "name": name, "legendgroup": name, "line": line}
     left = go.Scatter(
         x=batches,
         y=ms,
-        customdata=list(zip(rate, why)),
+        customdata=list(zip(rate, why, _spread_text(spread, to_ms, ".3g", "ms"))),
         marker={"symbol": symbols, "size": 8, "color": line["color"]},
+        error_y=spread_bars(ms, spread, to_ms),
         hovertemplate="%{fullData.name}<br>batch %{x}: %{y:.3g} ms per output token, %{customdata[0]:,.0f} "
-        "tokens/s%{customdata[1]}<extra></extra>",
+        "tokens/s%{customdata[2]}%{customdata[1]}<extra></extra>",
         **common,
     )
     right_symbols = ["diamond" if b == saturates else s for b, s in zip(batches, symbols)]
@@ -220,14 +265,15 @@ def _panel_pair(name, batches, us, line: dict, saturates, hollow=None, notes=Non
         xaxis="x2",
         yaxis="y2",
         showlegend=False,
-        customdata=list(zip(ms, why)),
+        customdata=list(zip(ms, why, _spread_text(spread, to_rate, ",.0f", "tokens/s"))),
         marker={
             "symbol": right_symbols,
             "size": [13 if b == saturates else 8 for b in batches],
             "color": line["color"],
         },
+        error_y=spread_bars(rate, spread, to_rate),
         hovertemplate="%{fullData.name}<br>batch %{x}: %{y:,.0f} tokens/s, %{customdata[0]:.3g} ms per output "
-        "token%{customdata[1]}<extra></extra>",
+        "token%{customdata[2]}%{customdata[1]}<extra></extra>",
         **common,
     )
     return [left, right]

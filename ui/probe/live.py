@@ -14,7 +14,7 @@ import streamlit as st
 
 from core.step_plan import probe_modes
 from ui.common import plain
-from ui.probe_results import describe, session_results
+from ui.probe_results import describe, session_results, with_host
 
 LIVE_BATCHES = (1, 8, 64, 256)
 # Measured, not hoped: the recorded H200 run (these batches, all modes) took 225-231 s from the CLI,
@@ -85,5 +85,5 @@ def measure_live(batches=None):
                     return None
         status.update(label="Measured on this GPU", state="complete", expanded=False)
     result = store["results"][key]
-    session_results()[f"live: {describe(result)}"] = result
+    session_results()[with_host(f"live: {describe(result)}", result)] = result
     return result

@@ -26,6 +26,18 @@ from ui.common import (
     profiled_against_median,
     show_readouts,
 )
+from ui.host_index import (
+    HOST_SPEC,
+    INPUT_LABEL,
+    SPREAD_SENTENCE,
+    OnHost,
+    host_line,
+    host_phrase,
+    host_sentence,
+    launch_us,
+    own_index,
+    your_host,
+)
 from ui.probe import tp_view
 from ui.probe.charts import batch_axis_figure, mark_profiler_stretch, share_time_axis, step_split_figure
 from ui.probe.live import LIVE_BATCHES, LIVE_DURATION, measure_live
@@ -52,6 +64,7 @@ PROBE_PARAMS: dict[str, tuple] = {
         "text",
         300,
     ),  # a run's label; checked against the runs there are by ui.probe_results.run_picker
+    "pr_host_us": HOST_SPEC,  # the reader's host, µs a torch launch (ui.host_index)
     **tp_view.TP_PARAMS,  # the tensor-parallel view's controls (ui.probe.tp_view)
 }
 
@@ -110,6 +123,101 @@ def _readouts(result, run) -> None:
         "graphs, same model and GPU).",
         basis=UNTRACED,
         counts=gpu_counts(run.timeline),
+        step_help=step_time_help(run),
+    )
+
+
+def step_time_help(run) -> str:
+    """The step-time readout's help: which statistic it is, and its spread."""
+    return (
+        f"The median of the run's timed steps, each started on an idle GPU (p10 {format_us(run.step_us_p10)}, "
+        f"p90 {format_us(run.step_us_p90)}). {SPREAD_SENTENCE}: a host-bound step's spread, and its median from "
+        "one machine to the next, is largely the host's."
+    )
+
+
+def _on_your_host(result, run, index: float | None) -> OnHost | None:
+    """One short line beside the lanes' heading (no height of its own on the first screen): this run's host, and
+    where the reader gave theirs, this step on it as the calibrated timing model puts it (`ui.host_index.OnHost`).
+    Returns the model on that host, for the table under the modes table."""
+    if index is None:
+        hint = (
+            f" {SPREAD_SENTENCE}: give yours under *{INPUT_LABEL}* to see this step there."
+            if own_index(result)
+            else ""
+        )
+        st.caption(host_line(result) + hint)
+        return None
+    from ui.calibration_cache import calibration_of
+
+    try:
+        on = OnHost.of(calibration_of(result), index)
+    except ValueError as err:
+        st.caption(f"{host_line(result)} The timing model cannot be fitted to this run: {plain(err)}")
+        return None
+    i = on.at(run.mode, run.batch)
+    where = f"**On your host** ({index:g} µs a torch launch; this run's: {launch_us(on.own)})"
+    if i is None:
+        why = (
+            f"the timing model does not model the {MODES[run.mode].title}"
+            if run.mode not in MODES or not MODES[run.mode].modelled
+            else "the calibration leaves this step out (it ran other kernels than its mode's)"
+        )
+        st.caption(
+            f"{where}: no prediction for this step, since {why}; the modelled modes are below the modes table."
+        )
+        return on
+    here, there = on.here[i], on.there[i]
+    st.caption(
+        f"{where}: the calibrated model puts this step at **{format_us(there[0])}**, "
+        f"{100 * (there[0] / here[0] - 1):+.0f} % against its {format_us(here[0])} on this run's host "
+        f"(measured {format_us(run.step_us_median)}); bound by {on.bound_there(i)} there."
+    )
+    return on
+
+
+def _on_your_host_table(result, batch: int, on: OnHost) -> None:
+    """Every mode at this batch on the reader's host, as the calibrated model puts it, beside what it puts it at on
+    the run's own host and what was measured."""
+    st.markdown(
+        f"**On your host** ({on.index:g} µs a torch launch; this run's: {launch_us(on.own)}), calibrated model"
+    )
+    rows = []
+    for mode in MODES:
+        r = result.run(mode, batch)
+        if r is None:
+            continue
+        i = on.at(mode, batch)
+        here, there = (on.here[i], on.there[i]) if i is not None else ((None,) * 3, (None,) * 3)
+        rows.append(
+            {
+                "mode": mode,
+                "measured median (µs)": r.step_us_median,
+                "model, this run's host (µs)": here[0],
+                "model, your host (µs)": there[0],
+                "change %": 100 * (there[0] / here[0] - 1) if i is not None else None,
+                "host, your host (µs)": there[1],
+                "GPU busy (µs)": there[2],
+                "bound by, your host": on.bound_there(i) if i is not None else "not modelled",
+            }
+        )
+    show_table(
+        rows,
+        {
+            **{k: k for k in rows[0]},
+            "change %": Column(
+                "change %", "{:+.0f}", "Model on your host / model on this run's host, less 1."
+            ),
+        }
+        if rows
+        else None,
+        key="pr_on_host",
+    )
+    st.caption(
+        "The fit's launch and replay costs scaled by your host's index over this run's (Calibration.on_host) and "
+        "every step predicted again, its GPU times kept: a host-bound step moves with the host, a GPU-bound one "
+        "only by the host time before its GPU work starts (a graph's input copies and launch). A mode the timing "
+        "model does not model, or a step that fell back to other kernels, has no prediction."
     )
 
 
@@ -269,7 +377,7 @@ def _inside_the_kernel(result, run) -> None:
         "itself in a traced step). A gap in a lane is its SMs waiting at a grid barrier for the slowest "
         "program of the phase before. "
         + (
-            f"Below: fused + graph at batch {run.batch}, the same step as {counts_text(gpu_counts(peer.timeline))}."
+            f"Below: {FUSED_GRAPH.title} at batch {run.batch}, the same step as {counts_text(gpu_counts(peer.timeline))}."
             if peer
             else ""
         )
@@ -402,6 +510,7 @@ def saturation_table(result) -> list[dict]:
 
 def batch_axis_caption(result, rows: list[dict]) -> str:
     """What the batch-axis chart draws, and which modes saturate within the run's batches (from `rows`)."""
+    from ui.probe.tables import spread_statistic
     from ui.throughput import SATURATION_RULE
 
     fell = sorted({r.batch for r in result.runs if r.eager_fallback})
@@ -413,6 +522,7 @@ def batch_axis_caption(result, rows: list[dict]) -> str:
         "Left: the time each sequence waits for its next token, which is the step time (back to back where the run "
         "timed it, as a decode loop runs); right: the tokens a second that gives, one GPU; against the roofline "
         "floor and, where the run has it, Hugging Face's own Llama of the same shape on the same GPU. "
+        + f"{SPREAD_SENTENCE}: {spread_statistic(result)}. "
         + (
             f"Hollow markers on a dashed line are fallbacks (batch {', '.join(map(str, fell))}): the mode ran other "
             "kernels there (hover one for which). "
@@ -446,19 +556,20 @@ def _about_the_run(result, source: str) -> None:
     if source == "recorded":
         st.info(
             f"**Recorded run** on {plain(describe(result))} (torch {plain(result.torch)}, CUDA "
-            f"{plain(result.cuda)}), shipped with the app. Made with {code(result.command)}.",
+            f"{plain(result.cuda)}), shipped with the app. Made with {code(result.command)}. "
+            f"{host_sentence(result)}",
             icon=":material/history:",
         )
     elif source == "live":
         st.info(
             f"**Measured live** on this GPU: {plain(describe(result))} (torch {plain(result.torch)}, CUDA "
-            f"{plain(result.cuda)}), made with {code(result.command)}.",
+            f"{plain(result.cuda)}), made with {code(result.command)}. {host_sentence(result)}",
             icon=":material/bolt:",
         )
     elif source == "uploaded":
         st.info(
             f"**Uploaded run** on {plain(describe(result))} (torch {plain(result.torch)}, CUDA {plain(result.cuda)}), "
-            f"made with {code(result.command)}.",
+            f"made with {code(result.command)}. {host_sentence(result)}",
             icon=":material/upload_file:",
         )
 
@@ -482,7 +593,9 @@ def render() -> None:
     # the uploader after them, so that at 1400 x 1000 the lanes are on the first screen.
     st.subheader("The same step, measured on a real GPU")
     st.markdown(STEP_TIME_TO_READ)
-    run_col, mode_col, batch_col, whole_col = st.columns([3.4, 1.3, 1.1, 1.3], vertical_alignment="bottom")
+    run_col, mode_col, batch_col, whole_col, host_col = st.columns(
+        [3.4, 1.3, 1.1, 1.3, 1.3], vertical_alignment="bottom"
+    )
     with run_col:
         result, source = _pick_result()
     if result is None or isinstance(result, TPResult) or not result.runs:
@@ -498,11 +611,17 @@ def render() -> None:
     batches = tuple(sorted({r.batch for r in result.runs if r.mode == mode})) or result.batches
     batch = batch_col.selectbox("Batch size", batches, key="pr_batch", bind="query-params")
     whole = whole_col.toggle("Show the whole step", key="pr_whole", bind="query-params")
+    index, notice = your_host(host_col, "pr_host_us", result)
+    if notice:
+        st.warning(notice, icon=":material/warning:")
     run = result.run(mode, batch) or next(r for r in result.runs if r.mode == mode)
     _readouts(result, run)
-    st.subheader(
+    heading_col, host_line_col = st.columns([1, 2.3], vertical_alignment="bottom")
+    heading_col.subheader(
         "The whole step" if whole else f"First {FIRST_LAUNCHES} {'kernels' if run.replays else 'launches'}"
     )
+    with host_line_col:
+        on_host = _on_your_host(result, run, index)
     _lanes(result, run, source, whole)
     _readout_notes(result, run)
     _about_the_run(result, source)
@@ -511,7 +630,7 @@ def render() -> None:
         st.caption(_model_line(result))
     if run.phases is not None:
         _inside_the_kernel(result, run)
-    elif run.mode in MODES and MODES[run.mode].one_kernel and run.eager_fallback:
+    elif run.eager_fallback and any(r.phases is not None for r in result.runs if r.mode == run.mode):
         st.subheader("Inside the persistent kernel")
         own = sorted(r.batch for r in result.runs if r.mode == run.mode and r.phases is not None)
         st.info(
@@ -524,6 +643,8 @@ def render() -> None:
         _what_graphs_leave(result, run)
     st.subheader(f"All modes at batch {run.batch}")
     modes_table(result, run.batch)
+    if on_host is not None:
+        _on_your_host_table(result, run.batch, on_host)
     note = reference_note(result)
     if note:
         with st.expander("What the Hugging Face reference rows are"):
@@ -570,15 +691,16 @@ def _every_recorded_run() -> None:
     title = f"The recorded runs ({len(runs)}{f', {len(refused)} not offered' if refused else ''})"
     with st.expander(title):
         st.caption(
-            "Every run that ships with the app is in the Run menu (and the Calibration tab's), labelled with its GPU "
-            "and date; each was made by the command shown, on the machine its file names."
+            "Every run that ships with the app is in the Run menu (and the Calibration tab's), labelled with its GPU, "
+            "date and host (the median host µs of a torch launch in the run's process, p10–p90 in brackets); each was "
+            "made by the command shown, on the machine its file names."
         )
         lines = []
         for r in runs:
             name = shipped_name(r)
             purpose = RECORDED_PURPOSE.get(name, "")
             lines.append(
-                f"- **{plain(name)}**: {plain(describe(r))}, made with {code(r.command)}"
+                f"- **{plain(name)}**: {plain(describe(r))}, made with {code(r.command)}; {plain(host_phrase(r))}"
                 + (f". {plain(purpose[0].upper() + purpose[1:])}." if purpose else ".")
             )
         lines += [f"- **{plain(name)}** is not offered: {plain(why)}" for name, why in refused]

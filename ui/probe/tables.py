@@ -9,6 +9,7 @@ from core.step_plan import BASELINE, FUSED_GRAPH, GRAPH, MODES
 from core.timeline import CPU_BOUND, GPU_BOUND
 from ui.charts import format_us
 from ui.common import gpu_counts, plain
+from ui.host_index import SPREAD_SENTENCE
 from ui.probe_results import fallback_note
 from ui.tables import Column, show_table
 
@@ -27,11 +28,19 @@ MODE_COLUMNS = {
     ),
     "kernels / layer": Column("/ layer", "{:g}", "Kernels per decoder layer."),
     "step median (µs)": Column("median µs", help="Median step time over the measured steps (CUDA events)."),
-    "step p10–p90 (µs)": Column("p10–p90 µs", help="10th and 90th percentile step times.", numeric=True),
+    "step p10–p90 (µs)": Column(
+        "p10–p90 µs", help="10th and 90th percentile step times.", numeric=True, wrap=True
+    ),
     "back to back (µs)": Column(
         "back to back µs",
         help="Per-step time with the steps enqueued back to back: the host prepares the next step while the GPU "
         "runs this one, as an engine that samples on the GPU does. The median starts each step on an idle GPU.",
+    ),
+    "back to back p10–p90 (µs)": Column(
+        "p10–p90 µs",
+        help="10th and 90th percentile of the back-to-back steps (files from before the probe kept it: none).",
+        numeric=True,
+        wrap=True,
     ),
     "tokens/s": Column(
         "tokens/s",
@@ -41,6 +50,12 @@ MODE_COLUMNS = {
     ),
     "host enqueue (µs)": Column(
         "enqueue µs", help="The host's time to submit one step, median, without the profiler."
+    ),
+    "enqueue p10–p90 (µs)": Column(
+        "p10–p90 µs",
+        help="10th and 90th percentile of the host's enqueue times (files from before the probe kept it: none).",
+        numeric=True,
+        wrap=True,
     ),
     "CPU launch, profiled (µs)": Column(
         "launch µs, profiled",
@@ -73,6 +88,36 @@ def throughput_us(run) -> float:
     return run.step_us_back_to_back or run.step_us_median
 
 
+def throughput_spread(run) -> tuple[float, float] | None:
+    """(p10, p90) of the step `throughput_us` reads: the back-to-back steps' where the run timed them back to back
+    (None where its file kept no spread of them: older files), else the median step's."""
+    if run.step_us_back_to_back:
+        low, high = run.step_us_back_to_back_p10, run.step_us_back_to_back_p90
+        return (low, high) if low is not None and high is not None else None
+    return run.step_us_p10, run.step_us_p90
+
+
+def spread_statistic(result) -> str:
+    """Which statistic the batch axis draws and what its bars span, in words (`throughput_us`, `throughput_spread`)."""
+    runs = [*result.runs, *(result.reference.runs if result.reference is not None else ())]
+    if not any(r.step_us_back_to_back for r in runs):
+        return "each point is the median step, its bar the steps' p10–p90"
+    text = (
+        "each point is the median step back to back (the median step where the run did not time it so), its bar "
+        "their p10–p90"
+    )
+    if any(throughput_spread(r) is None for r in runs):
+        text += (
+            "; this run's file kept no spread of its back-to-back steps (an older file), so those have no bar"
+        )
+    return text
+
+
+def _span(low, high) -> str | None:
+    """'7,210 – 8,105': a p10–p90 cell, or None where the file kept no spread."""
+    return f"{low:,.0f} – {high:,.0f}" if low is not None and high is not None else None
+
+
 def _bucket_cell(result, r) -> str:
     if r.bucket is not None:
         return str(r.bucket)
@@ -84,9 +129,16 @@ def modes_table(result, batch: int) -> None:
     base = result.run(BASELINE.name, batch)
     runs = [r for r in (result.run(mode, batch) for mode in MODES) if r is not None]
     columns = dict(MODE_COLUMNS)
+    every = [*runs, *(r for r in (result.reference.runs if result.reference else ()) if r.batch == batch)]
     if all(r.step_us_back_to_back is None for r in runs):
         # Runs recorded before the probe timed steps back to back: no column of empty cells.
         columns.pop("back to back (µs)")
+    for spread, low in (
+        ("back to back p10–p90 (µs)", "step_us_back_to_back_p10"),
+        ("enqueue p10–p90 (µs)", "enqueue_us_p10"),
+    ):
+        if all(getattr(r, low) is None for r in every):  # files from before the spread was kept
+            columns.pop(spread)
     rows = []
     for r in runs:
         untraced = r.untraced_metrics()  # the row's one source: no profiler
@@ -99,8 +151,10 @@ def modes_table(result, batch: int) -> None:
             "step median (µs)": r.step_us_median,
             "step p10–p90 (µs)": f"{r.step_us_p10:,.0f} – {r.step_us_p90:,.0f}",
             "back to back (µs)": r.step_us_back_to_back,
+            "back to back p10–p90 (µs)": _span(r.step_us_back_to_back_p10, r.step_us_back_to_back_p90),
             "tokens/s": r.batch * 1e6 / throughput_us(r),
             "host enqueue (µs)": r.enqueue_us_median,
+            "enqueue p10–p90 (µs)": _span(r.enqueue_us_p10, r.enqueue_us_p90),
             "CPU launch, profiled (µs)": r.cpu_launch_us,
             "GPU busy (µs)": r.gpu_busy_us,
             "GPU utilisation %": 100 * untraced.utilisation,
@@ -116,6 +170,7 @@ def modes_table(result, batch: int) -> None:
     show_table(rows, columns, key="pr_modes", faded=lambda row: row.get("_faded", False))
     fallbacks = [r for r in runs if r.eager_fallback]
     st.caption(
+        f"{SPREAD_SENTENCE}: every time here is the median of the run's steps, its p10–p90 beside it. "
         "Hover a heading for what it measures. Host enqueue: the host's time to submit one step, median, without "
         "the profiler; launch, profiled: the same in the profiled step drawn above, which the profiler slows down."
         + (
@@ -154,7 +209,7 @@ def _reference_rows(result, batch: int, columns: dict, base) -> list[dict]:
                 "kernels / layer": r.kernels_per_layer,
                 "step median (µs)": r.step_us_median,
                 "step p10–p90 (µs)": f"{r.step_us_p10:,.0f} – {r.step_us_p90:,.0f}",
-                "tokens/s": r.batch * 1e6 / (r.step_us_back_to_back or r.step_us_median),
+                "tokens/s": r.batch * 1e6 / throughput_us(r),
                 "host enqueue (µs)": r.enqueue_us_median,
                 "CPU launch, profiled (µs)": r.cpu_launch_us,
                 "GPU busy (µs)": r.gpu_busy_us,
@@ -171,6 +226,12 @@ def _reference_rows(result, batch: int, columns: dict, base) -> list[dict]:
         )
         if "back to back (µs)" in columns:
             row["back to back (µs)"] = r.step_us_back_to_back
+        for key, low, high in (
+            ("back to back p10–p90 (µs)", r.step_us_back_to_back_p10, r.step_us_back_to_back_p90),
+            ("enqueue p10–p90 (µs)", r.enqueue_us_p10, r.enqueue_us_p90),
+        ):
+            if key in columns:
+                row[key] = _span(low, high)
         rows.append(row)
     return rows
 

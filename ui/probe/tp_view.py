@@ -313,7 +313,7 @@ def _step_times(result: TPResult) -> None:
         verdict = (
             "faster: the issue's goal is met" if many < one else "not faster: the issue's goal is missed"
         )
-        goal = f" Fused + graph at batch 1: TP{result.tp} {format_us(many)} against TP1 {format_us(one)}, {verdict}."
+        goal = f" {FUSED_GRAPH.title.capitalize()} at batch 1: TP{result.tp} {format_us(many)} against TP1 {format_us(one)}, {verdict}."
     st.caption(
         f"Median step time over many steps. TP{result.tp} is the slowest rank's median (every rank waits in "
         "each all-reduce); TP1 is the unsharded model on rank 0's GPU, measured in the same run." + goal

@@ -26,8 +26,9 @@ PRESET_BY_URL_VALUE = {
 }
 
 
-def calibrated() -> tuple[Preset | None, str | None]:
-    """(the preset fitted to the recorded probe run, None), or (None, why there is none).
+def calibrated(host_index: float | None = None) -> tuple[Preset | None, str | None]:
+    """(the preset fitted to the recorded probe run, None), or (None, why there is none); with `host_index` (µs a
+    torch launch), its launch and replay costs on that host.
 
     The fit is cached for every session (`ui.calibration_cache.preset_for`), so it runs
     once per server, and only when this preset is picked.
@@ -39,17 +40,18 @@ def calibrated() -> tuple[Preset | None, str | None]:
     if result is None:
         return None, f"the recorded probe run could not be read ({why})"
     try:
-        preset = preset_for(result)
+        preset = preset_for(result, host_index)
     except ValueError as err:
         return None, f"the recorded probe run cannot be calibrated ({err})"
     return replace(preset, key=CALIBRATED_KEY, title=CALIBRATED_TITLE), None
 
 
-def preset_of(key: str) -> tuple[Preset, str | None]:
-    """The preset for a picker key, and a notice when it had to fall back to the default one."""
+def preset_of(key: str, host_index: float | None = None) -> tuple[Preset, str | None]:
+    """The preset for a picker key (the calibrated one on the host `host_index`, where given), and a notice when it
+    had to fall back to the default one."""
     if key != CALIBRATED_KEY:
         return PRESETS.get(key, PRESETS[DEFAULT_PRESET]), None
-    preset, why = calibrated()
+    preset, why = calibrated(host_index)
     if preset is None:
         return PRESETS[DEFAULT_PRESET], (
             f"“{CALIBRATED_TITLE}” is unavailable: {why}. Showing “{PRESETS[DEFAULT_PRESET].title}” instead."

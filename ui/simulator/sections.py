@@ -11,7 +11,8 @@ import streamlit as st
 
 from core.step_plan import BASELINE, CHAPTER_BUCKETS, FUSED, Mode, mode, modes
 from sim.config import BATCH_RANGE, HardwareConfig, ModelConfig
-from sim.step.kernels import MODEL_LEVEL, fusion_table, step_kernels
+from sim.step.kernels import step_kernels
+from sim.step.ops import MODEL_LEVEL, fusion_table
 from sim.step.schedule import Sweep, sweep
 from ui.charts import sweep_figure
 from ui.throughput import SATURATION_RULE, ms_per_token, saturation, tokens_per_s

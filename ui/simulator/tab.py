@@ -34,6 +34,8 @@ from sim.timing import eager_host_us
 from ui import first_paint
 from ui.charts import FIRST_LAUNCHES, lanes_figure, lanes_height
 from ui.common import chrome_trace_download, plain, regime_explanation, show_readouts, show_time_split
+from ui.host_index import HOST_SPEC, checked_host, host_sentence, launch_us, own_index, your_host
+from ui.simulator import hf_upload
 from ui.simulator.presets import CALIBRATED_KEY, OLD_KEYS, PRESET_BY_URL_VALUE, PRESET_TITLES, preset_of
 from ui.simulator.sections import fusion_view, sweep_view
 
@@ -85,6 +87,7 @@ SIM_PARAMS: dict[str, tuple] = {
     # A mode beyond the two toggles, by name; free text here, checked against the modes table by the tab
     # (the table may grow after this module is imported).
     "mode": ("text", 40),
+    "host_us": HOST_SPEC,  # the reader's host for the calibrated preset, µs a torch launch (ui.host_index)
     **{key: ("float", low, high) for key, _, _, low, high, _, _ in HARDWARE_INPUTS},
     **{key: ("int", low, high) for key, _, _, low, high, _ in MODEL_INPUTS},
     BYTES_INPUT[0]: ("float", BYTES_INPUT[3], BYTES_INPUT[4]),
@@ -137,8 +140,10 @@ def simulated(model: ModelConfig, hw: HardwareConfig, plan: StepPlan) -> Simulat
 
 # -- settings ------------------------------------------------------------------------
 def _apply_preset() -> None:
-    """A new preset brings its own model and hardware figures: overwrite the Advanced inputs."""
-    preset, _ = preset_of(PRESET_BY_URL_VALUE.get(st.session_state.get("preset"), DEFAULT_PRESET))
+    """A new preset (or the calibrated one on another host) brings its own model and hardware figures: overwrite the
+    Advanced inputs."""
+    host, _ = checked_host(st.session_state.get("host_us"))
+    preset, _ = preset_of(PRESET_BY_URL_VALUE.get(st.session_state.get("preset"), DEFAULT_PRESET), host)
     for key, _, field, *_ in HARDWARE_INPUTS:
         first_paint.write(key, float(getattr(preset.hardware, field)))
     for key, _, field, *_ in MODEL_INPUTS:
@@ -301,14 +306,30 @@ def _preset_row() -> tuple[Preset, list[str], object]:
         "The lanes show one GPU; the sweep below stays on one GPU.",
     )
     preset_key = PRESET_BY_URL_VALUE.get(preset_key, DEFAULT_PRESET)
-    preset, preset_notice = preset_of(preset_key)
-    if preset.key == CALIBRATED_KEY:
-        st.caption(
-            "Fitted to the recorded H200 probe run. With *Kernel fusion* on, its step times follow "
-            "the Calibration tab's predictions; what it cannot represent is under Advanced, "
-            "“Where the preset's figures come from”."
-        )
-    return preset, [preset_notice] if preset_notice else [], beyond_col
+    if preset_key != CALIBRATED_KEY:
+        preset, preset_notice = preset_of(preset_key)
+        return preset, [preset_notice] if preset_notice else [], beyond_col
+    from ui.probe_results import recorded
+
+    run, _ = recorded()
+    host_col, text_col = st.columns([1.3, 6], vertical_alignment="bottom")
+    host, host_notice = your_host(host_col, "host_us", run, on_change=_apply_preset) if run else (None, None)
+    preset, preset_notice = preset_of(preset_key, host)
+    said = (
+        f"On your host ({host:g} µs a torch launch; the run's: {launch_us(own_index(run))}): "
+        f"{preset.hardware.eager_launch_us:.1f} µs a launch and {preset.hardware.graph_launch_us:.1f} µs a graph "
+        "replay, the run's carried to your host by the calibrated model; the GPU's figures are the run's."
+        if host is not None and preset.key == CALIBRATED_KEY
+        else host_sentence(run)
+        if run is not None
+        else ""
+    )
+    text_col.caption(
+        "Fitted to the recorded H200 probe run. With *Kernel fusion* on, its step times follow "
+        "the Calibration tab's predictions; what it cannot represent is under Advanced, "
+        f"“Where the preset's figures come from”. {said}"
+    )
+    return preset, [n for n in (preset_notice, host_notice) if n], beyond_col
 
 
 def _step_row(preset: Preset) -> tuple:
@@ -355,6 +376,7 @@ def _advanced_inputs(preset: Preset) -> tuple[dict, dict]:
         "resets them. A layer beyond the chapter's 11 kernels runs small elementwise kernels that "
         "move no bytes of their own but each pay a launch and the kernel latency."
     )
+    hf_upload.uploader(MODEL_INPUTS, BYTES_INPUT, LAYERS_RANGE)
     columns = st.columns(3)
     for i, (key, label, field, low, high, step) in enumerate(MODEL_INPUTS):
         model_values[key] = columns[i % 3].number_input(
@@ -642,10 +664,9 @@ def _tp_note(step: SimulatedStep) -> None:
 
 def _step_view(step: SimulatedStep) -> None:
     metrics = step.metrics
-    one_kernel = step.plan.runs_as.one_kernel  # its phases, however the host submits it
-    show_readouts(metrics, step.speedup, phases=one_kernel)
+    show_readouts(metrics, step.speedup, phases=step.phases)
     shown = (
-        "phases of the one kernel" if one_kernel else "kernels" if step.plan.replays else "kernel launches"
+        "phases of the one kernel" if step.phases else "kernels" if step.plan.replays else "kernel launches"
     )
     title_col, toggle_col = st.columns([4, 1.4], vertical_alignment="bottom")
     # The toggle is created first so the title follows it (also on a first load from the URL).

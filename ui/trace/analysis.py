@@ -21,14 +21,15 @@ def untraced_step(report: reader.TraceReport, step: reader.TraceStep):
     return untraced_of(step, report.trace.recorded_untraced)
 
 
-def whatifs_of(report: reader.TraceReport, step: reader.TraceStep) -> dict:
-    """The what-ifs of the step without the profiler (what graphs and fusion would make of the step as it runs)."""
-    cached = step.__dict__.get("_whatifs")
-    if cached is None:
+def whatifs_of(report: reader.TraceReport, step: reader.TraceStep, host_index: float | None = None) -> dict:
+    """The what-ifs of the step without the profiler (what graphs and fusion would make of the step as it runs),
+    a replay priced on the host `host_index` (None: the recorded run's). Only the latest host's are kept."""
+    host, cached = step.__dict__.get("_whatifs", (None, None))
+    if cached is None or host != host_index:
         from sim.trace.whatif import default_replay_cost, whatifs
 
-        cached = whatifs(untraced_step(report, step).step, default_replay_cost())
-        object.__setattr__(step, "_whatifs", cached)
+        cached = whatifs(untraced_step(report, step).step, default_replay_cost(host_index))
+        object.__setattr__(step, "_whatifs", (host_index, cached))
     return cached
 
 

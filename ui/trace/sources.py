@@ -76,8 +76,8 @@ EXAMPLES = {
         "small.json",
         RECORDED / "small.json",
     ),
-    "Probe 0.5B fused + CUDA graph": (
-        RECORDED / "trace_fused_graph_b1.json",
+    f"Probe 0.5B {FUSED_GRAPH.title}": (
+        RECORDED / f"trace_{FUSED_GRAPH.slug}_b1.json",
         "this app's probe decoder (small preset), fused Triton kernels replayed as a CUDA graph, batch 1: the "
         "profiled step of the recorded run small.json",
         RECORDED / "small.json",
@@ -88,8 +88,8 @@ EXAMPLES = {
         "1b.json",
         RECORDED / "1b.json",
     ),
-    "Probe 1B fused + CUDA graph": (
-        RECORDED / "trace_1b_fused_graph_b1.json",
+    f"Probe 1B {FUSED_GRAPH.title}": (
+        RECORDED / f"trace_1b_{FUSED_GRAPH.slug}_b1.json",
         "this app's probe decoder (1b preset), fused Triton kernels replayed as a CUDA graph, batch 1: the "
         "profiled step of the recorded run 1b.json",
         RECORDED / "1b.json",
@@ -100,9 +100,9 @@ EXAMPLES = {
 # for the same step, where an estimate would put a second value under that name.
 PROBE_RUNS = {  # title -> (mode, batch) in the run EXAMPLES names
     "Probe 0.5B eager": (BASELINE.name, 1),
-    "Probe 0.5B fused + CUDA graph": (FUSED_GRAPH.name, 1),
+    f"Probe 0.5B {FUSED_GRAPH.title}": (FUSED_GRAPH.name, 1),
     "Probe 1B eager": (BASELINE.name, 1),
-    "Probe 1B fused + CUDA graph": (FUSED_GRAPH.name, 1),
+    f"Probe 1B {FUSED_GRAPH.title}": (FUSED_GRAPH.name, 1),
 }
 
 

@@ -23,6 +23,7 @@ from ui.common import (
     show_readouts,
     show_time_split,
 )
+from ui.host_index import HOST_SPEC, your_host
 from ui.tables import Column, show_table
 from ui.trace import sources
 from ui.trace.analysis import kernel_rows, report_of, whatifs_of
@@ -45,6 +46,7 @@ TRACE_PARAMS: dict[str, tuple] = {
     "tr_whole": ("bool",),
     "tr_whatif": ("choice", tuple(WHATIFS), {v: k for k, v in WHATIFS.items() if v}),
     "tr_rank": ("int", 0, 1023),
+    "tr_host_us": HOST_SPEC,  # the reader's host for the graphs what-ifs' replay, µs a torch launch
 }
 
 
@@ -152,8 +154,9 @@ def _lanes(
     whole: bool,
     key: str,
     x_max: float | None = None,
+    host: float | None = None,
 ) -> None:
-    overlay = whatifs_of(report, step).get(whatif) if whatif else None
+    overlay = whatifs_of(report, step, host).get(whatif) if whatif else None
     fig = lanes_figure(step.timeline, overlay.timeline if overlay is not None else None, whole_step=whole)
     if x_max is not None:
         fig.update_xaxes(range=[0, x_max * 1.02], autorange=False)
@@ -255,9 +258,9 @@ def render() -> None:
     if found is None:
         sources.your_trace()
         return
-    trace, rank, report = found
+    trace, rank, report, host = found
     with picture:
-        step, other = _picture(report, title, compare, whatif, whole, step_col)
+        step, other = _picture(report, title, compare, whatif, whole, step_col, host)
     described = EXAMPLES[title][1] if title in EXAMPLES else title
     st.info(
         f"**{plain(described)}**"
@@ -276,7 +279,7 @@ def render() -> None:
     st.markdown("**Where the time goes**")
     show_time_split(step.metrics)
     st.subheader("What CUDA graphs and fusion would save")
-    whatif_table(report, step)
+    whatif_table(report, step, host)
     st.subheader("Kernels")
     _kernels_table(report, step)
     _download(step)
@@ -321,10 +324,25 @@ def _controls() -> tuple:
     return title, compare, whatif, whole, step_col
 
 
+def _your_host(column) -> float | None:
+    """The reader's host (µs a torch launch) for the graphs what-ifs' replay cost, or None: the recorded run's."""
+    from core.probe_result import recorded_result
+
+    try:
+        run = recorded_result()
+    except (OSError, ValueError):
+        return None  # the what-ifs say where their replay cost comes from
+    index, notice = your_host(column, "tr_host_us", run, whose="the probe run's")
+    if notice:
+        st.warning(notice, icon=":material/warning:")
+    return index
+
+
 def _read(title: str, ranks: tuple, picture):
-    """(the rank shown, its number, its steps), by the step range and rank typed below the picture; None (the
-    reason shown in `picture`) where the trace has no steps by that range."""
-    range_col, rank_col, _ = st.columns([2, 1, 3.2], vertical_alignment="bottom")
+    """(the rank shown, its number, its steps, the reader's host or None), by the step range, rank and host typed
+    below the picture; None (the reason shown in `picture`) where the trace has no steps by that range."""
+    range_col, rank_col, host_col, _ = st.columns([2, 1, 1.3, 1.9], vertical_alignment="bottom")
+    host = _your_host(host_col)
     # A shipped trace is read by the reader's own rules, as an upload of the same file is: one step numbering.
     typed = range_col.text_input(
         "Step range (optional)",
@@ -344,15 +362,18 @@ def _read(title: str, ranks: tuple, picture):
         )
     trace = ranks[min(rank, len(ranks) - 1)]
     try:
-        return trace, rank, report_of(trace, step_range)
+        return trace, rank, report_of(trace, step_range), host
     except reader.TraceError as err:
         picture.error(plain(err), icon=":material/error:")
         return None
 
 
-def _picture(report: reader.TraceReport, title: str, compare: str, whatif: str | None, whole: bool, step_col):
+def _picture(
+    report: reader.TraceReport, title: str, compare: str, whatif: str | None, whole: bool, step_col, host=None
+):
     """The step picked (in `step_col`, the first row's), its readouts and its lanes (beside the compared trace's,
-    on one time axis): (the step, (report, step) of the compared trace or None)."""
+    on one time axis; the what-if's replay on the host `host`): (the step, (report, step) of the compared trace
+    or None)."""
     with step_col:
         step = _step_picker(report, "tr_step")
     if step.notes:  # dropped records or clocks that disagree: drawn as the reader left them, and said so
@@ -364,14 +385,14 @@ def _picture(report: reader.TraceReport, title: str, compare: str, whatif: str |
         "The whole step" if whole else f"First {FIRST_LAUNCHES} {'kernels' if replay else 'launches'}"
     )
     if other is None:
-        _lanes(report, step, whatif, whole, "tr_lanes")
+        _lanes(report, step, whatif, whole, "tr_lanes", host=host)
         return step, None
     shown = [s.timeline if whole else s.timeline.first_launches(FIRST_LAUNCHES) for s in (step, other[1])]
     x_max = max(t.step_us for t in shown)
     left, right = st.columns(2, gap="medium")
     with left:
         _side_title(title, report, step)
-        _lanes(report, step, whatif, whole, "tr_lanes", x_max)
+        _lanes(report, step, whatif, whole, "tr_lanes", x_max, host)
     with right:
         _side_title(compare, other[0], other[1])
         _lanes(other[0], other[1], None, whole, "tr_compare_lanes", x_max)

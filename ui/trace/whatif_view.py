@@ -11,6 +11,7 @@ import streamlit as st
 from core import trace as reader
 from ui.charts import format_us, lanes_figure
 from ui.common import faster_or_slower, gpu_counts, plain
+from ui.host_index import INPUT_LABEL, host_phrase, launch_us, own_index
 from ui.tables import Column, show_table
 from ui.trace.analysis import untraced_step, whatifs_of
 
@@ -23,9 +24,10 @@ WHATIFS = {
 }
 
 
-def whatif_table(report: reader.TraceReport, step: reader.TraceStep) -> None:
-    """The step as traced, without the profiler and in each what-if; then what fusion would fold away."""
-    outs = whatifs_of(report, step)
+def whatif_table(report: reader.TraceReport, step: reader.TraceStep, host: float | None = None) -> None:
+    """The step as traced, without the profiler and in each what-if (a replay priced on the host `host`, None:
+    the recorded probe run's); then what fusion would fold away."""
+    outs = whatifs_of(report, step, host)
     untraced = untraced_step(report, step)
     base, real = step.metrics.step_us, untraced.step_us
     labels = {v: k for k, v in WHATIFS.items()}
@@ -41,9 +43,30 @@ def whatif_table(report: reader.TraceReport, step: reader.TraceStep) -> None:
     st.markdown(" ".join(quoted))
     st.caption(
         "Estimates: the step without the profiler, its own kernel times rescheduled by the simulator's timing "
-        "model. " + " ".join(dict.fromkeys(notes))
+        "model. " + " ".join(dict.fromkeys(notes)) + " " + replay_host(host)
     )
     _folded(outs["fusion"])
+
+
+def replay_host(host: float | None) -> str:
+    """Whose host a graph replay is priced on: the recorded probe run's (named by its index), or the reader's."""
+    from core.probe_result import recorded_result
+
+    try:
+        run = recorded_result()
+    except (OSError, ValueError):
+        return ""
+    if host is not None and own_index(run):
+        return (
+            f"A graph replay is priced on your host ({host:g} µs a torch launch): the recorded probe run's replay "
+            f"cost scaled by your index over its {launch_us(own_index(run))} (Calibration.on_host)."
+        )
+    return (
+        f"A graph replay is priced on the recorded probe run's host ({host_phrase(run)}); give yours under "
+        f"*{INPUT_LABEL}* above to price it there."
+        if own_index(run)
+        else "A graph replay is priced on the recorded probe run's host (host not measured)."
+    )
 
 
 def _whatif_rows(step: reader.TraceStep, untraced, outs: dict, labels: dict) -> list[dict]:
