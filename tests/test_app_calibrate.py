@@ -9,6 +9,7 @@ import pytest
 import streamlit as st
 from app_pages import as_read, fake_run, open_tab, tables
 from app_pages import metrics as shown
+from recorded_fits import recorded_fit  # tests/recorded_fits.py: each shipped run fitted once
 
 from core import probe_result
 from sim.calibration import calibrate
@@ -22,8 +23,8 @@ def calibration_page(**params):
 
 @pytest.fixture(scope="module")
 def shipped_fit():
-    """The shipped run's leave-one-out fit, the expected figures of two tests (fitted once: ~2 s)."""
-    return calibrate(probe_result.recorded_result())
+    """The shipped run's leave-one-out fit, the expected figures of two tests (fitted once a process: ~2 s)."""
+    return recorded_fit(probe_result.RECORDED_PATH.name)
 
 
 def test_page_shows_fit_table_chart_and_the_loo_figure(recorded):
@@ -237,7 +238,7 @@ def test_the_shipped_runs_fit_starts_with_the_server_and_serves_that_content_onl
         assert calls == [True]
         cal = calibration_cache.calibration_of(shipped)
         assert calls == [True]  # the shipped run's fit came from the background process
-        assert cal.params == calibrate(shipped, loo=False).params
+        assert cal.params == recorded_fit(probe_result.RECORDED_PATH.name, loo=False).params
         assert cal.median_loo_error == shipped_fit.median_loo_error
         calibration_cache.preset_for(shipped)
         calibration_cache.preset_for(other)

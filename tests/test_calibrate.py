@@ -9,9 +9,10 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from recorded_fits import recorded_fit  # tests/recorded_fits.py: each shipped run fitted once
 from synthetic_params import KNOWN_PARAMS  # tests/synthetic_params.py
 
-from core.probe_result import load_result, recorded_result
+from core.probe_result import RECORDED_PATH, load_result, recorded_result
 from core.step_plan import FUSED_GRAPH, PERSISTENT, StepPlan, modes
 from sim.calibration import PARAMS, calibrate, calibrated_preset, recorded_graph_cost, synthetic_result
 from sim.calibration.least_squares import bounded_least_squares, fit_pinned, log_sigmas
@@ -69,7 +70,7 @@ def calibration(synthetic):
 
 @pytest.fixture(scope="module")
 def recorded_cal():
-    return calibrate(recorded_result())
+    return recorded_fit(RECORDED_PATH.name)
 
 
 def test_fit_recovers_known_parameters(calibration):
@@ -271,7 +272,7 @@ def test_the_1b_run_meets_the_goals_in_its_gpu_bound_modes():
     and not points (issue 37)."""
     from sim.calibration import GOAL, WORST_GOAL
 
-    cal = calibrate(load_result(RECORDED / "1b.json"))
+    cal = recorded_fit("1b.json")
     by_mode = _loo_by_mode(cal)
     assert _meets(by_mode["graph"]) and _meets(by_mode["fused+graph"]) and _meets(by_mode["fused"])
     assert abs(loo_summary(cal)[f"{FUSED_GRAPH.slug}_b1"]) <= GOAL
@@ -467,7 +468,7 @@ def test_a_check_names_the_families_the_fit_had_no_data_for():
     from sim.calibration.report import format_report
     from sim.step.kernel_sets import GEMV_MAX_ROWS, PERSISTENT_MAX_ROWS, TILE_MAX_ROWS
 
-    cal = calibrate(recorded_result(), loo=False)
+    cal = recorded_fit(RECORDED_PATH.name, loo=False)
     before = load_result(RECORDED / "small-holdout.json")
     assert not any(p["unfitted"] for p in cal.check(before))
     after = json.loads((RECORDED / "small-holdout.json").read_text())
@@ -550,7 +551,7 @@ def test_the_launch_kinds_shares_are_read_off_the_profiled_steps():
     # The recorded runs launched the same way (settings.launcher "bound": the H200 runs of 2026-12-07): each kind
     # costs about the same share of a Triton GEMM's launch in both, within 1.6x. The older hold-out
     # launched through kernel[grid]: there a Triton launch cost 45 µs, and every share is another.
-    cals = {n: calibrate(load_result(RECORDED / n), loo=False) for n in RECORDED_RUNS}
+    cals = {n: recorded_fit(n, loo=False) for n in RECORDED_RUNS}
     bound = [c for n, c in cals.items() if load_result(RECORDED / n).settings.get("launcher") == "bound"]
     assert len(bound) == 2
     for name in LAUNCH_SHARES:
@@ -574,7 +575,7 @@ def test_the_node_gap_is_read_off_the_unprofiled_graph_steps():
     """The profiler widens the gaps between replayed kernels it records; the fit reads the gap off the unprofiled
     steps instead: (step - host call - busy) / gaps over the replays whose nodes queue after the call."""
     for name in RECORDED_RUNS:
-        cal = calibrate(load_result(RECORDED / name), loo=False)
+        cal = recorded_fit(name, loo=False)
         unprofiled = [p.unprofiled_gap_us for p in cal.points if np.isfinite(p.unprofiled_gap_us)]
         profiled = np.concatenate([p.node_gaps for p in cal.points if p.replays and not p.pdl_chain])
         assert len(unprofiled) >= 3 and cal.fitted["node_gap_us"], name
@@ -685,9 +686,7 @@ def _cells(s: dict, columns=STEP_COLUMNS) -> list[str]:
 
 @pytest.fixture(scope="module")
 def doc_cals():
-    return {
-        name: calibrate(load_result(RECORDED / DOC_RUNS[name])) for name in ("recorded", "hold-out", "1b")
-    }
+    return {name: recorded_fit(DOC_RUNS[name]) for name in ("recorded", "hold-out", "1b")}
 
 
 def test_the_docs_left_out_figures_are_the_fits(doc_cals):
@@ -749,7 +748,7 @@ def test_the_persistent_run_meets_the_goal_at_its_persistent_kernels_points():
     path = RECORDED / DOC_RUNS["1b persistent"]
     if not path.is_file():
         pytest.skip("the persistent kernel's recorded run is not shipped")
-    cal = calibrate(load_result(path))
+    cal = recorded_fit(path.name)
     mine = [i for i, p in enumerate(cal.points) if p.mode.name == "persistent"]
     assert len(mine) >= 3
     assert cal.mode_loo_error("persistent") <= GOAL
@@ -776,7 +775,7 @@ def test_the_docs_persistent_run_figures_are_the_fit():
     rows, columns = _doc_table("Step time, left out, the persistent run", header=True)
     (name, cells), *others = rows.items()
     assert not others and name == f"1b persistent ({DOC_RUNS['1b persistent']})"
-    cal = calibrate(load_result(RECORDED / DOC_RUNS["1b persistent"]))
+    cal = recorded_fit(DOC_RUNS["1b persistent"])
     assert columns == [FUSED_GRAPH.name, "persistent", f"{FUSED_GRAPH.name} b1"]
     assert cells == _cells(loo_summary(cal), columns)
 

@@ -7,6 +7,8 @@ and 1b presets on the GPU -- logits per batch 1..8, graph replay == eager per bu
 25 calls per shape bit-identical, 1,000 steps without an error, an oversized grid refused.
 """
 
+import functools
+
 import pytest
 import torch
 from padded_batch import pad_batch
@@ -37,33 +39,60 @@ def tiny_model(gqa: bool) -> ProbeModel:
     return model
 
 
+@functools.cache
+def tiny_setup(gqa: bool) -> tuple[ProbeModel, DecodeBatch]:
+    """One model and batch per shape for the whole module: every step below restores the KV cache it found."""
+    model = tiny_model(gqa)
+    return model, make_batch(model, MAX_ROWS, seed=2, context=13)
+
+
 @pytest.fixture(scope="module", params=[False, True], ids=["tiny", "tiny-gqa-tied"])
 def setup(request):
-    model = tiny_model(request.param)
-    return model, make_batch(model, MAX_ROWS, seed=2, context=13)
+    return tiny_setup(request.param)
 
 
 @pytest.fixture(scope="module")
 def gqa_setup():
     """The 1b preset's traits in tiny (GQA, tied LM head): one shape for the slower interpreter checks."""
-    model = tiny_model(True)
-    return model, make_batch(model, MAX_ROWS, seed=2, context=13)
+    return tiny_setup(True)
+
+
+_STEPS: dict = {}  # (path, model's id, inputs, config) -> (logits, KV after): a step takes seconds here
+
+
+def _step(path: str, model, inputs: DecodeBatch, config: PersistentConfig, before: torch.Tensor):
+    """One step of the fused or persistent path from the cache `before`, shared by the tests that take the same
+    step from the same cache (the cache is put back after each)."""
+    fields = (
+        inputs.input_ids,
+        inputs.positions,
+        inputs.block_tables,
+        inputs.slot_mapping,
+        inputs.context_lens,
+    )
+    key = (
+        path,
+        id(model),
+        *(tuple(t.flatten().tolist()) for t in fields),
+        repr(config) if path == "p" else "",
+    )
+    if key not in _STEPS or not torch.equal(_STEPS[key][0], before):
+        out = (
+            model.fused_forward(inputs) if path == "f" else PersistentDecoder(model, config)(inputs)
+        ).clone()
+        _STEPS[key] = (before, out, model.kv_cache.kv.clone())
+        model.kv_cache.kv.copy_(before)
+    return _STEPS[key][1:]
 
 
 def fused_and_persistent(
     model, inputs: DecodeBatch, config: PersistentConfig = ONE_PROGRAM, fused_too: bool = True
 ):
     """Logits and KV caches after one step of each path from the same cache (the fused path's None unless
-    fused_too: in the interpreter each path's step takes seconds)."""
+    fused_too: in the interpreter each path's step takes seconds, so a step already taken is shared)."""
     before = model.kv_cache.kv.clone()
-    fused = fused_kv = None
-    if fused_too:
-        fused = model.fused_forward(inputs).clone()
-        fused_kv = model.kv_cache.kv.clone()
-        model.kv_cache.kv.copy_(before)
-    persistent = PersistentDecoder(model, config)(inputs).clone()
-    persistent_kv = model.kv_cache.kv.clone()
-    model.kv_cache.kv.copy_(before)
+    fused, fused_kv = _step("f", model, inputs, config, before) if fused_too else (None, None)
+    persistent, persistent_kv = _step("p", model, inputs, config, before)
     return before, fused, fused_kv, persistent, persistent_kv
 
 
@@ -78,26 +107,27 @@ def test_logits_match_the_fused_path_on_cpu(setup, batch):
 
 def test_split_context_is_merged_like_the_fused_path_on_cpu(gqa_setup):
     # 12 cached tokens in 16-token tiles: with 3 splits of 16 the last two are empty (only the new token).
+    # Three rows: the fused step is the logits test's.
     model, rows = gqa_setup
     config = PersistentConfig(max_programs=1, attention_tokens=16, splits=3)
-    _, fused, _, persistent, _ = fused_and_persistent(model, rows.head(2), config)
+    _, fused, _, persistent, _ = fused_and_persistent(model, rows.head(3), config)
     assert rel_err(persistent, fused) <= logit_tolerance(model)
 
 
 def test_kv_written_exactly_where_the_fused_path_writes_it_on_cpu(gqa_setup):
     model, rows = gqa_setup
-    inputs = rows.head(5)
+    inputs = rows.head(3)  # a partial batch (the kernel's rows run to 4): both steps are the logits test's
     before, _, fused_kv, _, persistent_kv = fused_and_persistent(model, inputs)
     changed_fused = (fused_kv != before).any(-1)
     assert torch.equal((persistent_kv != before).any(-1), changed_fused)
-    assert int(changed_fused.sum()) == 5 * 2 * model.cfg.n_layers * model.cfg.n_kv_heads
+    assert int(changed_fused.sum()) == 3 * 2 * model.cfg.n_layers * model.cfg.n_kv_heads
     assert rel_err(persistent_kv[changed_fused], fused_kv[changed_fused]) < 1e-5
 
 
 def test_padded_rows_write_only_scratch_and_pad_slot_writes_nothing_on_cpu(gqa_setup):
     model, rows = gqa_setup
     cfg = model.cfg
-    padded = pad_batch(rows.head(3), 8, cfg.block_size)
+    padded = pad_batch(rows.head(2), 4, cfg.block_size)  # two real rows, two padding rows (the bucket of 3)
     before, _, fused_kv, _, persistent_kv = fused_and_persistent(model, padded)
     assert torch.equal((persistent_kv != before).any(-1), (fused_kv != before).any(-1))
     padded.slot_mapping[1] = PAD_SLOT  # a real row with vLLM's padding slot: no write at all
@@ -117,7 +147,7 @@ def test_batches_above_the_kernel_fall_back_to_the_fused_path_on_cpu():
     assert decoder.last_fallback
     model.kv_cache.kv.copy_(before)
     assert torch.equal(out, model.fused_forward(batch))
-    decoder(batch.head(2))
+    decoder(batch.head(1))
     assert not decoder.last_fallback
 
 
@@ -146,7 +176,7 @@ def test_one_program_never_flags_on_cpu(gqa_setup):
     decoder = PersistentDecoder(model, ONE_PROGRAM)
     before = model.kv_cache.kv.clone()
     for _ in range(2):  # the counter carries over: the second step's barriers are relative to its own base
-        decoder(rows.head(2))
+        decoder(rows.head(1))
     model.kv_cache.kv.copy_(before)
     decoder.check_error()
     assert int(decoder.state[0]) == 2 * (len(decoder.phases) - 1)

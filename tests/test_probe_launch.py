@@ -414,13 +414,14 @@ def test_the_launch_cost_bench_measures_a_preset_end_to_end(monkeypatch):
     """On the CPU through the interpreter, the profiler stood in for: every op and every step kind measured,
     the goals without a Hugging Face reference unmet-for-want-of-data, the JSON's fields all there."""
     import sys
+    from dataclasses import replace
     from pathlib import Path
     from types import SimpleNamespace
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
     import launch_cost
 
-    from gpu_probe import measure
+    from gpu_probe import config, measure
 
     def profile_step(step, label):
         step()
@@ -428,8 +429,17 @@ def test_the_launch_cost_bench_measures_a_preset_end_to_end(monkeypatch):
         return SimpleNamespace(launches=40, timeline=SimpleNamespace(metrics=lambda: metrics))
 
     monkeypatch.setattr(measure, "profile_step", profile_step)
-    args = SimpleNamespace(rounds=1, per_round=2, steps=5, no_hf=True)
+    # One layer, one warm-up and one timed step of each kind: every op and step kind still runs, bound and
+    # through kernel[grid], through the bench's own timing loop; the interpreter's time is per launch (2 s a
+    # step), and the test reads the output's fields, not its timings.
+    monkeypatch.setitem(config.PRESETS, "tiny", replace(config.PRESETS["tiny"], n_layers=1))
+    interleaved = measure.time_interleaved
+    monkeypatch.setattr(
+        measure, "time_interleaved", lambda steps, n, warmup, *a, **k: interleaved(steps, n, 1, *a, **k)
+    )
+    args = SimpleNamespace(rounds=1, per_round=1, steps=1, no_hf=True)
     out = launch_cost.measure_preset("tiny", args, lambda msg: None, device="cpu")
+    assert out["layers"] == 1
     assert set(out["steps"]) == {
         "unfused (bound)",
         "unfused (kernel[grid])",

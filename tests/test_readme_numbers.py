@@ -95,18 +95,16 @@ def day(name: str) -> str:
 
 
 # -- sources, each computed once per test session ------------------------------------------------------
-@cache
 def run(name: str = "small.json"):
-    from core.probe_result import load_result
+    from recorded_fits import recorded_run  # shared with the other test files of this process
 
-    return load_result(RECORDED / name)
+    return recorded_run(name)
 
 
-@cache
 def calibration(name: str):
-    from sim.calibration import calibrate
+    from recorded_fits import recorded_fit
 
-    return calibrate(run(name))
+    return recorded_fit(name)
 
 
 @cache

@@ -202,12 +202,13 @@ def test_c_my_own_model(new_page, app_url):
 
 # -- (d) and (e) --------------------------------------------------------------------------------------
 def recorded_fused_graph():
-    from core.probe_result import recorded_result
-    from sim.calibration import calibrate
+    from recorded_fits import recorded_fit  # tests/recorded_fits.py: each shipped run fitted once
+
+    from core.probe_result import RECORDED_PATH, recorded_result
 
     result = recorded_result()
     run = result.run("fused+graph", 1)
-    cal = calibrate(result, loo=False)
+    cal = recorded_fit(RECORDED_PATH.name, loo=False)
     index = next(i for i, p in enumerate(cal.points) if p.mode.name == "fused+graph" and p.batch == 1)
     return result, run, cal.timeline(index)
 

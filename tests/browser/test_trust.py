@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 from harness import eventually, metric_value, open_app, rerun_after
+from recorded_fits import recorded_fit  # tests/recorded_fits.py: each shipped run fitted once
 
 from core import probe_result
 from core import trace as reader
 from core.step_plan import PERSISTENT
-from sim.calibration import calibrate
 from ui.charts import format_us
 from ui.probe_results import MORE_RECORDED
 from ui.trace import sources
@@ -146,13 +146,12 @@ def test_captions_follow_their_numbers_and_breakdowns_sum(page, app_url):
         rf" without the profiler \({re.escape(format_us(median_us))}\)",
         shown,
     ), shown
-    assert _verdict(small, "eager", 1) in shown
+    assert _verdict(probe_result.RECORDED_PATH.name, "eager", 1) in shown
     # 1b-persistent, fused + graph at batch 1: titled by its own left-out error in the Live GPU probe tab too.
     label = next(o for o in _run_options(page, "cal_run") if "1b preset · fusion + graphs, persistent" in o)
     open_app(page, app_url, f"tab=Live+GPU+probe&pr_run={_q(label)}&pr_mode=fused%2Bgraph&pr_batch=1")
     page.locator(".st-key-pr_lanes .main-svg").first.wait_for()
-    persistent_run = probe_result.load_result(RECORDED / "1b-persistent.json")
-    assert f"Simulated · {_verdict(persistent_run, 'fused+graph', 1)}" in text(page)
+    assert f"Simulated · {_verdict('1b-persistent.json', 'fused+graph', 1)}" in text(page)
     # The persistent kernel at batch 1: its parts and the signed remainder add up to its median step.
     open_app(page, app_url, f"tab=Live+GPU+probe&pr_run={_q(label)}&pr_mode=persistent&pr_batch=1")
     page.locator(".st-key-pr_phases .main-svg").first.wait_for()
@@ -165,10 +164,10 @@ def test_captions_follow_their_numbers_and_breakdowns_sum(page, app_url):
     assert "0.0 µs more" not in where
 
 
-def _verdict(result, mode: str, batch: int) -> str:
-    """How the page must title the model's picture of one point, from the point's left-out error: 'calibrated'
-    within the 10 % goal, else 'model, off by'."""
-    cal = calibrate(result, loo=True)
+def _verdict(name: str, mode: str, batch: int) -> str:
+    """How the page must title the model's picture of one point of the shipped run `name`, from the point's
+    left-out error: 'calibrated' within the 10 % goal, else 'model, off by'."""
+    cal = recorded_fit(name, loo=True)
     index = next(i for i, p in enumerate(cal.points) if p.mode.name == mode and p.batch == batch)
     err = float(cal.loo_errors()[index])
     if abs(err) <= 0.10:
@@ -222,50 +221,69 @@ def test_kernels_copies_and_memsets_are_counted_apart_and_steps_numbered_alike(p
 
 
 # -- item 5: messages that name the file and the fault ---------------------------------------------------------------
-@pytest.mark.parametrize(
-    ("name", "data", "fault"),
-    [
-        ("empty.json", b"", "empty.json is empty"),
-        ("notes.json", b"hello, world", "notes.json is not JSON"),
-        (
-            "five.json",
-            json.dumps([{"a": i} for i in range(5)]).encode(),
-            "five.json is JSON but not a profiler trace",
-        ),
-        (
-            "cpu.json",
-            json.dumps(
-                {"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1.0, "dur": 2.0}]}
-            ).encode(),
-            "cpu.json is a trace without GPU events",
-        ),
-    ],
-)
-def test_a_bad_trace_names_the_file_and_its_fault(page, app_url, name, data, fault):
+BAD_TRACES = [
+    ("empty.json", b"", "empty.json is empty"),
+    ("notes.json", b"hello, world", "notes.json is not JSON"),
+    (
+        "five.json",
+        json.dumps([{"a": i} for i in range(5)]).encode(),
+        "five.json is JSON but not a profiler trace",
+    ),
+    (
+        "cpu.json",
+        json.dumps(
+            {"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1.0, "dur": 2.0}]}
+        ).encode(),
+        "cpu.json is a trace without GPU events",
+    ),
+]
+BAD_RESULTS = [
+    ("empty.json", b"", "empty.json cannot be shown: the file is empty"),
+    ("notes.json", b"hello", "notes.json cannot be shown: not JSON"),
+    ("list.json", b"[1, 2]", "list.json cannot be shown: JSON but not a probe result"),
+    (
+        "trace.json",
+        b'{"traceEvents": []}',
+        "trace.json cannot be shown: a profiler trace, not a probe result",
+    ),
+]
+
+
+def errors_for_each_upload(page, cases, check) -> list[str]:
+    """Each bad file uploaded in turn into one loaded page (each upload replaces the last, as a visitor's would):
+    what went wrong for each case that did not show its message, the case named."""
+    wrong = []
+    for name, data, fault in cases:
+        upload(page, [(name, data)], index=0)
+        try:
+            error = eventually(
+                lambda f=fault: check(page.locator("[data-testid=stAlertContentError]").first.inner_text(), f)
+            )
+        except AssertionError as err:
+            wrong.append(f"{name}: {err}")
+        else:
+            assert "Traceback" not in error, f"{name}: {error}"
+    return wrong
+
+
+def test_a_bad_trace_names_the_file_and_its_fault(page, app_url):
     open_app(page, app_url, "tab=Your+trace", wait_for=".st-key-tr_lanes .main-svg")
-    upload(page, [(name, data)], index=0)
-    error = eventually(lambda: page.locator("[data-testid=stAlertContentError]").first.inner_text())
-    assert fault in error, error
+
+    def says(error, fault):
+        assert fault in error, error
+        return error
+
+    assert not errors_for_each_upload(page, BAD_TRACES, says)
 
 
-@pytest.mark.parametrize(
-    ("name", "data", "fault"),
-    [
-        ("empty.json", b"", "empty.json cannot be shown: the file is empty"),
-        ("notes.json", b"hello", "notes.json cannot be shown: not JSON"),
-        ("list.json", b"[1, 2]", "list.json cannot be shown: JSON but not a probe result"),
-        (
-            "trace.json",
-            b'{"traceEvents": []}',
-            "trace.json cannot be shown: a profiler trace, not a probe result",
-        ),
-    ],
-)
-def test_a_bad_result_names_the_file_and_its_fault(page, app_url, name, data, fault):
+def test_a_bad_result_names_the_file_and_its_fault(page, app_url):
     open_app(page, app_url, "tab=Live+GPU+probe", wait_for=".st-key-pr_lanes .main-svg")
-    upload(page, [(name, data)], index=0)
-    error = eventually(lambda: page.locator("[data-testid=stAlertContentError]").first.inner_text())
-    assert fault in error and "Expecting value" not in error and "char 0" not in error, error
+
+    def says(error, fault):
+        assert fault in error and "Expecting value" not in error and "char 0" not in error, error
+        return error
+
+    assert not errors_for_each_upload(page, BAD_RESULTS, says)
 
 
 # -- item 6: tables that fit at 1400 px, names whole, a first screen that says which step time to read ----------------
@@ -307,6 +325,9 @@ CLIPPED_JS = """() => {
   }
   return out;
 }"""
+# In the page: every chart has drawn its SVG and every dataframe its canvas (their widths are what CLIPPED_JS reads).
+DRAWN_JS = """() => [...document.querySelectorAll('[data-testid=stPlotlyChart]')].every((c) => c.querySelector('.main-svg'))
+  && [...document.querySelectorAll('[data-testid=stDataFrame]')].every((f) => f.querySelector('canvas'))"""
 VIEWS = (
     "",
     "tab=Live+GPU+probe",
@@ -324,7 +345,9 @@ VIEWS = (
 @pytest.mark.parametrize("query", VIEWS)
 def test_no_table_cell_is_cut_at_1400_px(page, app_url, query):
     open_app(page, app_url, query)
-    page.wait_for_timeout(2500)  # the charts and tables below the first screen are drawn
+    page.wait_for_function(
+        DRAWN_JS, timeout=30_000, polling=100
+    )  # the charts and grids below the first screen
     open_expanders(page)
     assert page.locator("[data-testid=stException]").count() == 0
     assert page.evaluate(CLIPPED_JS) == []
