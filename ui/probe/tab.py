@@ -636,7 +636,7 @@ def render() -> None:
     run_col, mode_col, batch_col, whole_col, host_col = st.columns(
         [3.4, 1.3, 1.1, 1.3, 1.3], vertical_alignment="bottom"
     )
-    live_area = st.container()
+    live_area = st.container() if _cuda() else None  # none without a GPU: no empty block above the readouts
     with run_col:
         result, source = _pick_result(live_area)
     if result is None or isinstance(result, TPResult) or not result.runs:
