@@ -210,7 +210,7 @@ def from_bytes(data: bytes, name: str, where: str = "config.json", context: int 
     """The decoder an uploaded or read config.json describes; ConfigError for an empty file, a file too large
     to be one, not JSON, or a config the probe cannot build."""
     if len(data) > MAX_CONFIG_BYTES:
-        raise _too_large(where, len(data))
+        raise too_large(where, len(data))
     if not data.strip():
         raise ConfigError(f"{where}: the file is empty")
     try:
@@ -230,14 +230,15 @@ def from_file(path, context: int = 640) -> HFDecoder:
         with path.open("rb") as f:
             size = os.fstat(f.fileno()).st_size
             if size > MAX_CONFIG_BYTES:
-                raise _too_large(path.name, size)
+                raise too_large(path.name, size)
             data = f.read(MAX_CONFIG_BYTES + 1)  # from_bytes refuses a file that grew meanwhile
     except OSError as err:
         raise ConfigError(f"{path.name}: cannot be read ({err.strerror or err})") from None
     return from_bytes(data, _name(path), path.name, context)
 
 
-def _too_large(where: str, size: int) -> ConfigError:
+def too_large(where: str, size: int) -> ConfigError:
+    """The refusal of a file too large to be a config.json, by its size (the page's upload: before reading it)."""
     return ConfigError(
         f"{where}: {size / 2**20:.1f} MB is not a config.json (at most {MAX_CONFIG_BYTES >> 10} KB)"
     )

@@ -961,3 +961,64 @@ def _check_timeline_size(data, where: str, max_kernels: int) -> None:
                 raise ValueError(f"{where}.{lane}.name: expected a list of strings")
             if any(len(n) > MAX_STRING for n in names):
                 raise ValueError(f"{where}.{lane}.name: a name is longer than {MAX_STRING:,} characters")
+
+
+# -- one run measured in parts -------------------------------------------------------
+def merge_results(parts, command: str | None = None, settings: dict | None = None) -> ProbeResult:
+    """One result from the parts of one run (the page measures a run in parts, each a result of the same model
+    on the same GPU with its own modes and batches), checked as a file is.
+
+    Runs: every part's, in the modes table's order and then by batch (a (mode, batch) in two parts: the later
+    part's). Captures, checks and errors: every part's, each once (a check that failed in any part stays failed).
+    Settings: the first part's, with the batches and the modes of all (`settings` adds to them). The header, the
+    model, the two ceilings and the reference: the first part's, so that the floors do not move as parts arrive.
+    The host: the first part's index with every part's samples (the first and the last ones, where there are more
+    than a file holds). `command` replaces the first part's. ValueError where there are no parts, or where they
+    are of different models or devices."""
+    parts = [p.to_dict() if isinstance(p, ProbeResult) else dict(p) for p in parts]
+    if not parts:
+        raise ValueError("merge_results: no parts to merge")
+    first = parts[0]
+    for i, part in enumerate(parts[1:], 1):
+        for key in ("device", "model"):
+            if part.get(key) != first.get(key):
+                raise ValueError(f"merge_results: part {i} has another {key} than part 0")
+    runs: dict = {}
+    for part in parts:
+        runs.update({(r["mode"], r["batch"]): r for r in part.get("runs", [])})
+    order = {name: i for i, name in enumerate(MODES)}
+    captures: dict = {}
+    checks: dict = {}
+    errors: list[str] = []
+    samples: list = []
+    for part in parts:
+        for c in part.get("captures", []):
+            captures.setdefault((c.get("variant"), c["bucket"]), c)
+        for name, check in part.get("checks", {}).items():
+            if name not in checks or (checks[name].get("passed") and not check.get("passed")):
+                checks[name] = check
+        errors += [e for e in part.get("errors", []) if e not in errors]
+        samples += (part.get("host") or {}).get("samples", [])
+    merged = {
+        **first,
+        "runs": [runs[k] for k in sorted(runs, key=lambda k: (order.get(k[0], len(order)), k[1]))],
+        "captures": list(captures.values()),
+        "checks": checks,
+        "errors": errors[:MAX_ERRORS],
+        "settings": {
+            **first.get("settings", {}),
+            "batches": sorted({b for p in parts for b in p.get("settings", {}).get("batches", [])}),
+            "modes": [m for m in MODES if any(m in p.get("settings", {}).get("modes", []) for p in parts)],
+            **(settings or {}),
+        },
+    }
+    if command is not None:
+        merged["command"] = command
+    host = next((p["host"] for p in parts if p.get("host")), None)
+    if host is not None:
+        half = MAX_HOST_SAMPLES // 2
+        merged["host"] = {
+            **host,
+            "samples": samples if len(samples) <= 2 * half else samples[:half] + samples[-half:],
+        }
+    return load_result(merged)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from core.decoder import DecoderShape, check_int
 from core.hf_config import ARCHITECTURES, HFDecoder, RopeScaling
+from core.hf_config import from_bytes as read_bytes
 from core.hf_config import from_file as read_config
 
 DTYPES = ("float32", "bfloat16", "float16")
@@ -144,14 +145,29 @@ class ProbeModelConfig(DecoderShape):
 def from_file(path, **probe) -> ProbeModelConfig:
     """The probe's decoder from a Hugging Face config.json (`core.hf_config`: a config it cannot run is refused
     there, ConfigError naming the file, the field and its value), with the probe's fields `probe`."""
+    max_context = probe.get("max_context", _field_default("max_context"))
+    return _from_decoder(read_config(path, context=max_context), Path(path).name, probe)
+
+
+def from_bytes(data: bytes, where: str = "config.json", **probe) -> ProbeModelConfig:
+    """The probe's decoder from an uploaded config.json's bytes (`where`: its file name), refused as `from_file`
+    refuses a file (ConfigError from `core.hf_config`, ValueError for the probe's own limits, naming the file)."""
+    where = str(where)[:100] or "config.json"
+    max_context = probe.get("max_context", _field_default("max_context"))
+    decoder = read_bytes(data, Path(where).stem or "config", where, context=max_context)
+    return _from_decoder(decoder, where, probe)
+
+
+def _field_default(name: str):
     # The class attribute is a slot descriptor, not the default: read the default from the field.
-    default = next(f.default for f in fields(ProbeModelConfig) if f.name == "max_context")
-    max_context = probe.get("max_context", default)
-    decoder = read_config(path, context=max_context)
+    return next(f.default for f in fields(ProbeModelConfig) if f.name == name)
+
+
+def _from_decoder(decoder: HFDecoder, where: str, probe: dict) -> ProbeModelConfig:
     try:
-        return ProbeModelConfig.from_decoder(decoder, source=Path(path).name[:100], **probe)
+        return ProbeModelConfig.from_decoder(decoder, source=where[:100], **probe)
     except ValueError as err:  # the probe's own limits, named as the file's
-        raise ValueError(f"{Path(path).name}: {err}") from None
+        raise ValueError(f"{where}: {err}") from None
 
 
 def _preset(probe: dict | None = None, **decoder) -> ProbeModelConfig:

@@ -157,10 +157,12 @@ def open_session(
     buckets=CHAPTER_BUCKETS,
     graph_modes=None,
     progress=None,
+    capture=None,
 ) -> ProbeSession:
     """Build the model, its KV pool and the CUDA graphs once, for any number of `measure` calls
-    (`graph_modes`: the graph modes to capture, by default every one the probe captures itself and the
-    model allows). ValueError, before anything is allocated, where they would not fit the GPU's memory."""
+    (`graph_modes`: the graph modes the session is for, by default every one the probe captures itself and the
+    model allows; `capture`: those of them captured now, by default all, the rest by the first `measure` that
+    needs them). ValueError, before anything is allocated, where they would not fit the GPU's memory."""
     from gpu_probe.session import ProbeSession
 
     cfg = model_config(preset)
@@ -168,7 +170,22 @@ def open_session(
         graph_modes = tuple(m for m in captured_modes() if not kernel_set(mode_named(m)).refusal(cfg))
     req = validate_request(cfg, [rows], list(graph_modes) or ["all"], buckets, 100, 10)
     check_memory(cfg, req)
-    return ProbeSession(cfg, rows, req["buckets"], list(graph_modes), progress)
+    now = [m for m in graph_modes if capture is None or m in capture]
+    return ProbeSession(cfg, rows, req["buckets"], now, progress)
+
+
+def release_gpu_memory() -> None:
+    """Hand the memory of a session let go of back to the driver (the free memory a new session is checked
+    against counts what torch's allocator keeps cached)."""
+    import gc
+
+    gc.collect()
+    try:
+        import torch
+    except ImportError:
+        return
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def run_probe(
@@ -187,6 +204,7 @@ def run_probe(
     rounds: int | None = None,
     launcher: str = "bound",
     memory_checked: bool = False,
+    ceilings: dict | None = None,
 ) -> dict:
     """The whole probe as a result dict (see core.probe_result); `checkpoint(out)` after each run.
 
@@ -198,7 +216,9 @@ def run_probe(
     (`gpu_probe.hf_reference`), its steps timed in the same rounds as the probe's own; None leaves it out.
     rounds: see `validate_request`. launcher: "bound" launches the probe's Triton kernels through launchers
     bound once per shape (`gpu_probe.kernels.launch`), "plain" through `kernel[grid]` every time; the result's
-    `settings.launcher` says which ran ("kernel[grid]" also where this process cannot bind)."""
+    `settings.launcher` says which ran ("kernel[grid]" also where this process cannot bind). ceilings: the
+    copy bandwidth and matrix rate ({"hbm_copy_GBps", "matmul_TFLOPs"}) an earlier part of the same run
+    measured on this GPU (the page measures a run in parts), taken instead of measured again."""
     import torch
 
     from gpu_probe import measure as m
@@ -237,15 +257,19 @@ def run_probe(
         "errors": [],
         "settings": {**req, "launcher": "bound" if bound else "kernel[grid]"},
     }
-    say("measuring HBM copy bandwidth and the bf16 matrix rate")
-    out["hbm_copy_GBps"] = m.hbm_copy_GBps()
-    out["matmul_TFLOPs"] = m.matmul_TFLOPs()
+    if ceilings:  # measured by an earlier part of the same run: not again beside a built model
+        out["hbm_copy_GBps"], out["matmul_TFLOPs"] = ceilings["hbm_copy_GBps"], ceilings.get("matmul_TFLOPs")
+    else:
+        say("measuring HBM copy bandwidth and the bf16 matrix rate")
+        out["hbm_copy_GBps"] = m.hbm_copy_GBps()
+        out["matmul_TFLOPs"] = m.matmul_TFLOPs()
     if session is None:
         session = ProbeSession(cfg, rows, req["buckets"], graph_modes, say)
-    elif not session.serves(cfg, rows, req["buckets"], graph_modes):
+    elif not session.serves(cfg, rows, req["buckets"]):
         raise ValueError(f"this probe session was built for {session.describe()}, not for {req}")
     else:
         say(f"reusing the {session.cfg.name} model and its captured graphs")
+        session.capture(graph_modes, say)  # those no earlier run of the session needed
     hf = None
     if reference == "hf":
         from gpu_probe.hf_reference import ReferenceSteps

@@ -51,7 +51,8 @@ class ProbeSession:
     def __init__(self, preset, rows: int, buckets: list[int], graph_modes, progress=None):
         """preset: a preset's name, or the ProbeModelConfig to build (from a config.json)."""
         self.cfg = cfg = preset if isinstance(preset, ProbeModelConfig) else get_config(preset)
-        self.rows, self.buckets, self.graph_modes = rows, list(buckets), list(graph_modes)
+        self.rows, self.buckets = rows, list(buckets)
+        self.graph_modes: list[str] = []  # those whose capture was tried (`capture`)
         self.num_blocks = cfg.pool_blocks(rows)
         self.errors: list[str] = []  # from building: copied into every result
         self.checks: dict = {}
@@ -66,17 +67,14 @@ class ProbeSession:
             "weight_bytes": cfg.n_params * cfg.bytes_per_el,
             "read_bytes": cfg.weight_bytes,
         }
-        self._build(progress or (lambda msg: None))
+        self._padding_checked = False
+        self._build(progress or (lambda msg: None), list(graph_modes))
 
-    def serves(self, preset, rows: int, buckets, graph_modes) -> bool:
-        """Whether this session's model, pool and graphs serve a run (`preset`: a name or a ProbeModelConfig)."""
+    def serves(self, preset, rows: int, buckets) -> bool:
+        """Whether this session's model and pool serve a run (`preset`: a name or a ProbeModelConfig); the graphs
+        a run needs that are not captured yet are captured for it (`capture`)."""
         same = preset == self.cfg if isinstance(preset, ProbeModelConfig) else preset == self.cfg.name
-        return (
-            same
-            and rows <= self.rows
-            and list(buckets) == self.buckets
-            and set(graph_modes) <= set(self.graph_modes)
-        )
+        return same and rows <= self.rows and list(buckets) == self.buckets
 
     def describe(self) -> str:
         return f"preset {self.cfg.name}, {self.rows} rows, buckets {self.buckets}, graphs {self.graph_modes}"
@@ -85,7 +83,7 @@ class ProbeSession:
     def _check(self, name: str, say, fn, *args) -> None:
         run_check(self.checks, self.errors, name, say, fn, *args)
 
-    def _build(self, say) -> None:
+    def _build(self, say, graph_modes: list[str]) -> None:
         cfg = self.cfg
         say(f"building the {cfg.name} model ({cfg.n_layers} layers) with a KV pool for {self.rows} sequences")
         try:
@@ -109,9 +107,21 @@ class ProbeSession:
             "unfused_kernels": list(UNFUSED_OPS),
         }
         self._check("fused_vs_unfused", say, m.check_fused_vs_unfused, model, self.batch)
-        for name in self.graph_modes:
-            self._capture(mode_named(name), say)
-        if self.runners:
+        self.capture(graph_modes, say)
+
+    def capture(self, graph_modes, say=None) -> None:
+        """Capture the graphs of those of `graph_modes` whose capture was not tried yet: the CLI captures every
+        graph mode of its run when it builds the session, the page those of its first part only (the rest when a
+        later part needs them). The padding assertion is checked on the first runner captured."""
+        say = say or (lambda msg: None)
+        if self.model is None:
+            return  # not built (recorded under errors)
+        for name in graph_modes:
+            if name not in self.graph_modes:
+                self.graph_modes.append(name)
+                self._capture(mode_named(name), say)
+        if self.runners and not self._padding_checked:
+            self._padding_checked = True
             runner = self.runners.get(FUSED_GRAPH.name) or next(iter(self.runners.values()))
             say("checking the padding assertion with the bug on and off")
             self._check("padding_assertion", say, padding.check_padding_assertion, runner, self.batch)

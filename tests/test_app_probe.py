@@ -7,7 +7,6 @@ import streamlit as st
 from app_pages import as_read, fake_run, metrics, open_tab, tables
 
 import core.probe_result as probe_result
-from core.step_plan import probe_modes
 from ui.common import UNTRACED, readout_labels
 
 
@@ -96,83 +95,3 @@ def test_without_a_recorded_run_the_page_asks_for_a_file(monkeypatch):
     assert any("No recorded run" in w.body for w in at.warning)
     assert at.file_uploader(key="pr_upload") is not None
     st.cache_resource.clear()
-
-
-@pytest.fixture()
-def stub_gpu(recorded, monkeypatch):
-    """Pretend CUDA is present; `measure` returns a canned run (the real path runs on the H200)."""
-    import gpu_probe.live as live
-
-    calls, sessions = [], []
-
-    class FakeSession:
-        errors: list = []
-
-    def fake_open_session(preset, rows, progress=None):
-        sessions.append((preset, rows))
-        return FakeSession()
-
-    def fake_measure(preset, batches, modes, progress, session=None):
-        assert isinstance(session, FakeSession)  # measured with the cached model and graphs
-        for message in (
-            "measuring HBM copy bandwidth",
-            "unfused: capturing bucket 8",
-            "eager: timing batch 1",
-        ):
-            progress(message)
-        calls.append((preset, tuple(batches), tuple(modes)))
-        if getattr(fake_measure, "fail", None):
-            raise fake_measure.fail
-        return probe_result.load_result(fake_run(device="Live Stub GPU"))
-
-    monkeypatch.setattr(live, "cuda_available", lambda: True)
-    monkeypatch.setattr(live, "measure", fake_measure)
-    monkeypatch.setattr(live, "open_session", fake_open_session)
-    fake_measure.sessions = sessions
-    return fake_measure, calls
-
-
-def test_measure_on_this_gpu_runs_once_and_is_shared(stub_gpu):
-    _, calls = stub_gpu
-    at = probe_page(pr_live="true")
-    assert not at.exception
-    assert calls == [("small", (1, 8, 64, 256), probe_modes())]
-    assert any("Measured live" in i.body and "Live Stub GPU" in i.body for i in at.info)
-    assert at.status[0].proto.label == "Measured on this GPU"
-    assert metrics(at)["Kernels / step"]
-    at.run()
-    again = probe_page(pr_live="true")  # another session: the cached measurement, not a new one
-    assert not again.exception and len(calls) == 1
-
-
-def test_a_new_measurement_reuses_the_model_and_graphs(stub_gpu, monkeypatch):
-    fake_measure, calls = stub_gpu
-    from ui.probe import live as probe_live
-
-    assert not probe_page(pr_live="true").exception
-    monkeypatch.setattr(probe_live, "LIVE_BATCHES", (1, 8))  # other settings: measured again...
-    assert not probe_page(pr_live="true").exception
-    assert [c[1] for c in calls] == [(1, 8, 64, 256), (1, 8)]
-    assert fake_measure.sessions == [("small", 256)]  # ...with the model and graphs built once
-
-
-def test_out_of_memory_while_measuring_is_a_clear_message(stub_gpu):
-    fake_measure, _ = stub_gpu
-
-    class OutOfMemoryError(RuntimeError):
-        pass
-
-    fake_measure.fail = OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-    at = probe_page(pr_live="true")
-    assert not at.exception
-    assert any("ran out of memory" in e.body for e in at.error)
-    assert any("Recorded run" in i.body for i in at.info)  # the page carries on with the recorded run
-
-
-def test_measure_help_says_how_long_it_really_takes(stub_gpu):
-    # The recorded H200 run of these settings took about 225 s; torch.compile alone ~30 s per batch size.
-    at = probe_page()
-    help_text = at.toggle(key="pr_live").help
-    assert "several minutes" in help_text and "3¾" in help_text and "about a minute" not in help_text
-    at.toggle(key="pr_live").set_value(True).run()
-    assert any("takes several minutes" in m.value for m in at.markdown)

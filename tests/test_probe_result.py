@@ -409,3 +409,57 @@ def test_the_spread_of_the_unprofiled_times_loads_and_is_checked():
         with pytest.raises(ValueError) as err:
             load_result(bad)
         assert str(err.value).startswith(message), str(err.value)
+
+
+def _part(whole: dict, keep) -> dict:
+    """The recorded run cut down to the runs `keep(mode, batch)` selects, as one part of a run measured in parts."""
+    part = copy.deepcopy(whole)
+    part["runs"] = [r for r in part["runs"] if keep(r["mode"], r["batch"])]
+    part["settings"]["batches"] = sorted({r["batch"] for r in part["runs"]})
+    part["settings"]["modes"] = [m for m in MODES if any(r["mode"] == m for r in part["runs"])]
+    return part
+
+
+def test_a_run_measured_in_parts_merges_into_the_run():
+    """core.probe_result.merge_results: the parts of the recorded run give back its runs, in the modes table's
+    order, with the settings' batches and modes of all parts, each capture and error once, a failed check kept
+    failed, the first part's header and ceilings, and every part's host samples."""
+    from core.probe_result import MAX_HOST_SAMPLES, merge_results
+
+    whole = json.loads((RECORDED / "small.json").read_text())
+    whole.pop("reference")
+    first = _part(whole, lambda m, b: b == 1 and m in ("eager", "fused+graph"))
+    rest = _part(whole, lambda m, b: not (b == 1 and m in ("eager", "fused+graph")))
+    rest["hbm_copy_GBps"], rest["created"] = 1.0, "2030-01-01T00:00:00+00:00"
+    rest["errors"] = [*whole["errors"], "compile at batch 256: CUDA out of memory"]
+    rest["checks"] = {**rest["checks"], "graph_vs_eager": {"passed": False, "detail": "bucket 8 differs"}}
+    merged = merge_results([first, rest], command="the page", settings={"note": "merged"})
+    assert merged.to_dict() == load_result(merged.to_dict()).to_dict()  # a result file like any other
+    expected = load_result(whole)
+    assert [(r.mode, r.batch) for r in merged.runs] == sorted(
+        ((r.mode, r.batch) for r in expected.runs), key=lambda k: (list(MODES).index(k[0]), k[1])
+    )
+    assert merged.run("persistent", 64).to_dict() == expected.run("persistent", 64).to_dict()
+    assert merged.settings["batches"] == [1, 8, 64, 256] and merged.settings["modes"] == list(expected.modes)
+    assert merged.settings["note"] == "merged" and merged.command == "the page"
+    assert merged.hbm_copy_GBps == whole["hbm_copy_GBps"] and merged.created == whole["created"]
+    assert len(merged.captures) == len(whole["captures"])  # each part carried the session's captures
+    assert merged.errors == ("compile at batch 256: CUDA out of memory",)
+    assert not merged.checks["graph_vs_eager"]["passed"] and merged.checks["kv_canary"]["passed"]
+    assert len(merged.host.samples) == 4 and merged.host.index == expected.host.index
+    many = merge_results([first] * (MAX_HOST_SAMPLES + 2))  # more samples than a file holds: both ends kept
+    assert len(many.host.samples) == MAX_HOST_SAMPLES
+    later = _part(whole, lambda m, b: (m, b) == ("eager", 1))
+    later["runs"][0]["step_us_median"] = later["runs"][0]["step_us_p90"]
+    assert merge_results([first, later]).run("eager", 1).step_us_median == later["runs"][0]["step_us_p90"]
+
+
+def test_parts_of_different_runs_do_not_merge():
+    from core.probe_result import merge_results
+
+    whole = json.loads((RECORDED / "small.json").read_text())
+    other = {**copy.deepcopy(whole), "device": "NVIDIA H100 80GB HBM3"}
+    with pytest.raises(ValueError, match="part 1 has another device"):
+        merge_results([whole, other])
+    with pytest.raises(ValueError, match="no parts"):
+        merge_results([])

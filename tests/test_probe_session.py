@@ -162,6 +162,9 @@ def test_run_probe_times_the_reference_beside_the_probe_s_steps(monkeypatch):
         def serves(self, *args):
             return True
 
+        def capture(self, graph_modes, say):
+            seen["capture"] = list(graph_modes)
+
         def measure_into(self, out, req, say, trace_dir, checkpoint, beside=None):
             seen["beside"], seen["rounds"] = beside, req["rounds"]
             return {key: {"timing_rounds": req["rounds"]} for key in beside}

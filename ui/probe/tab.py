@@ -40,7 +40,7 @@ from ui.host_index import (
 )
 from ui.probe import tp_view
 from ui.probe.charts import batch_axis_figure, mark_profiler_stretch, share_time_axis, step_split_figure
-from ui.probe.live import LIVE_BATCHES, LIVE_DURATION, measure_live
+from ui.probe.live import LIVE_BATCHES, LIVE_DURATION, MODEL_CHOICES, measure_live, pick_model
 from ui.probe.tables import fusion_table, modes_table, reference_note, run_facts
 from ui.probe_results import (
     available_results,
@@ -57,6 +57,7 @@ MODE_NAMES = tuple(step_plan.MODES)
 # URL key -> spec, read by ui.url_params before any widget.
 PROBE_PARAMS: dict[str, tuple] = {
     "pr_live": ("bool",),
+    "pr_live_model": ("choice", MODEL_CHOICES),  # what "Measure on this GPU" measures (ui.probe.live)
     "pr_mode": ("choice", MODE_NAMES),
     "pr_batch": ("int", 1, 65536),
     "pr_whole": ("bool",),
@@ -76,18 +77,23 @@ def _cuda() -> bool:
     return live.cuda_available()
 
 
-def _pick_result():
-    """The result to show, and how it was obtained ('live', 'uploaded', 'recorded')."""
+def _pick_result(live_area):
+    """The result to show, and how it was obtained ('live', 'uploaded', 'recorded'); a live run's controls,
+    progress and first answer go to `live_area` (the page's width, under the pickers)."""
     if _cuda():
         if st.toggle(
             "Measure on this GPU",
             key="pr_live",
             bind="query-params",
-            help=f"Runs the probe's 0.5 B decoder in all {len(step_plan.probe_modes())} modes at batch "
-            f"{', '.join(map(str, LIVE_BATCHES))}, with the graph captures and correctness checks: "
-            f"{LIVE_DURATION} Progress shows below; the result is kept for every session on this server.",
+            help=f"Runs the probe on a preset or your config.json in all {len(step_plan.probe_modes())} modes at "
+            f"batch {', '.join(map(str, LIVE_BATCHES))}, with the graph captures and correctness checks: batch 1's "
+            f"{BASELINE.title} and {FUSED_GRAPH.title} steps first, drawn within seconds, then the rest as they "
+            f"finish. The whole takes {LIVE_DURATION} Progress shows below; the result is kept for every session "
+            "on this server.",
         ):
-            result = measure_live()
+            with live_area:
+                model = pick_model()
+                result = measure_live(model, draw=_first_answer) if model is not None else None
             if result is not None:
                 return result, "live"
     options = {**available_results(), **tp_view.uploaded_options()}  # a TP run is shown by ui.probe.tp_view
@@ -103,6 +109,40 @@ def _pick_result():
         "uploaded files and live runs stay in your session.",
     )
     return options[label]
+
+
+def _first_answer(result, done: int, total: int) -> None:
+    """While a live run is measured part by part: its smallest batch's eager and fused+graph steps (the first
+    part), each with its readouts and lanes as the tab draws a step, on one time axis; then every mode across
+    the batches measured so far. The pickers and the rest of the tab follow once the last part is in."""
+    first = min(result.batches)
+    runs = [r for r in (result.run(m, first) for m in (BASELINE.name, FUSED_GRAPH.name)) if r is not None]
+    st.caption(
+        f"Measured so far, {done} of {total} parts: "
+        + ", ".join(f"{MODES[r.mode].title} at batch {r.batch}" for r in result.runs)
+        + ". Every mode and batch, with the pickers, is drawn here once the last part is measured."
+    )
+    figures = [lanes_figure(r.timeline) for r in runs]
+    if figures:
+        share_time_axis(figures, max(r.timeline.first_launches(FIRST_LAUNCHES).step_us for r in runs))
+    for run, figure in zip(runs, figures):
+        st.markdown(f"**Measured** (live) · {MODES[run.mode].title} · batch {run.batch}")
+        _readouts(result, run)
+        st.plotly_chart(
+            figure,
+            width="stretch",
+            key=f"pr_live_lanes_{done}_{MODES[run.mode].slug}",  # a chart a part: drawn again after each
+            theme=None,
+            config={"displaylogo": False, "scrollZoom": True},
+        )
+    if len(result.batches) > 1:
+        st.plotly_chart(
+            batch_axis_figure(result, fallback_note=lambda r: fallback_note(result, r)),
+            width="stretch",
+            key=f"pr_live_batch_axis_{done}",
+            theme=None,
+            config={"displaylogo": False},
+        )
 
 
 def _readouts(result, run) -> None:
@@ -596,8 +636,9 @@ def render() -> None:
     run_col, mode_col, batch_col, whole_col, host_col = st.columns(
         [3.4, 1.3, 1.1, 1.3, 1.3], vertical_alignment="bottom"
     )
+    live_area = st.container() if _cuda() else None  # none without a GPU: no empty block above the readouts
     with run_col:
-        result, source = _pick_result()
+        result, source = _pick_result(live_area)
     if result is None or isinstance(result, TPResult) or not result.runs:
         if isinstance(result, TPResult):
             tp_view.render(result)
