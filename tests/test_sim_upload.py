@@ -17,6 +17,13 @@ def model_inputs(at) -> dict:
     return {**{k: at.number_input(key=k).value for k in keys}, "layers": at.slider(key="layers").value}
 
 
+def title(at) -> str:
+    """The model's title above the lanes, as read."""
+    found = [as_read(m.value).strip("*") for m in at.markdown if "model, from" in m.value]
+    assert len(found) == 1, found
+    return found[0]
+
+
 def upload(at, name: str, data: bytes):
     at.file_uploader(key="sim_hf_config").set_value((name, data, "application/json")).run()
     assert not at.exception, at.exception
@@ -45,6 +52,7 @@ def test_a_config_fills_the_model_and_a_bad_one_is_refused_naming_the_field(page
     assert model_inputs(at) != before and metrics(at) != readouts  # the simulator ran on them
     said = as_read(" ".join(c.value for c in at.caption))
     assert "config.json: qwen2, 24 layers, hidden 896, 14 heads over 2 KV heads" in said
+    assert title(at).startswith("Your model, from config.json, on the hardware of")
 
     moe = {**json.loads(CONFIGS["llama-3.1-8b"].read_text()), "num_local_experts": 8}
     filled = model_inputs(at)
@@ -65,3 +73,6 @@ def test_a_config_fills_the_model_and_a_bad_one_is_refused_naming_the_field(page
         "bytes_per_el": 2.0,
         "layers": 32,
     }
+    assert title(at).startswith("Your model, from Llama-3.1-8B.json, on the hardware of")
+    at.number_input(key="hidden").set_value(2048).run()  # edited: no longer the file's model
+    assert title(at).startswith("Custom model, from the preset")

@@ -19,6 +19,7 @@ from ui.common import plain
 
 UPLOAD_KEY = "sim_hf_config"
 _SAID = "sim_hf_config_said"  # (kind, text) of the last upload: "read" or "refused"
+_READ = "sim_hf_config_read"  # (file name, {ModelConfig field: value}) of the last config read
 LAYERS_KEY = "layers"
 
 
@@ -44,6 +45,7 @@ def _apply(inputs, layers_range: tuple[int, int]) -> None:
     upload = st.session_state.get(UPLOAD_KEY)
     if upload is None:  # the file was removed: the figures stay as they are
         st.session_state.pop(_SAID, None)
+        st.session_state.pop(_READ, None)
         return
     where = str(upload.name)[:100]
     try:
@@ -51,16 +53,30 @@ def _apply(inputs, layers_range: tuple[int, int]) -> None:
     except ConfigError as err:
         st.session_state[_SAID] = ("refused", f"{err} (the figures below are unchanged)")
         return
+    filled = {}
     for key, _, field, *_ in inputs:
         if hasattr(decoder, field):  # context and kernels per layer are not in a config
             value = getattr(decoder, field)
-            first_paint.write(key, float(value) if field == "bytes_per_el" else int(value))
+            filled[field] = float(value) if field == "bytes_per_el" else int(value)
+            first_paint.write(key, filled[field])
     low, high = layers_range
     first_paint.write(LAYERS_KEY, min(max(decoder.n_layers, low), high))
     clipped = "" if low <= decoder.n_layers <= high else f" (the slider goes to {high})"
+    filled["n_layers"] = decoder.n_layers
+    st.session_state[_READ] = (where, filled)
     st.session_state[_SAID] = (
         "read",
         f"{where}: {decoder.model_type}, {decoder.n_layers} layers{clipped}, hidden {decoder.hidden}, "
         f"{decoder.n_heads} heads over {decoder.n_kv_heads} KV heads, FFN {decoder.ffn}, vocabulary "
         f"{decoder.vocab}, {decoder.dtype} ({decoder.bytes_per_el} bytes per element).",
     )
+
+
+def source_of(model) -> str | None:
+    """The uploaded file's name where `model` (a ModelConfig) still has every figure the last config read gave it,
+    else None: the page then calls the model by that file rather than by the preset it was edited from."""
+    read = st.session_state.get(_READ)
+    if not read:
+        return None
+    where, filled = read
+    return where if all(getattr(model, field, None) == value for field, value in filled.items()) else None

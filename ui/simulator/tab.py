@@ -238,11 +238,19 @@ def is_custom(preset: Preset, model: ModelConfig, hardware: HardwareConfig) -> b
     return model != preset.model or hardware != preset.hardware
 
 
-def custom_title(preset: Preset, model: ModelConfig, hardware: HardwareConfig) -> str:
-    """What the page calls an edited model instead of the preset's title."""
+def custom_title(
+    preset: Preset, model: ModelConfig, hardware: HardwareConfig, config_file: str | None = None
+) -> str:
+    """What the page calls an edited model instead of the preset's title (markdown: `config_file`, the uploaded
+    config.json the model's figures came from, is escaped)."""
     m, hw = model, hardware
+    origin = (
+        f"Your model, from {plain(config_file)}, on the hardware of “{preset.title}”"
+        if config_file
+        else f"Custom model, from the preset “{preset.title}”"
+    )
     return (
-        f"Custom model, from the preset “{preset.title}”: {m.n_layers} layers, hidden {m.hidden:,}, "
+        f"{origin}: {m.n_layers} layers, hidden {m.hidden:,}, "
         f"{m.n_heads} heads / {m.n_kv_heads} KV heads, FFN {m.ffn:,}, vocab {m.vocab:,}, "
         f"{m.context_len:,} tokens of context, {m.bytes_per_el:g} bytes an element, "
         f"{m.unfused_per_layer} kernels/layer ({m.fused_per_layer} fused), {hw.eager_launch_us:g} µs/launch."
@@ -276,7 +284,7 @@ def _controls() -> tuple:
     n_kernels = len(step_kernels(model, mode))
     hardware, hw_notices = checked_hardware(preset.hardware, values, n_kernels)
     if is_custom(preset, model, hardware):
-        title_slot.markdown(f"**{custom_title(preset, model, hardware)}**")
+        title_slot.markdown(f"**{custom_title(preset, model, hardware, hf_upload.source_of(model))}**")
         model, hardware = _as_custom(preset, model, hardware)
     return model, hardware, mode, notices + model_notices + hw_notices, batch_cols
 
