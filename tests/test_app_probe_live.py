@@ -39,6 +39,11 @@ def stub_gpu(recorded, monkeypatch):
         errors: list = []
 
     def fake_open_session(model, rows, progress=None, capture=None):
+        # The real one reports while it builds (model, graphs): the page's status must take those writes on
+        # every part, as it does on a GPU (a session kept by st.cache_resource replayed them into a status
+        # block of an earlier run and failed the second part on the H200, 2026-12-07).
+        if progress is not None:
+            progress(f"building the {getattr(model, 'name', model)} model")
         sessions.append((model, rows, capture))
         return FakeSession()
 

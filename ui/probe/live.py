@@ -6,7 +6,7 @@ batch size). Each part is one `gpu_probe.live.measure` call on the same `ProbeSe
 the first part captures only its own graphs, a later part those it needs), and the parts are merged into one
 result of the CLI's format (`core.probe_result.merge_results`), downloadable as JSON.
 
-The session is built once per server and kept (st.cache_resource); every session of the page measures with it
+The session is built once per server and kept in its store (st.cache_resource); every session of the page measures with it
 under one lock, because the graphs' static input and output buffers are shared. A finished result is kept for
 the next reader, keyed by what it was computed from (the model, its batches and modes); the parts of a run
 that stopped half-way are kept too, so a rerun goes on from where it stopped. torch is imported only when a
@@ -155,15 +155,19 @@ def parts_of(batches, modes) -> list[Part]:
 def _live_store() -> dict:
     # Shared by every session: the graphs' static buffers are too, so one lock serialises capture and replay.
     # results: finished runs; parts: the parts of a run not finished yet; failed: why a run stopped (its parts
-    # are kept, and shown); session: the key of the ProbeSession held.
+    # are kept, and shown); session: (its key, the ProbeSession held), one model and graph set on the GPU at a
+    # time. The session is held here rather than by a cached function of its own: such a function records the
+    # status lines its build writes and replays them into a later run's page, where their block no longer
+    # exists (CacheReplayClosureError on the second part).
     return {"lock": threading.Lock(), "results": {}, "parts": {}, "failed": {}, "session": None}
 
 
-@st.cache_resource(show_spinner=False, max_entries=1)  # one model + graph set on the GPU at a time
-def _probe_session(model_key: str, rows: int, _model, _capture, _progress):
+def _drop_session(store: dict) -> None:
+    """Let the held ProbeSession go (built only in part, or another model's next) and its memory with it."""
     from gpu_probe import live
 
-    return live.open_session(_model, rows=rows, progress=_progress, capture=_capture)
+    store["session"] = None
+    live.release_gpu_memory()
 
 
 def model_key(cfg) -> str:
@@ -259,7 +263,7 @@ def _retry(key) -> None:
     store = _live_store()
     with store["lock"]:
         store["failed"].pop(key, None)  # its parts stay: the next run goes on from the part that failed
-    _probe_session.clear()
+        _drop_session(store)
 
 
 def _measure_parts(live, model, cfg, req, key, plan, store, status, preview, draw) -> None:
@@ -300,8 +304,7 @@ def _measure_parts(live, model, cfg, req, key, plan, store, status, preview, dra
             refused = isinstance(err, ValueError) and session is None  # before anything was allocated
             store["failed"][key] = f"Not measured: {err}" if refused else _failure_message(err)
             if not refused:
-                _probe_session.clear()  # it may be built only in part: build it afresh next time
-                store["session"] = None
+                _drop_session(store)  # it may be built only in part: build it afresh next time
             return
         parts.append(measured)
         if draw is not None and len(parts) < len(plan):
@@ -312,8 +315,7 @@ def _measure_parts(live, model, cfg, req, key, plan, store, status, preview, dra
     )
     store["parts"].pop(key, None)
     if getattr(session, "errors", None):
-        _probe_session.clear()  # built only in part (e.g. out of memory): build afresh next time
-        store["session"] = None
+        _drop_session(store)  # built only in part (e.g. out of memory): build afresh next time
 
 
 def _left_out(req: dict) -> dict:
@@ -325,12 +327,15 @@ def _session(live, model, cfg, req, plan, store, progress):
     checked against the GPU's free memory for all of them first). Another model's is let go of first."""
     rows = live.rows_of(req)
     key = (model_key(cfg), rows)
-    if store["session"] not in (None, key):
-        _probe_session.clear()  # its memory goes before the new one is checked against what is free
-        live.release_gpu_memory()
-    store["session"] = key
+    held = store["session"]
+    if held is not None and held[0] == key:
+        return held[1]
+    if held is not None:
+        _drop_session(store)  # its memory goes before the new one is checked against what is free
     first = [m for m in live.captured_modes() if m in plan[0].modes]
-    return _probe_session(key[0], rows, model, tuple(first), progress)
+    session = live.open_session(model, rows=rows, progress=progress, capture=tuple(first))
+    store["session"] = (key, session)
+    return session
 
 
 def _download(result) -> None:
