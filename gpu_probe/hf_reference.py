@@ -146,7 +146,13 @@ def hf_config_dict(cfg) -> dict:
             "original_max_position_embeddings": scaling.original_max_position,
         },
         "tie_word_embeddings": bool(cfg.tie_embeddings),
-        "max_position_embeddings": max(MAX_POSITION, cfg.max_context),
+        # transformers checks that llama3 scaling's original context is below this (a warning on the 8B run of
+        # 2026-12-07, 8192 against 4096); the frequencies never read it: the context the scaling stretches to.
+        "max_position_embeddings": max(
+            MAX_POSITION,
+            cfg.max_context,
+            0 if scaling is None else round(scaling.original_max_position * scaling.factor),
+        ),
         "torch_dtype": cfg.dtype,
     }
     if cfg.model_type == "llama":

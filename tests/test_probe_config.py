@@ -77,6 +77,13 @@ def test_a_config_becomes_the_probe_decoder_with_what_its_layer_computes(name):
         f: getattr(again, f) for f in ("qkv_bias", "rope_scaling", "rope_theta", "norm_eps", "model_type")
     } == {f: getattr(cfg, f) for f in ("qkv_bias", "rope_scaling", "rope_theta", "norm_eps", "model_type")}
     assert again.n_params == cfg.n_params
+    written = hf_config_dict(
+        cfg
+    )  # transformers refuses llama3 scaling whose original context is not below it
+    if written["rope_scaling"]:
+        assert (
+            written["max_position_embeddings"] > written["rope_scaling"]["original_max_position_embeddings"]
+        )
 
 
 def test_the_presets_are_decoders_of_a_config():
