@@ -148,7 +148,8 @@ Fused (132 kernels: 792 µs of launches against ≈0.89 ms of GPU work) the step
 sequence adds 2 MB of KV-cache reads per layer (1024 tokens × 4 KV heads × 128 × K and V × 2 bytes),
 so from batch 45 the kernels outgrow the launches: with both toggles off the gaps close on their own."""
 
-# The probe's unfused layer (gpu_probe/recorded/small.json and 1b.json, one H100, 2026-12-06): the chapter's
+# The probe's unfused layer (its small and 1b runs of 2026-12-06 on one H100, in the repository's history; the
+# shipped runs are H200 runs of 2026-12-07, on a faster host and launch path): the chapter's
 # per-op layer, 15 kernels and the attention's split merge at small batch; host time per launch (unprofiled
 # enqueue time / launches) 25-44 µs at batch 1 to 256 in both presets (the hold-out run: 28-38 µs).
 PROBE_EAGER_KERNELS_PER_LAYER = 16
@@ -167,7 +168,7 @@ Llama-3-8B: 32 layers, hidden 4096, 32 heads / 8 KV heads of 128, FFN 14336, voc
 Kernels and host, measured: the live probe's unfused layer (the chapter's ops one kernel each: two RMSNorms,
 q, k, v, RoPE, the KV write, paged attention, o, gate, up, SiLU x up, down, two residual adds) launches 16
 kernels a layer at batch 1 (15 and the attention's split merge), at 25-44 µs of host time each on the probe
-machine's host (gpu_probe/recorded/small.json and 1b.json, unprofiled); 30 µs here. Its fused layer is 6
+machine's host (its H100 runs of 2026-12-06, unprofiled); 30 µs here. Its fused layer is 6
 kernels at batch 1 (5 and the split merge). A replay costs its host 45 µs (input copies and cudaGraphLaunch)
 plus 0.25 µs a node (the probe's graphs at batch 1: 93.8 µs for 196 nodes, 174.4 µs for 517); 0.4 µs
 between replayed kernels (the calibration's reading of the profiled replays); 2 µs of latency a kernel.
@@ -185,7 +186,7 @@ The live probe's decoder (≈0.5 B parameters): 32 layers, hidden 1024, 16 heads
 FFN 2816, vocab 32000, bf16, 512 tokens of context, on one H200.
 Hardware: 4200 GB/s is the H200's copy bandwidth as the probe measured it (4,104-4,250 GB/s in its runs of
 2026-11-30 to 12-03; 4.8 TB/s on the datasheet); 790 TFLOP/s the bf16 matrix rate it reaches (of 989
-dense), 2 µs latency a kernel. Kernels and host, measured on the recorded runs (gpu_probe/recorded/small.json,
+dense), 2 µs latency a kernel. Kernels and host, measured on the probe's earlier runs (small.json as it was,
 one H100, 2026-12-06): the unfused layer is the chapter's ops one kernel each, 16 kernels at batch 1 (15 and
 the attention's split merge, 15 from batch 64), at 25-44 µs of host time each, unprofiled (30 µs here); its
 fused layer 6 (5 above batch 4). A replay costs 45 µs of host time with its input copies plus 0.25 µs a node

@@ -316,6 +316,13 @@ def test_calibrated_preset_brings_the_fitted_figures_and_its_note(clean_caches, 
     assert not at.warning and not at.error
     expected = simulate_step(preset.model, preset.hardware, StepPlan(BASELINE, 1)).metrics
     assert readouts(at)["Step time"] == format_us(expected.step_us)
+    # Where it came from, read from the run (never a constant), and how far the same decoder's static preset was.
+    from core.probe_result import recorded_result
+    from ui.probe_results import describe
+
+    caption = " ".join(c.value for c in at.caption if "Fitted to the recorded probe run" in c.value)
+    assert describe(recorded_result()).split(",")[0] in caption.replace("\\", "")
+    assert f"Uncalibrated, the preset “{PRESETS['probe-0.5b-h200'].title}” puts the run's" in caption
 
 
 @needs_recorded

@@ -20,13 +20,15 @@ numpy only.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
-from core.step_plan import FUSED_GRAPH, StepPlan
+import numpy as np
+
+from core.step_plan import FUSED_GRAPH, Mode, StepPlan
 from sim.calibration.fit import Calibration, calibrate
-from sim.calibration.model import NAMES, graph_cost
+from sim.calibration.model import NAMES, graph_cost, model_from_result, points_from_result
 from sim.calibration.report import format_param
-from sim.config import HardwareConfig, Preset
+from sim.config import HardwareConfig, ModelConfig, Preset
 from sim.step.kernels import step_kernels
 from sim.step.schedule import simulate_step
 
@@ -158,3 +160,47 @@ def _note(cal, p, smallest, graph, sim_kernels, latency, context, launch_us, hos
         "cost).",
     ]
     return "\n".join(lines)
+
+
+@dataclass(frozen=True, slots=True)
+class PresetCheck:
+    """A static preset's figures, uncalibrated, against the steps of a run of the same decoder: each step the
+    Simulator's toggles can draw, as (mode, batch, measured µs, the preset's µs)."""
+
+    preset: Preset
+    steps: tuple[tuple[Mode, int, float, float], ...]
+
+    @property
+    def errors(self) -> np.ndarray:
+        """The preset's error at each step: predicted / measured - 1."""
+        return np.array([pred / meas - 1 for _, _, meas, pred in self.steps])
+
+    def worst(self) -> tuple[Mode, int, float]:
+        """(mode, batch, error) of the step the preset misses most."""
+        i = int(np.argmax(np.abs(self.errors)))
+        return self.steps[i][0], self.steps[i][1], float(self.errors[i])
+
+
+def same_decoder(a: ModelConfig, b: ModelConfig) -> bool:
+    """Whether two models are one decoder's shape (layers, widths, heads, vocabulary, element size)."""
+    fields = ("n_layers", "hidden", "n_heads", "n_kv_heads", "ffn", "vocab", "bytes_per_el")
+    return all(getattr(a, f) == getattr(b, f) for f in fields)
+
+
+def check_preset(preset: Preset, result) -> PresetCheck | None:
+    """How far `preset`'s own figures (no fit) put `result`'s steps, on the run's decoder at the run's context;
+    None where the run is of another decoder or has no step the Simulator's toggles draw."""
+    model = model_from_result(result)
+    if not same_decoder(preset.model, model):
+        return None
+    on_run = replace(preset.model, context_len=model.context_len)
+    steps = []
+    for pt in points_from_result(result):
+        if not pt.mode.toggles or pt.runs is not pt.mode or not pt.step_us > 0:
+            continue  # a mode the toggles do not select, or a step that ran another mode's kernels
+        plan = StepPlan(pt.mode, pt.batch)
+        if plan.replays != pt.replays:
+            continue  # the run replayed where the preset's buckets would not, or the reverse
+        predicted = simulate_step(on_run, preset.hardware, plan).metrics.step_us
+        steps.append((pt.mode, pt.batch, float(pt.step_us), float(predicted)))
+    return PresetCheck(preset, tuple(steps)) if steps else None

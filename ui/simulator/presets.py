@@ -9,8 +9,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
+import streamlit as st
+
+from sim.calibration.preset import check_preset
 from sim.config import DEFAULT_PRESET, PRESETS, Preset
-from ui.calibration_cache import CALIBRATED_KEY, CALIBRATED_TITLE
+from ui.calibration_cache import CALIBRATED_KEY, CALIBRATED_TITLE, result_key
 
 PRESET_TITLES = {**{k: p.title for k, p in PRESETS.items()}, CALIBRATED_KEY: CALIBRATED_TITLE}
 # Links made while the recorded run was an H200's named the preset so; they still open it.
@@ -57,3 +61,23 @@ def preset_of(key: str, host_index: float | None = None) -> tuple[Preset, str | 
             f"“{CALIBRATED_TITLE}” is unavailable: {why}. Showing “{PRESETS[DEFAULT_PRESET].title}” instead."
         )
     return preset, None
+
+
+def uncalibrated_sentence(run) -> str:
+    """How far the static preset of `run`'s decoder, with its own figures and no fit, puts the run's steps: the
+    median error with the worst beside it ('' where no static preset is of that decoder)."""
+    return _uncalibrated_sentence(result_key(run), run)
+
+
+@st.cache_data(show_spinner=False, max_entries=8)  # keyed by the run's whole content (result_key)
+def _uncalibrated_sentence(key: str, _run) -> str:
+    for preset in PRESETS.values():
+        check = check_preset(preset, _run)
+        if check is not None:
+            mode, batch, worst = check.worst()
+            median = float(np.median(np.abs(check.errors)))
+            return (
+                f"Uncalibrated, the preset “{preset.title}” puts the run's {len(check.steps)} steps off by "
+                f"{100 * median:.0f} % (median; worst {100 * worst:+.0f} %, {mode.title} at batch {batch})."
+            )
+    return ""

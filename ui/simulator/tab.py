@@ -36,7 +36,14 @@ from ui.charts import FIRST_LAUNCHES, lanes_figure, lanes_height
 from ui.common import chrome_trace_download, plain, regime_explanation, show_readouts, show_time_split
 from ui.host_index import HOST_SPEC, checked_host, host_sentence, launch_us, own_index, your_host
 from ui.simulator import hf_upload
-from ui.simulator.presets import CALIBRATED_KEY, OLD_KEYS, PRESET_BY_URL_VALUE, PRESET_TITLES, preset_of
+from ui.simulator.presets import (
+    CALIBRATED_KEY,
+    OLD_KEYS,
+    PRESET_BY_URL_VALUE,
+    PRESET_TITLES,
+    preset_of,
+    uncalibrated_sentence,
+)
 from ui.simulator.sections import fusion_view, sweep_view
 
 # (URL key, label, HardwareConfig field, widget min, widget max, step, number format)
@@ -302,7 +309,7 @@ def _preset_row() -> tuple[Preset, list[str], object]:
         format_func=lambda k: PRESET_TITLES.get(k, k),
         on_change=_apply_preset,
         help="A model shape and a GPU + host. Changing it resets the Advanced figures to its own. The "
-        "calibrated one is fitted to the probe run recorded on an H200 (Calibration tab).",
+        "calibrated one is fitted to the shipped probe run, whose GPU and date it names (Calibration tab).",
     )
     tp_col.selectbox(
         "GPUs (tensor parallel)",
@@ -317,7 +324,7 @@ def _preset_row() -> tuple[Preset, list[str], object]:
     if preset_key != CALIBRATED_KEY:
         preset, preset_notice = preset_of(preset_key)
         return preset, [preset_notice] if preset_notice else [], beyond_col
-    from ui.probe_results import recorded
+    from ui.probe_results import describe, recorded
 
     run, _ = recorded()
     host_col, text_col = st.columns([1.3, 6], vertical_alignment="bottom")
@@ -332,10 +339,14 @@ def _preset_row() -> tuple[Preset, list[str], object]:
         if run is not None
         else ""
     )
+    fitted_to = (
+        f"the recorded probe run ({plain(describe(run))})" if run is not None else "the recorded probe run"
+    )
+    before = uncalibrated_sentence(run) if run is not None and preset.key == CALIBRATED_KEY else ""
     text_col.caption(
-        "Fitted to the recorded H200 probe run. With *Kernel fusion* on, its step times follow "
+        f"Fitted to {fitted_to}. With *Kernel fusion* on, its step times follow "
         "the Calibration tab's predictions; what it cannot represent is under Advanced, "
-        f"“Where the preset's figures come from”. {said}"
+        f"“Where the preset's figures come from”. {before} {said}"
     )
     return preset, [n for n in (preset_notice, host_notice) if n], beyond_col
 
