@@ -33,7 +33,7 @@ def test_each_step_the_toggles_draw_is_the_preset_simulated_on_the_runs_context(
     assert {m.name for m, *_ in check.steps} == {"eager", "fused", "graph", "fused+graph"}
     errors = check.errors
     assert np.allclose(errors, [pred / meas - 1 for *_, meas, pred in check.steps])
-    mode, batch, worst = check.worst()
+    worst = check.summary()["worst_point"]["error"]
     assert abs(worst) == np.abs(errors).max()
 
 

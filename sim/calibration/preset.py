@@ -27,7 +27,7 @@ import numpy as np
 from core.step_plan import FUSED_GRAPH, Mode, StepPlan
 from sim.calibration.fit import Calibration, calibrate
 from sim.calibration.model import NAMES, graph_cost, model_from_result, points_from_result
-from sim.calibration.report import format_param
+from sim.calibration.report import format_param, summary
 from sim.config import HardwareConfig, ModelConfig, Preset
 from sim.step.kernels import step_kernels
 from sim.step.schedule import simulate_step
@@ -175,10 +175,11 @@ class PresetCheck:
         """The preset's error at each step: predicted / measured - 1."""
         return np.array([pred / meas - 1 for _, _, meas, pred in self.steps])
 
-    def worst(self) -> tuple[Mode, int, float]:
-        """(mode, batch, error) of the step the preset misses most."""
-        i = int(np.argmax(np.abs(self.errors)))
-        return self.steps[i][0], self.steps[i][1], float(self.errors[i])
+    def summary(self) -> dict:
+        """The fit's own summary of these errors (`report.summary`): the median, the worst point beside it."""
+        return summary(
+            {(mode.name, batch): float(e) for (mode, batch, *_), e in zip(self.steps, self.errors)}
+        )
 
 
 def same_decoder(a: ModelConfig, b: ModelConfig) -> bool:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import numpy as np
 import streamlit as st
 
+from core.step_plan import MODES
 from sim.calibration.preset import check_preset
 from sim.config import DEFAULT_PRESET, PRESETS, Preset
 from ui.calibration_cache import CALIBRATED_KEY, CALIBRATED_TITLE, result_key
@@ -74,10 +74,11 @@ def _uncalibrated_sentence(key: str, _run) -> str:
     for preset in PRESETS.values():
         check = check_preset(preset, _run)
         if check is not None:
-            mode, batch, worst = check.worst()
-            median = float(np.median(np.abs(check.errors)))
+            s = check.summary()
+            worst = s["worst_point"]
             return (
                 f"Uncalibrated, the preset “{preset.title}” puts the run's {len(check.steps)} steps off by "
-                f"{100 * median:.0f} % (median; worst {100 * worst:+.0f} %, {mode.title} at batch {batch})."
+                f"{100 * s['median']:.0f} % (median; worst {100 * worst['error']:+.0f} %, "
+                f"{MODES[worst['mode']].title} at batch {worst['batch']})."
             )
     return ""
