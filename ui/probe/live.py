@@ -6,8 +6,8 @@ batch size). Each part is one `gpu_probe.live.measure` call on the same `ProbeSe
 the first part captures only its own graphs, a later part those it needs), and the parts are merged into one
 result of the CLI's format (`core.probe_result.merge_results`), downloadable as JSON.
 
-The session is built once per server and kept in its store (st.cache_resource); every session of the page measures with it
-under one lock, because the graphs' static input and output buffers are shared. A finished result is kept for
+The session is built once per server and kept in its store (st.cache_resource); every session of the page
+measures with it under one lock, because the graphs' static input and output buffers are shared. A finished result is kept for
 the next reader, keyed by what it was computed from (the model, its batches and modes); the parts of a run
 that stopped half-way are kept too, so a rerun goes on from where it stopped. torch is imported only when a
 measurement starts (through `gpu_probe.live`).
