@@ -7,10 +7,10 @@ the first part captures only its own graphs, a later part those it needs), and t
 result of the CLI's format (`core.probe_result.merge_results`), downloadable as JSON.
 
 The session is built once per server and kept in its store (st.cache_resource); every session of the page
-measures with it under one lock, because the graphs' static input and output buffers are shared. A finished result is kept for
-the next reader, keyed by what it was computed from (the model, its batches and modes); the parts of a run
-that stopped half-way are kept too, so a rerun goes on from where it stopped. torch is imported only when a
-measurement starts (through `gpu_probe.live`).
+measures with it under one lock, because the graphs' static input and output buffers are shared. A finished
+result is kept for the next reader, keyed by what it was computed from (the model, its batches and modes); the
+parts of a run that stopped half-way are kept too, so a rerun goes on from where it stopped. torch is imported
+only when a measurement starts (through `gpu_probe.live`).
 
 Compiled kernels survive the page's runs without anything here: Triton caches its own in ~/.triton/cache and
 Inductor's in /tmp/torchinductor_$USER (their defaults when TRITON_CACHE_DIR and TORCHINDUCTOR_CACHE_DIR are
